@@ -1,0 +1,160 @@
+//! A [`MetricsProvider`] on the `prometheus-client` crate.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use crate::metrics::{
+    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, SettableGaugeMetric,
+};
+
+type Labels = Vec<(String, String)>;
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    // client-go's buckets: 10 ns, 100 ns, ..., 10^9 * 10 ns = 10 s.
+    Histogram::new(exponential_buckets(10e-9, 10.0, 10))
+}
+
+fn labels(name: &str) -> Labels {
+    vec![("name".to_owned(), name.to_owned())]
+}
+
+/// Registers client-go's workqueue metrics in a `prometheus-client`
+/// [`Registry`] and hands them to queues, labelled `name=<queue name>`.
+///
+/// Register it once per registry and share it (it is cheap to clone) between
+/// all queues: each queue name gets its own label value. Exposed names:
+/// `workqueue_depth`, `workqueue_adds_total`,
+/// `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`,
+/// `workqueue_unfinished_work_seconds`,
+/// `workqueue_longest_running_processor_seconds`, `workqueue_retries_total`.
+#[derive(Clone, Debug)]
+pub struct PrometheusMetricsProvider {
+    depth: Family<Labels, Gauge>,
+    adds: Family<Labels, Counter>,
+    latency: HistogramFamily,
+    work_duration: HistogramFamily,
+    unfinished: Family<Labels, Gauge<f64, AtomicU64>>,
+    longest: Family<Labels, Gauge<f64, AtomicU64>>,
+    retries: Family<Labels, Counter>,
+}
+
+impl PrometheusMetricsProvider {
+    /// Creates the metric families and registers them in `registry`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let this = Self {
+            depth: Family::default(),
+            adds: Family::default(),
+            latency: Family::new_with_constructor(duration_histogram),
+            work_duration: Family::new_with_constructor(duration_histogram),
+            unfinished: Family::default(),
+            longest: Family::default(),
+            retries: Family::default(),
+        };
+        registry.register(
+            "workqueue_depth",
+            "Current depth of workqueue",
+            this.depth.clone(),
+        );
+        // prometheus-client appends `_total` to counters.
+        registry.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            this.adds.clone(),
+        );
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested.",
+            this.latency.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes.",
+            this.work_duration.clone(),
+        );
+        registry.register(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has done that is in progress and hasn't been observed by \
+             work_duration. Large values indicate stuck threads. One can deduce the number of \
+             stuck threads by observing the rate at which this increases.",
+            this.unfinished.clone(),
+        );
+        registry.register(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.",
+            this.longest.clone(),
+        );
+        registry.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            this.retries.clone(),
+        );
+        this
+    }
+}
+
+struct PGauge(Gauge);
+impl GaugeMetric for PGauge {
+    fn inc(&self) {
+        self.0.inc();
+    }
+    fn dec(&self) {
+        self.0.dec();
+    }
+}
+
+struct PFloatGauge(Gauge<f64, AtomicU64>);
+impl SettableGaugeMetric for PFloatGauge {
+    fn set(&self, value: f64) {
+        self.0.set(value);
+    }
+}
+
+struct PCounter(Counter);
+impl CounterMetric for PCounter {
+    fn inc(&self) {
+        self.0.inc();
+    }
+}
+
+struct PHistogram(Histogram);
+impl HistogramMetric for PHistogram {
+    fn observe(&self, value: f64) {
+        self.0.observe(value);
+    }
+}
+
+impl MetricsProvider for PrometheusMetricsProvider {
+    fn new_depth_metric(&self, name: &str) -> Box<dyn GaugeMetric> {
+        Box::new(PGauge(self.depth.get_or_create_owned(&labels(name))))
+    }
+    fn new_adds_metric(&self, name: &str) -> Box<dyn CounterMetric> {
+        Box::new(PCounter(self.adds.get_or_create_owned(&labels(name))))
+    }
+    fn new_latency_metric(&self, name: &str) -> Box<dyn HistogramMetric> {
+        Box::new(PHistogram(self.latency.get_or_create_owned(&labels(name))))
+    }
+    fn new_work_duration_metric(&self, name: &str) -> Box<dyn HistogramMetric> {
+        Box::new(PHistogram(
+            self.work_duration.get_or_create_owned(&labels(name)),
+        ))
+    }
+    fn new_unfinished_work_seconds_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(PFloatGauge(
+            self.unfinished.get_or_create_owned(&labels(name)),
+        ))
+    }
+    fn new_longest_running_processor_seconds_metric(
+        &self,
+        name: &str,
+    ) -> Box<dyn SettableGaugeMetric> {
+        Box::new(PFloatGauge(self.longest.get_or_create_owned(&labels(name))))
+    }
+    fn new_retries_metric(&self, name: &str) -> Box<dyn CounterMetric> {
+        Box::new(PCounter(self.retries.get_or_create_owned(&labels(name))))
+    }
+}

@@ -1,0 +1,871 @@
+//! The work queue: dedup, delays, rate limits, priorities, shutdown.
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::error::BuildError;
+use crate::metrics::{CounterMetric, MetricsProvider, QueueMetrics};
+use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
+
+/// The bound every queued item satisfies.
+///
+/// Items are compared and hashed to deduplicate them and cloned a few times
+/// (once per accepted add, plus bookkeeping): cheap keys such as
+/// `namespace/name` strings or small structs are the intended use.
+pub trait QueueItem: Hash + Eq + Clone + Send + Sync + 'static {}
+impl<T: Hash + Eq + Clone + Send + Sync + 'static> QueueItem for T {}
+
+/// Default interval after which a waiting item gains one priority level.
+pub const DEFAULT_PRIORITY_AGING: Duration = Duration::from_secs(1);
+
+/// Default period of the unfinished-work metrics update (client-go's).
+pub const DEFAULT_UNFINISHED_WORK_UPDATE_PERIOD: Duration = Duration::from_millis(500);
+
+/// Delays larger than this are clamped to it (about 30 years), so that no
+/// deadline overflows the clock.
+const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+
+/// Options of [`WorkQueue::add_with_opts`].
+///
+/// The default adds the item now, without rate limiting, at priority 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AddOpts {
+    /// Wait at least this long before handing the item out. `None` or zero
+    /// means now.
+    pub after: Option<Duration>,
+    /// Also ask the rate limiter; the item waits the longer of `after` and
+    /// the limiter's answer.
+    pub rate_limited: bool,
+    /// Higher is handed out first. Items added through the other methods
+    /// have priority 0.
+    pub priority: i32,
+}
+
+impl AddOpts {
+    /// Options with the given priority, no delay, no rate limiting.
+    pub fn priority(priority: i32) -> Self {
+        Self {
+            priority,
+            ..Self::default()
+        }
+    }
+}
+
+/// Position of a ready item: smaller is handed out first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct ReadyKey {
+    rank: i128,
+    seq: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    /// In the ready queue.
+    Ready(ReadyKey),
+    /// In the timer queue at `(ready_at, seq)`.
+    Delayed(u64),
+    /// Ready, but the item is being processed: it joins the ready queue at
+    /// `done` (client-go's "dirty while processing").
+    Parked,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    priority: i32,
+    ready_at: Instant,
+    place: Place,
+}
+
+/// What the queue knows about one item. A slot exists while the item is
+/// waiting, being processed, or both.
+#[derive(Debug, Default)]
+struct Slot {
+    processing: bool,
+    waiting: Option<Waiting>,
+}
+
+/// Whom to wake after a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Nobody,
+    /// One item became ready.
+    One,
+    /// Several items became ready, or the earliest deadline moved earlier
+    /// (every sleeping getter must re-arm its timer).
+    All,
+}
+
+impl Wake {
+    fn max(self, other: Wake) -> Wake {
+        match (self, other) {
+            (Wake::All, _) | (_, Wake::All) | (Wake::One, Wake::One) => Wake::All,
+            (Wake::One, Wake::Nobody) | (Wake::Nobody, Wake::One) => Wake::One,
+            (Wake::Nobody, Wake::Nobody) => Wake::Nobody,
+        }
+    }
+}
+
+/// The ordered queues (everything but the slots, so that both can be
+/// borrowed at once).
+struct Queues<T> {
+    ready: BTreeMap<ReadyKey, T>,
+    delayed: BTreeMap<(Instant, u64), T>,
+    seq: u64,
+    parked: usize,
+    processing: usize,
+    /// Nanoseconds of waiting worth one priority level; `None` is strict
+    /// priority.
+    aging_nanos: Option<i128>,
+    epoch: Instant,
+    metrics: Option<QueueMetrics<T>>,
+}
+
+impl<T: QueueItem> Queues<T> {
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn rank(&self, priority: i32, ready_at: Instant) -> i128 {
+        // Fits: a process does not run for 2^64 ns (584 years).
+        let t = ready_at.saturating_duration_since(self.epoch).as_nanos() as i128;
+        match self.aging_nanos {
+            // Aging: each `aging` of waiting is worth one priority level.
+            Some(aging) => t - i128::from(priority) * aging,
+            // Strict: priority first, then ready time.
+            None => t - (i128::from(priority) << 80),
+        }
+    }
+
+    fn push_ready(&mut self, item: T, priority: i32, ready_at: Instant) -> ReadyKey {
+        let key = ReadyKey {
+            rank: self.rank(priority, ready_at),
+            seq: self.next_seq(),
+        };
+        self.ready.insert(key, item);
+        key
+    }
+
+    /// Puts `item` in the timer queue; returns its seq and whether it is now
+    /// the earliest deadline.
+    fn push_delayed(&mut self, item: T, ready_at: Instant) -> (u64, bool) {
+        let seq = self.next_seq();
+        let earliest = self
+            .delayed
+            .first_key_value()
+            .is_none_or(|((first, _), _)| ready_at < *first);
+        self.delayed.insert((ready_at, seq), item);
+        (seq, earliest)
+    }
+
+    /// The item of `slot` (not waiting) became ready at `ready_at`.
+    fn make_ready(&mut self, item: T, slot: &mut Slot, priority: i32, ready_at: Instant) -> Wake {
+        if let Some(m) = &mut self.metrics {
+            m.add(&item, ready_at);
+        }
+        if slot.processing {
+            self.parked += 1;
+            slot.waiting = Some(Waiting {
+                priority,
+                ready_at,
+                place: Place::Parked,
+            });
+            Wake::Nobody
+        } else {
+            let key = self.push_ready(item, priority, ready_at);
+            slot.waiting = Some(Waiting {
+                priority,
+                ready_at,
+                place: Place::Ready(key),
+            });
+            Wake::One
+        }
+    }
+
+    /// Adds `item` (whose slot is `slot`) to be ready at `ready_at`.
+    fn add(
+        &mut self,
+        item: T,
+        slot: &mut Slot,
+        priority: i32,
+        ready_at: Instant,
+        now: Instant,
+    ) -> Wake {
+        let Some(w) = slot.waiting.as_mut() else {
+            if ready_at <= now {
+                return self.make_ready(item, slot, priority, ready_at);
+            }
+            let (seq, earliest) = self.push_delayed(item, ready_at);
+            slot.waiting = Some(Waiting {
+                priority,
+                ready_at,
+                place: Place::Delayed(seq),
+            });
+            return if earliest { Wake::All } else { Wake::Nobody };
+        };
+        // Already waiting: keep the highest priority and the earliest time.
+        let priority = w.priority.max(priority);
+        let ready_at = w.ready_at.min(ready_at);
+        match w.place {
+            Place::Delayed(seq) => {
+                if ready_at == w.ready_at {
+                    w.priority = priority;
+                    return Wake::Nobody;
+                }
+                let item = self.delayed.remove(&(w.ready_at, seq)).unwrap_or(item);
+                slot.waiting = None;
+                // Re-add as new; it was not counted as added while delayed.
+                self.add(item, slot, priority, ready_at, now)
+            }
+            Place::Ready(key) => {
+                if priority != w.priority || ready_at != w.ready_at {
+                    let item = self.ready.remove(&key).unwrap_or(item);
+                    let new_key = ReadyKey {
+                        rank: self.rank(priority, ready_at),
+                        seq: key.seq,
+                    };
+                    self.ready.insert(new_key, item);
+                    w.place = Place::Ready(new_key);
+                    w.priority = priority;
+                    w.ready_at = ready_at;
+                }
+                Wake::Nobody
+            }
+            Place::Parked => {
+                w.priority = priority;
+                w.ready_at = ready_at;
+                Wake::Nobody
+            }
+        }
+    }
+}
+
+struct State<T> {
+    slots: HashMap<T, Slot>,
+    q: Queues<T>,
+    shutting_down: bool,
+    drain: bool,
+}
+
+impl<T: QueueItem> State<T> {
+    fn add(&mut self, item: T, priority: i32, ready_at: Instant, now: Instant) -> Wake {
+        let key = item.clone();
+        let slot = self.slots.entry(key).or_default();
+        self.q.add(item, slot, priority, ready_at, now)
+    }
+
+    /// Moves every delayed item whose time has come to the ready queue.
+    fn promote_due(&mut self, now: Instant) -> Wake {
+        let mut wake = Wake::Nobody;
+        while let Some(entry) = self.q.delayed.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let ((ready_at, _), item) = entry.remove_entry();
+            let Some(slot) = self.slots.get_mut(&item) else {
+                continue;
+            };
+            let priority = slot.waiting.map_or(0, |w| w.priority);
+            slot.waiting = None;
+            wake = wake.max(self.q.make_ready(item, slot, priority, ready_at));
+        }
+        wake
+    }
+
+    fn pop_ready(&mut self, now: impl Fn() -> Instant) -> Option<T> {
+        let (_, item) = self.q.ready.pop_first()?;
+        if let Some(slot) = self.slots.get_mut(&item) {
+            slot.waiting = None;
+            slot.processing = true;
+        }
+        self.q.processing += 1;
+        if let Some(m) = &mut self.q.metrics {
+            m.get(&item, now());
+        }
+        Some(item)
+    }
+
+    /// Nothing is waiting to be handed out and nothing is being processed.
+    fn drained(&self) -> bool {
+        self.q.processing == 0 && self.q.ready.is_empty() && self.q.parked == 0
+    }
+
+    fn begin_shut_down(&mut self, drain: bool) {
+        self.shutting_down = true;
+        self.drain = drain;
+        // Delayed items never become ready after shutdown (client-go stops
+        // its waiting loop); parked items still come back at `done`.
+        let delayed = std::mem::take(&mut self.q.delayed);
+        for item in delayed.into_values() {
+            if let Entry::Occupied(mut slot) = self.slots.entry(item) {
+                slot.get_mut().waiting = None;
+                if !slot.get().processing {
+                    slot.remove();
+                }
+            }
+        }
+    }
+}
+
+struct Inner<T> {
+    state: Mutex<State<T>>,
+    /// Mirrors `State::shutting_down` for lock-free checks.
+    shutting_down: AtomicBool,
+    /// Wakes `get`.
+    getters: Notify,
+    /// Wakes `shut_down_with_drain`.
+    drained: Notify,
+    /// Stops the metrics task (also signalled when the queue is dropped).
+    stop: Arc<Notify>,
+    limiter: Box<dyn RateLimiter<T>>,
+    retries: Option<Box<dyn CounterMetric>>,
+    name: Option<String>,
+}
+
+impl<T> Drop for Inner<T> {
+    fn drop(&mut self) {
+        self.stop.notify_one();
+    }
+}
+
+impl<T: QueueItem> Inner<T> {
+    fn wake(&self, wake: Wake) {
+        match wake {
+            Wake::Nobody => {}
+            Wake::One => self.getters.notify_one(),
+            Wake::All => self.getters.notify_waiters(),
+        }
+    }
+
+    /// The metrics updater's tick; false once the queue shuts down.
+    fn metrics_tick(&self) -> bool {
+        let wake = {
+            let mut st = self.state.lock();
+            if st.shutting_down {
+                return false;
+            }
+            let now = Instant::now();
+            let wake = st.promote_due(now);
+            if let Some(m) = &st.q.metrics {
+                m.update_unfinished_work(now);
+            }
+            wake
+        };
+        self.wake(wake);
+        true
+    }
+}
+
+/// A work queue shared by producers (event handlers) and workers.
+///
+/// Cloning is cheap (an `Arc`): all clones are the same queue. See the
+/// [crate documentation](crate) for the rules and an example.
+pub struct WorkQueue<T> {
+    inner: Arc<Inner<T>>,
+}
+
+impl<T> Clone for WorkQueue<T> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<T: QueueItem> fmt::Debug for WorkQueue<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.inner.state.lock();
+        f.debug_struct("WorkQueue")
+            .field("name", &self.inner.name)
+            .field("ready", &st.q.ready.len())
+            .field("delayed", &st.q.delayed.len())
+            .field("processing", &st.q.processing)
+            .field("shutting_down", &st.shutting_down)
+            .finish()
+    }
+}
+
+impl<T: QueueItem> Default for WorkQueue<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: QueueItem> WorkQueue<T> {
+    /// An unnamed queue (no metrics) with
+    /// [`default_controller_rate_limiter`] and the default priority aging.
+    /// Needs no runtime to be created.
+    pub fn new() -> Self {
+        Self::builder().build_unnamed()
+    }
+
+    /// Starts configuring a queue.
+    pub fn builder() -> WorkQueueBuilder<T> {
+        WorkQueueBuilder::new()
+    }
+
+    /// The queue's name, if it has one.
+    pub fn name(&self) -> Option<&str> {
+        self.inner.name.as_deref()
+    }
+
+    /// Marks `item` as needing processing, now.
+    ///
+    /// Ignored after shutdown. An item already waiting is not added twice
+    /// (if it was waiting for a later time, it becomes ready now). An item
+    /// being processed is handed out again only after its [`done`](Self::done).
+    pub fn add(&self, item: T) {
+        self.insert(item, 0, Duration::ZERO);
+    }
+
+    /// Adds `item` once `delay` has passed; a zero delay adds it now.
+    ///
+    /// If the item is already waiting, the earlier of the two ready times
+    /// wins. Ignored after shutdown; items still waiting for their time when
+    /// the queue shuts down are dropped.
+    pub fn add_after(&self, item: T, delay: Duration) {
+        if self.shutting_down() {
+            return;
+        }
+        self.count_retry();
+        self.insert(item, 0, delay);
+    }
+
+    /// Adds `item` after the wait the rate limiter gives it
+    /// (`add_after(item, limiter.when(&item))`).
+    pub fn add_rate_limited(&self, item: T) {
+        if self.shutting_down() {
+            return;
+        }
+        let delay = self.inner.limiter.when(&item);
+        self.count_retry();
+        self.insert(item, 0, delay);
+    }
+
+    /// Adds `item` with a delay, rate limiting and a priority.
+    ///
+    /// The item waits the longer of `opts.after` and (if
+    /// `opts.rate_limited`) the rate limiter's wait. If the item is already
+    /// waiting, it keeps the higher of the two priorities and the earlier of
+    /// the two ready times.
+    pub fn add_with_opts(&self, item: T, opts: AddOpts) {
+        if self.shutting_down() {
+            return;
+        }
+        let mut delay = opts.after.unwrap_or(Duration::ZERO);
+        if opts.rate_limited {
+            delay = delay.max(self.inner.limiter.when(&item));
+        }
+        if opts.after.is_some() || opts.rate_limited {
+            self.count_retry();
+        }
+        self.insert(item, opts.priority, delay);
+    }
+
+    /// Stops rate limiting `item`: its next failure counts as the first.
+    /// Call it when processing succeeded (or was given up).
+    pub fn forget(&self, item: &T) {
+        self.inner.limiter.forget(item);
+    }
+
+    /// How many rate-limited retries of `item` the rate limiter recorded.
+    pub fn num_requeues(&self, item: &T) -> u32 {
+        self.inner.limiter.num_requeues(item)
+    }
+
+    /// Waits for an item to process and returns it, or `None` once the queue
+    /// is shutting down and no item is left to hand out.
+    ///
+    /// The caller must call [`done`](Self::done) with the item when it has
+    /// finished with it. No other caller gets the same item until then.
+    /// Cancel-safe: dropping the future never loses an item.
+    pub async fn get(&self) -> Option<T> {
+        let inner = &*self.inner;
+        loop {
+            let notified = inner.getters.notified();
+            let mut notified = std::pin::pin!(notified);
+            let deadline = {
+                let mut st = inner.state.lock();
+                let mut wake = Wake::Nobody;
+                if !st.q.delayed.is_empty() {
+                    wake = st.promote_due(Instant::now());
+                }
+                let item = st.pop_ready(Instant::now);
+                if let Some(item) = item {
+                    // Items that just became ready and that this getter did
+                    // not take are for the other getters.
+                    let others = !st.q.ready.is_empty();
+                    drop(st);
+                    if others {
+                        inner.wake(wake);
+                    }
+                    return Some(item);
+                }
+                if st.shutting_down {
+                    return None;
+                }
+                notified.as_mut().enable();
+                st.q.delayed.first_key_value().map(|((t, _), _)| *t)
+            };
+            match deadline {
+                Some(deadline) => {
+                    tokio::select! {
+                        _ = &mut notified => {}
+                        _ = tokio::time::sleep_until(deadline) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Marks `item` as processed. If it was added again while being
+    /// processed, it is now handed out again.
+    pub fn done(&self, item: &T) {
+        let inner = &*self.inner;
+        let mut wake = Wake::Nobody;
+        let mut drained = false;
+        {
+            let mut st = inner.state.lock();
+            let State { slots, q, .. } = &mut *st;
+            let Some((key, mut slot)) = slots.remove_entry(item) else {
+                return;
+            };
+            if slot.processing {
+                slot.processing = false;
+                q.processing -= 1;
+                if let Some(m) = &mut q.metrics {
+                    m.done(item, Instant::now());
+                }
+                if let Some(w) = &mut slot.waiting
+                    && let Place::Parked = w.place
+                {
+                    q.parked -= 1;
+                    let k = q.push_ready(key.clone(), w.priority, w.ready_at);
+                    w.place = Place::Ready(k);
+                    wake = Wake::One;
+                }
+            }
+            if slot.waiting.is_some() {
+                slots.insert(key, slot);
+            }
+            if st.shutting_down && st.drained() {
+                drained = true;
+            }
+        }
+        inner.wake(wake);
+        if drained {
+            inner.drained.notify_waiters();
+        }
+    }
+
+    /// Number of items ready to be handed out. Items being processed and
+    /// items waiting for a later time are not counted.
+    pub fn len(&self) -> usize {
+        let wake = {
+            let mut st = self.inner.state.lock();
+            let wake = if st.q.delayed.is_empty() {
+                Wake::Nobody
+            } else {
+                st.promote_due(Instant::now())
+            };
+            let len = st.q.ready.len();
+            drop(st);
+            (wake, len)
+        };
+        self.inner.wake(wake.0);
+        wake.1
+    }
+
+    /// Whether no item is ready to be handed out (see [`len`](Self::len)).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of items waiting for a later time.
+    pub fn delayed_len(&self) -> usize {
+        let _ = self.len();
+        self.inner.state.lock().q.delayed.len()
+    }
+
+    /// Number of items handed out and not yet done.
+    pub fn processing_len(&self) -> usize {
+        self.inner.state.lock().q.processing
+    }
+
+    /// Shuts the queue down now: later adds are ignored, items waiting for a
+    /// later time are dropped, and [`get`](Self::get) hands out the items
+    /// that are ready, then returns `None`. Does not wait for workers.
+    ///
+    /// Also ends a [`shut_down_with_drain`](Self::shut_down_with_drain) that
+    /// is waiting.
+    pub fn shut_down(&self) {
+        self.inner.state.lock().begin_shut_down(false);
+        self.after_shut_down();
+    }
+
+    /// Shuts the queue down like [`shut_down`](Self::shut_down), then waits
+    /// until every ready item has been handed out and every handed-out item
+    /// is done, including items added again while being processed (which
+    /// `done` hands out once more).
+    ///
+    /// Workers must keep calling `get` and `done`, or this waits forever;
+    /// a call to `shut_down` ends the wait.
+    pub async fn shut_down_with_drain(&self) {
+        self.inner.state.lock().begin_shut_down(true);
+        self.after_shut_down();
+        loop {
+            let notified = self.inner.drained.notified();
+            let mut notified = std::pin::pin!(notified);
+            {
+                let st = self.inner.state.lock();
+                if !st.drain || st.drained() {
+                    return;
+                }
+                notified.as_mut().enable();
+            }
+            notified.await;
+        }
+    }
+
+    /// Whether the queue is shutting down.
+    pub fn shutting_down(&self) -> bool {
+        self.inner.shutting_down.load(Ordering::Acquire)
+    }
+
+    fn after_shut_down(&self) {
+        let inner = &*self.inner;
+        inner.shutting_down.store(true, Ordering::Release);
+        tracing::debug!(
+            queue = inner.name.as_deref().unwrap_or(""),
+            "work queue shutting down"
+        );
+        inner.getters.notify_waiters();
+        inner.drained.notify_waiters();
+        inner.stop.notify_one();
+    }
+
+    fn count_retry(&self) {
+        if let Some(r) = &self.inner.retries {
+            r.inc();
+        }
+    }
+
+    fn insert(&self, item: T, priority: i32, delay: Duration) {
+        let now = Instant::now();
+        let ready_at = if delay.is_zero() {
+            now
+        } else {
+            now.checked_add(delay.min(FAR_FUTURE)).unwrap_or(now)
+        };
+        let wake = {
+            let mut st = self.inner.state.lock();
+            if st.shutting_down {
+                return;
+            }
+            st.add(item, priority, ready_at, now)
+        };
+        self.inner.wake(wake);
+    }
+}
+
+/// Configures a [`WorkQueue`].
+///
+/// ```
+/// use std::time::Duration;
+/// use kcache_workqueue::{WorkQueue, default_item_based_rate_limiter};
+///
+/// let queue: WorkQueue<String> = WorkQueue::builder()
+///     .rate_limiter(default_item_based_rate_limiter())
+///     .priority_aging(Duration::from_millis(500))
+///     .build()
+///     .unwrap();
+/// assert!(queue.is_empty());
+/// ```
+pub struct WorkQueueBuilder<T> {
+    name: Option<String>,
+    limiter: Option<Box<dyn RateLimiter<T>>>,
+    metrics: Option<Arc<dyn MetricsProvider>>,
+    aging: Option<Duration>,
+    update_period: Duration,
+}
+
+impl<T> fmt::Debug for WorkQueueBuilder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkQueueBuilder")
+            .field("name", &self.name)
+            .field("custom_rate_limiter", &self.limiter.is_some())
+            .field("metrics", &self.metrics.is_some())
+            .field("aging", &self.aging)
+            .field("update_period", &self.update_period)
+            .finish()
+    }
+}
+
+impl<T: QueueItem> Default for WorkQueueBuilder<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: QueueItem> WorkQueueBuilder<T> {
+    /// The defaults: unnamed, [`default_controller_rate_limiter`], priority
+    /// aging of [`DEFAULT_PRIORITY_AGING`], no metrics.
+    pub fn new() -> Self {
+        Self {
+            name: None,
+            limiter: None,
+            metrics: None,
+            aging: Some(DEFAULT_PRIORITY_AGING),
+            update_period: DEFAULT_UNFINISHED_WORK_UPDATE_PERIOD,
+        }
+    }
+
+    /// Names the queue: the value of the metrics' `name` label. Only a
+    /// named queue (with a provider) reports metrics.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.name = (!name.is_empty()).then_some(name);
+        self
+    }
+
+    /// The rate limiter of [`WorkQueue::add_rate_limited`].
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<T> + 'static) -> Self {
+        self.limiter = Some(Box::new(limiter));
+        self
+    }
+
+    /// Where a named queue reports its metrics.
+    pub fn metrics(mut self, provider: impl MetricsProvider + 'static) -> Self {
+        self.metrics = Some(Arc::new(provider));
+        self
+    }
+
+    /// Every `interval` an item waits (from its ready time) is worth one
+    /// priority level, so that lower priorities never starve. See the
+    /// [crate documentation](crate#priorities).
+    pub fn priority_aging(mut self, interval: Duration) -> Self {
+        self.aging = Some(interval);
+        self
+    }
+
+    /// Strict priorities: a lower priority item is handed out only when no
+    /// higher priority item is ready (it can starve).
+    pub fn strict_priority(mut self) -> Self {
+        self.aging = None;
+        self
+    }
+
+    /// How often the unfinished-work gauges are recomputed (default 500 ms).
+    pub fn unfinished_work_update_period(mut self, period: Duration) -> Self {
+        self.update_period = period;
+        self
+    }
+
+    /// Builds the queue. A named queue with metrics starts its metrics
+    /// updater task, which needs a tokio runtime; it ends when the queue
+    /// shuts down or is dropped.
+    pub fn build(self) -> Result<WorkQueue<T>, BuildError> {
+        if self.aging == Some(Duration::ZERO) {
+            return Err(BuildError::ZeroAgingInterval);
+        }
+        if self.update_period.is_zero() {
+            return Err(BuildError::ZeroUpdatePeriod);
+        }
+        let provider = match (&self.name, &self.metrics) {
+            (Some(_), Some(p)) if p.enabled() => Some(Arc::clone(p)),
+            _ => None,
+        };
+        let runtime = match provider {
+            Some(_) => {
+                Some(tokio::runtime::Handle::try_current().map_err(|_| BuildError::NoRuntime)?)
+            }
+            None => None,
+        };
+        let period = self.update_period;
+        let queue = self.build_with(provider);
+        if let Some(rt) = runtime {
+            let weak = Arc::downgrade(&queue.inner);
+            let stop = Arc::clone(&queue.inner.stop);
+            rt.spawn(metrics_loop(weak, stop, period));
+        }
+        Ok(queue)
+    }
+
+    /// Builds without metrics (cannot fail).
+    fn build_unnamed(self) -> WorkQueue<T> {
+        self.build_with(None)
+    }
+
+    fn build_with(self, provider: Option<Arc<dyn MetricsProvider>>) -> WorkQueue<T> {
+        let name = self.name;
+        let (metrics, retries) = match (&provider, &name) {
+            (Some(p), Some(n)) => (
+                Some(QueueMetrics::new(p.as_ref(), n)),
+                Some(p.new_retries_metric(n)),
+            ),
+            _ => (None, None),
+        };
+        let limiter = self
+            .limiter
+            .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
+        let aging_nanos = self.aging.map(|a| a.as_nanos() as i128);
+        WorkQueue {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    slots: HashMap::new(),
+                    q: Queues {
+                        ready: BTreeMap::new(),
+                        delayed: BTreeMap::new(),
+                        seq: 0,
+                        parked: 0,
+                        processing: 0,
+                        aging_nanos,
+                        epoch: Instant::now(),
+                        metrics,
+                    },
+                    shutting_down: false,
+                    drain: false,
+                }),
+                shutting_down: AtomicBool::new(false),
+                getters: Notify::new(),
+                drained: Notify::new(),
+                stop: Arc::new(Notify::new()),
+                limiter,
+                retries,
+                name,
+            }),
+        }
+    }
+}
+
+/// Recomputes the unfinished-work gauges (and moves due delayed items, so
+/// that the depth gauge is current even while every worker is busy) until
+/// the queue shuts down or is dropped.
+async fn metrics_loop<T: QueueItem>(weak: Weak<Inner<T>>, stop: Arc<Notify>, period: Duration) {
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // The first tick completes at once.
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.notified() => return,
+            _ = ticker.tick() => {}
+        }
+        let Some(inner) = weak.upgrade() else {
+            return;
+        };
+        if !inner.metrics_tick() {
+            return;
+        }
+    }
+}

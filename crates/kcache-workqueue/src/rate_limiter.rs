@@ -1,0 +1,458 @@
+//! Rate limiters: how long a failed item waits before it is handed out again.
+//!
+//! Every limiter implements [`RateLimiter`]. The per-item limiters count the
+//! failures of each item until [`RateLimiter::forget`] is called for it; the
+//! [`BucketRateLimiter`] limits all items together. [`MaxOfRateLimiter`]
+//! combines limiters and [`WithMaxWaitRateLimiter`] caps one.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::Quota;
+use governor::clock::{Clock, DefaultClock};
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use parking_lot::Mutex;
+
+use crate::error::RateLimiterError;
+
+/// Decides how long an item waits before it is retried.
+///
+/// [`when`](RateLimiter::when) is called once per retry and records it;
+/// [`forget`](RateLimiter::forget) ends the tracking of an item (call it when
+/// the item succeeded or was given up); [`num_requeues`](RateLimiter::num_requeues)
+/// tells how many retries are recorded for an item.
+///
+/// Implementations must be cheap and must not block: the queue calls `when`
+/// on the caller's task (never while holding its own lock).
+pub trait RateLimiter<T>: Send + Sync {
+    /// Records a retry of `item` and returns how long it should wait.
+    fn when(&self, item: &T) -> Duration;
+    /// Stops tracking `item`: its next failure counts as the first.
+    fn forget(&self, item: &T);
+    /// How many retries of `item` are recorded.
+    fn num_requeues(&self, item: &T) -> u32;
+}
+
+impl<T, R: RateLimiter<T> + ?Sized> RateLimiter<T> for Arc<R> {
+    fn when(&self, item: &T) -> Duration {
+        (**self).when(item)
+    }
+    fn forget(&self, item: &T) {
+        (**self).forget(item)
+    }
+    fn num_requeues(&self, item: &T) -> u32 {
+        (**self).num_requeues(item)
+    }
+}
+
+impl<T, R: RateLimiter<T> + ?Sized> RateLimiter<T> for Box<R> {
+    fn when(&self, item: &T) -> Duration {
+        (**self).when(item)
+    }
+    fn forget(&self, item: &T) {
+        (**self).forget(item)
+    }
+    fn num_requeues(&self, item: &T) -> u32 {
+        (**self).num_requeues(item)
+    }
+}
+
+/// The rate limiter client-go uses for controllers:
+/// `MaxOf(ItemExponentialFailure(5 ms, 1000 s), Bucket(10 qps, burst 100))`.
+///
+/// Each item backs off exponentially on its own, and all retries together
+/// are held to 10 per second after a burst of 100.
+pub fn default_controller_rate_limiter<T>() -> MaxOfRateLimiter<T>
+where
+    T: Hash + Eq + Clone + Send + Sync + 'static,
+{
+    MaxOfRateLimiter::new(vec![
+        Box::new(ItemExponentialFailureRateLimiter::new(
+            Duration::from_millis(5),
+            Duration::from_secs(1000),
+        )),
+        Box::new(BucketRateLimiter::default()),
+    ])
+}
+
+/// client-go's per-item default: `ItemExponentialFailure(1 ms, 1000 s)`.
+pub fn default_item_based_rate_limiter<T>() -> ItemExponentialFailureRateLimiter<T>
+where
+    T: Hash + Eq + Clone + Send + Sync,
+{
+    ItemExponentialFailureRateLimiter::new(Duration::from_millis(1), Duration::from_secs(1000))
+}
+
+/// Waits `base * 2^failures` for an item, where `failures` is the number of
+/// retries recorded before this one, capped at `max`.
+///
+/// The first retry waits `base`, the second `2 * base`, and so on. The
+/// computation never overflows: any delay that would exceed `max` (or
+/// `Duration::MAX`) is `max`.
+pub struct ItemExponentialFailureRateLimiter<T> {
+    failures: Mutex<HashMap<T, u32>>,
+    base: Duration,
+    max: Duration,
+}
+
+impl<T> fmt::Debug for ItemExponentialFailureRateLimiter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ItemExponentialFailureRateLimiter")
+            .field("base", &self.base)
+            .field("max", &self.max)
+            .field("tracked_items", &self.failures.lock().len())
+            .finish()
+    }
+}
+
+impl<T: Hash + Eq + Clone> ItemExponentialFailureRateLimiter<T> {
+    /// A limiter waiting `base * 2^failures`, at most `max`.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self {
+            failures: Mutex::new(HashMap::new()),
+            base,
+            max,
+        }
+    }
+}
+
+/// `base * 2^exp`, or `max` when that is larger than `max` or overflows.
+fn exponential(base: Duration, exp: u32, max: Duration) -> Duration {
+    let Some(factor) = 1u128.checked_shl(exp).filter(|_| exp < 127) else {
+        return max;
+    };
+    let Some(nanos) = base.as_nanos().checked_mul(factor) else {
+        return max;
+    };
+    if nanos >= max.as_nanos() {
+        return max;
+    }
+    // nanos < max.as_nanos(), so it fits a Duration.
+    let secs = (nanos / 1_000_000_000) as u64;
+    let sub = (nanos % 1_000_000_000) as u32;
+    Duration::new(secs, sub)
+}
+
+impl<T: Hash + Eq + Clone + Send + Sync> RateLimiter<T> for ItemExponentialFailureRateLimiter<T> {
+    fn when(&self, item: &T) -> Duration {
+        let exp = {
+            let mut failures = self.failures.lock();
+            match failures.get_mut(item) {
+                Some(n) => {
+                    let exp = *n;
+                    *n = n.saturating_add(1);
+                    exp
+                }
+                None => {
+                    failures.insert(item.clone(), 1);
+                    0
+                }
+            }
+        };
+        exponential(self.base, exp, self.max)
+    }
+
+    fn forget(&self, item: &T) {
+        self.failures.lock().remove(item);
+    }
+
+    fn num_requeues(&self, item: &T) -> u32 {
+        self.failures.lock().get(item).copied().unwrap_or(0)
+    }
+}
+
+/// Waits `fast` for the first `max_fast_attempts` retries of an item, then
+/// `slow` for every later one.
+pub struct ItemFastSlowRateLimiter<T> {
+    failures: Mutex<HashMap<T, u32>>,
+    fast: Duration,
+    slow: Duration,
+    max_fast_attempts: u32,
+}
+
+impl<T> fmt::Debug for ItemFastSlowRateLimiter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ItemFastSlowRateLimiter")
+            .field("fast", &self.fast)
+            .field("slow", &self.slow)
+            .field("max_fast_attempts", &self.max_fast_attempts)
+            .finish()
+    }
+}
+
+impl<T: Hash + Eq + Clone> ItemFastSlowRateLimiter<T> {
+    /// A limiter waiting `fast` for `max_fast_attempts` retries, then `slow`.
+    pub fn new(fast: Duration, slow: Duration, max_fast_attempts: u32) -> Self {
+        Self {
+            failures: Mutex::new(HashMap::new()),
+            fast,
+            slow,
+            max_fast_attempts,
+        }
+    }
+}
+
+impl<T: Hash + Eq + Clone + Send + Sync> RateLimiter<T> for ItemFastSlowRateLimiter<T> {
+    fn when(&self, item: &T) -> Duration {
+        let n = {
+            let mut failures = self.failures.lock();
+            let n = failures.entry(item.clone()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        if n <= self.max_fast_attempts {
+            self.fast
+        } else {
+            self.slow
+        }
+    }
+
+    fn forget(&self, item: &T) {
+        self.failures.lock().remove(item);
+    }
+
+    fn num_requeues(&self, item: &T) -> u32 {
+        self.failures.lock().get(item).copied().unwrap_or(0)
+    }
+}
+
+/// Asks every inner limiter and returns the longest wait.
+///
+/// `when` is called on every inner limiter (each records the retry),
+/// `num_requeues` is the largest count, and `forget` forgets the item in all.
+/// As in client-go, when combined with a token bucket the burst may appear
+/// exceeded when some items were separately delayed longer.
+pub struct MaxOfRateLimiter<T> {
+    limiters: Vec<Box<dyn RateLimiter<T>>>,
+}
+
+impl<T> fmt::Debug for MaxOfRateLimiter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MaxOfRateLimiter")
+            .field("limiters", &self.limiters.len())
+            .finish()
+    }
+}
+
+impl<T> MaxOfRateLimiter<T> {
+    /// Combines `limiters`; with none, every wait is zero.
+    pub fn new(limiters: Vec<Box<dyn RateLimiter<T>>>) -> Self {
+        Self { limiters }
+    }
+}
+
+impl<T> RateLimiter<T> for MaxOfRateLimiter<T> {
+    fn when(&self, item: &T) -> Duration {
+        self.limiters
+            .iter()
+            .map(|l| l.when(item))
+            .fold(Duration::ZERO, Duration::max)
+    }
+
+    fn forget(&self, item: &T) {
+        for l in &self.limiters {
+            l.forget(item);
+        }
+    }
+
+    fn num_requeues(&self, item: &T) -> u32 {
+        self.limiters
+            .iter()
+            .map(|l| l.num_requeues(item))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Caps the wait of an inner limiter at `max_wait`.
+pub struct WithMaxWaitRateLimiter<T> {
+    inner: Box<dyn RateLimiter<T>>,
+    max_wait: Duration,
+}
+
+impl<T> fmt::Debug for WithMaxWaitRateLimiter<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WithMaxWaitRateLimiter")
+            .field("max_wait", &self.max_wait)
+            .finish()
+    }
+}
+
+impl<T> WithMaxWaitRateLimiter<T> {
+    /// Wraps `inner`, never waiting longer than `max_wait`.
+    pub fn new(inner: Box<dyn RateLimiter<T>>, max_wait: Duration) -> Self {
+        Self { inner, max_wait }
+    }
+}
+
+impl<T> RateLimiter<T> for WithMaxWaitRateLimiter<T> {
+    fn when(&self, item: &T) -> Duration {
+        self.inner.when(item).min(self.max_wait)
+    }
+
+    fn forget(&self, item: &T) {
+        self.inner.forget(item)
+    }
+
+    fn num_requeues(&self, item: &T) -> u32 {
+        self.inner.num_requeues(item)
+    }
+}
+
+type DirectLimiter<C> =
+    governor::RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
+
+struct BucketState {
+    /// Tokens promised to callers that were told to wait, not yet taken
+    /// from the governor bucket.
+    booked: u64,
+}
+
+/// An overall token bucket shared by all items (client-go's
+/// `BucketRateLimiter` over `rate.Limiter`, here on `governor`).
+///
+/// Every call to [`when`](RateLimiter::when) takes a token. While the bucket
+/// has tokens the wait is zero; once it is empty each call *books* the next
+/// future token and returns the time until it, so `n` calls on an empty
+/// bucket of rate `r` wait `1/r, 2/r, ..., n/r` (like Go's
+/// `rate.Limiter.Reserve().Delay()`), instead of all waiting for the same
+/// token. Booked tokens are taken from the governor bucket as they come due.
+///
+/// `forget` does nothing and `num_requeues` is always 0: the bucket does not
+/// track items.
+///
+/// The clock is governor's ([`DefaultClock`] by default), not tokio's: use
+/// [`with_clock`](BucketRateLimiter::with_clock) and
+/// [`governor::clock::FakeRelativeClock`] for deterministic tests.
+pub struct BucketRateLimiter<C: Clock = DefaultClock> {
+    limiter: DirectLimiter<C>,
+    clock: C,
+    interval: Duration,
+    state: Mutex<BucketState>,
+}
+
+impl<C: Clock> fmt::Debug for BucketRateLimiter<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BucketRateLimiter")
+            .field("interval", &self.interval)
+            .field("booked", &self.state.lock().booked)
+            .finish()
+    }
+}
+
+impl Default for BucketRateLimiter<DefaultClock> {
+    /// 10 tokens per second, burst of 100 (client-go's default).
+    fn default() -> Self {
+        // 100 ms per token, burst 100: both valid, so no error path.
+        let quota = Quota::with_period(Duration::from_millis(100))
+            .unwrap_or(Quota::per_second(NonZeroU32::MIN))
+            .allow_burst(NonZeroU32::new(100).unwrap_or(NonZeroU32::MIN));
+        Self::from_quota(quota, DefaultClock::default())
+    }
+}
+
+impl BucketRateLimiter<DefaultClock> {
+    /// A bucket refilled at `qps` tokens per second holding at most `burst`.
+    ///
+    /// Fails when `qps` is not a positive finite number (or is so small that
+    /// one token takes longer than `Duration::MAX`) or `burst` is 0.
+    pub fn new(qps: f64, burst: u32) -> Result<Self, RateLimiterError> {
+        Self::with_clock(qps, burst, DefaultClock::default())
+    }
+}
+
+impl<C: Clock + Clone> BucketRateLimiter<C> {
+    /// Like [`new`](BucketRateLimiter::new), reading time from `clock`.
+    pub fn with_clock(qps: f64, burst: u32, clock: C) -> Result<Self, RateLimiterError> {
+        if !(qps.is_finite() && qps > 0.0) {
+            return Err(RateLimiterError::InvalidQps(qps));
+        }
+        let burst = NonZeroU32::new(burst).ok_or(RateLimiterError::ZeroBurst)?;
+        let period = Duration::try_from_secs_f64(1.0 / qps)
+            .map_err(|_| RateLimiterError::InvalidQps(qps))?;
+        let quota = Quota::with_period(period)
+            .ok_or(RateLimiterError::InvalidQps(qps))?
+            .allow_burst(burst);
+        Ok(Self::from_quota(quota, clock))
+    }
+
+    /// A bucket for a governor [`Quota`], reading time from `clock`.
+    pub fn from_quota(quota: Quota, clock: C) -> Self {
+        Self {
+            limiter: governor::RateLimiter::direct_with_clock(quota, clock.clone()),
+            interval: quota.replenish_interval(),
+            clock,
+            state: Mutex::new(BucketState { booked: 0 }),
+        }
+    }
+}
+
+impl<C: Clock> BucketRateLimiter<C> {
+    /// Takes one token and returns how long the caller must wait for it.
+    pub fn reserve(&self) -> Duration {
+        let mut state = self.state.lock();
+        loop {
+            match self.limiter.check() {
+                // A free token and nobody booked ahead: go now.
+                Ok(()) if state.booked == 0 => return Duration::ZERO,
+                // A token that has come due belongs to the oldest booking.
+                Ok(()) => state.booked -= 1,
+                Err(not_until) => {
+                    let first = not_until.wait_time_from(self.clock.now());
+                    return self.booked_wait(&mut state, first);
+                }
+            }
+        }
+    }
+
+    /// Books the token after the ones already booked; `first` is the wait
+    /// for the next token of the bucket.
+    fn booked_wait(&self, state: &mut BucketState, first: Duration) -> Duration {
+        let ahead = u32::try_from(state.booked).unwrap_or(u32::MAX);
+        state.booked = state.booked.saturating_add(1);
+        self.interval
+            .checked_mul(ahead)
+            .and_then(|d| d.checked_add(first))
+            .unwrap_or(Duration::MAX)
+    }
+}
+
+impl<T, C: Clock + Send + Sync> RateLimiter<T> for BucketRateLimiter<C>
+where
+    C::Instant: Send + Sync,
+{
+    fn when(&self, _item: &T) -> Duration {
+        self.reserve()
+    }
+
+    fn forget(&self, _item: &T) {}
+
+    fn num_requeues(&self, _item: &T) -> u32 {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exponential_math() {
+        let ms = Duration::from_millis(1);
+        let max = Duration::from_secs(1000);
+        assert_eq!(exponential(ms, 0, max), ms);
+        assert_eq!(exponential(ms, 3, max), 8 * ms);
+        assert_eq!(exponential(ms, 200, max), max);
+        assert_eq!(exponential(Duration::MAX, 1, Duration::MAX), Duration::MAX);
+        assert_eq!(exponential(Duration::ZERO, 500, max), Duration::ZERO);
+        assert_eq!(
+            exponential(Duration::from_nanos(1_500_000_001), 1, max),
+            Duration::from_nanos(3_000_000_002)
+        );
+    }
+}
