@@ -1,0 +1,58 @@
+//! The cached Kubernetes object (JSON bytes + metadata, typed on demand), key
+//! functions, label selectors, tombstones and the store traits every kcache
+//! layer shares.
+//!
+//! A [`CachedObject<K>`] keeps the JSON the apiserver sent (optionally with
+//! `metadata.managedFields` cut out) plus the [`Metadata`] every layer needs,
+//! extracted once by a partial, borrowing serde decode. The typed `K`
+//! (a k8s-openapi type, a custom resource, `DynamicObject`...) is decoded on
+//! demand with [`CachedObject::decode`].
+//!
+//! ```
+//! use kcache_core::{CachedObject, FieldPaths, ObjectOptions, Selector, split_meta_namespace_key};
+//!
+//! let json = br#"{"apiVersion":"v1","kind":"Pod",
+//!   "metadata":{"name":"web-0","namespace":"prod","labels":{"app":"web"},
+//!               "managedFields":[{"manager":"kubectl"}]},
+//!   "spec":{"nodeName":"node-7"}}"#;
+//! let options = ObjectOptions::new()
+//!     .strip_managed_fields(true)
+//!     .field_paths(FieldPaths::new(["/spec/nodeName"])?);
+//! let pod: CachedObject<serde_json::Value> = CachedObject::from_bytes_with(&json[..], &options)?;
+//!
+//! assert_eq!(pod.key(), "prod/web-0");
+//! assert_eq!(pod.field("/spec/nodeName"), Some("node-7"));
+//! assert!(Selector::parse("app in (web,api)")?.matches(pod.labels()));
+//! assert_eq!(split_meta_namespace_key(pod.key())?, ("prod", "web-0"));
+//! let typed = pod.decode()?; // full decode only when asked
+//! assert!(typed["metadata"].get("managedFields").is_none());
+//! # Ok::<_, Box<dyn std::error::Error>>(())
+//! ```
+
+mod key;
+mod managed_fields;
+mod object;
+mod selector;
+mod store;
+mod tombstone;
+
+pub use key::{
+    BoxError, KeyError, KeyFunc, deletion_handling_key, deletion_handling_meta_namespace_key,
+    meta_namespace_key, split_meta_namespace_key,
+};
+pub use object::{
+    CachedObject, DecodeError, FieldPaths, Metadata, ObjectError, ObjectOptions, OwnerReference,
+};
+pub use selector::{LabelSet, Operator, Requirement, Selector, SelectorError};
+pub use store::{KeyListerGetter, Store, StoreError};
+pub use tombstone::{DeletedFinalStateUnknown, ObjectOrTombstone};
+
+/// Matches every object: `Selector::everything()`.
+pub fn everything() -> Selector {
+    Selector::everything()
+}
+
+/// Matches no object: `Selector::nothing()`.
+pub fn nothing() -> Selector {
+    Selector::nothing()
+}

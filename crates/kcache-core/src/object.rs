@@ -1,0 +1,882 @@
+//! The cached object: JSON bytes as received plus metadata extracted once.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::de::{
+    self, DeserializeOwned, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
+    Visitor,
+};
+use serde_json::value::RawValue;
+
+use crate::managed_fields;
+
+/// Error building a [`CachedObject`] from bytes or from a value.
+///
+/// Malformed input always yields one of these; construction never panics.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ObjectError {
+    /// The bytes are not a JSON object, or a metadata field has the wrong type.
+    #[error("malformed object JSON: {0}")]
+    Json(#[source] serde_json::Error),
+    /// The object has no `metadata.name` (or an empty one), so it has no key.
+    #[error("object has no metadata.name")]
+    MissingName,
+    /// A declared field path is not a valid JSON pointer (it must start with `/`).
+    #[error("invalid field path {path:?}: {reason}")]
+    InvalidFieldPath {
+        /// The path as given.
+        path: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// Serializing a typed value (in [`CachedObject::from_object`]) failed.
+    #[error("serializing object failed: {0}")]
+    Serialize(#[source] serde_json::Error),
+}
+
+/// Error decoding a [`CachedObject`] into its typed value `K`.
+#[derive(Debug, thiserror::Error)]
+#[error("decoding object {key:?} into {type_name} failed: {source}")]
+pub struct DecodeError {
+    /// The key of the object that failed to decode.
+    pub key: String,
+    /// The Rust type that was requested.
+    pub type_name: &'static str,
+    /// The underlying serde error.
+    #[source]
+    pub source: serde_json::Error,
+}
+
+/// An entry of `metadata.ownerReferences`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    /// API version of the owner (`apps/v1`).
+    #[serde(default)]
+    pub api_version: String,
+    /// Kind of the owner (`ReplicaSet`).
+    #[serde(default)]
+    pub kind: String,
+    /// Name of the owner.
+    #[serde(default)]
+    pub name: String,
+    /// UID of the owner.
+    #[serde(default)]
+    pub uid: String,
+    /// Whether this reference points to the managing controller.
+    #[serde(default)]
+    pub controller: Option<bool>,
+    /// Whether the owner cannot be deleted before this object.
+    #[serde(default)]
+    pub block_owner_deletion: Option<bool>,
+}
+
+/// The metadata extracted from an object's JSON in one partial decode.
+///
+/// Everything here is owned; the rest of the object stays as bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Metadata {
+    api_version: Option<Box<str>>,
+    kind: Option<Box<str>>,
+    name: Box<str>,
+    namespace: Option<Box<str>>,
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+    generation: Option<i64>,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    owner_references: Vec<OwnerReference>,
+    finalizers: Vec<String>,
+    deletion_timestamp: Option<Box<str>>,
+}
+
+impl Metadata {
+    /// `apiVersion` of the object, when present.
+    pub fn api_version(&self) -> Option<&str> {
+        self.api_version.as_deref()
+    }
+    /// `kind` of the object, when present.
+    pub fn kind(&self) -> Option<&str> {
+        self.kind.as_deref()
+    }
+    /// `metadata.name` (never empty).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// `metadata.namespace`; `None` for cluster-scoped objects (an empty namespace is `None`).
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+    /// `metadata.uid`, when present.
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+    /// `metadata.resourceVersion`, when present.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+    /// `metadata.generation`, when present.
+    pub fn generation(&self) -> Option<i64> {
+        self.generation
+    }
+    /// `metadata.labels` (empty when absent).
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.labels
+    }
+    /// `metadata.annotations` (empty when absent).
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        &self.annotations
+    }
+    /// `metadata.ownerReferences` (empty when absent).
+    pub fn owner_references(&self) -> &[OwnerReference] {
+        &self.owner_references
+    }
+    /// The owner reference with `controller: true`, if any.
+    pub fn controller_ref(&self) -> Option<&OwnerReference> {
+        self.owner_references
+            .iter()
+            .find(|o| o.controller == Some(true))
+    }
+    /// `metadata.finalizers` (empty when absent).
+    pub fn finalizers(&self) -> &[String] {
+        &self.finalizers
+    }
+    /// `metadata.deletionTimestamp` as sent (RFC 3339), when the object is being deleted.
+    pub fn deletion_timestamp(&self) -> Option<&str> {
+        self.deletion_timestamp.as_deref()
+    }
+}
+
+/// A parsed list of JSON-pointer field paths (e.g. `/spec/nodeName`) to
+/// extract during the partial decode, for field indexes.
+///
+/// Build one per resource type and share it (it is cheap to clone): every
+/// [`CachedObject`] built with it keeps a reference to find values by path.
+#[derive(Debug, Clone)]
+pub struct FieldPaths {
+    inner: Arc<FieldPathsInner>,
+}
+
+#[derive(Debug)]
+struct FieldPathsInner {
+    paths: Vec<String>,
+    /// Paths resolved from the extracted metadata instead of the byte scan.
+    from_meta: Vec<(usize, Vec<String>)>,
+    trie: PathNode,
+}
+
+#[derive(Debug, Default)]
+struct PathNode {
+    leaf: Option<usize>,
+    children: Vec<(String, PathNode)>,
+}
+
+impl PathNode {
+    fn child(&self, name: &str) -> Option<&PathNode> {
+        self.children
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, c)| c)
+    }
+    fn insert(&mut self, segments: &[String], index: usize) {
+        match segments.split_first() {
+            None => {
+                if self.leaf.is_none() {
+                    self.leaf = Some(index);
+                }
+            }
+            Some((first, rest)) => {
+                let pos = match self.children.iter().position(|(n, _)| n == first) {
+                    Some(p) => p,
+                    None => {
+                        self.children.push((first.clone(), PathNode::default()));
+                        self.children.len() - 1
+                    }
+                };
+                self.children[pos].1.insert(rest, index);
+            }
+        }
+    }
+}
+
+fn parse_pointer(path: &str) -> Result<Vec<String>, ObjectError> {
+    let invalid = |reason| ObjectError::InvalidFieldPath {
+        path: path.to_owned(),
+        reason,
+    };
+    let rest = path
+        .strip_prefix('/')
+        .ok_or_else(|| invalid("a field path must start with '/'"))?;
+    if rest.is_empty() {
+        return Err(invalid("the whole document cannot be a field path"));
+    }
+    rest.split('/')
+        .map(|seg| {
+            let mut out = String::with_capacity(seg.len());
+            let mut chars = seg.chars();
+            while let Some(c) = chars.next() {
+                if c == '~' {
+                    match chars.next() {
+                        Some('0') => out.push('~'),
+                        Some('1') => out.push('/'),
+                        _ => return Err(invalid("'~' must be followed by '0' or '1'")),
+                    }
+                } else {
+                    out.push(c);
+                }
+            }
+            Ok(out)
+        })
+        .collect()
+}
+
+impl FieldPaths {
+    /// Parses JSON pointers such as `/spec/nodeName` or `/spec/containers/0/image`.
+    ///
+    /// Paths under `/metadata` (name, namespace, uid, resourceVersion,
+    /// generation, deletionTimestamp, `labels/<key>`, `annotations/<key>`),
+    /// `/kind` and `/apiVersion` are answered from the extracted metadata.
+    pub fn new<I, S>(paths: I) -> Result<Self, ObjectError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut inner = FieldPathsInner {
+            paths: Vec::new(),
+            from_meta: Vec::new(),
+            trie: PathNode::default(),
+        };
+        for (i, p) in paths.into_iter().enumerate() {
+            let p = p.into();
+            let segs = parse_pointer(&p)?;
+            if matches!(segs[0].as_str(), "metadata" | "kind" | "apiVersion") {
+                inner.from_meta.push((i, segs));
+            } else {
+                inner.trie.insert(&segs, i);
+            }
+            inner.paths.push(p);
+        }
+        Ok(FieldPaths {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The paths, in declaration order.
+    pub fn paths(&self) -> &[String] {
+        &self.inner.paths
+    }
+
+    /// Position of `path` in [`paths`](Self::paths).
+    pub fn position(&self, path: &str) -> Option<usize> {
+        self.inner.paths.iter().position(|p| p == path)
+    }
+
+    /// Number of declared paths.
+    pub fn len(&self) -> usize {
+        self.inner.paths.len()
+    }
+
+    /// Whether no path is declared.
+    pub fn is_empty(&self) -> bool {
+        self.inner.paths.is_empty()
+    }
+}
+
+/// Options for [`CachedObject::from_bytes_with`].
+#[derive(Debug, Clone, Default)]
+pub struct ObjectOptions {
+    strip_managed_fields: bool,
+    field_paths: Option<FieldPaths>,
+}
+
+impl ObjectOptions {
+    /// Default options: keep the bytes as given, extract no field path.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Cut `metadata.managedFields` out of the stored bytes.
+    pub fn strip_managed_fields(mut self, strip: bool) -> Self {
+        self.strip_managed_fields = strip;
+        self
+    }
+    /// Extract these field paths during the partial decode.
+    pub fn field_paths(mut self, paths: FieldPaths) -> Self {
+        self.field_paths = Some(paths);
+        self
+    }
+    /// Whether managedFields are cut.
+    pub fn strips_managed_fields(&self) -> bool {
+        self.strip_managed_fields
+    }
+    /// The declared field paths, if any.
+    pub fn declared_field_paths(&self) -> Option<&FieldPaths> {
+        self.field_paths.as_ref()
+    }
+}
+
+/// Declared paths plus the values extracted for them, in the same order.
+type FieldValues = (FieldPaths, Box<[Option<Box<str>>]>);
+
+struct Inner {
+    bytes: Bytes,
+    key: Box<str>,
+    meta: Metadata,
+    fields: Option<FieldValues>,
+}
+
+/// A Kubernetes object as cached by kcache: the JSON bytes as received plus
+/// [`Metadata`] extracted once; the typed `K` is decoded on demand.
+///
+/// Cloning is one reference-count increment. `K` is only a marker
+/// (`PhantomData<fn() -> K>`), so the type is `Send + Sync + Clone` for any `K`.
+///
+/// ```
+/// use kcache_core::CachedObject;
+/// # #[derive(serde::Deserialize)] struct Pod { metadata: serde_json::Value }
+/// let obj: CachedObject<Pod> = CachedObject::from_bytes(
+///     &br#"{"metadata":{"name":"web","namespace":"prod","labels":{"app":"web"}}}"#[..],
+/// )?;
+/// assert_eq!(obj.key(), "prod/web");
+/// assert_eq!(obj.labels()["app"], "web");
+/// let pod: Pod = obj.decode()?;
+/// assert_eq!(pod.metadata["name"], "web");
+/// # Ok::<_, Box<dyn std::error::Error>>(())
+/// ```
+pub struct CachedObject<K> {
+    inner: Arc<Inner>,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for CachedObject<K> {
+    fn clone(&self) -> Self {
+        CachedObject {
+            inner: self.inner.clone(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K> fmt::Debug for CachedObject<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CachedObject")
+            .field("key", &self.key())
+            .field("resource_version", &self.resource_version())
+            .field("bytes", &self.inner.bytes.len())
+            .finish()
+    }
+}
+
+/// Two cached objects are equal when their bytes are equal.
+impl<K> PartialEq for CachedObject<K> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner) || self.inner.bytes == other.inner.bytes
+    }
+}
+impl<K> Eq for CachedObject<K> {}
+
+impl<K> CachedObject<K> {
+    /// Builds a cached object from an object's JSON bytes, keeping them as given.
+    ///
+    /// Fails with [`ObjectError`] on malformed JSON, a non-object document,
+    /// wrongly typed metadata fields or a missing `metadata.name`.
+    pub fn from_bytes(bytes: impl Into<Bytes>) -> Result<Self, ObjectError> {
+        Self::from_bytes_with(bytes, &ObjectOptions::default())
+    }
+
+    /// Builds a cached object with options (strip managedFields, field paths).
+    pub fn from_bytes_with(
+        bytes: impl Into<Bytes>,
+        options: &ObjectOptions,
+    ) -> Result<Self, ObjectError> {
+        let bytes = bytes.into();
+        let empty = PathNode::default();
+        let trie = options
+            .field_paths
+            .as_ref()
+            .map(|f| &f.inner.trie)
+            .unwrap_or(&empty);
+        let mut field_out: Vec<Option<Box<str>>> = match &options.field_paths {
+            Some(f) => vec![None; f.len()],
+            None => Vec::new(),
+        };
+        let (meta, managed_span) = {
+            let mut de = serde_json::Deserializer::from_slice(&bytes);
+            let top = de
+                .deserialize_map(TopVisitor {
+                    trie,
+                    out: &mut field_out,
+                })
+                .map_err(ObjectError::Json)?;
+            de.end().map_err(ObjectError::Json)?;
+            let span = top
+                .managed_fields
+                .and_then(|raw| span_in(&bytes, raw.get()));
+            (build_meta(top)?, span)
+        };
+        let bytes = match (options.strip_managed_fields, managed_span) {
+            (true, Some((start, end))) => {
+                match managed_fields::cut_member(&bytes, start, end, b"managedFields") {
+                    Some(v) => Bytes::from(v),
+                    None => Bytes::from(managed_fields::strip_with_value(&bytes)?),
+                }
+            }
+            _ => bytes,
+        };
+        let fields = options.field_paths.as_ref().map(|fp| {
+            for (i, segs) in &fp.inner.from_meta {
+                field_out[*i] = field_from_meta(&meta, segs);
+            }
+            (fp.clone(), field_out.into_boxed_slice())
+        });
+        let key = match &meta.namespace {
+            Some(ns) => {
+                let mut k = String::with_capacity(ns.len() + 1 + meta.name.len());
+                k.push_str(ns);
+                k.push('/');
+                k.push_str(&meta.name);
+                k.into_boxed_str()
+            }
+            None => meta.name.clone(),
+        };
+        Ok(CachedObject {
+            inner: Arc::new(Inner {
+                bytes,
+                key,
+                meta,
+                fields,
+            }),
+            _kind: PhantomData,
+        })
+    }
+
+    /// The default key: `namespace/name`, or `name` for cluster-scoped objects.
+    pub fn key(&self) -> &str {
+        &self.inner.key
+    }
+    /// The extracted metadata.
+    pub fn meta(&self) -> &Metadata {
+        &self.inner.meta
+    }
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        self.inner.meta.name()
+    }
+    /// `metadata.namespace` (`None` for cluster-scoped objects).
+    pub fn namespace(&self) -> Option<&str> {
+        self.inner.meta.namespace()
+    }
+    /// `metadata.uid`.
+    pub fn uid(&self) -> Option<&str> {
+        self.inner.meta.uid()
+    }
+    /// `metadata.resourceVersion`.
+    pub fn resource_version(&self) -> Option<&str> {
+        self.inner.meta.resource_version()
+    }
+    /// `metadata.labels`.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        self.inner.meta.labels()
+    }
+    /// `metadata.annotations`.
+    pub fn annotations(&self) -> &BTreeMap<String, String> {
+        self.inner.meta.annotations()
+    }
+    /// The stored JSON bytes (without managedFields when stripped).
+    pub fn bytes(&self) -> &Bytes {
+        &self.inner.bytes
+    }
+    /// The value extracted for a declared field path (see [`FieldPaths`]).
+    ///
+    /// Strings are unescaped; numbers, booleans, objects and arrays are given
+    /// as their JSON text; `None` when the path is absent, `null` or was not
+    /// declared.
+    pub fn field(&self, path: &str) -> Option<&str> {
+        let (paths, values) = self.inner.fields.as_ref()?;
+        let i = paths.position(path)?;
+        values.get(i)?.as_deref()
+    }
+    /// The value for the `i`-th declared field path.
+    pub fn field_at(&self, i: usize) -> Option<&str> {
+        let (_, values) = self.inner.fields.as_ref()?;
+        values.get(i)?.as_deref()
+    }
+    /// The field paths this object was built with.
+    pub fn field_paths(&self) -> Option<&FieldPaths> {
+        self.inner.fields.as_ref().map(|(p, _)| p)
+    }
+    /// Whether two handles share the same allocation.
+    pub fn ptr_eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+    /// Reinterprets the object as another typed view (e.g. `DynamicObject`),
+    /// sharing the same allocation.
+    pub fn cast<K2>(&self) -> CachedObject<K2> {
+        CachedObject {
+            inner: self.inner.clone(),
+            _kind: PhantomData,
+        }
+    }
+    /// A copy without `metadata.managedFields` (shares nothing with `self`
+    /// when there was something to cut; returns a clone otherwise).
+    pub fn without_managed_fields(&self) -> Result<Self, ObjectError> {
+        let options = ObjectOptions {
+            strip_managed_fields: true,
+            field_paths: self.field_paths().cloned(),
+        };
+        if !managed_fields::may_contain(&self.inner.bytes) {
+            return Ok(self.clone());
+        }
+        Self::from_bytes_with(self.inner.bytes.clone(), &options)
+    }
+    /// Approximate heap bytes held by this object (bytes + metadata),
+    /// not counting other handles' share.
+    pub fn heap_size(&self) -> usize {
+        let m = &self.inner.meta;
+        let s = |o: &Option<Box<str>>| o.as_ref().map_or(0, |s| s.len());
+        let map = |m: &BTreeMap<String, String>| {
+            m.iter()
+                .map(|(k, v)| k.capacity() + v.capacity() + 48)
+                .sum::<usize>()
+        };
+        std::mem::size_of::<Inner>()
+            + 16
+            + self.inner.bytes.len()
+            + self.inner.key.len()
+            + m.name.len()
+            + s(&m.namespace)
+            + s(&m.uid)
+            + s(&m.resource_version)
+            + s(&m.api_version)
+            + s(&m.kind)
+            + s(&m.deletion_timestamp)
+            + map(&m.labels)
+            + map(&m.annotations)
+            + m.finalizers
+                .iter()
+                .map(|f| f.capacity() + 24)
+                .sum::<usize>()
+            + m.owner_references
+                .iter()
+                .map(|o| {
+                    std::mem::size_of::<OwnerReference>()
+                        + o.api_version.capacity()
+                        + o.kind.capacity()
+                        + o.name.capacity()
+                        + o.uid.capacity()
+                })
+                .sum::<usize>()
+    }
+}
+
+impl<K: DeserializeOwned> CachedObject<K> {
+    /// Decodes the stored bytes into the typed `K` (a full serde decode).
+    pub fn decode(&self) -> Result<K, DecodeError> {
+        serde_json::from_slice(&self.inner.bytes).map_err(|source| DecodeError {
+            key: self.key().to_owned(),
+            type_name: std::any::type_name::<K>(),
+            source,
+        })
+    }
+}
+
+impl<K: serde::Serialize> CachedObject<K> {
+    /// Serializes a typed value and builds a cached object from the JSON.
+    pub fn from_object(obj: &K) -> Result<Self, ObjectError> {
+        let v = serde_json::to_vec(obj).map_err(ObjectError::Serialize)?;
+        Self::from_bytes(v)
+    }
+    /// Like [`from_object`](Self::from_object), with options.
+    pub fn from_object_with(obj: &K, options: &ObjectOptions) -> Result<Self, ObjectError> {
+        let v = serde_json::to_vec(obj).map_err(ObjectError::Serialize)?;
+        Self::from_bytes_with(v, options)
+    }
+}
+
+fn span_in(bytes: &[u8], part: &str) -> Option<(usize, usize)> {
+    let base = bytes.as_ptr() as usize;
+    let start = (part.as_ptr() as usize).checked_sub(base)?;
+    let end = start.checked_add(part.len())?;
+    (end <= bytes.len()).then_some((start, end))
+}
+
+fn field_from_meta(meta: &Metadata, segs: &[String]) -> Option<Box<str>> {
+    let own = |s: &str| Some(Box::from(s));
+    match segs {
+        [k] if k == "kind" => meta.kind.clone(),
+        [k] if k == "apiVersion" => meta.api_version.clone(),
+        [m, f] if m == "metadata" => match f.as_str() {
+            "name" => own(&meta.name),
+            "namespace" => meta.namespace.clone(),
+            "uid" => meta.uid.clone(),
+            "resourceVersion" => meta.resource_version.clone(),
+            "generation" => meta.generation.map(|g| g.to_string().into_boxed_str()),
+            "deletionTimestamp" => meta.deletion_timestamp.clone(),
+            _ => None,
+        },
+        [m, map, key] if m == "metadata" && map == "labels" => {
+            meta.labels.get(key).map(|v| v.as_str().into())
+        }
+        [m, map, key] if m == "metadata" && map == "annotations" => {
+            meta.annotations.get(key).map(|v| v.as_str().into())
+        }
+        _ => None,
+    }
+}
+
+/// A string borrowed from the input when it has no escapes, owned otherwise.
+struct CowStr<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for CowStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CowStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+fn boxed(c: Option<CowStr<'_>>) -> Option<Box<str>> {
+    c.map(|c| Box::from(c.0.as_ref()))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawMeta<'a> {
+    #[serde(borrow, default)]
+    name: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    namespace: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    uid: Option<CowStr<'a>>,
+    #[serde(borrow, default)]
+    resource_version: Option<CowStr<'a>>,
+    #[serde(default)]
+    generation: Option<i64>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    owner_references: Option<Vec<OwnerReference>>,
+    #[serde(default)]
+    finalizers: Option<Vec<String>>,
+    #[serde(borrow, default)]
+    deletion_timestamp: Option<CowStr<'a>>,
+    #[serde(borrow, default, deserialize_with = "raw_any")]
+    managed_fields: Option<&'a RawValue>,
+}
+
+/// Captures any value (including `null`) as raw JSON text.
+fn raw_any<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+struct Top<'a> {
+    meta: Option<RawMeta<'a>>,
+    api_version: Option<CowStr<'a>>,
+    kind: Option<CowStr<'a>>,
+    managed_fields: Option<&'a RawValue>,
+}
+
+fn build_meta(top: Top<'_>) -> Result<Metadata, ObjectError> {
+    let m = top.meta.ok_or(ObjectError::MissingName)?;
+    let name = match m.name {
+        Some(n) if !n.0.is_empty() => Box::from(n.0.as_ref()),
+        _ => return Err(ObjectError::MissingName),
+    };
+    Ok(Metadata {
+        api_version: boxed(top.api_version),
+        kind: boxed(top.kind),
+        name,
+        namespace: boxed(m.namespace.filter(|n| !n.0.is_empty())),
+        uid: boxed(m.uid),
+        resource_version: boxed(m.resource_version),
+        generation: m.generation,
+        labels: m.labels.unwrap_or_default(),
+        annotations: m.annotations.unwrap_or_default(),
+        owner_references: m.owner_references.unwrap_or_default(),
+        finalizers: m.finalizers.unwrap_or_default(),
+        deletion_timestamp: boxed(m.deletion_timestamp),
+    })
+}
+
+struct TopVisitor<'t> {
+    trie: &'t PathNode,
+    out: &'t mut Vec<Option<Box<str>>>,
+}
+
+impl<'de, 't> Visitor<'de> for TopVisitor<'t> {
+    type Value = Top<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Kubernetes object (a JSON object)")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut top = Top {
+            meta: None,
+            api_version: None,
+            kind: None,
+            managed_fields: None,
+        };
+        while let Some(key) = map.next_key::<CowStr<'de>>()? {
+            match key.0.as_ref() {
+                "metadata" => {
+                    if top.meta.is_some() {
+                        return Err(de::Error::duplicate_field("metadata"));
+                    }
+                    let m: Option<RawMeta<'de>> = map.next_value()?;
+                    top.managed_fields = m.as_ref().and_then(|m| m.managed_fields);
+                    top.meta = m;
+                }
+                "apiVersion" => top.api_version = map.next_value()?,
+                "kind" => top.kind = map.next_value()?,
+                other => match self.trie.child(other) {
+                    Some(node) => map.next_value_seed(NodeSeed {
+                        node,
+                        out: &mut *self.out,
+                    })?,
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                },
+            }
+        }
+        Ok(top)
+    }
+}
+
+struct NodeSeed<'t> {
+    node: &'t PathNode,
+    out: &'t mut Vec<Option<Box<str>>>,
+}
+
+fn leaf_value<E: de::Error>(raw: &RawValue) -> Result<Option<Box<str>>, E> {
+    let text = raw.get();
+    if text.starts_with('"') {
+        let s: CowStr<'_> = serde_json::from_str(text).map_err(E::custom)?;
+        Ok(Some(Box::from(s.0.as_ref())))
+    } else if text == "null" {
+        Ok(None)
+    } else {
+        Ok(Some(Box::from(text)))
+    }
+}
+
+impl<'de, 't> DeserializeSeed<'de> for NodeSeed<'t> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if let Some(idx) = self.node.leaf {
+            let raw: &RawValue = <&RawValue>::deserialize(d)?;
+            if let Some(slot) = self.out.get_mut(idx) {
+                *slot = leaf_value(raw)?;
+            }
+            if !self.node.children.is_empty() {
+                let mut inner = serde_json::Deserializer::from_str(raw.get());
+                inner
+                    .deserialize_any(NodeVisitor {
+                        node: self.node,
+                        out: self.out,
+                    })
+                    .map_err(de::Error::custom)?;
+            }
+            Ok(())
+        } else {
+            d.deserialize_any(NodeVisitor {
+                node: self.node,
+                out: self.out,
+            })
+        }
+    }
+}
+
+struct NodeVisitor<'t> {
+    node: &'t PathNode,
+    out: &'t mut Vec<Option<Box<str>>>,
+}
+
+impl<'de, 't> Visitor<'de> for NodeVisitor<'t> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<CowStr<'de>>()? {
+            match self.node.child(&key.0) {
+                Some(node) => map.next_value_seed(NodeSeed {
+                    node,
+                    out: &mut *self.out,
+                })?,
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0usize;
+        loop {
+            let name = i.to_string();
+            match self.node.child(&name) {
+                Some(node) => {
+                    if seq
+                        .next_element_seed(NodeSeed {
+                            node,
+                            out: &mut *self.out,
+                        })?
+                        .is_none()
+                    {
+                        break;
+                    }
+                }
+                None => {
+                    if seq.next_element::<IgnoredAny>()?.is_none() {
+                        break;
+                    }
+                }
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_none<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
