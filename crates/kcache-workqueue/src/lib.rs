@@ -129,6 +129,10 @@ mod queue;
 pub mod rate_limiter;
 
 pub use error::{BuildError, RateLimiterError};
+/// The `governor` crate, for its [`Quota`](governor::Quota) and clocks (such as
+/// [`FakeRelativeClock`](governor::clock::FakeRelativeClock)) used by
+/// [`BucketRateLimiter`].
+pub use governor;
 pub use metrics::{MetricsProvider, NoopMetricsProvider};
 #[cfg(feature = "prometheus")]
 pub use prometheus::PrometheusMetricsProvider;

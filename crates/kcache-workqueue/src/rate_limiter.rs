@@ -13,9 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use governor::Quota;
-use governor::clock::{Clock, DefaultClock};
-use governor::middleware::NoOpMiddleware;
-use governor::state::{InMemoryState, NotKeyed};
+use governor::clock::{Clock, DefaultClock, Reference};
 use parking_lot::Mutex;
 
 use crate::error::RateLimiterError;
@@ -304,24 +302,17 @@ impl<T> RateLimiter<T> for WithMaxWaitRateLimiter<T> {
     }
 }
 
-type DirectLimiter<C> =
-    governor::RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<<C as Clock>::Instant>>;
-
-struct BucketState {
-    /// Tokens promised to callers that were told to wait, not yet taken
-    /// from the governor bucket.
-    booked: u64,
-}
-
 /// An overall token bucket shared by all items (client-go's
-/// `BucketRateLimiter` over `rate.Limiter`, here on `governor`).
+/// `BucketRateLimiter` over Go's `rate.Limiter`), configured by a governor
+/// [`Quota`] and reading a governor [`Clock`].
 ///
 /// Every call to [`when`](RateLimiter::when) takes a token. While the bucket
-/// has tokens the wait is zero; once it is empty each call *books* the next
-/// future token and returns the time until it, so `n` calls on an empty
-/// bucket of rate `r` wait `1/r, 2/r, ..., n/r` (like Go's
-/// `rate.Limiter.Reserve().Delay()`), instead of all waiting for the same
-/// token. Booked tokens are taken from the governor bucket as they come due.
+/// has tokens the wait is zero; once it is empty each call *reserves* the
+/// next future token and returns the time until it, so `n` calls on an empty
+/// bucket of rate `r` wait `1/r, 2/r, ..., n/r`, exactly like Go's
+/// `rate.Limiter.Reserve().Delay()`, instead of all waiting for the same
+/// token. (governor's own limiter only answers "not until", without booking
+/// the token, so the reservation arithmetic, GCRA, is done here.)
 ///
 /// `forget` does nothing and `num_requeues` is always 0: the bucket does not
 /// track items.
@@ -330,17 +321,21 @@ struct BucketState {
 /// [`with_clock`](BucketRateLimiter::with_clock) and
 /// [`governor::clock::FakeRelativeClock`] for deterministic tests.
 pub struct BucketRateLimiter<C: Clock = DefaultClock> {
-    limiter: DirectLimiter<C>,
     clock: C,
-    interval: Duration,
-    state: Mutex<BucketState>,
+    start: C::Instant,
+    /// Nanoseconds per token.
+    interval: u64,
+    /// Nanoseconds the bucket may run ahead: `burst * interval`.
+    tolerance: u64,
+    /// Theoretical arrival time of the next token, in ns since `start`.
+    tat: Mutex<u64>,
 }
 
 impl<C: Clock> fmt::Debug for BucketRateLimiter<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BucketRateLimiter")
-            .field("interval", &self.interval)
-            .field("booked", &self.state.lock().booked)
+            .field("interval", &Duration::from_nanos(self.interval))
+            .field("tolerance", &Duration::from_nanos(self.tolerance))
             .finish()
     }
 }
@@ -348,9 +343,7 @@ impl<C: Clock> fmt::Debug for BucketRateLimiter<C> {
 impl Default for BucketRateLimiter<DefaultClock> {
     /// 10 tokens per second, burst of 100 (client-go's default).
     fn default() -> Self {
-        // 100 ms per token, burst 100: both valid, so no error path.
-        let quota = Quota::with_period(Duration::from_millis(100))
-            .unwrap_or(Quota::per_second(NonZeroU32::MIN))
+        let quota = Quota::per_second(NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN))
             .allow_burst(NonZeroU32::new(100).unwrap_or(NonZeroU32::MIN));
         Self::from_quota(quota, DefaultClock::default())
     }
@@ -366,66 +359,48 @@ impl BucketRateLimiter<DefaultClock> {
     }
 }
 
-impl<C: Clock + Clone> BucketRateLimiter<C> {
+impl<C: Clock> BucketRateLimiter<C> {
     /// Like [`new`](BucketRateLimiter::new), reading time from `clock`.
     pub fn with_clock(qps: f64, burst: u32, clock: C) -> Result<Self, RateLimiterError> {
         if !(qps.is_finite() && qps > 0.0) {
             return Err(RateLimiterError::InvalidQps(qps));
         }
         let burst = NonZeroU32::new(burst).ok_or(RateLimiterError::ZeroBurst)?;
-        let period = Duration::try_from_secs_f64(1.0 / qps)
-            .map_err(|_| RateLimiterError::InvalidQps(qps))?;
+        let period =
+            Duration::try_from_secs_f64(1.0 / qps).map_err(|_| RateLimiterError::InvalidQps(qps))?;
         let quota = Quota::with_period(period)
             .ok_or(RateLimiterError::InvalidQps(qps))?
             .allow_burst(burst);
         Ok(Self::from_quota(quota, clock))
     }
 
-    /// A bucket for a governor [`Quota`], reading time from `clock`.
+    /// A bucket for a governor [`Quota`] (one token per
+    /// `replenish_interval`, at most `burst_size`), reading time from `clock`.
     pub fn from_quota(quota: Quota, clock: C) -> Self {
+        let interval = u64::try_from(quota.replenish_interval().as_nanos()).unwrap_or(u64::MAX);
+        let tolerance = interval.saturating_mul(u64::from(quota.burst_size().get()));
         Self {
-            limiter: governor::RateLimiter::direct_with_clock(quota, clock.clone()),
-            interval: quota.replenish_interval(),
+            start: clock.now(),
             clock,
-            state: Mutex::new(BucketState { booked: 0 }),
+            interval,
+            tolerance,
+            tat: Mutex::new(0),
         }
     }
-}
 
-impl<C: Clock> BucketRateLimiter<C> {
     /// Takes one token and returns how long the caller must wait for it.
     pub fn reserve(&self) -> Duration {
-        let mut state = self.state.lock();
-        loop {
-            match self.limiter.check() {
-                // A free token and nobody booked ahead: go now.
-                Ok(()) if state.booked == 0 => return Duration::ZERO,
-                // A token that has come due belongs to the oldest booking.
-                Ok(()) => state.booked -= 1,
-                Err(not_until) => {
-                    let first = not_until.wait_time_from(self.clock.now());
-                    return self.booked_wait(&mut state, first);
-                }
-            }
-        }
-    }
-
-    /// Books the token after the ones already booked; `first` is the wait
-    /// for the next token of the bucket.
-    fn booked_wait(&self, state: &mut BucketState, first: Duration) -> Duration {
-        let ahead = u32::try_from(state.booked).unwrap_or(u32::MAX);
-        state.booked = state.booked.saturating_add(1);
-        self.interval
-            .checked_mul(ahead)
-            .and_then(|d| d.checked_add(first))
-            .unwrap_or(Duration::MAX)
+        let now = self.clock.now().duration_since(self.start).as_u64();
+        let mut tat = self.tat.lock();
+        // The bucket is full when `tat <= now`; each token moves `tat` one
+        // interval on; a token is free while `tat - tolerance <= now`.
+        let next = (*tat).max(now).saturating_add(self.interval);
+        *tat = next;
+        Duration::from_nanos(next.saturating_sub(self.tolerance).saturating_sub(now))
     }
 }
 
-impl<T, C: Clock + Send + Sync> RateLimiter<T> for BucketRateLimiter<C>
-where
-    C::Instant: Send + Sync,
-{
+impl<T, C: Clock + Send + Sync> RateLimiter<T> for BucketRateLimiter<C> {
     fn when(&self, _item: &T) -> Duration {
         self.reserve()
     }
