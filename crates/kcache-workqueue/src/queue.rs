@@ -791,12 +791,24 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
             }
             None => None,
         };
-        let period = self.update_period;
+        let period = self.update_period.min(FAR_FUTURE);
         let queue = self.build_with(provider);
         if let Some(rt) = runtime {
             let weak = Arc::downgrade(&queue.inner);
             let stop = Arc::clone(&queue.inner.stop);
-            rt.spawn(metrics_loop(weak, stop, period));
+            // Created here so that ticks count from the queue's creation.
+            let ticker = {
+                let _guard = rt.enter();
+                let mut ticker = tokio::time::interval_at(
+                    Instant::now()
+                        .checked_add(period)
+                        .unwrap_or_else(Instant::now),
+                    period,
+                );
+                ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                ticker
+            };
+            rt.spawn(metrics_loop(weak, stop, ticker));
         }
         Ok(queue)
     }
@@ -851,11 +863,11 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
 /// Recomputes the unfinished-work gauges (and moves due delayed items, so
 /// that the depth gauge is current even while every worker is busy) until
 /// the queue shuts down or is dropped.
-async fn metrics_loop<T: QueueItem>(weak: Weak<Inner<T>>, stop: Arc<Notify>, period: Duration) {
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    // The first tick completes at once.
-    ticker.tick().await;
+async fn metrics_loop<T: QueueItem>(
+    weak: Weak<Inner<T>>,
+    stop: Arc<Notify>,
+    mut ticker: tokio::time::Interval,
+) {
     loop {
         tokio::select! {
             _ = stop.notified() => return,

@@ -366,8 +366,8 @@ impl<C: Clock> BucketRateLimiter<C> {
             return Err(RateLimiterError::InvalidQps(qps));
         }
         let burst = NonZeroU32::new(burst).ok_or(RateLimiterError::ZeroBurst)?;
-        let period =
-            Duration::try_from_secs_f64(1.0 / qps).map_err(|_| RateLimiterError::InvalidQps(qps))?;
+        let period = Duration::try_from_secs_f64(1.0 / qps)
+            .map_err(|_| RateLimiterError::InvalidQps(qps))?;
         let quota = Quota::with_period(period)
             .ok_or(RateLimiterError::InvalidQps(qps))?
             .allow_burst(burst);

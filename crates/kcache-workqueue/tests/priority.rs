@@ -12,7 +12,9 @@ fn prio(p: i32) -> AddOpts {
     AddOpts::priority(p)
 }
 
-async fn drain<T: std::hash::Hash + Eq + Clone + Send + Sync + 'static>(q: &WorkQueue<T>) -> Vec<T> {
+async fn drain<T: std::hash::Hash + Eq + Clone + Send + Sync + 'static>(
+    q: &WorkQueue<T>,
+) -> Vec<T> {
     let mut out = Vec::new();
     while !q.is_empty() {
         let item = q.get().await.unwrap();
@@ -41,7 +43,13 @@ async fn higher_priority_first() {
 #[tokio::test(start_paused = true)]
 async fn fifo_within_priority_by_ready_time() {
     for q in [WorkQueue::new(), strict()] {
-        q.add_with_opts("a", AddOpts { after: Some(20 * MS), ..prio(1) });
+        q.add_with_opts(
+            "a",
+            AddOpts {
+                after: Some(20 * MS),
+                ..prio(1)
+            },
+        );
         q.add_with_opts("b", prio(1));
         advance(30 * MS).await;
         q.add_with_opts("c", prio(1));
@@ -70,9 +78,27 @@ async fn readd_keeps_highest_priority() {
 #[tokio::test(start_paused = true)]
 async fn readd_keeps_earliest_ready_time() {
     let q = strict();
-    q.add_with_opts("a", AddOpts { after: Some(50 * MS), ..prio(0) });
-    q.add_with_opts("a", AddOpts { after: Some(10 * MS), ..prio(0) });
-    q.add_with_opts("a", AddOpts { after: Some(100 * MS), ..prio(0) });
+    q.add_with_opts(
+        "a",
+        AddOpts {
+            after: Some(50 * MS),
+            ..prio(0)
+        },
+    );
+    q.add_with_opts(
+        "a",
+        AddOpts {
+            after: Some(10 * MS),
+            ..prio(0)
+        },
+    );
+    q.add_with_opts(
+        "a",
+        AddOpts {
+            after: Some(100 * MS),
+            ..prio(0)
+        },
+    );
     advance(10 * MS).await;
     assert_eq!(q.len(), 1);
     assert_eq!(q.get().await, Some("a"));
@@ -84,8 +110,20 @@ async fn readd_keeps_earliest_ready_time() {
 #[tokio::test(start_paused = true)]
 async fn delayed_item_keeps_priority() {
     let q = strict();
-    q.add_with_opts("a", AddOpts { after: Some(10 * MS), ..prio(7) });
-    q.add_with_opts("a", AddOpts { after: Some(20 * MS), ..prio(1) });
+    q.add_with_opts(
+        "a",
+        AddOpts {
+            after: Some(10 * MS),
+            ..prio(7)
+        },
+    );
+    q.add_with_opts(
+        "a",
+        AddOpts {
+            after: Some(20 * MS),
+            ..prio(1)
+        },
+    );
     q.add_with_opts("b", prio(3));
     advance(10 * MS).await;
     assert_eq!(drain(&q).await, ["a", "b"]);
@@ -159,7 +197,10 @@ async fn low_priority_does_not_starve() {
         }
         None
     }
-    let aged = WorkQueue::builder().priority_aging(100 * MS).build().unwrap();
+    let aged = WorkQueue::builder()
+        .priority_aging(100 * MS)
+        .build()
+        .unwrap();
     let waited = run(aged).await.expect("the low-priority item starved");
     // Ready at 0 with rank 0; a high item added at t has rank
     // t - 10 * 100 ms, so items added after 1 s rank behind it.
@@ -176,7 +217,10 @@ async fn extreme_priorities_do_not_overflow() {
         q.add("zero");
         assert_eq!(drain(&q).await, ["max", "zero", "min"]);
     }
-    let q: WorkQueue<u8> = WorkQueue::builder().priority_aging(Duration::MAX).build().unwrap();
+    let q: WorkQueue<u8> = WorkQueue::builder()
+        .priority_aging(Duration::MAX)
+        .build()
+        .unwrap();
     q.add_with_opts(1, prio(i32::MIN));
     q.add_with_opts(2, prio(i32::MAX));
     assert_eq!(drain(&q).await, [2, 1]);
@@ -184,6 +228,8 @@ async fn extreme_priorities_do_not_overflow() {
 
 #[test]
 fn zero_aging_is_rejected() {
-    let r = WorkQueue::<u8>::builder().priority_aging(Duration::ZERO).build();
+    let r = WorkQueue::<u8>::builder()
+        .priority_aging(Duration::ZERO)
+        .build();
     assert_eq!(r.unwrap_err(), BuildError::ZeroAgingInterval);
 }

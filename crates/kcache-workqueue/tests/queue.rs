@@ -248,7 +248,11 @@ async fn add_ignored_after_shut_down() {
     q.add("b");
     q.add_after("c", Duration::ZERO);
     q.add_rate_limited("d");
-    assert_eq!(q.num_requeues(&"d"), 0, "limiter not consulted after shutdown");
+    assert_eq!(
+        q.num_requeues(&"d"),
+        0,
+        "limiter not consulted after shutdown"
+    );
     // Items ready before shutdown are still handed out, then None.
     assert_eq!(q.get().await, Some("a"));
     assert_eq!(q.get().await, None);

@@ -16,7 +16,9 @@ const MS: Duration = Duration::from_millis(1);
 const US: Duration = Duration::from_micros(1);
 
 /// Asserts that `item` becomes ready exactly `d` from now, then takes it.
-async fn assert_ready_after<T: std::hash::Hash + Eq + Clone + Send + Sync + std::fmt::Debug + 'static>(
+async fn assert_ready_after<
+    T: std::hash::Hash + Eq + Clone + Send + Sync + std::fmt::Debug + 'static,
+>(
     q: &WorkQueue<T>,
     item: T,
     d: Duration,
@@ -34,7 +36,10 @@ async fn assert_ready_after<T: std::hash::Hash + Eq + Clone + Send + Sync + std:
 #[tokio::test(start_paused = true)]
 async fn rate_limiting_queue() {
     let q: WorkQueue<&str> = WorkQueue::builder()
-        .rate_limiter(ItemExponentialFailureRateLimiter::new(MS, Duration::from_secs(1)))
+        .rate_limiter(ItemExponentialFailureRateLimiter::new(
+            MS,
+            Duration::from_secs(1),
+        ))
         .build()
         .unwrap();
     q.add_rate_limited("one");
@@ -58,10 +63,17 @@ async fn rate_limiting_queue() {
 #[tokio::test(start_paused = true)]
 async fn add_with_opts_rate_limited_waits_longer_of_both() {
     let q: WorkQueue<&str> = WorkQueue::builder()
-        .rate_limiter(ItemExponentialFailureRateLimiter::new(10 * MS, Duration::from_secs(1)))
+        .rate_limiter(ItemExponentialFailureRateLimiter::new(
+            10 * MS,
+            Duration::from_secs(1),
+        ))
         .build()
         .unwrap();
-    let opts = |after| AddOpts { after: Some(after), rate_limited: true, priority: 0 };
+    let opts = |after| AddOpts {
+        after: Some(after),
+        rate_limited: true,
+        priority: 0,
+    };
     // Limiter says 10 ms, after says 3 ms: 10 ms.
     q.add_with_opts("a", opts(3 * MS));
     assert_ready_after(&q, "a", 10 * MS).await;
@@ -161,8 +173,15 @@ fn item_fast_slow() {
 #[test]
 fn max_of() {
     let l: MaxOfRateLimiter<&str> = MaxOfRateLimiter::new(vec![
-        Box::new(ItemFastSlowRateLimiter::new(5 * MS, Duration::from_secs(3), 3)),
-        Box::new(ItemExponentialFailureRateLimiter::new(MS, Duration::from_secs(1))),
+        Box::new(ItemFastSlowRateLimiter::new(
+            5 * MS,
+            Duration::from_secs(3),
+            3,
+        )),
+        Box::new(ItemExponentialFailureRateLimiter::new(
+            MS,
+            Duration::from_secs(1),
+        )),
     ]);
     assert_eq!(l.when(&"one"), 5 * MS);
     assert_eq!(l.when(&"one"), 5 * MS);
@@ -186,7 +205,10 @@ fn max_of_exponential_overtakes() {
     // also advanced) dominates: 1,2,4,8 ms < 5 ms; 16 ms > 5 ms.
     let l: MaxOfRateLimiter<u8> = MaxOfRateLimiter::new(vec![
         Box::new(ItemFastSlowRateLimiter::new(5 * MS, 5 * MS, 1)),
-        Box::new(ItemExponentialFailureRateLimiter::new(MS, Duration::from_secs(1))),
+        Box::new(ItemExponentialFailureRateLimiter::new(
+            MS,
+            Duration::from_secs(1),
+        )),
     ]);
     let waits: Vec<_> = (0..6).map(|_| l.when(&0)).collect();
     assert_eq!(waits, [5 * MS, 5 * MS, 5 * MS, 8 * MS, 16 * MS, 32 * MS]);
@@ -205,7 +227,11 @@ struct StepRateLimiter {
 
 impl<T> RateLimiter<T> for StepRateLimiter {
     fn when(&self, _: &T) -> Duration {
-        if self.calls.fetch_add(1, Ordering::SeqCst) < self.n { self.fast } else { self.slow }
+        if self.calls.fetch_add(1, Ordering::SeqCst) < self.n {
+            self.fast
+        } else {
+            self.slow
+        }
     }
     fn forget(&self, _: &T) {}
     fn num_requeues(&self, _: &T) -> u32 {
@@ -280,11 +306,26 @@ fn bucket_default_is_10_qps_burst_100() {
 
 #[test]
 fn bucket_rejects_bad_config() {
-    assert_eq!(BucketRateLimiter::new(0.0, 1).unwrap_err(), RateLimiterError::InvalidQps(0.0));
-    assert!(matches!(BucketRateLimiter::new(f64::NAN, 1), Err(RateLimiterError::InvalidQps(_))));
-    assert!(matches!(BucketRateLimiter::new(-1.0, 1), Err(RateLimiterError::InvalidQps(_))));
-    assert!(matches!(BucketRateLimiter::new(1e-30, 1), Err(RateLimiterError::InvalidQps(_))));
-    assert_eq!(BucketRateLimiter::new(1.0, 0).unwrap_err(), RateLimiterError::ZeroBurst);
+    assert_eq!(
+        BucketRateLimiter::new(0.0, 1).unwrap_err(),
+        RateLimiterError::InvalidQps(0.0)
+    );
+    assert!(matches!(
+        BucketRateLimiter::new(f64::NAN, 1),
+        Err(RateLimiterError::InvalidQps(_))
+    ));
+    assert!(matches!(
+        BucketRateLimiter::new(-1.0, 1),
+        Err(RateLimiterError::InvalidQps(_))
+    ));
+    assert!(matches!(
+        BucketRateLimiter::new(1e-30, 1),
+        Err(RateLimiterError::InvalidQps(_))
+    ));
+    assert_eq!(
+        BucketRateLimiter::new(1.0, 0).unwrap_err(),
+        RateLimiterError::ZeroBurst
+    );
     assert!(BucketRateLimiter::new(0.5, 1).is_ok());
 }
 
