@@ -1,0 +1,326 @@
+//! Integration tests of the local control plane: real etcd + kube-apiserver.
+
+use std::time::Duration;
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kcache_envtest::{ControlPlane, pid_alive};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams, WatchEvent,
+    WatchParams,
+};
+use serde_json::json;
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "data": { "k": "v" }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn creates_and_lists_a_config_map() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("cm").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    api.create(&PostParams::default(), &config_map("one"))
+        .await
+        .unwrap();
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let names: Vec<_> = list
+        .items
+        .iter()
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    assert_eq!(names, vec!["one".to_string()]);
+    let got = api.get("one").await.unwrap();
+    assert_eq!(got.data.unwrap()["k"], "v");
+    // the server is the pinned release
+    let version = cp.client().unwrap().apiserver_version().await.unwrap();
+    assert_eq!(version.git_version, kcache_envtest::KUBERNETES_VERSION);
+}
+
+#[tokio::test]
+async fn user_without_rbac_is_forbidden_until_bound() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("rbac").await.unwrap();
+    let alice = cp
+        .client_for_user("alice", &["kcache-testers"])
+        .await
+        .unwrap();
+    let as_alice: Api<ConfigMap> = Api::namespaced(alice, &ns);
+    match as_alice.list(&ListParams::default()).await {
+        Err(kube::Error::Api(status)) => assert_eq!(status.code, 403, "{status:?}"),
+        other => panic!("expected 403 Forbidden, got {other:?}"),
+    }
+
+    let admin = cp.client().unwrap();
+    let role: Role = serde_json::from_value(json!({
+        "metadata": { "name": "cm-reader" },
+        "rules": [{ "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"] }]
+    }))
+    .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": "alice-reads-cms" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader" },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice" }]
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin, &ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    // The RBAC authorizer reads roles through an informer: allow it a moment.
+    let mut last = None;
+    for _ in 0..100 {
+        match as_alice.list(&ListParams::default()).await {
+            Ok(list) => {
+                assert!(list.items.is_empty());
+                return;
+            }
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("alice still cannot list after the RoleBinding: {last:?}");
+}
+
+fn widget_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "metadata": { "name": "widgets.envtest.kcache.io" },
+        "spec": {
+            "group": "envtest.kcache.io",
+            "scope": "Namespaced",
+            "names": { "plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList" },
+            "versions": [{
+                "name": "v1",
+                "served": true,
+                "storage": true,
+                "schema": { "openAPIV3Schema": {
+                    "type": "object",
+                    "properties": { "spec": { "type": "object", "properties": { "size": { "type": "integer" } } } }
+                } }
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn installs_a_crd_and_serves_custom_objects() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("crd").await.unwrap();
+    cp.install_crds(&[widget_crd()]).await.unwrap();
+    // installing again is idempotent
+    cp.install_crds(&[widget_crd()]).await.unwrap();
+
+    let crd = Api::<CustomResourceDefinition>::all(cp.client().unwrap())
+        .get("widgets.envtest.kcache.io")
+        .await
+        .unwrap();
+    let established = crd
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .any(|c| c.type_ == "Established" && c.status == "True");
+    assert!(established);
+
+    let gvk = GroupVersionKind::gvk("envtest.kcache.io", "v1", "Widget");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "widgets");
+    let api: Api<DynamicObject> = Api::namespaced_with(cp.client().unwrap(), &ns, &ar);
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "envtest.kcache.io/v1",
+        "kind": "Widget",
+        "metadata": { "name": "w1" },
+        "spec": { "size": 3 }
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+    let got = api.get("w1").await.unwrap();
+    assert_eq!(got.data["spec"]["size"], 3);
+}
+
+#[tokio::test]
+async fn apiserver_restart_keeps_data_and_ends_open_watches() {
+    // A fault test: its own control plane, never the shared one.
+    let cp = ControlPlane::start().await.unwrap();
+    let ns = cp.create_namespace("restart").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    let created = api
+        .create(&PostParams::default(), &config_map("survivor"))
+        .await
+        .unwrap();
+    let rv = created.metadata.resource_version.unwrap();
+
+    let mut watch = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    cp.restart_apiserver().await.unwrap();
+
+    // The watch opened before the restart must end: an error or end of stream.
+    let ended = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match watch.next().await {
+                None => return "end of stream",
+                Some(Err(_)) => return "error",
+                Some(Ok(WatchEvent::Error(_))) => return "error event",
+                Some(Ok(_)) => continue,
+            }
+        }
+    })
+    .await
+    .expect("the old watch did not end after the apiserver restart");
+    assert!(["end of stream", "error", "error event"].contains(&ended));
+
+    // Data survived (etcd kept it) and a new watch works.
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    assert_eq!(
+        api.get("survivor")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap(),
+        rv
+    );
+    let mut watch = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    api.create(&PostParams::default(), &config_map("after"))
+        .await
+        .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(30), watch.try_next())
+        .await
+        .expect("no event on the new watch")
+        .unwrap()
+        .expect("new watch ended");
+    match event {
+        WatchEvent::Added(cm) => assert_eq!(cm.metadata.name.as_deref(), Some("after")),
+        other => panic!("expected Added, got {other:?}"),
+    }
+
+    // stop/start separately, too
+    cp.stop_apiserver().await.unwrap();
+    assert!(!cp.apiserver_running());
+    assert!(api.get("survivor").await.is_err());
+    cp.start_apiserver().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    assert!(api.get("survivor").await.is_ok());
+}
+
+#[tokio::test]
+async fn etcd_compaction_makes_old_resource_versions_gone() {
+    let cp = ControlPlane::start().await.unwrap();
+    let ns = cp.create_namespace("compact").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    let first = api
+        .create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap();
+    let old_rv = first.metadata.resource_version.unwrap();
+    for i in 0..5 {
+        api.create(&PostParams::default(), &config_map(&format!("b{i}")))
+            .await
+            .unwrap();
+    }
+    let compacted = cp.compact_etcd().await.unwrap();
+    assert!(compacted > old_rv.parse::<i64>().unwrap());
+    // A restart empties the watch cache, so the old RV must now be answered 410.
+    cp.restart_apiserver().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    let mut gone = false;
+    match api.watch(&WatchParams::default(), &old_rv).await {
+        Err(kube::Error::Api(s)) => gone = s.code == 410,
+        Ok(stream) => {
+            let mut stream = stream.boxed();
+            if let Ok(Some(Ok(WatchEvent::Error(e)))) =
+                tokio::time::timeout(Duration::from_secs(30), stream.next()).await
+            {
+                gone = e.code == 410;
+            }
+        }
+        Err(_) => {}
+    }
+    assert!(
+        gone,
+        "a watch from a compacted resourceVersion must be 410 Gone"
+    );
+}
+
+#[tokio::test]
+async fn dropping_the_handle_stops_both_processes() {
+    let cp = ControlPlane::start().await.unwrap();
+    let (etcd, api) = cp.pids();
+    let (etcd, api) = (etcd.unwrap(), api.unwrap());
+    assert!(pid_alive(etcd) && pid_alive(api));
+    drop(cp);
+    assert!(!pid_alive(etcd), "etcd still running after drop");
+    assert!(!pid_alive(api), "kube-apiserver still running after drop");
+}
+
+/// Runs in a child process (see below): starts a control plane, prints the
+/// PIDs, then aborts without running any destructor.
+#[tokio::test]
+#[ignore = "helper for processes_exit_when_the_test_process_dies"]
+async fn helper_start_then_abort() {
+    if std::env::var_os("KCACHE_ENVTEST_HELPER").is_none() {
+        return;
+    }
+    let cp = ControlPlane::start().await.unwrap();
+    let (etcd, api) = cp.pids();
+    println!("PIDS {} {}", etcd.unwrap(), api.unwrap());
+    std::process::abort();
+}
+
+#[test]
+fn processes_exit_when_the_test_process_dies() {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "helper_start_then_abort",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("KCACHE_ENVTEST_HELPER", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("PIDS "))
+        .unwrap_or_else(|| {
+            panic!(
+                "helper printed no PIDs: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let pids: Vec<u32> = line
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert!(!out.status.success(), "the helper must have aborted");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pids.iter().any(|p| pid_alive(*p)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for p in pids {
+        assert!(
+            !pid_alive(p),
+            "process {p} outlived the test process that started it"
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! `cargo xtask`: kcache's project tasks.
+//!
+//! - `cargo xtask test`: everything CI checks (fmt, clippy, the control-plane
+//!   build, every test including the integration tests against a real local
+//!   control plane, doc-tests).
+//! - `cargo xtask controlplane build|start|stop|status|kubeconfig`: the local
+//!   kube-apiserver + etcd, by hand.
+//! - `cargo xtask e2e [--kubeconfig PATH | --kind]`: the integration suite
+//!   against the local control plane, any cluster, or a new kind cluster.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod controlplane;
+mod e2e;
+mod run;
+mod test;
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "kcache project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Run every check CI runs: fmt, clippy -D warnings, all tests (unit,
+    /// integration against a local control plane, doc-tests).
+    Test(test::TestArgs),
+    /// Build, start, stop or inspect the local control plane.
+    Controlplane {
+        #[command(subcommand)]
+        action: controlplane::Action,
+    },
+    /// Run the integration suite against the local control plane, a cluster
+    /// given by a kubeconfig, or a new kind cluster.
+    E2e(e2e::E2eArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Task::Test(args) => test::run(args),
+        Task::Controlplane { action } => controlplane::run(action),
+        Task::E2e(args) => e2e::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

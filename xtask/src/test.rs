@@ -1,0 +1,82 @@
+//! `cargo xtask test`: every check CI runs.
+
+use std::time::Instant;
+
+use clap::Args;
+
+use crate::run::{cargo, cargo_test, step};
+
+#[derive(Args)]
+pub struct TestArgs {
+    /// Skip `cargo fmt --check` and clippy (for a quick local loop).
+    #[arg(long)]
+    no_lint: bool,
+    /// Extra arguments passed to `cargo test` after `--` (e.g. a test name filter).
+    #[arg(last = true)]
+    rest: Vec<String>,
+}
+
+pub fn run(args: TestArgs) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut timings: Vec<(&str, f64)> = Vec::new();
+    if !args.no_lint {
+        let mut fmt = cargo();
+        fmt.args(["fmt", "--all", "--", "--check"]);
+        timings.push(("fmt --check", step("cargo fmt --all -- --check", fmt)?));
+        let mut clippy = cargo();
+        clippy.args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--",
+            "-D",
+            "warnings",
+        ]);
+        timings.push((
+            "clippy",
+            step(
+                "cargo clippy --workspace --all-targets --all-features -- -D warnings",
+                clippy,
+            )?,
+        ));
+    }
+    // Build the control plane up front, with progress, so that the first
+    // integration test does not sit silently through a cold Go build.
+    eprintln!(
+        "\n==> local control plane (kube-apiserver {} + etcd {})",
+        kcache_envtest::KUBERNETES_VERSION,
+        kcache_envtest::ETCD_VERSION
+    );
+    let t = Instant::now();
+    let bins = kcache_envtest::Binaries::ensure()?;
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!(
+        "==> control plane binaries ready in {secs:.1}s: {}",
+        bins.kube_apiserver.display()
+    );
+    timings.push(("control plane build", secs));
+
+    let mut test = cargo();
+    test.args(["test", "--workspace", "--all-features", "--no-fail-fast"]);
+    if !args.rest.is_empty() {
+        test.arg("--").args(&args.rest);
+    }
+    let (secs, counts) = cargo_test("cargo test --workspace --all-features", test)?;
+    timings.push(("tests (unit, integration, doc)", secs));
+
+    eprintln!("\n==> summary");
+    for (name, secs) in &timings {
+        eprintln!("    {name:<32} {secs:>8.1}s");
+    }
+    eprintln!(
+        "    {:<32} {:>8.1}s",
+        "total",
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "xtask test: {} passed, {} failed, {} skipped",
+        counts.passed, counts.failed, counts.ignored
+    );
+    Ok(())
+}
