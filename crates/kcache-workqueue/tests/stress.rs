@@ -1,0 +1,155 @@
+//! Concurrency stress: many producers and workers on a multi-threaded
+//! runtime. Every item is processed at least once after its last add, and
+//! never by two workers at once.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kcache_workqueue::{AddOpts, ItemExponentialFailureRateLimiter, WorkQueue};
+
+const KEYS: usize = 200;
+const PRODUCERS: usize = 8;
+const WORKERS: usize = 8;
+const OPS_PER_PRODUCER: usize = 20_000;
+
+struct Book {
+    /// Logical clock shared by everybody.
+    clock: AtomicU64,
+    /// Per key: logical time just before its last add.
+    last_add: Vec<AtomicU64>,
+    /// Per key: logical time just after its last `get`.
+    last_start: Vec<AtomicU64>,
+    in_flight: Mutex<HashSet<usize>>,
+    gets: AtomicUsize,
+    /// Workers re-add (rate limited) every 11th item while this is set.
+    readd: AtomicBool,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stress_producers_and_workers() {
+    let q: WorkQueue<usize> = WorkQueue::builder()
+        .rate_limiter(ItemExponentialFailureRateLimiter::new(
+            Duration::from_micros(100),
+            Duration::from_millis(2),
+        ))
+        .build()
+        .unwrap();
+    let book = Arc::new(Book {
+        clock: AtomicU64::new(1),
+        last_add: (0..KEYS).map(|_| AtomicU64::new(0)).collect(),
+        last_start: (0..KEYS).map(|_| AtomicU64::new(0)).collect(),
+        in_flight: Mutex::new(HashSet::new()),
+        gets: AtomicUsize::new(0),
+        readd: AtomicBool::new(true),
+    });
+
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let q = q.clone();
+            let book = Arc::clone(&book);
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while let Some(key) = q.get().await {
+                    let t = book.clock.fetch_add(1, Ordering::SeqCst);
+                    book.last_start[key].fetch_max(t, Ordering::SeqCst);
+                    assert!(
+                        book.in_flight.lock().unwrap().insert(key),
+                        "key {key} handed to two workers at once"
+                    );
+                    book.gets.fetch_add(1, Ordering::Relaxed);
+                    n += 1;
+                    if (n + w as u64) % 7 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                    book.in_flight.lock().unwrap().remove(&key);
+                    if n % 11 == 0 && book.readd.load(Ordering::SeqCst) {
+                        // A retry: recorded as an add like the producers'.
+                        let t = book.clock.fetch_add(1, Ordering::SeqCst);
+                        book.last_add[key].fetch_max(t, Ordering::SeqCst);
+                        q.add_rate_limited(key);
+                    } else {
+                        q.forget(&key);
+                    }
+                    q.done(&key);
+                }
+            })
+        })
+        .collect();
+
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let q = q.clone();
+            let book = Arc::clone(&book);
+            tokio::spawn(async move {
+                let mut x = (p as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                for i in 0..OPS_PER_PRODUCER {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let key = (x % KEYS as u64) as usize;
+                    let t = book.clock.fetch_add(1, Ordering::SeqCst);
+                    book.last_add[key].fetch_max(t, Ordering::SeqCst);
+                    match x % 10 {
+                        0 => q.add_after(key, Duration::from_micros(x % 2000)),
+                        1 => q.add_with_opts(
+                            key,
+                            AddOpts {
+                                after: Some(Duration::from_micros(x % 500)),
+                                rate_limited: false,
+                                priority: (x % 5) as i32 - 2,
+                            },
+                        ),
+                        2 => q.add_with_opts(key, AddOpts::priority((x % 7) as i32)),
+                        _ => q.add(key),
+                    }
+                    if i % 64 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        })
+        .collect();
+
+    for p in producers {
+        p.await.unwrap();
+    }
+    // Stop the retries, then wait until the queue is idle (nothing
+    // delayed, ready or processing, twice in a row) so that shutting down
+    // drops no delayed item: every add was accepted and must be processed.
+    book.readd.store(false, Ordering::SeqCst);
+    let idle = || q.processing_len() == 0 && q.delayed_len() == 0 && q.is_empty();
+    loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if idle() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if idle() {
+                break;
+            }
+        }
+    }
+    q.shut_down_with_drain().await;
+    for w in workers {
+        w.await.unwrap();
+    }
+
+    let mut added = 0;
+    for key in 0..KEYS {
+        let last_add = book.last_add[key].load(Ordering::SeqCst);
+        if last_add == 0 {
+            continue;
+        }
+        added += 1;
+        let last_start = book.last_start[key].load(Ordering::SeqCst);
+        assert!(
+            last_start > last_add,
+            "key {key}: last add at {last_add}, last processing start at {last_start}"
+        );
+    }
+    assert_eq!(added, KEYS);
+    assert!(book.in_flight.lock().unwrap().is_empty());
+    assert!(book.gets.load(Ordering::Relaxed) >= KEYS);
+    assert_eq!(q.len(), 0);
+    assert_eq!(q.processing_len(), 0);
+}
