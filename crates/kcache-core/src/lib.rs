@@ -34,6 +34,7 @@ mod managed_fields;
 mod object;
 mod selector;
 mod store;
+mod string_map;
 mod tombstone;
 
 pub use key::{
@@ -45,6 +46,7 @@ pub use object::{
 };
 pub use selector::{LabelSet, Operator, Requirement, Selector, SelectorError};
 pub use store::{KeyListerGetter, Store, StoreError};
+pub use string_map::StringMap;
 pub use tombstone::{DeletedFinalStateUnknown, ObjectOrTombstone};
 
 /// Matches every object: `Selector::everything()`.

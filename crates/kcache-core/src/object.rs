@@ -1,7 +1,6 @@
 //! The cached object: JSON bytes as received plus metadata extracted once.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -15,6 +14,7 @@ use serde::de::{
 use serde_json::value::RawValue;
 
 use crate::managed_fields;
+use crate::string_map::StringMap;
 
 /// Error building a [`CachedObject`] from bytes or from a value.
 ///
@@ -90,8 +90,8 @@ pub struct Metadata {
     uid: Option<Box<str>>,
     resource_version: Option<Box<str>>,
     generation: Option<i64>,
-    labels: BTreeMap<String, String>,
-    annotations: BTreeMap<String, String>,
+    labels: StringMap,
+    annotations: StringMap,
     owner_references: Vec<OwnerReference>,
     finalizers: Vec<String>,
     deletion_timestamp: Option<Box<str>>,
@@ -127,11 +127,11 @@ impl Metadata {
         self.generation
     }
     /// `metadata.labels` (empty when absent).
-    pub fn labels(&self) -> &BTreeMap<String, String> {
+    pub fn labels(&self) -> &StringMap {
         &self.labels
     }
     /// `metadata.annotations` (empty when absent).
-    pub fn annotations(&self) -> &BTreeMap<String, String> {
+    pub fn annotations(&self) -> &StringMap {
         &self.annotations
     }
     /// `metadata.ownerReferences` (empty when absent).
@@ -344,7 +344,7 @@ struct Inner {
 ///     &br#"{"metadata":{"name":"web","namespace":"prod","labels":{"app":"web"}}}"#[..],
 /// )?;
 /// assert_eq!(obj.key(), "prod/web");
-/// assert_eq!(obj.labels()["app"], "web");
+/// assert_eq!(obj.labels().get("app"), Some("web"));
 /// let pod: Pod = obj.decode()?;
 /// assert_eq!(pod.metadata["name"], "web");
 /// # Ok::<_, Box<dyn std::error::Error>>(())
@@ -481,11 +481,11 @@ impl<K> CachedObject<K> {
         self.inner.meta.resource_version()
     }
     /// `metadata.labels`.
-    pub fn labels(&self) -> &BTreeMap<String, String> {
+    pub fn labels(&self) -> &StringMap {
         self.inner.meta.labels()
     }
     /// `metadata.annotations`.
-    pub fn annotations(&self) -> &BTreeMap<String, String> {
+    pub fn annotations(&self) -> &StringMap {
         self.inner.meta.annotations()
     }
     /// The stored JSON bytes (without managedFields when stripped).
@@ -540,11 +540,6 @@ impl<K> CachedObject<K> {
     pub fn heap_size(&self) -> usize {
         let m = &self.inner.meta;
         let s = |o: &Option<Box<str>>| o.as_ref().map_or(0, |s| s.len());
-        let map = |m: &BTreeMap<String, String>| {
-            m.iter()
-                .map(|(k, v)| k.capacity() + v.capacity() + 48)
-                .sum::<usize>()
-        };
         std::mem::size_of::<Inner>()
             + 16
             + self.inner.bytes.len()
@@ -556,8 +551,8 @@ impl<K> CachedObject<K> {
             + s(&m.api_version)
             + s(&m.kind)
             + s(&m.deletion_timestamp)
-            + map(&m.labels)
-            + map(&m.annotations)
+            + m.labels.heap_size()
+            + m.annotations.heap_size()
             + m.finalizers
                 .iter()
                 .map(|f| f.capacity() + 24)
@@ -620,18 +615,16 @@ fn field_from_meta(meta: &Metadata, segs: &[String]) -> Option<Box<str>> {
             "deletionTimestamp" => meta.deletion_timestamp.clone(),
             _ => None,
         },
-        [m, map, key] if m == "metadata" && map == "labels" => {
-            meta.labels.get(key).map(|v| v.as_str().into())
-        }
+        [m, map, key] if m == "metadata" && map == "labels" => meta.labels.get(key).map(Box::from),
         [m, map, key] if m == "metadata" && map == "annotations" => {
-            meta.annotations.get(key).map(|v| v.as_str().into())
+            meta.annotations.get(key).map(Box::from)
         }
         _ => None,
     }
 }
 
 /// A string borrowed from the input when it has no escapes, owned otherwise.
-struct CowStr<'a>(Cow<'a, str>);
+pub(crate) struct CowStr<'a>(pub(crate) Cow<'a, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for CowStr<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -673,9 +666,9 @@ struct RawMeta<'a> {
     #[serde(default)]
     generation: Option<i64>,
     #[serde(default)]
-    labels: Option<BTreeMap<String, String>>,
+    labels: Option<StringMap>,
     #[serde(default)]
-    annotations: Option<BTreeMap<String, String>>,
+    annotations: Option<StringMap>,
     #[serde(default)]
     owner_references: Option<Vec<OwnerReference>>,
     #[serde(default)]

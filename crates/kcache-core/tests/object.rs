@@ -57,7 +57,7 @@ fn all_metadata_fields() {
     assert_eq!(m.finalizers(), ["a/b", "c"]);
     assert_eq!(m.deletion_timestamp(), Some("2026-01-01T00:00:00Z"));
     assert_eq!(
-        obj.annotations()["x"],
+        &obj.annotations()["x"],
         r#"{"quoted":true}"#,
         "escaped strings are unescaped"
     );
@@ -365,4 +365,25 @@ fn key_error_wraps_its_cause() {
         nested.source().unwrap().downcast_ref::<Inner>().is_some()
             || nested.to_string().contains("inner failure")
     );
+}
+
+#[test]
+fn labels_map_semantics() {
+    let o: CachedObject<Value> = CachedObject::from_bytes(
+        &br#"{"metadata":{"name":"a","labels":{"b":"2","a":"1","b":"3"},"annotations":null}}"#[..],
+    )
+    .unwrap();
+    // Sorted, last duplicate wins (as a full decode into a map would give).
+    assert_eq!(
+        o.labels().iter().collect::<Vec<_>>(),
+        [("a", "1"), ("b", "3")]
+    );
+    assert!(o.annotations().is_empty());
+    let full: std::collections::BTreeMap<String, String> = serde_json::from_value(
+        serde_json::from_slice::<Value>(o.bytes()).unwrap()["metadata"]["labels"].clone(),
+    )
+    .unwrap();
+    assert_eq!(o.labels(), &full);
+    assert_eq!(o.labels().to_btree_map(), full);
+    assert!(o.labels().contains_key("a") && !o.labels().contains_key("c"));
 }

@@ -1,0 +1,144 @@
+//! Listers: read-only, selector-aware views over an [`Indexer`].
+
+use std::sync::Arc;
+
+use kcache_core::{CachedObject, Selector};
+
+use crate::index::NAMESPACE_INDEX;
+use crate::indexer::Indexer;
+
+/// A `get` that found nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("object {key:?} not found")]
+pub struct NotFound {
+    /// The key that was looked up (`namespace/name` or `name`).
+    pub key: String,
+}
+
+/// Objects of the store matching `selector` (client-go's `ListAll`):
+/// [`Selector::nothing`] gives none, [`Selector::everything`] gives all.
+pub fn list_all<K>(indexer: &Indexer<K>, selector: &Selector) -> Vec<CachedObject<K>> {
+    if selector.is_nothing() {
+        return Vec::new();
+    }
+    let mut all = indexer.list();
+    if !selector.is_everything() {
+        all.retain(|o| selector.matches(o.labels()));
+    }
+    all
+}
+
+/// Objects of `namespace` matching `selector` (client-go's
+/// `ListAllByNamespace`): `""` means every namespace; uses the
+/// [`NAMESPACE_INDEX`] when registered, else scans.
+pub fn list_all_by_namespace<K>(
+    indexer: &Indexer<K>,
+    namespace: &str,
+    selector: &Selector,
+) -> Vec<CachedObject<K>> {
+    if selector.is_nothing() {
+        return Vec::new();
+    }
+    if namespace.is_empty() {
+        return list_all(indexer, selector);
+    }
+    let mut items = match indexer.by_index(NAMESPACE_INDEX, namespace) {
+        Ok(items) => items,
+        Err(_) => {
+            let mut all = indexer.list();
+            all.retain(|o| o.namespace() == Some(namespace));
+            all
+        }
+    };
+    if !selector.is_everything() {
+        items.retain(|o| selector.matches(o.labels()));
+    }
+    items
+}
+
+/// A lister over an [`Indexer`]: list by label selector, get by name, or
+/// narrow to one namespace.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kcache_core::{CachedObject, Selector};
+/// use kcache_indexer::{Indexer, Lister};
+///
+/// let idx = Arc::new(Indexer::<serde_json::Value>::new());
+/// idx.add(CachedObject::from_bytes(&br#"{"metadata":{"name":"a","namespace":"ns","labels":{"app":"web"}}}"#[..])?)?;
+/// let lister = Lister::new(idx);
+/// assert_eq!(lister.list(&"app=web".parse()?).len(), 1);
+/// assert_eq!(lister.namespaced("ns").get("a")?.name(), "a");
+/// assert!(lister.namespaced("other").get("a").is_err());
+/// # Ok::<_, Box<dyn std::error::Error>>(())
+/// ```
+pub struct Lister<K> {
+    indexer: Arc<Indexer<K>>,
+}
+
+impl<K> Clone for Lister<K> {
+    fn clone(&self) -> Self {
+        Lister {
+            indexer: self.indexer.clone(),
+        }
+    }
+}
+
+impl<K> Lister<K> {
+    /// A lister reading `indexer`.
+    pub fn new(indexer: Arc<Indexer<K>>) -> Self {
+        Lister { indexer }
+    }
+    /// The underlying indexer.
+    pub fn indexer(&self) -> &Arc<Indexer<K>> {
+        &self.indexer
+    }
+    /// Objects of every namespace matching `selector`.
+    pub fn list(&self, selector: &Selector) -> Vec<CachedObject<K>> {
+        list_all(&self.indexer, selector)
+    }
+    /// A cluster-scoped object by name (key `name`).
+    pub fn get(&self, name: &str) -> Result<CachedObject<K>, NotFound> {
+        self.indexer.get_by_key(name).ok_or_else(|| NotFound {
+            key: name.to_owned(),
+        })
+    }
+    /// A view of one namespace.
+    pub fn namespaced(&self, namespace: impl Into<String>) -> NamespacedLister<K> {
+        NamespacedLister {
+            indexer: self.indexer.clone(),
+            namespace: namespace.into(),
+        }
+    }
+}
+
+/// A lister restricted to one namespace.
+pub struct NamespacedLister<K> {
+    indexer: Arc<Indexer<K>>,
+    namespace: String,
+}
+
+impl<K> Clone for NamespacedLister<K> {
+    fn clone(&self) -> Self {
+        NamespacedLister {
+            indexer: self.indexer.clone(),
+            namespace: self.namespace.clone(),
+        }
+    }
+}
+
+impl<K> NamespacedLister<K> {
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+    /// Objects of this namespace matching `selector`.
+    pub fn list(&self, selector: &Selector) -> Vec<CachedObject<K>> {
+        list_all_by_namespace(&self.indexer, &self.namespace, selector)
+    }
+    /// The object `namespace/name`.
+    pub fn get(&self, name: &str) -> Result<CachedObject<K>, NotFound> {
+        let key = format!("{}/{}", self.namespace, name);
+        self.indexer.get_by_key(&key).ok_or(NotFound { key })
+    }
+}
