@@ -121,6 +121,9 @@ impl<T: Hash + Eq + Clone> ItemExponentialFailureRateLimiter<T> {
 
 /// `base * 2^exp`, or `max` when that is larger than `max` or overflows.
 fn exponential(base: Duration, exp: u32, max: Duration) -> Duration {
+    if base.is_zero() {
+        return Duration::ZERO;
+    }
     let Some(factor) = 1u128.checked_shl(exp).filter(|_| exp < 127) else {
         return max;
     };

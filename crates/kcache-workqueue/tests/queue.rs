@@ -107,7 +107,7 @@ async fn add_while_processing(drain: bool) {
         q.shut_down_with_drain().await;
     } else {
         // Let the workers finish the re-added items before shutting down.
-        while q.len() > 0 || q.processing_len() > 0 {
+        while !q.is_empty() || q.processing_len() > 0 {
             yield_now().await;
         }
         q.shut_down();

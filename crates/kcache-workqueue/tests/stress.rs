@@ -60,11 +60,11 @@ async fn stress_producers_and_workers() {
                     );
                     book.gets.fetch_add(1, Ordering::Relaxed);
                     n += 1;
-                    if (n + w as u64) % 7 == 0 {
+                    if (n + w as u64).is_multiple_of(7) {
                         tokio::task::yield_now().await;
                     }
                     book.in_flight.lock().unwrap().remove(&key);
-                    if n % 11 == 0 && book.readd.load(Ordering::SeqCst) {
+                    if n.is_multiple_of(11) && book.readd.load(Ordering::SeqCst) {
                         // A retry: recorded as an add like the producers'.
                         let t = book.clock.fetch_add(1, Ordering::SeqCst);
                         book.last_add[key].fetch_max(t, Ordering::SeqCst);
@@ -104,7 +104,7 @@ async fn stress_producers_and_workers() {
                         2 => q.add_with_opts(key, AddOpts::priority((x % 7) as i32)),
                         _ => q.add(key),
                     }
-                    if i % 64 == 0 {
+                    if i.is_multiple_of(64) {
                         tokio::task::yield_now().await;
                     }
                 }
