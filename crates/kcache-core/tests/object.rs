@@ -302,6 +302,8 @@ fn is_send_sync_clone<T: Send + Sync + Clone>() {}
 fn cached_object_is_send_sync_for_any_k() {
     struct NotSync(#[allow(dead_code)] std::cell::Cell<u8>);
     is_send_sync_clone::<CachedObject<NotSync>>();
+    is_send_sync_clone::<ObjectOrTombstone<NotSync>>();
+    is_send_sync_clone::<DeletedFinalStateUnknown<NotSync>>();
     is_send_sync_clone::<CachedObject<Pod>>();
     assert_eq!(
         std::mem::size_of::<CachedObject<Pod>>(),
