@@ -1,0 +1,462 @@
+//! Byte-level decoding: watch events and list bodies into cached objects,
+//! without any typed decode.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use bytes::Bytes;
+use kcache_core::{CachedObject, ObjectOptions};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::error::{ApiError, BadEvent, BadEventKind, INITIAL_EVENTS_END_ANNOTATION};
+
+/// A watch bookmark: only moves the resource version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bookmark {
+    /// The bookmark's `metadata.resourceVersion`.
+    pub resource_version: String,
+    /// Whether it carries `k8s.io/initial-events-end: "true"` (the end of a
+    /// streaming list's initial events).
+    pub initial_events_end: bool,
+}
+
+/// One decoded watch event.
+pub enum WatchEvent<K> {
+    /// `ADDED`.
+    Added(CachedObject<K>),
+    /// `MODIFIED`.
+    Modified(CachedObject<K>),
+    /// `DELETED` (the object's last state).
+    Deleted(CachedObject<K>),
+    /// `BOOKMARK`.
+    Bookmark(Bookmark),
+    /// `ERROR`: the Status the server ended the watch with.
+    Error(ApiError),
+}
+
+impl<K> fmt::Debug for WatchEvent<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WatchEvent::Added(o) => f.debug_tuple("Added").field(&o.key()).finish(),
+            WatchEvent::Modified(o) => f.debug_tuple("Modified").field(&o.key()).finish(),
+            WatchEvent::Deleted(o) => f.debug_tuple("Deleted").field(&o.key()).finish(),
+            WatchEvent::Bookmark(b) => f.debug_tuple("Bookmark").field(b).finish(),
+            WatchEvent::Error(e) => f.debug_tuple("Error").field(e).finish(),
+        }
+    }
+}
+
+/// Decodes watch lines and list bodies into [`CachedObject`]s: the event
+/// envelope is read without decoding the object, the object's metadata is
+/// extracted by `kcache-core`'s partial decode, and objects of another kind
+/// are rejected.
+///
+/// ```
+/// use bytes::Bytes;
+/// use kcache_core::ObjectOptions;
+/// use kcache_reflector::{EventDecoder, WatchEvent};
+///
+/// let decoder = EventDecoder::<serde_json::Value>::new(ObjectOptions::new(), Some("ConfigMap"), Some("v1"));
+/// let line = Bytes::from_static(br#"{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}}"#);
+/// match decoder.decode_event(line)? {
+///     WatchEvent::Added(obj) => {
+///         assert_eq!(obj.key(), "ns/a");
+///         assert_eq!(obj.resource_version(), Some("7"));
+///     }
+///     other => panic!("unexpected {other:?}"),
+/// }
+/// # Ok::<_, Box<dyn std::error::Error>>(())
+/// ```
+pub struct EventDecoder<K> {
+    options: ObjectOptions,
+    kind: Option<String>,
+    api_version: Option<String>,
+    _k: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> fmt::Debug for EventDecoder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventDecoder")
+            .field("kind", &self.kind)
+            .field("api_version", &self.api_version)
+            .finish()
+    }
+}
+
+#[derive(Deserialize)]
+struct EventWire<'a> {
+    #[serde(borrow, rename = "type")]
+    type_: Cow<'a, str>,
+    #[serde(borrow, default)]
+    object: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct BookmarkWire<'a> {
+    #[serde(borrow, default)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "apiVersion")]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    metadata: Option<BookmarkMeta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct BookmarkMeta<'a> {
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    annotations: Option<HashMap<Cow<'a, str>, Cow<'a, str>>>,
+}
+
+#[derive(Deserialize)]
+struct ListWire<'a> {
+    #[serde(borrow, default)]
+    metadata: Option<ListMetaWire<'a>>,
+    #[serde(borrow, default)]
+    items: Option<Vec<&'a RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct ListMetaWire<'a> {
+    #[serde(borrow, default, rename = "resourceVersion")]
+    resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "continue")]
+    continue_: Option<Cow<'a, str>>,
+}
+
+/// One decoded list page.
+pub struct ListPage<K> {
+    /// The items that decoded.
+    pub items: Vec<CachedObject<K>>,
+    /// The list's `metadata.resourceVersion`.
+    pub resource_version: String,
+    /// The list's `metadata.continue`, when non-empty.
+    pub continue_token: Option<String>,
+    /// Items that were skipped.
+    pub skipped: Vec<BadEvent>,
+}
+
+impl<K> fmt::Debug for ListPage<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListPage")
+            .field("items", &self.items.len())
+            .field("resource_version", &self.resource_version)
+            .field("continue_token", &self.continue_token)
+            .field("skipped", &self.skipped.len())
+            .finish()
+    }
+}
+
+/// The sub-slice `inner` of `outer`, as a zero-copy slice of `outer`'s
+/// buffer when `inner` points into it.
+fn subslice(outer: &Bytes, inner: &[u8]) -> Bytes {
+    let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize);
+    match start {
+        Some(s) if s + inner.len() <= outer.len() => outer.slice(s..s + inner.len()),
+        _ => Bytes::copy_from_slice(inner),
+    }
+}
+
+fn bad(kind: BadEventKind, detail: impl Into<String>) -> BadEvent {
+    BadEvent {
+        kind,
+        detail: detail.into(),
+        source: None,
+    }
+}
+
+fn preview(bytes: &[u8]) -> String {
+    let cut = bytes.len().min(120);
+    let mut s = String::from_utf8_lossy(&bytes[..cut]).into_owned();
+    if bytes.len() > cut {
+        s.push_str("...");
+    }
+    s
+}
+
+impl<K> EventDecoder<K> {
+    /// A decoder that keeps objects as `options` says and rejects objects
+    /// whose `kind` / `apiVersion` (when present) differ from the given ones.
+    pub fn new(options: ObjectOptions, kind: Option<&str>, api_version: Option<&str>) -> Self {
+        EventDecoder {
+            options,
+            kind: kind.map(str::to_owned),
+            api_version: api_version.map(str::to_owned),
+            _k: std::marker::PhantomData,
+        }
+    }
+
+    /// The object options in use.
+    pub fn options(&self) -> &ObjectOptions {
+        &self.options
+    }
+
+    fn check_kind(&self, kind: Option<&str>, api_version: Option<&str>) -> Result<(), BadEvent> {
+        if let (Some(want), Some(got)) = (&self.kind, kind)
+            && want != got
+        {
+            return Err(bad(
+                BadEventKind::WrongKind,
+                format!("expected kind {want:?}, got {got:?}"),
+            ));
+        }
+        if let (Some(want), Some(got)) = (&self.api_version, api_version)
+            && want != got
+        {
+            return Err(bad(
+                BadEventKind::WrongKind,
+                format!("expected apiVersion {want:?}, got {got:?}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Decodes one object (a list item or a watch event's `object`).
+    pub fn decode_object(&self, bytes: Bytes) -> Result<CachedObject<K>, BadEvent> {
+        let obj = match CachedObject::from_bytes_with(bytes.clone(), &self.options) {
+            Ok(o) => o,
+            Err(e) => {
+                return Err(BadEvent {
+                    kind: BadEventKind::InvalidObject,
+                    detail: format!("{e}: {}", preview(&bytes)),
+                    source: Some(e),
+                });
+            }
+        };
+        self.check_kind(obj.meta().kind(), obj.meta().api_version())?;
+        Ok(obj)
+    }
+
+    fn decode_bookmark(&self, bytes: &[u8]) -> Result<Bookmark, BadEvent> {
+        let wire: BookmarkWire<'_> = serde_json::from_slice(bytes).map_err(|e| {
+            bad(
+                BadEventKind::InvalidObject,
+                format!("bookmark: {e}: {}", preview(bytes)),
+            )
+        })?;
+        self.check_kind(wire.kind.as_deref(), wire.api_version.as_deref())?;
+        let meta = wire
+            .metadata
+            .ok_or_else(|| bad(BadEventKind::InvalidObject, "bookmark without metadata"))?;
+        let rv = meta
+            .resource_version
+            .filter(|rv| !rv.is_empty())
+            .ok_or_else(|| {
+                bad(
+                    BadEventKind::InvalidObject,
+                    "bookmark without metadata.resourceVersion",
+                )
+            })?;
+        let end = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(INITIAL_EVENTS_END_ANNOTATION))
+            .is_some_and(|v| v == "true");
+        Ok(Bookmark {
+            resource_version: rv.into_owned(),
+            initial_events_end: end,
+        })
+    }
+
+    fn typed(&self, ty: &[u8], object: Bytes) -> Option<Result<WatchEvent<K>, BadEvent>> {
+        Some(match ty {
+            b"ADDED" => self.decode_object(object).map(WatchEvent::Added),
+            b"MODIFIED" => self.decode_object(object).map(WatchEvent::Modified),
+            b"DELETED" => self.decode_object(object).map(WatchEvent::Deleted),
+            b"BOOKMARK" => self.decode_bookmark(&object).map(WatchEvent::Bookmark),
+            b"ERROR" => Ok(WatchEvent::Error(ApiError::from_status_bytes(
+                None, &object,
+            ))),
+            _ => return None,
+        })
+    }
+
+    /// Decodes one watch line (`{"type":"...","object":{...}}`).
+    ///
+    /// The apiserver's usual layout is recognized without parsing the
+    /// envelope (the object is then validated by the metadata decode);
+    /// anything else goes through a borrowing serde decode.
+    pub fn decode_event(&self, line: Bytes) -> Result<WatchEvent<K>, BadEvent> {
+        const PREFIX: &[u8] = b"{\"type\":\"";
+        const OBJECT: &[u8] = b",\"object\":";
+        if let Some(rest) = line.strip_prefix(PREFIX)
+            && let Some(q) = memchr::memchr(b'"', rest)
+            && rest[q + 1..].starts_with(OBJECT)
+            && line.ends_with(b"}")
+        {
+            let start = PREFIX.len() + q + 1 + OBJECT.len();
+            let end = line.len() - 1;
+            if start < end {
+                let object = line.slice(start..end);
+                if let Some(result) = self.typed(&rest[..q], object) {
+                    match result {
+                        Err(BadEvent {
+                            kind: BadEventKind::InvalidObject,
+                            ..
+                        }) => {} // maybe not the usual layout: full decode below
+                        other => return other,
+                    }
+                }
+            }
+        }
+        let wire: EventWire<'_> = serde_json::from_slice(&line).map_err(|e| {
+            bad(
+                BadEventKind::Undecodable,
+                format!("{e}: {}", preview(&line)),
+            )
+        })?;
+        let object = match wire.object {
+            Some(raw) => subslice(&line, raw.get().as_bytes()),
+            None => {
+                return Err(bad(
+                    BadEventKind::Undecodable,
+                    format!("event {:?} without object", wire.type_),
+                ));
+            }
+        };
+        match self.typed(wire.type_.as_bytes(), object) {
+            Some(r) => r,
+            None => Err(bad(
+                BadEventKind::UnknownType,
+                format!("event type {:?}", wire.type_),
+            )),
+        }
+    }
+
+    /// Splits a list body into items without decoding them, then builds
+    /// each item's cached object. Items that fail are skipped and returned
+    /// in [`ListPage::skipped`].
+    pub fn decode_list(&self, body: &Bytes) -> Result<ListPage<K>, serde_json::Error> {
+        let wire: ListWire<'_> = serde_json::from_slice(body)?;
+        let raw_items = wire.items.unwrap_or_default();
+        let mut items = Vec::with_capacity(raw_items.len());
+        let mut skipped = Vec::new();
+        for raw in raw_items {
+            match self.decode_object(subslice(body, raw.get().as_bytes())) {
+                Ok(o) => items.push(o),
+                Err(e) => skipped.push(e),
+            }
+        }
+        let (rv, cont) = match wire.metadata {
+            Some(m) => (
+                m.resource_version.map(Cow::into_owned).unwrap_or_default(),
+                m.continue_.filter(|c| !c.is_empty()).map(Cow::into_owned),
+            ),
+            None => (String::new(), None),
+        };
+        Ok(ListPage {
+            items,
+            resource_version: rv,
+            continue_token: cont,
+            skipped,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type V = serde_json::Value;
+
+    fn dec() -> EventDecoder<V> {
+        EventDecoder::new(ObjectOptions::new(), Some("ConfigMap"), Some("v1"))
+    }
+
+    fn ev(s: &str) -> Result<WatchEvent<V>, BadEvent> {
+        dec().decode_event(Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    #[test]
+    fn fast_and_slow_paths_agree() {
+        let fast = r#"{"type":"MODIFIED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"3"}}}"#;
+        let slow = r#"{ "object": {"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"3"}}, "type": "MODIFIED" }"#;
+        for s in [fast, slow] {
+            match ev(s).unwrap() {
+                WatchEvent::Modified(o) => {
+                    assert_eq!(o.key(), "a");
+                    assert_eq!(o.resource_version(), Some("3"));
+                    assert!(o.bytes().starts_with(b"{\"kind\""));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // extra member after the object: the fast path must not accept a
+        // truncated object
+        let extra =
+            r#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"b"}},"x":1}"#;
+        match ev(extra).unwrap() {
+            WatchEvent::Added(o) => assert_eq!(
+                o.bytes().as_ref(),
+                br#"{"kind":"ConfigMap","metadata":{"name":"b"}}"#
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn bookmarks_errors_and_bad_input() {
+        match ev(r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"12","annotations":{"k8s.io/initial-events-end":"true"}}}}"#).unwrap() {
+            WatchEvent::Bookmark(b) => assert_eq!(b, Bookmark { resource_version: "12".into(), initial_events_end: true }),
+            other => panic!("{other:?}"),
+        }
+        match ev(r#"{"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}}"#).unwrap() {
+            WatchEvent::Error(e) => assert!(e.is_expired()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(ev("not json").unwrap_err().kind, BadEventKind::Undecodable);
+        assert_eq!(
+            ev(r#"{"type":"ADDED"}"#).unwrap_err().kind,
+            BadEventKind::Undecodable
+        );
+        assert_eq!(
+            ev(r#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{}}}"#)
+                .unwrap_err()
+                .kind,
+            BadEventKind::InvalidObject
+        );
+        assert_eq!(
+            ev(r#"{"type":"ADDED","object":{"kind":"Secret","metadata":{"name":"s"}}}"#)
+                .unwrap_err()
+                .kind,
+            BadEventKind::WrongKind
+        );
+        assert_eq!(
+            ev(r#"{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v2","metadata":{"name":"s"}}}"#).unwrap_err().kind,
+            BadEventKind::WrongKind
+        );
+        assert_eq!(
+            ev(r#"{"type":"WEIRD","object":{"metadata":{"name":"s"}}}"#)
+                .unwrap_err()
+                .kind,
+            BadEventKind::UnknownType
+        );
+        assert_eq!(
+            ev(r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","metadata":{}}}"#)
+                .unwrap_err()
+                .kind,
+            BadEventKind::InvalidObject
+        );
+    }
+
+    #[test]
+    fn list_items_are_zero_copy_slices() {
+        let body = Bytes::from_static(br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"9","continue":"abc"},"items":[{"metadata":{"name":"a","namespace":"n"}},{"metadata":{}},{"metadata":{"name":"b"}}]}"#);
+        let page = dec().decode_list(&body).unwrap();
+        assert_eq!(page.resource_version, "9");
+        assert_eq!(page.continue_token.as_deref(), Some("abc"));
+        assert_eq!(page.items.len(), 2);
+        assert_eq!(page.skipped.len(), 1);
+        let p = page.items[0].bytes().as_ptr() as usize;
+        assert!(p > body.as_ptr() as usize && p < body.as_ptr() as usize + body.len());
+        let empty = dec()
+            .decode_list(&Bytes::from_static(
+                br#"{"metadata":{"resourceVersion":"1","continue":""},"items":null}"#,
+            ))
+            .unwrap();
+        assert!(empty.items.is_empty() && empty.continue_token.is_none());
+    }
+}

@@ -1,0 +1,550 @@
+//! Typed errors: what went wrong, and what to do about it.
+
+use std::fmt;
+
+use kcache_core::{BoxError, ObjectError, StoreError};
+use serde::Deserialize;
+
+/// The annotation a streaming list's last bookmark carries.
+pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
+
+/// A `metav1.Status` failure the apiserver answered with (an HTTP error
+/// status or an `ERROR` watch event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status code (`code` of the Status, or the HTTP status).
+    pub code: u16,
+    /// Machine-readable reason (`Expired`, `Gone`, `Forbidden`, `TooManyRequests`...).
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+    /// The cause types of `details.causes` (e.g. `ResourceVersionTooLarge`).
+    pub causes: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct StatusWire {
+    #[serde(default)]
+    code: Option<u16>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    details: Option<DetailsWire>,
+}
+
+#[derive(Deserialize)]
+struct DetailsWire {
+    #[serde(default)]
+    causes: Vec<CauseWire>,
+}
+
+#[derive(Deserialize)]
+struct CauseWire {
+    #[serde(default, rename = "reason")]
+    reason: Option<String>,
+}
+
+impl ApiError {
+    /// Builds the error from a `Status` body. `http_status` is used when the
+    /// body has no code, and a body that is not a Status becomes the message.
+    pub fn from_status_bytes(http_status: Option<u16>, body: &[u8]) -> Self {
+        match serde_json::from_slice::<StatusWire>(body) {
+            Ok(s) => ApiError {
+                code: s.code.filter(|c| *c != 0).or(http_status).unwrap_or(500),
+                reason: s.reason.unwrap_or_default(),
+                message: s.message.unwrap_or_default(),
+                causes: s
+                    .details
+                    .map(|d| d.causes.into_iter().filter_map(|c| c.reason).collect())
+                    .unwrap_or_default(),
+            },
+            Err(_) => {
+                let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+                ApiError {
+                    code: http_status.unwrap_or(500),
+                    reason: String::new(),
+                    message: text,
+                    causes: Vec::new(),
+                }
+            }
+        }
+    }
+
+    /// `410 Gone` / reason `Expired` or `Gone`: the resourceVersion (or
+    /// continue token) is older than what the server keeps.
+    pub fn is_expired(&self) -> bool {
+        self.code == 410 || self.reason == "Expired" || self.reason == "Gone"
+    }
+
+    /// "Too large resource version": the server (its watch cache) has not
+    /// reached the requested resourceVersion yet.
+    pub fn is_too_large_resource_version(&self) -> bool {
+        if self.causes.iter().any(|c| c == "ResourceVersionTooLarge") {
+            return true;
+        }
+        (self.code == 504 || self.reason == "Timeout")
+            && self.message.contains("Too large resource version")
+    }
+
+    /// `429 Too Many Requests`.
+    pub fn is_too_many_requests(&self) -> bool {
+        self.code == 429 || self.reason == "TooManyRequests"
+    }
+
+    /// `500` / reason `InternalError`.
+    pub fn is_internal_error(&self) -> bool {
+        self.reason == "InternalError" || (self.code == 500 && self.reason.is_empty())
+    }
+
+    /// `403 Forbidden`.
+    pub fn is_forbidden(&self) -> bool {
+        self.code == 403 || self.reason == "Forbidden"
+    }
+
+    /// `400 BadRequest` / `422 Invalid`: what an apiserver that does not
+    /// support a parameter (such as `sendInitialEvents`) answers.
+    pub fn is_invalid(&self) -> bool {
+        matches!(self.code, 400 | 422) || self.reason == "Invalid" || self.reason == "BadRequest"
+    }
+
+    fn hint(&self) -> &'static str {
+        if self.is_expired() {
+            "the resourceVersion is too old; the reflector relists"
+        } else if self.is_too_large_resource_version() {
+            "the server has not reached that resourceVersion; the reflector relists from the newest state"
+        } else if self.is_too_many_requests() {
+            "the server is throttling; the reflector backs off and retries"
+        } else if self.is_forbidden() || self.code == 401 {
+            "grant the client's user `list` and `watch` on this resource (RBAC); the reflector keeps retrying with backoff"
+        } else if self.code == 404 {
+            "the resource type is not served: check the group/version/plural (CRD installed?)"
+        } else {
+            "the reflector retries with backoff"
+        }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}: {} ({})",
+            self.code,
+            self.reason,
+            self.message,
+            self.hint()
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// What a reflector was doing when an error happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Operation {
+    /// A (paged) list.
+    List,
+    /// A watch.
+    Watch,
+    /// A streaming list (watch with `sendInitialEvents=true`).
+    WatchList,
+    /// A periodic resync.
+    Resync,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Operation::List => "list",
+            Operation::Watch => "watch",
+            Operation::WatchList => "streaming list",
+            Operation::Resync => "resync",
+        })
+    }
+}
+
+/// Why a watch event was skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BadEventKind {
+    /// The line is not a watch event (`{"type":...,"object":...}`).
+    Undecodable,
+    /// The event's object has no usable metadata (no name, wrong types...).
+    InvalidObject,
+    /// The object's kind or apiVersion is not the reflector's.
+    WrongKind,
+    /// The event type is not ADDED, MODIFIED, DELETED, BOOKMARK or ERROR.
+    UnknownType,
+}
+
+impl fmt::Display for BadEventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BadEventKind::Undecodable => "undecodable event",
+            BadEventKind::InvalidObject => "object without valid metadata",
+            BadEventKind::WrongKind => "object of an unexpected kind",
+            BadEventKind::UnknownType => "unknown event type",
+        })
+    }
+}
+
+/// A watch event (or list item) that was reported and skipped.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind}: {detail} (skipped; the reflector keeps running)")]
+pub struct BadEvent {
+    /// What was wrong.
+    pub kind: BadEventKind,
+    /// Details (the decode error, the kinds...).
+    pub detail: String,
+    /// The underlying object error, if any.
+    #[source]
+    pub source: Option<ObjectError>,
+}
+
+/// An error a reflector reports to its watch-error handler.
+///
+/// The reflector handles every error itself (relist, rewatch, backoff: see
+/// the crate docs); the handler is for logging, metrics and alerting.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReflectorError {
+    /// The apiserver answered with a failure Status.
+    #[error("{op} {resource} failed: {error}")]
+    Api {
+        /// What was being done.
+        op: Operation,
+        /// The resource (`kind` or `plural`, with namespace).
+        resource: String,
+        /// The Status.
+        #[source]
+        error: ApiError,
+    },
+    /// The request could not be sent or got no response (connection
+    /// refused, TLS, auth plugin...).
+    #[error(
+        "{op} {resource}: request failed: {source} (check connectivity and credentials; the reflector retries with backoff)"
+    )]
+    Transport {
+        /// What was being done.
+        op: Operation,
+        /// The resource.
+        resource: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading a response body failed.
+    #[error("{op} {resource}: reading the response failed: {source} (the reflector retries)")]
+    Body {
+        /// What was being done.
+        op: Operation,
+        /// The resource.
+        resource: String,
+        /// The body error.
+        #[source]
+        source: BoxError,
+    },
+    /// A list response was not a valid list.
+    #[error(
+        "list {resource}: invalid list body: {source} (is the URL right? the reflector retries)"
+    )]
+    InvalidList {
+        /// The resource.
+        resource: String,
+        /// The decode error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A watch event or list item was skipped.
+    #[error("{op} {resource}: {source}")]
+    BadEvent {
+        /// What was being done.
+        op: Operation,
+        /// The resource.
+        resource: String,
+        /// What was wrong.
+        #[source]
+        source: BadEvent,
+    },
+    /// The store refused a write; the reflector logs it and goes on (a
+    /// failed `replace` makes it relist).
+    #[error("{op} {resource}: store error: {source}")]
+    Store {
+        /// What was being done.
+        op: Operation,
+        /// The resource.
+        resource: String,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
+    /// A watch ended in under a second without any event: treated as an
+    /// error, the reflector relists after a backoff.
+    #[error(
+        "{op} {resource}: very short watch: the watch closed in under a second with no events (the reflector relists after a backoff)"
+    )]
+    VeryShortWatch {
+        /// What was being done.
+        op: Operation,
+        /// The resource.
+        resource: String,
+    },
+    /// A watch line exceeded the maximum event size.
+    #[error(
+        "{op} {resource}: watch event larger than {limit} bytes (raise `max_event_size`; the reflector relists)"
+    )]
+    EventTooLarge {
+        /// What was being done.
+        op: Operation,
+        /// The resource.
+        resource: String,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The request could not be built (invalid selector or parameters).
+    #[error("{resource}: cannot build the request: {source} (fix the reflector's configuration)")]
+    Request {
+        /// The resource.
+        resource: String,
+        /// kube's request error.
+        #[source]
+        source: kube::core::request::Error,
+    },
+}
+
+/// The reason label of the errors counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorReason {
+    /// 410 Gone / Expired.
+    Expired,
+    /// "Too large resource version".
+    TooLargeResourceVersion,
+    /// 429.
+    TooManyRequests,
+    /// 401/403.
+    Forbidden,
+    /// Any other API Status.
+    Api,
+    /// Connection or client failure.
+    Transport,
+    /// Reading a body failed.
+    Body,
+    /// Invalid list body.
+    InvalidList,
+    /// Skipped event.
+    BadEvent,
+    /// Store error.
+    Store,
+    /// Very short watch.
+    VeryShortWatch,
+    /// Event too large.
+    EventTooLarge,
+    /// Request build failure.
+    Request,
+}
+
+impl ErrorReason {
+    /// Every reason, in label order.
+    pub const ALL: [ErrorReason; 13] = [
+        ErrorReason::Expired,
+        ErrorReason::TooLargeResourceVersion,
+        ErrorReason::TooManyRequests,
+        ErrorReason::Forbidden,
+        ErrorReason::Api,
+        ErrorReason::Transport,
+        ErrorReason::Body,
+        ErrorReason::InvalidList,
+        ErrorReason::BadEvent,
+        ErrorReason::Store,
+        ErrorReason::VeryShortWatch,
+        ErrorReason::EventTooLarge,
+        ErrorReason::Request,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorReason::Expired => "expired",
+            ErrorReason::TooLargeResourceVersion => "too_large_resource_version",
+            ErrorReason::TooManyRequests => "too_many_requests",
+            ErrorReason::Forbidden => "forbidden",
+            ErrorReason::Api => "api_error",
+            ErrorReason::Transport => "transport",
+            ErrorReason::Body => "body",
+            ErrorReason::InvalidList => "invalid_list",
+            ErrorReason::BadEvent => "bad_event",
+            ErrorReason::Store => "store",
+            ErrorReason::VeryShortWatch => "very_short_watch",
+            ErrorReason::EventTooLarge => "event_too_large",
+            ErrorReason::Request => "request",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        Self::ALL.iter().position(|r| *r == self).unwrap_or(0)
+    }
+}
+
+impl ReflectorError {
+    /// The API Status, if the apiserver answered with one.
+    pub fn api_error(&self) -> Option<&ApiError> {
+        match self {
+            ReflectorError::Api { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The reason label for metrics.
+    pub fn reason(&self) -> ErrorReason {
+        match self {
+            ReflectorError::Api { error, .. } => {
+                if error.is_expired() {
+                    ErrorReason::Expired
+                } else if error.is_too_large_resource_version() {
+                    ErrorReason::TooLargeResourceVersion
+                } else if error.is_too_many_requests() {
+                    ErrorReason::TooManyRequests
+                } else if error.is_forbidden() || error.code == 401 {
+                    ErrorReason::Forbidden
+                } else {
+                    ErrorReason::Api
+                }
+            }
+            ReflectorError::Transport { .. } => ErrorReason::Transport,
+            ReflectorError::Body { .. } => ErrorReason::Body,
+            ReflectorError::InvalidList { .. } => ErrorReason::InvalidList,
+            ReflectorError::BadEvent { .. } => ErrorReason::BadEvent,
+            ReflectorError::Store { .. } => ErrorReason::Store,
+            ReflectorError::VeryShortWatch { .. } => ErrorReason::VeryShortWatch,
+            ReflectorError::EventTooLarge { .. } => ErrorReason::EventTooLarge,
+            ReflectorError::Request { .. } => ErrorReason::Request,
+        }
+    }
+
+    /// Expired / Gone.
+    pub fn is_expired(&self) -> bool {
+        self.api_error().is_some_and(ApiError::is_expired)
+    }
+
+    /// "Too large resource version".
+    pub fn is_too_large_resource_version(&self) -> bool {
+        self.api_error()
+            .is_some_and(ApiError::is_too_large_resource_version)
+    }
+
+    /// 429.
+    pub fn is_too_many_requests(&self) -> bool {
+        self.api_error().is_some_and(ApiError::is_too_many_requests)
+    }
+
+    /// A connection-refused failure to send the request.
+    pub fn is_connection_refused(&self) -> bool {
+        match self {
+            ReflectorError::Transport { source, .. } => is_connection_refused(source),
+            _ => false,
+        }
+    }
+
+    /// client-go's `isWatchErrorRetriable`: connection refused or 429 when
+    /// opening a watch means "back off and watch again", without a relist.
+    pub fn is_watch_retriable(&self) -> bool {
+        self.is_connection_refused() || self.is_too_many_requests()
+    }
+}
+
+/// Walks an error's source chain looking for a refused connection.
+pub(crate) fn is_connection_refused(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        let text = e.to_string().to_ascii_lowercase();
+        if text.contains("connection refused") {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// client-go's `IsProbableEOF` / `IsTimeout` for errors while reading a
+/// watch body: the stream ended, not a real failure.
+pub(crate) fn is_probable_eof(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::TimedOut
+            )
+        {
+            return true;
+        }
+        let text = e.to_string().to_ascii_lowercase();
+        if [
+            "eof",
+            "connection reset",
+            "broken pipe",
+            "closed",
+            "timed out",
+            "timeout",
+        ]
+        .iter()
+        .any(|p| text.contains(p))
+        {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_status() {
+        let e = ApiError::from_status_bytes(
+            Some(410),
+            br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version: 1 (5)","reason":"Expired","code":410}"#,
+        );
+        assert!(e.is_expired());
+        assert_eq!(e.code, 410);
+        let e = ApiError::from_status_bytes(
+            Some(504),
+            br#"{"kind":"Status","status":"Failure","message":"Too large resource version: 20, current: 10","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}]},"code":504}"#,
+        );
+        assert!(e.is_too_large_resource_version());
+        let e = ApiError::from_status_bytes(Some(502), b"<html>bad gateway</html>");
+        assert_eq!(e.code, 502);
+        assert!(e.message.contains("bad gateway"));
+        assert!(
+            ApiError::from_status_bytes(Some(403), b"{}")
+                .to_string()
+                .contains("RBAC")
+        );
+    }
+
+    #[test]
+    fn reasons_have_distinct_labels() {
+        let mut labels: Vec<_> = ErrorReason::ALL.iter().map(|r| r.as_str()).collect();
+        labels.sort();
+        labels.dedup();
+        assert_eq!(labels.len(), ErrorReason::ALL.len());
+        for (i, r) in ErrorReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+    }
+}

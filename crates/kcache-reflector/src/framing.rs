@@ -1,0 +1,231 @@
+//! Newline framing of a watch stream's byte chunks.
+
+use bytes::{Bytes, BytesMut};
+
+/// A line exceeded the framer's maximum size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("watch event exceeds {limit} bytes without a newline")]
+pub struct FrameTooLarge {
+    /// The configured maximum.
+    pub limit: usize,
+}
+
+/// Splits a byte stream into newline-terminated frames (one JSON watch event
+/// per line), whatever the chunk boundaries: an event split across chunks,
+/// several events in one chunk, very large events.
+///
+/// A frame that lies inside one chunk is handed out without copying (a
+/// [`Bytes`] slice of the chunk); only a frame that spans chunks is copied
+/// once into a buffer. Empty and whitespace-only lines are skipped, and a
+/// trailing `\r` is removed.
+///
+/// ```
+/// use bytes::Bytes;
+/// use kcache_reflector::LineFramer;
+///
+/// let mut framer = LineFramer::new();
+/// framer.push(Bytes::from_static(b"{\"type\":\"ADDED\"}\n{\"type\":"));
+/// assert_eq!(framer.next_frame()?.as_deref(), Some(&b"{\"type\":\"ADDED\"}"[..]));
+/// assert_eq!(framer.next_frame()?, None); // the second event is incomplete
+/// framer.push(Bytes::from_static(b"\"DELETED\"}\n"));
+/// assert_eq!(framer.next_frame()?.as_deref(), Some(&b"{\"type\":\"DELETED\"}"[..]));
+/// assert_eq!(framer.finish(), None);
+/// # Ok::<_, kcache_reflector::FrameTooLarge>(())
+/// ```
+#[derive(Debug)]
+pub struct LineFramer {
+    /// The start of a frame that spans chunks.
+    pending: BytesMut,
+    /// The part of the last chunk not framed yet.
+    current: Bytes,
+    max_frame: usize,
+}
+
+impl Default for LineFramer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Default maximum frame size: 128 MiB.
+pub const DEFAULT_MAX_FRAME: usize = 128 * 1024 * 1024;
+
+impl LineFramer {
+    /// A framer with the default maximum frame size (128 MiB).
+    pub fn new() -> Self {
+        Self::with_max_frame(DEFAULT_MAX_FRAME)
+    }
+
+    /// A framer that fails on frames longer than `max_frame` bytes.
+    pub fn with_max_frame(max_frame: usize) -> Self {
+        LineFramer {
+            pending: BytesMut::new(),
+            current: Bytes::new(),
+            max_frame,
+        }
+    }
+
+    /// Adds a chunk. Call [`next_frame`](Self::next_frame) until it returns
+    /// `None` before pushing the next chunk.
+    pub fn push(&mut self, chunk: Bytes) {
+        if self.current.is_empty() {
+            self.current = chunk;
+        } else {
+            // next_frame was not drained: keep everything, in order.
+            self.pending.extend_from_slice(&self.current);
+            self.current = chunk;
+        }
+    }
+
+    /// The next complete frame, or `None` when more bytes are needed.
+    pub fn next_frame(&mut self) -> Result<Option<Bytes>, FrameTooLarge> {
+        loop {
+            if self.current.is_empty() {
+                return Ok(None);
+            }
+            match memchr::memchr(b'\n', &self.current) {
+                Some(pos) => {
+                    let mut line = self.current.split_to(pos + 1);
+                    line.truncate(pos);
+                    let frame = if self.pending.is_empty() {
+                        line
+                    } else {
+                        if self.pending.len() + line.len() > self.max_frame {
+                            self.pending.clear();
+                            return Err(FrameTooLarge {
+                                limit: self.max_frame,
+                            });
+                        }
+                        self.pending.extend_from_slice(&line);
+                        self.pending.split().freeze()
+                    };
+                    if let Some(frame) = trim(frame) {
+                        if frame.len() > self.max_frame {
+                            return Err(FrameTooLarge {
+                                limit: self.max_frame,
+                            });
+                        }
+                        return Ok(Some(frame));
+                    }
+                }
+                None => {
+                    if self.pending.len() + self.current.len() > self.max_frame {
+                        self.pending.clear();
+                        self.current = Bytes::new();
+                        return Err(FrameTooLarge {
+                            limit: self.max_frame,
+                        });
+                    }
+                    self.pending.extend_from_slice(&self.current);
+                    self.current = Bytes::new();
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// The bytes left after the last newline, once the stream has ended (a
+    /// last event without a trailing newline), or `None`.
+    pub fn finish(&mut self) -> Option<Bytes> {
+        self.pending.extend_from_slice(&self.current);
+        self.current = Bytes::new();
+        trim(self.pending.split().freeze())
+    }
+
+    /// Bytes buffered and not framed yet.
+    pub fn buffered(&self) -> usize {
+        self.pending.len() + self.current.len()
+    }
+}
+
+fn trim(mut frame: Bytes) -> Option<Bytes> {
+    while frame.last().is_some_and(|b| b.is_ascii_whitespace()) {
+        frame.truncate(frame.len() - 1);
+    }
+    let lead = frame
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(frame.len());
+    if lead == frame.len() {
+        return None;
+    }
+    if lead > 0 {
+        frame = frame.slice(lead..);
+    }
+    Some(frame)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames_of(chunks: &[&[u8]]) -> Vec<Vec<u8>> {
+        let mut f = LineFramer::new();
+        let mut out = Vec::new();
+        for c in chunks {
+            f.push(Bytes::copy_from_slice(c));
+            while let Some(fr) = f.next_frame().unwrap() {
+                out.push(fr.to_vec());
+            }
+        }
+        if let Some(fr) = f.finish() {
+            out.push(fr.to_vec());
+        }
+        out
+    }
+
+    #[test]
+    fn several_per_chunk_and_split_across_chunks() {
+        let out = frames_of(&[b"a1\nb2\nc", b"3", b"3\r\n\n  \nd4"]);
+        assert_eq!(
+            out,
+            vec![
+                b"a1".to_vec(),
+                b"b2".to_vec(),
+                b"c33".to_vec(),
+                b"d4".to_vec()
+            ]
+        );
+    }
+
+    #[test]
+    fn every_split_point_gives_the_same_frames() {
+        let stream = b"{\"x\":1}\n{\"y\":[1,2,3]}\n\n{\"z\":\"\\n\"}\n";
+        for i in 0..stream.len() {
+            for j in i..stream.len() {
+                let out = frames_of(&[&stream[..i], &stream[i..j], &stream[j..]]);
+                assert_eq!(out.len(), 3, "split {i} {j}");
+                assert_eq!(out[2], b"{\"z\":\"\\n\"}".to_vec());
+            }
+        }
+    }
+
+    #[test]
+    fn very_large_frame_byte_by_byte_and_limit() {
+        let big = vec![b'x'; 1 << 20];
+        let mut stream = big.clone();
+        stream.push(b'\n');
+        let chunks: Vec<&[u8]> = stream.chunks(4096).collect();
+        let out = frames_of(&chunks);
+        assert_eq!(out, vec![big]);
+
+        let mut f = LineFramer::with_max_frame(10);
+        f.push(Bytes::from_static(b"0123456789abc"));
+        assert_eq!(f.next_frame(), Err(FrameTooLarge { limit: 10 }));
+        let mut f = LineFramer::with_max_frame(10);
+        f.push(Bytes::from_static(b"0123456"));
+        assert_eq!(f.next_frame(), Ok(None));
+        f.push(Bytes::from_static(b"789abc\nok\n"));
+        assert_eq!(f.next_frame(), Err(FrameTooLarge { limit: 10 }));
+        assert_eq!(f.next_frame().unwrap().as_deref(), Some(&b"ok"[..]));
+    }
+
+    #[test]
+    fn frames_within_a_chunk_are_not_copied() {
+        let chunk = Bytes::from_static(b"abc\ndef\n");
+        let mut f = LineFramer::new();
+        f.push(chunk.clone());
+        let a = f.next_frame().unwrap().unwrap();
+        assert_eq!(a.as_ptr(), chunk.as_ptr());
+    }
+}

@@ -1,0 +1,118 @@
+//! client-go's `Reflector`, rebuilt on `kube`: lists a Kubernetes resource
+//! type, then watches it from the list's resourceVersion, and writes every
+//! change into a [`Store`](kcache_core::Store) sink (normally the DeltaFIFO),
+//! with client-go's paging, resourceVersion, bookmark, backoff and recovery
+//! rules.
+//!
+//! # Bytes, not typed objects
+//!
+//! The reflector reads the apiserver's bytes itself through
+//! [`kube::Client::send`] (which still applies configuration, auth and TLS):
+//! a list body is split into its items without decoding them, a watch
+//! stream is framed by line ([`LineFramer`]), and each object becomes a
+//! [`CachedObject`](kcache_core::CachedObject) (bytes + metadata) through
+//! [`EventDecoder`]. No typed decode happens on the ingest path.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
+//! use kcache_reflector::Reflector;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! struct Printer;
+//! impl Store<ConfigMap> for Printer {
+//!     fn add(&self, obj: CachedObject<ConfigMap>) -> Result<(), StoreError> {
+//!         println!("added {}", obj.key());
+//!         Ok(())
+//!     }
+//!     fn update(&self, obj: CachedObject<ConfigMap>) -> Result<(), StoreError> {
+//!         println!("updated {}", obj.key());
+//!         Ok(())
+//!     }
+//!     fn delete(&self, obj: ObjectOrTombstone<ConfigMap>) -> Result<(), StoreError> {
+//!         println!("deleted {}", obj.key());
+//!         Ok(())
+//!     }
+//!     fn replace(&self, items: Vec<CachedObject<ConfigMap>>, rv: String) -> Result<(), StoreError> {
+//!         println!("{} objects at resourceVersion {rv}", items.len());
+//!         Ok(())
+//!     }
+//!     fn resync(&self) -> Result<(), StoreError> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), kube::Error> {
+//! let client = kube::Client::try_default().await?;
+//! let reflector = Reflector::<ConfigMap>::builder(client, Arc::new(Printer))
+//!     .namespace("default")
+//!     .label_selector("app=web")
+//!     .object_options(ObjectOptions::new().strip_managed_fields(true))
+//!     .watch_error_handler(|e| eprintln!("reflector: {e}"))
+//!     .build();
+//! let stop = CancellationToken::new();
+//! reflector.run(stop.clone()).await; // until `stop.cancel()`
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `DynamicObject` works with [`Reflector::builder_with`] and an
+//! `ApiResource`; `PartialObjectMeta<K>` makes a metadata-only reflector
+//! (it asks for `PartialObjectMetadataList`s).
+//!
+//! # Rules (client-go's)
+//!
+//! - **List**: paged (limit 500 + continue) at resourceVersion `"0"` the
+//!   first time, then at the last synced RV (unpaged, so the watch cache
+//!   answers), or at `""` after an Expired/Gone or "too large resource
+//!   version" answer (retried once at once). An expired continue token
+//!   falls back to one full list. The result goes to `store.replace`.
+//! - **Watch**: from the last synced RV, bookmarks on, `timeoutSeconds`
+//!   random in `[300, 600)`. ADDED/MODIFIED/DELETED go to
+//!   `add`/`update`/`delete`; BOOKMARK only moves the RV (and calls
+//!   `store.bookmark`); every event records its RV.
+//! - **Recovery**: 410 during a watch → relist; a clean end → watch again
+//!   without relisting; connection refused or 429 when opening a watch (or
+//!   429 during one) → back off, watch again without relisting; any other
+//!   error → relist after a backoff step. A watch ending in under a second
+//!   with no events is an error. Backoff: 800 ms doubling to 30 s, jitter
+//!   `[d, 2d)`, reset after 2 minutes without backoff.
+//! - **Streaming list** (default on): a watch with `sendInitialEvents=true`
+//!   and `resourceVersionMatch=NotOlderThan`; initial events are buffered
+//!   and handed over as one `replace` at the `k8s.io/initial-events-end`
+//!   bookmark, then the same stream goes on. An unsupported answer (400/422)
+//!   switches to list + watch, logged once.
+//! - **Bad input**: an undecodable event, an object without metadata or of
+//!   another kind is reported (log, [`ReflectorError::BadEvent`] to the
+//!   handler, `reflector_errors_total{reason="bad_event"}`) and skipped. An
+//!   `ERROR` event becomes [`ReflectorError::Api`] and follows the rules.
+//!
+//! See `docs/reflector.md` for the recovery rules in prose.
+
+mod backoff;
+mod decode;
+mod error;
+mod framing;
+mod metrics;
+#[cfg(feature = "prometheus")]
+mod prometheus;
+mod reflector;
+
+pub use backoff::BackoffConfig;
+pub use decode::{Bookmark, EventDecoder, ListPage, WatchEvent};
+pub use error::{
+    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION, Operation,
+    ReflectorError,
+};
+pub use framing::{DEFAULT_MAX_FRAME, FrameTooLarge, LineFramer};
+pub use metrics::{
+    CounterMetric, MetricsProvider, NoopMetric, NoopMetricsProvider, SettableGaugeMetric,
+};
+#[cfg(feature = "prometheus")]
+pub use prometheus::PrometheusMetricsProvider;
+pub use reflector::{
+    DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, Reflector, ReflectorBuilder, WatchErrorHandler,
+};

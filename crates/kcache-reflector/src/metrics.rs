@@ -1,0 +1,142 @@
+//! Reflector metrics behind a small provider trait (the workqueue's pattern).
+//!
+//! A reflector creates its metrics once, labelled with its name
+//! ([`ReflectorBuilder::name`](crate::ReflectorBuilder::name)), from the
+//! provider given to
+//! [`ReflectorBuilder::metrics`](crate::ReflectorBuilder::metrics):
+//!
+//! | metric | kind | meaning |
+//! | --- | --- | --- |
+//! | `reflector_lists_total` | counter | full lists done (paged or not), and completed streaming lists |
+//! | `reflector_watches_total` | counter | watch requests opened |
+//! | `reflector_watch_events_total` | counter | watch events handled (bookmarks included, skipped events not) |
+//! | `reflector_relists_total` | counter | lists after the first successful one |
+//! | `reflector_errors_total` | counter, label `reason` | errors by [`ErrorReason`](crate::ErrorReason) |
+//! | `reflector_last_resource_version` | gauge | the last synced resourceVersion, when numeric |
+//!
+//! The `prometheus` feature adds [`PrometheusMetricsProvider`](crate::PrometheusMetricsProvider).
+
+use crate::error::ErrorReason;
+
+/// A value that only goes up.
+pub trait CounterMetric: Send + Sync {
+    /// Adds one.
+    fn inc(&self);
+}
+
+/// A value that is set.
+pub trait SettableGaugeMetric: Send + Sync {
+    /// Sets the value.
+    fn set(&self, value: f64);
+}
+
+/// Creates the metrics of a named reflector.
+pub trait MetricsProvider: Send + Sync {
+    /// `reflector_lists_total`.
+    fn new_lists_metric(&self, name: &str) -> Box<dyn CounterMetric>;
+    /// `reflector_watches_total`.
+    fn new_watches_metric(&self, name: &str) -> Box<dyn CounterMetric>;
+    /// `reflector_watch_events_total`.
+    fn new_events_metric(&self, name: &str) -> Box<dyn CounterMetric>;
+    /// `reflector_relists_total`.
+    fn new_relists_metric(&self, name: &str) -> Box<dyn CounterMetric>;
+    /// `reflector_errors_total{reason}`.
+    fn new_errors_metric(&self, name: &str, reason: ErrorReason) -> Box<dyn CounterMetric>;
+    /// `reflector_last_resource_version`.
+    fn new_last_resource_version_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric>;
+}
+
+/// A metric that records nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopMetric;
+
+impl CounterMetric for NoopMetric {
+    fn inc(&self) {}
+}
+impl SettableGaugeMetric for NoopMetric {
+    fn set(&self, _value: f64) {}
+}
+
+/// A provider whose metrics record nothing: the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopMetricsProvider;
+
+impl MetricsProvider for NoopMetricsProvider {
+    fn new_lists_metric(&self, _name: &str) -> Box<dyn CounterMetric> {
+        Box::new(NoopMetric)
+    }
+    fn new_watches_metric(&self, _name: &str) -> Box<dyn CounterMetric> {
+        Box::new(NoopMetric)
+    }
+    fn new_events_metric(&self, _name: &str) -> Box<dyn CounterMetric> {
+        Box::new(NoopMetric)
+    }
+    fn new_relists_metric(&self, _name: &str) -> Box<dyn CounterMetric> {
+        Box::new(NoopMetric)
+    }
+    fn new_errors_metric(&self, _name: &str, _reason: ErrorReason) -> Box<dyn CounterMetric> {
+        Box::new(NoopMetric)
+    }
+    fn new_last_resource_version_metric(&self, _name: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(NoopMetric)
+    }
+}
+
+impl<P: MetricsProvider + ?Sized> MetricsProvider for std::sync::Arc<P> {
+    fn new_lists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
+        (**self).new_lists_metric(name)
+    }
+    fn new_watches_metric(&self, name: &str) -> Box<dyn CounterMetric> {
+        (**self).new_watches_metric(name)
+    }
+    fn new_events_metric(&self, name: &str) -> Box<dyn CounterMetric> {
+        (**self).new_events_metric(name)
+    }
+    fn new_relists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
+        (**self).new_relists_metric(name)
+    }
+    fn new_errors_metric(&self, name: &str, reason: ErrorReason) -> Box<dyn CounterMetric> {
+        (**self).new_errors_metric(name, reason)
+    }
+    fn new_last_resource_version_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
+        (**self).new_last_resource_version_metric(name)
+    }
+}
+
+/// The metrics of one reflector.
+pub(crate) struct ReflectorMetrics {
+    pub(crate) lists: Box<dyn CounterMetric>,
+    pub(crate) watches: Box<dyn CounterMetric>,
+    pub(crate) events: Box<dyn CounterMetric>,
+    pub(crate) relists: Box<dyn CounterMetric>,
+    errors: Vec<Box<dyn CounterMetric>>,
+    pub(crate) last_rv: Box<dyn SettableGaugeMetric>,
+}
+
+impl ReflectorMetrics {
+    pub(crate) fn new(p: &dyn MetricsProvider, name: &str) -> Self {
+        ReflectorMetrics {
+            lists: p.new_lists_metric(name),
+            watches: p.new_watches_metric(name),
+            events: p.new_events_metric(name),
+            relists: p.new_relists_metric(name),
+            errors: ErrorReason::ALL
+                .iter()
+                .map(|r| p.new_errors_metric(name, *r))
+                .collect(),
+            last_rv: p.new_last_resource_version_metric(name),
+        }
+    }
+
+    pub(crate) fn error(&self, reason: ErrorReason) {
+        if let Some(c) = self.errors.get(reason.index()) {
+            c.inc();
+        }
+    }
+
+    pub(crate) fn resource_version(&self, rv: &str) {
+        if let Ok(v) = rv.parse::<u64>() {
+            self.last_rv.set(v as f64);
+        }
+    }
+}

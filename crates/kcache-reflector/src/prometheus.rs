@@ -1,0 +1,117 @@
+//! A [`MetricsProvider`] on the `prometheus-client` crate.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::error::ErrorReason;
+use crate::metrics::{CounterMetric, MetricsProvider, SettableGaugeMetric};
+
+type Labels = Vec<(String, String)>;
+
+fn labels(name: &str) -> Labels {
+    vec![("name".to_owned(), name.to_owned())]
+}
+
+/// Registers the reflector metrics in a `prometheus-client` [`Registry`],
+/// labelled `name=<reflector name>`: `reflector_lists_total`,
+/// `reflector_watches_total`, `reflector_watch_events_total`,
+/// `reflector_relists_total`, `reflector_errors_total{reason}`,
+/// `reflector_last_resource_version`.
+///
+/// Register it once per registry and share it (it is cheap to clone).
+#[derive(Clone, Debug)]
+pub struct PrometheusMetricsProvider {
+    lists: Family<Labels, Counter>,
+    watches: Family<Labels, Counter>,
+    events: Family<Labels, Counter>,
+    relists: Family<Labels, Counter>,
+    errors: Family<Labels, Counter>,
+    last_rv: Family<Labels, Gauge<f64, AtomicU64>>,
+}
+
+impl PrometheusMetricsProvider {
+    /// Creates the metric families and registers them in `registry`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let this = Self {
+            lists: Family::default(),
+            watches: Family::default(),
+            events: Family::default(),
+            relists: Family::default(),
+            errors: Family::default(),
+            last_rv: Family::default(),
+        };
+        // prometheus-client appends `_total` to counters.
+        registry.register(
+            "reflector_lists",
+            "Full lists done by the reflector",
+            this.lists.clone(),
+        );
+        registry.register(
+            "reflector_watches",
+            "Watch requests opened by the reflector",
+            this.watches.clone(),
+        );
+        registry.register(
+            "reflector_watch_events",
+            "Watch events handled by the reflector",
+            this.events.clone(),
+        );
+        registry.register(
+            "reflector_relists",
+            "Lists after the first successful one",
+            this.relists.clone(),
+        );
+        registry.register(
+            "reflector_errors",
+            "Reflector errors by reason",
+            this.errors.clone(),
+        );
+        registry.register(
+            "reflector_last_resource_version",
+            "The last resourceVersion the reflector synced to",
+            this.last_rv.clone(),
+        );
+        this
+    }
+}
+
+struct PCounter(Counter);
+impl CounterMetric for PCounter {
+    fn inc(&self) {
+        self.0.inc();
+    }
+}
+
+struct PGauge(Gauge<f64, AtomicU64>);
+impl SettableGaugeMetric for PGauge {
+    fn set(&self, value: f64) {
+        self.0.set(value);
+    }
+}
+
+impl MetricsProvider for PrometheusMetricsProvider {
+    fn new_lists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
+        Box::new(PCounter(self.lists.get_or_create_owned(&labels(name))))
+    }
+    fn new_watches_metric(&self, name: &str) -> Box<dyn CounterMetric> {
+        Box::new(PCounter(self.watches.get_or_create_owned(&labels(name))))
+    }
+    fn new_events_metric(&self, name: &str) -> Box<dyn CounterMetric> {
+        Box::new(PCounter(self.events.get_or_create_owned(&labels(name))))
+    }
+    fn new_relists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
+        Box::new(PCounter(self.relists.get_or_create_owned(&labels(name))))
+    }
+    fn new_errors_metric(&self, name: &str, reason: ErrorReason) -> Box<dyn CounterMetric> {
+        let mut l = labels(name);
+        l.push(("reason".to_owned(), reason.as_str().to_owned()));
+        Box::new(PCounter(self.errors.get_or_create_owned(&l)))
+    }
+    fn new_last_resource_version_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(PGauge(self.last_rv.get_or_create_owned(&labels(name))))
+    }
+}

@@ -1,0 +1,1091 @@
+//! The reflector: list + watch into a store, with client-go's rules.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use http_body_util::BodyExt;
+use kcache_core::{CachedObject, ObjectOptions, Store};
+use kube::api::{ListParams, WatchParams};
+use kube::client::Body;
+use kube::core::Request;
+use kube::{Client, Resource};
+use parking_lot::Mutex;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::backoff::{Backoff, BackoffConfig};
+use crate::decode::{EventDecoder, WatchEvent};
+use crate::error::{
+    ApiError, BadEventKind, ErrorReason, Operation, ReflectorError, is_probable_eof,
+};
+use crate::framing::{DEFAULT_MAX_FRAME, LineFramer};
+use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
+
+/// Called with every error the reflector meets (see [`ReflectorError`]).
+/// It must return quickly: it runs on the reflector's task.
+pub type WatchErrorHandler = Arc<dyn Fn(&ReflectorError) + Send + Sync>;
+
+/// client-go's default page size.
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// client-go's default minimum watch timeout: watches ask for a server-side
+/// timeout in `[min, 2 * min)`.
+pub const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A watch that ends faster than this without any event is an error.
+const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
+
+/// Largest error body read.
+const MAX_ERROR_BODY: usize = 1 << 20;
+
+type DataStream = Pin<Box<dyn Stream<Item = Result<Bytes, kube::Error>> + Send>>;
+
+/// Configures a [`Reflector`]; obtained from [`Reflector::builder`] or
+/// [`Reflector::builder_with`]. Every setting has client-go's default.
+pub struct ReflectorBuilder<K: Resource> {
+    client: Client,
+    store: Arc<dyn Store<K>>,
+    dyntype: K::DynamicType,
+    namespace: Option<String>,
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+    page_size: u32,
+    use_watch_list: bool,
+    resync_period: Option<Duration>,
+    min_watch_timeout: Duration,
+    backoff: BackoffConfig,
+    object_options: ObjectOptions,
+    name: Option<String>,
+    handler: Option<WatchErrorHandler>,
+    metrics: Arc<dyn MetricsProvider>,
+    max_internal_error_retry_duration: Duration,
+    max_event_size: usize,
+}
+
+impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReflectorBuilder")
+            .field("namespace", &self.namespace)
+            .field("label_selector", &self.label_selector)
+            .field("field_selector", &self.field_selector)
+            .field("page_size", &self.page_size)
+            .field("use_watch_list", &self.use_watch_list)
+            .field("resync_period", &self.resync_period)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Resource + 'static> ReflectorBuilder<K> {
+    /// Only objects in this namespace (default: all namespaces).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// A label selector (`app=web,tier in (a,b)`).
+    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+
+    /// A field selector (`metadata.name=x`).
+    pub fn field_selector(mut self, selector: impl Into<String>) -> Self {
+        self.field_selector = Some(selector.into());
+        self
+    }
+
+    /// client-go's `WatchListPageSize`: a fixed page size for every list.
+    /// `0` (the default) applies client-go's rules: 500 for lists at
+    /// resourceVersion `"0"` or `""`, unpaged for lists at a specific
+    /// resourceVersion (served from the watch cache), 500 always once a
+    /// list at `"0"` came back paged.
+    pub fn page_size(mut self, page_size: u32) -> Self {
+        self.page_size = page_size;
+        self
+    }
+
+    /// Use streaming lists (`sendInitialEvents=true`) for the initial state
+    /// (default: `true`, as in client-go since 1.35). When the server does
+    /// not support them, the reflector falls back to list + watch.
+    pub fn use_watch_list(mut self, use_it: bool) -> Self {
+        self.use_watch_list = use_it;
+        self
+    }
+
+    /// Call the store's `resync` every `period` while watching (default: never).
+    /// A zero period disables it.
+    pub fn resync_period(mut self, period: Duration) -> Self {
+        self.resync_period = (!period.is_zero()).then_some(period);
+        self
+    }
+
+    /// Minimum server-side watch timeout; each watch asks for a random
+    /// timeout in `[min, 2 * min)`. client-go honours values above 5
+    /// minutes only; so does this (default: 5 minutes).
+    pub fn min_watch_timeout(mut self, min: Duration) -> Self {
+        self.min_watch_timeout = min.max(DEFAULT_MIN_WATCH_TIMEOUT);
+        self
+    }
+
+    /// Backoff settings (default: [`BackoffConfig::default`]).
+    pub fn backoff(mut self, backoff: BackoffConfig) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// How objects are kept (e.g. strip `managedFields`).
+    pub fn object_options(mut self, options: ObjectOptions) -> Self {
+        self.object_options = options;
+        self
+    }
+
+    /// The reflector's name, used in logs and as the metrics label
+    /// (default: the resource, e.g. `configmaps` or `widgets.example.com`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// A hook called with every error (list and watch failures, skipped
+    /// events, store errors). Default: none (errors are logged).
+    pub fn watch_error_handler(
+        mut self,
+        handler: impl Fn(&ReflectorError) + Send + Sync + 'static,
+    ) -> Self {
+        self.handler = Some(Arc::new(handler));
+        self
+    }
+
+    /// Where metrics go (default: [`NoopMetricsProvider`]).
+    pub fn metrics(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+        self.metrics = provider;
+        self
+    }
+
+    /// client-go's `MaxInternalErrorRetryDuration`: for how long a watch
+    /// ending with an `InternalError` is re-opened without a relist
+    /// (default: zero, i.e. relist at once).
+    pub fn max_internal_error_retry_duration(mut self, d: Duration) -> Self {
+        self.max_internal_error_retry_duration = d;
+        self
+    }
+
+    /// Largest accepted watch event, in bytes (default: 128 MiB).
+    pub fn max_event_size(mut self, bytes: usize) -> Self {
+        self.max_event_size = bytes.max(1);
+        self
+    }
+
+    /// Builds the reflector.
+    pub fn build(self) -> Reflector<K> {
+        let dt = &self.dyntype;
+        let metadata_only = K::metadata_api();
+        let url_path = K::url_path(dt, self.namespace.as_deref());
+        let group = K::group(dt);
+        let plural = K::plural(dt);
+        let mut resource = if group.is_empty() {
+            plural.to_string()
+        } else {
+            format!("{plural}.{group}")
+        };
+        let name = self.name.unwrap_or_else(|| resource.clone());
+        if let Some(ns) = &self.namespace {
+            resource.push_str(" in namespace ");
+            resource.push_str(ns);
+        }
+        let (kind, api_version) = if metadata_only {
+            (
+                "PartialObjectMetadata".to_owned(),
+                "meta.k8s.io/v1".to_owned(),
+            )
+        } else {
+            (K::kind(dt).into_owned(), K::api_version(dt).into_owned())
+        };
+        let kind = (!kind.is_empty()).then_some(kind);
+        let api_version = (!api_version.is_empty()).then_some(api_version);
+        Reflector {
+            metrics: ReflectorMetrics::new(&*self.metrics, &name),
+            client: self.client,
+            store: self.store,
+            url_path,
+            metadata_only,
+            resource,
+            name,
+            decoder: EventDecoder::new(
+                self.object_options,
+                kind.as_deref(),
+                api_version.as_deref(),
+            ),
+            label_selector: self.label_selector,
+            field_selector: self.field_selector,
+            page_size: self.page_size,
+            use_watch_list: self.use_watch_list,
+            resync_period: self.resync_period,
+            min_watch_timeout: self.min_watch_timeout,
+            backoff: self.backoff,
+            handler: self.handler,
+            max_internal_error_retry_duration: self.max_internal_error_retry_duration,
+            max_event_size: self.max_event_size,
+            shared: Mutex::new(Shared::default()),
+            fallback_logged: AtomicBool::new(false),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    last_sync_rv: String,
+    synced: bool,
+}
+
+/// Lists and watches one resource type into a [`Store`], following
+/// client-go's `Reflector` (see the crate docs for the rules).
+///
+/// Build one with [`Reflector::builder`], then drive it with
+/// [`run`](Self::run) (until a [`CancellationToken`] is cancelled) or
+/// [`run_until`](Self::run_until). All work happens inside that future: no
+/// task is spawned, and dropping or cancelling it leaves nothing behind.
+/// Run one `run` at a time per reflector.
+pub struct Reflector<K> {
+    client: Client,
+    store: Arc<dyn Store<K>>,
+    url_path: String,
+    metadata_only: bool,
+    resource: String,
+    name: String,
+    decoder: EventDecoder<K>,
+    label_selector: Option<String>,
+    field_selector: Option<String>,
+    page_size: u32,
+    use_watch_list: bool,
+    resync_period: Option<Duration>,
+    min_watch_timeout: Duration,
+    backoff: BackoffConfig,
+    handler: Option<WatchErrorHandler>,
+    metrics: ReflectorMetrics,
+    max_internal_error_retry_duration: Duration,
+    max_event_size: usize,
+    shared: Mutex<Shared>,
+    fallback_logged: AtomicBool,
+}
+
+impl<K> fmt::Debug for Reflector<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reflector")
+            .field("name", &self.name)
+            .field("resource", &self.resource)
+            .field("url_path", &self.url_path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// State kept across list-and-watch attempts of one `run`.
+#[derive(Debug, Default)]
+struct RunState {
+    /// client-go's `isLastSyncResourceVersionUnavailable`.
+    rv_unavailable: bool,
+    /// client-go's `paginatedResult`.
+    paginated_result: bool,
+    /// The server rejected streaming lists.
+    watch_list_unsupported: bool,
+}
+
+/// An open watch response and its framing state.
+struct OpenWatch {
+    body: DataStream,
+    framer: LineFramer,
+    start: Instant,
+    events: usize,
+    op: Operation,
+}
+
+/// Initial events of a streaming list, by key, in arrival order.
+struct InitialBuffer<K> {
+    index: HashMap<String, usize>,
+    items: Vec<Option<CachedObject<K>>>,
+    resource_version: String,
+}
+
+impl<K> InitialBuffer<K> {
+    fn new() -> Self {
+        InitialBuffer {
+            index: HashMap::new(),
+            items: Vec::new(),
+            resource_version: String::new(),
+        }
+    }
+    fn upsert(&mut self, obj: CachedObject<K>) {
+        match self.index.get(obj.key()) {
+            Some(&i) => self.items[i] = Some(obj),
+            None => {
+                self.index.insert(obj.key().to_owned(), self.items.len());
+                self.items.push(Some(obj));
+            }
+        }
+    }
+    fn delete(&mut self, obj: &CachedObject<K>) {
+        if let Some(i) = self.index.remove(obj.key()) {
+            self.items[i] = None;
+        }
+    }
+    fn into_items(self) -> Vec<CachedObject<K>> {
+        self.items.into_iter().flatten().collect()
+    }
+}
+
+enum Mode<'a, K> {
+    Normal,
+    Initial(&'a mut InitialBuffer<K>),
+}
+
+/// client-go's `retryWithDeadline` for watch InternalErrors.
+struct InternalErrorRetry {
+    max: Duration,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl InternalErrorRetry {
+    fn after_error(&mut self) {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|l| now.saturating_duration_since(l) > Duration::from_secs(60))
+        {
+            self.first = None;
+        }
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+    }
+    fn should_retry(&self) -> bool {
+        !self.max.is_zero()
+            && self
+                .first
+                .is_some_and(|f| Instant::now().saturating_duration_since(f) <= self.max)
+    }
+}
+
+async fn tick(resync: Option<&mut Interval>) {
+    match resync {
+        Some(i) => {
+            i.tick().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+impl<K: Resource + 'static> Reflector<K> {
+    /// A builder for a resource whose dynamic type is `Default` (every
+    /// k8s-openapi type, derived custom resources, `PartialObjectMeta<K>`
+    /// of those).
+    pub fn builder(client: Client, store: Arc<dyn Store<K>>) -> ReflectorBuilder<K>
+    where
+        K::DynamicType: Default,
+    {
+        Self::builder_with(client, store, K::DynamicType::default())
+    }
+
+    /// A builder with an explicit dynamic type, e.g. an `ApiResource` for
+    /// `DynamicObject`.
+    pub fn builder_with(
+        client: Client,
+        store: Arc<dyn Store<K>>,
+        dyntype: K::DynamicType,
+    ) -> ReflectorBuilder<K> {
+        ReflectorBuilder {
+            client,
+            store,
+            dyntype,
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+            page_size: 0,
+            use_watch_list: true,
+            resync_period: None,
+            min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
+            backoff: BackoffConfig::default(),
+            object_options: ObjectOptions::default(),
+            name: None,
+            handler: None,
+            metrics: Arc::new(NoopMetricsProvider),
+            max_internal_error_retry_duration: Duration::ZERO,
+            max_event_size: DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+impl<K> Reflector<K> {
+    /// The resourceVersion of the last list or watch event handed to the
+    /// store (`""` before the first sync).
+    pub fn last_sync_resource_version(&self) -> String {
+        self.shared.lock().last_sync_rv.clone()
+    }
+
+    /// Whether a first complete list reached the store.
+    pub fn has_synced(&self) -> bool {
+        self.shared.lock().synced
+    }
+
+    /// The reflector's name (logs, metrics label).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs until `cancel` is cancelled. Returns promptly after
+    /// cancellation; any open request is dropped.
+    pub async fn run(&self, cancel: CancellationToken) {
+        self.run_until(cancel.cancelled_owned()).await
+    }
+
+    /// Runs until `stop` completes.
+    pub async fn run_until<F: Future>(&self, stop: F) {
+        let span = info_span!("reflector", name = %self.name, resource = %self.resource);
+        let run = async {
+            let mut st = RunState::default();
+            let mut backoff = Backoff::new(self.backoff.clone());
+            loop {
+                if let Err(e) = self.list_and_watch(&mut st, &mut backoff).await {
+                    self.report(&e);
+                }
+                // client-go's BackoffUntil(sliding): one backoff step after
+                // every list-and-watch return.
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = stop => {}
+            _ = run.instrument(span) => {}
+        }
+        debug!(name = %self.name, "reflector stopped");
+    }
+
+    fn report(&self, e: &ReflectorError) {
+        self.metrics.error(e.reason());
+        match e.reason() {
+            ErrorReason::Expired => debug!(error = %e, "watch closed"),
+            ErrorReason::BadEvent => warn!(error = %e, "skipped an event"),
+            _ => warn!(error = %e, "reflector error"),
+        }
+        if let Some(h) = &self.handler {
+            h(e);
+        }
+    }
+
+    fn set_last_sync_rv(&self, rv: &str) {
+        {
+            let mut g = self.shared.lock();
+            g.last_sync_rv.clear();
+            g.last_sync_rv.push_str(rv);
+        }
+        self.metrics.resource_version(rv);
+    }
+
+    fn relist_resource_version(&self, st: &RunState) -> String {
+        if st.rv_unavailable {
+            // consistent read from etcd
+            return String::new();
+        }
+        let rv = self.last_sync_resource_version();
+        if rv.is_empty() {
+            // never synced: the watch cache may answer
+            "0".to_owned()
+        } else {
+            rv
+        }
+    }
+
+    fn watch_timeout_secs(&self) -> u32 {
+        let min = self.min_watch_timeout.as_secs_f64();
+        let secs = min * (rand::random::<f64>() + 1.0);
+        secs.min(u32::MAX as f64) as u32
+    }
+
+    async fn sleep_backoff(&self, backoff: &mut Backoff, resync: Option<&mut Interval>) {
+        let sleep = tokio::time::sleep(backoff.next_delay());
+        tokio::pin!(sleep);
+        let mut resync = resync;
+        loop {
+            tokio::select! {
+                _ = &mut sleep => return,
+                _ = tick(resync.as_deref_mut()) => self.resync(),
+            }
+        }
+    }
+
+    fn resync(&self) {
+        debug!("resync");
+        if let Err(e) = self.store.resync() {
+            self.report(&ReflectorError::Store {
+                op: Operation::Resync,
+                resource: self.resource.clone(),
+                source: e,
+            });
+        }
+    }
+
+    fn replace(
+        &self,
+        items: Vec<CachedObject<K>>,
+        rv: String,
+        op: Operation,
+    ) -> Result<(), ReflectorError> {
+        let count = items.len();
+        self.store
+            .replace(items, rv.clone())
+            .map_err(|source| ReflectorError::Store {
+                op,
+                resource: self.resource.clone(),
+                source,
+            })?;
+        self.set_last_sync_rv(&rv);
+        self.metrics.lists.inc();
+        let relist = {
+            let mut g = self.shared.lock();
+            std::mem::replace(&mut g.synced, true)
+        };
+        if relist {
+            self.metrics.relists.inc();
+        }
+        info!(%op, items = count, resource_version = %rv, "caches populated");
+        Ok(())
+    }
+
+    async fn list_and_watch(
+        &self,
+        st: &mut RunState,
+        backoff: &mut Backoff,
+    ) -> Result<(), ReflectorError> {
+        let mut open = None;
+        if self.use_watch_list && !st.watch_list_unsupported {
+            match self.watch_list(st, backoff).await {
+                Ok(w) => open = Some(w),
+                Err(e) => {
+                    if e.api_error().is_some_and(ApiError::is_invalid) {
+                        st.watch_list_unsupported = true;
+                        if !self.fallback_logged.swap(true, Ordering::Relaxed) {
+                            warn!(error = %e, "the apiserver does not support streaming lists (sendInitialEvents); falling back to list + watch");
+                        }
+                    } else {
+                        self.metrics.error(e.reason());
+                        warn!(error = %e, "the streaming list failed; falling back to list + watch for this attempt");
+                    }
+                }
+            }
+        }
+        if open.is_none() {
+            self.list(st).await?;
+        }
+        self.watch_loop(backoff, open).await
+    }
+
+    /// client-go's `watchList`: a watch with `sendInitialEvents=true`, its
+    /// initial events buffered until the `initial-events-end` bookmark.
+    async fn watch_list(
+        &self,
+        st: &mut RunState,
+        backoff: &mut Backoff,
+    ) -> Result<OpenWatch, ReflectorError> {
+        loop {
+            let rv = if st.rv_unavailable {
+                String::new()
+            } else {
+                self.last_sync_resource_version()
+            };
+            let mut w = match self
+                .open_watch(Operation::WatchList, &rv, self.watch_timeout_secs(), true)
+                .await
+            {
+                Ok(w) => w,
+                Err(e) if e.is_watch_retriable() => {
+                    self.report(&e);
+                    self.sleep_backoff(backoff, None).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut buffer = InitialBuffer::new();
+            match self
+                .handle_watch(&mut w, Mode::Initial(&mut buffer), None)
+                .await
+            {
+                Ok(Some(rv)) => {
+                    st.rv_unavailable = false;
+                    self.replace(buffer.into_items(), rv, Operation::WatchList)?;
+                    return Ok(w);
+                }
+                Ok(None) => {
+                    debug!(
+                        "the streaming list closed before its initial-events-end bookmark; retrying"
+                    );
+                    continue;
+                }
+                Err(e) if e.is_watch_retriable() => {
+                    self.report(&e);
+                    self.sleep_backoff(backoff, None).await;
+                    continue;
+                }
+                Err(e) if e.is_expired() || e.is_too_large_resource_version() => {
+                    self.report(&e);
+                    st.rv_unavailable = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// client-go's `list`: a paged list, retried once at `""` when the
+    /// resourceVersion is unavailable, then `store.replace`.
+    async fn list(&self, st: &mut RunState) -> Result<(), ReflectorError> {
+        let rv = self.relist_resource_version(st);
+        let span = info_span!("list", resource_version = %rv);
+        async {
+            let mut result = self.paged_list(st, &rv).await;
+            if let Err(e) = &result
+                && (e.is_expired() || e.is_too_large_resource_version())
+            {
+                self.metrics.error(e.reason());
+                info!(error = %e, "resourceVersion unavailable; listing again from the newest state");
+                st.rv_unavailable = true;
+                result = self.paged_list(st, "").await;
+            }
+            let (items, list_rv, paginated) = result?;
+            if rv == "0" && paginated {
+                st.paginated_result = true;
+            }
+            st.rv_unavailable = false;
+            self.replace(items, list_rv, Operation::List)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn paged_list(
+        &self,
+        st: &RunState,
+        rv: &str,
+    ) -> Result<(Vec<CachedObject<K>>, String, bool), ReflectorError> {
+        let limit = if self.page_size > 0 {
+            Some(self.page_size)
+        } else if st.paginated_result || rv.is_empty() || rv == "0" {
+            Some(DEFAULT_PAGE_SIZE)
+        } else {
+            // a list at a given RV is unpaged so the watch cache serves it
+            None
+        };
+        let mut items = Vec::new();
+        let mut cont: Option<String> = None;
+        let mut paginated = false;
+        loop {
+            match self.list_page(rv, limit, cont.as_deref()).await {
+                Err(e) if e.is_expired() && cont.is_some() => {
+                    info!(error = %e, "the continue token expired; doing one full list");
+                    let (page_items, page_rv, _) = self.list_page(rv, None, None).await?;
+                    return Ok((page_items, page_rv, paginated));
+                }
+                Err(e) => return Err(e),
+                Ok((page_items, page_rv, next)) => {
+                    if items.is_empty() {
+                        items = page_items;
+                    } else {
+                        items.extend(page_items);
+                    }
+                    match next {
+                        None => return Ok((items, page_rv, paginated)),
+                        Some(c) => {
+                            cont = Some(c);
+                            paginated = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn list_page(
+        &self,
+        rv: &str,
+        limit: Option<u32>,
+        cont: Option<&str>,
+    ) -> Result<(Vec<CachedObject<K>>, String, Option<String>), ReflectorError> {
+        let mut lp = ListParams::default();
+        lp.label_selector = self.label_selector.clone();
+        lp.field_selector = self.field_selector.clone();
+        lp.continue_token = cont.map(str::to_owned);
+        if cont.is_none() && !rv.is_empty() {
+            lp.resource_version = Some(rv.to_owned());
+        }
+        // kube drops resourceVersion=0 when a limit is set; client-go sends
+        // both, so the limit is appended by hand in that case.
+        let manual_limit = if lp.resource_version.as_deref() == Some("0") {
+            limit
+        } else {
+            lp.limit = limit;
+            None
+        };
+        let req = Request::new(self.url_path.as_str());
+        let built = if self.metadata_only {
+            req.list_metadata(&lp)
+        } else {
+            req.list(&lp)
+        };
+        let mut req = built.map_err(|source| ReflectorError::Request {
+            resource: self.resource.clone(),
+            source,
+        })?;
+        if let Some(l) = manual_limit
+            && let Ok(uri) = format!("{}&limit={l}", req.uri()).parse()
+        {
+            *req.uri_mut() = uri;
+        }
+        debug!(uri = %req.uri(), "list page");
+        let resp = self.send(Operation::List, req).await?;
+        let body = resp
+            .into_body()
+            .collect_bytes()
+            .await
+            .map_err(|e| ReflectorError::Body {
+                op: Operation::List,
+                resource: self.resource.clone(),
+                source: Box::new(e),
+            })?;
+        let page =
+            self.decoder
+                .decode_list(&body)
+                .map_err(|source| ReflectorError::InvalidList {
+                    resource: self.resource.clone(),
+                    source,
+                })?;
+        for bad in page.skipped {
+            self.report(&ReflectorError::BadEvent {
+                op: Operation::List,
+                resource: self.resource.clone(),
+                source: bad,
+            });
+        }
+        Ok((page.items, page.resource_version, page.continue_token))
+    }
+
+    async fn send(
+        &self,
+        op: Operation,
+        req: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<Body>, ReflectorError> {
+        let resp = self
+            .client
+            .send(req.map(Body::from))
+            .await
+            .map_err(|source| ReflectorError::Transport {
+                op,
+                resource: self.resource.clone(),
+                source,
+            })?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let mut body = resp.into_body().into_data_stream();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = body.next().await {
+            match chunk {
+                Ok(c) => {
+                    bytes.extend_from_slice(&c[..c.len().min(MAX_ERROR_BODY - bytes.len())]);
+                    if bytes.len() >= MAX_ERROR_BODY {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        Err(ReflectorError::Api {
+            op,
+            resource: self.resource.clone(),
+            error: ApiError::from_status_bytes(Some(status.as_u16()), &bytes),
+        })
+    }
+
+    async fn open_watch(
+        &self,
+        op: Operation,
+        rv: &str,
+        timeout_secs: u32,
+        initial_events: bool,
+    ) -> Result<OpenWatch, ReflectorError> {
+        // the clock starts before the request: some proxies flush headers
+        // only with the first event
+        let start = Instant::now();
+        // bookmarks are on by default
+        let mut wp = WatchParams::default().timeout(timeout_secs);
+        wp.label_selector = self.label_selector.clone();
+        wp.field_selector = self.field_selector.clone();
+        if initial_events {
+            wp = wp.initial_events();
+        }
+        let req = Request::new(self.url_path.as_str());
+        let built = if self.metadata_only {
+            req.watch_metadata(&wp, rv)
+        } else {
+            req.watch(&wp, rv)
+        };
+        let mut req = built.map_err(|source| ReflectorError::Request {
+            resource: self.resource.clone(),
+            source,
+        })?;
+        // Kubernetes 1.37 gzips watch streams one member per event: ask for
+        // an identity encoding and frame the raw bytes.
+        req.headers_mut().insert(
+            http::header::ACCEPT_ENCODING,
+            http::HeaderValue::from_static("identity"),
+        );
+        debug!(uri = %req.uri(), "watch");
+        self.metrics.watches.inc();
+        let resp = self.send(op, req).await?;
+        Ok(OpenWatch {
+            body: Box::pin(resp.into_body().into_data_stream()),
+            framer: LineFramer::with_max_frame(self.max_event_size),
+            start,
+            events: 0,
+            op,
+        })
+    }
+
+    /// client-go's `watch`: re-open watches from the last synced RV until
+    /// an error needs a relist.
+    async fn watch_loop(
+        &self,
+        backoff: &mut Backoff,
+        mut open: Option<OpenWatch>,
+    ) -> Result<(), ReflectorError> {
+        let mut resync = self.resync_period.map(|p| {
+            let mut i = tokio::time::interval_at(Instant::now() + p, p);
+            i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            i
+        });
+        let mut internal = InternalErrorRetry {
+            max: self.max_internal_error_retry_duration,
+            first: None,
+            last: None,
+        };
+        loop {
+            let mut w = match open.take() {
+                Some(w) => w,
+                None => {
+                    let rv = self.last_sync_resource_version();
+                    match self
+                        .open_watch(Operation::Watch, &rv, self.watch_timeout_secs(), false)
+                        .await
+                    {
+                        Ok(w) => w,
+                        Err(e) if e.is_watch_retriable() => {
+                            self.report(&e);
+                            self.sleep_backoff(backoff, resync.as_mut()).await;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            let span = info_span!("watch", op = %w.op);
+            let res = self
+                .handle_watch(&mut w, Mode::Normal, resync.as_mut())
+                .instrument(span)
+                .await;
+            drop(w);
+            match res {
+                Ok(_) => {
+                    debug!("watch closed; watching again from the last resourceVersion");
+                }
+                Err(e) => {
+                    let is_internal = e.api_error().is_some_and(ApiError::is_internal_error);
+                    if is_internal {
+                        internal.after_error();
+                    }
+                    if e.is_too_many_requests() {
+                        self.report(&e);
+                        self.sleep_backoff(backoff, resync.as_mut()).await;
+                        continue;
+                    }
+                    if is_internal && internal.should_retry() {
+                        self.report(&e);
+                        continue;
+                    }
+                    // 410 and everything else: relist (after a backoff step)
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Reads one watch until it ends. In `Initial` mode, returns the RV of
+    /// the `initial-events-end` bookmark when it arrives.
+    async fn handle_watch(
+        &self,
+        w: &mut OpenWatch,
+        mut mode: Mode<'_, K>,
+        mut resync: Option<&mut Interval>,
+    ) -> Result<Option<String>, ReflectorError> {
+        loop {
+            loop {
+                match w.framer.next_frame() {
+                    Ok(Some(line)) => {
+                        if let Some(rv) = self.handle_line(line, &mut mode, w)? {
+                            return Ok(Some(rv));
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        return Err(ReflectorError::EventTooLarge {
+                            op: w.op,
+                            resource: self.resource.clone(),
+                            limit: e.limit,
+                        });
+                    }
+                }
+            }
+            let next = tokio::select! {
+                chunk = w.body.next() => chunk,
+                _ = tick(resync.as_deref_mut()) => {
+                    self.resync();
+                    continue;
+                }
+            };
+            match next {
+                Some(Ok(chunk)) => w.framer.push(chunk),
+                Some(Err(e)) => {
+                    if is_probable_eof(&e) {
+                        debug!(error = %e, "watch stream ended");
+                        break;
+                    }
+                    return Err(ReflectorError::Body {
+                        op: w.op,
+                        resource: self.resource.clone(),
+                        source: Box::new(e),
+                    });
+                }
+                None => break,
+            }
+        }
+        if let Some(line) = w.framer.finish() {
+            // a last line without newline: accept it if it is a whole event
+            match self.decoder.decode_event(line.clone()) {
+                Err(e) if e.kind == BadEventKind::Undecodable => {
+                    debug!("ignoring a truncated last line of a watch stream");
+                }
+                _ => {
+                    if let Some(rv) = self.handle_line(line, &mut mode, w)? {
+                        return Ok(Some(rv));
+                    }
+                }
+            }
+        }
+        if w.events == 0 && w.start.elapsed() < VERY_SHORT_WATCH {
+            return Err(ReflectorError::VeryShortWatch {
+                op: w.op,
+                resource: self.resource.clone(),
+            });
+        }
+        Ok(None)
+    }
+
+    fn store_result(&self, op: Operation, r: Result<(), kcache_core::StoreError>) {
+        if let Err(source) = r {
+            self.report(&ReflectorError::Store {
+                op,
+                resource: self.resource.clone(),
+                source,
+            });
+        }
+    }
+
+    fn handle_line(
+        &self,
+        line: Bytes,
+        mode: &mut Mode<'_, K>,
+        w: &mut OpenWatch,
+    ) -> Result<Option<String>, ReflectorError> {
+        let event = match self.decoder.decode_event(line) {
+            Ok(e) => e,
+            Err(bad) => {
+                self.report(&ReflectorError::BadEvent {
+                    op: w.op,
+                    resource: self.resource.clone(),
+                    source: bad,
+                });
+                return Ok(None);
+            }
+        };
+        let op = w.op;
+        let mut end = None;
+        match event {
+            WatchEvent::Added(obj) => {
+                let keep = obj.clone();
+                match mode {
+                    Mode::Normal => self.store_result(op, self.store.add(obj)),
+                    Mode::Initial(buf) => buf.upsert(obj),
+                }
+                self.event_rv(mode, keep.resource_version());
+            }
+            WatchEvent::Modified(obj) => {
+                let keep = obj.clone();
+                match mode {
+                    Mode::Normal => self.store_result(op, self.store.update(obj)),
+                    Mode::Initial(buf) => buf.upsert(obj),
+                }
+                self.event_rv(mode, keep.resource_version());
+            }
+            WatchEvent::Deleted(obj) => match mode {
+                Mode::Normal => {
+                    let keep = obj.clone();
+                    self.store_result(op, self.store.delete(obj.into()));
+                    self.event_rv(mode, keep.resource_version());
+                }
+                Mode::Initial(buf) => {
+                    buf.delete(&obj);
+                    self.event_rv(mode, obj.resource_version());
+                }
+            },
+            WatchEvent::Bookmark(b) => match mode {
+                Mode::Normal => {
+                    self.set_last_sync_rv(&b.resource_version);
+                    self.store_result(op, self.store.bookmark(&b.resource_version));
+                }
+                Mode::Initial(buf) => {
+                    buf.resource_version.clone_from(&b.resource_version);
+                    if b.initial_events_end {
+                        end = Some(b.resource_version);
+                    }
+                }
+            },
+            WatchEvent::Error(error) => {
+                return Err(ReflectorError::Api {
+                    op,
+                    resource: self.resource.clone(),
+                    error,
+                });
+            }
+        }
+        w.events += 1;
+        self.metrics.events.inc();
+        Ok(end)
+    }
+
+    fn event_rv(&self, mode: &mut Mode<'_, K>, rv: Option<&str>) {
+        let Some(rv) = rv else { return };
+        match mode {
+            Mode::Normal => self.set_last_sync_rv(rv),
+            Mode::Initial(buf) => {
+                buf.resource_version.clear();
+                buf.resource_version.push_str(rv);
+            }
+        }
+    }
+}
