@@ -293,6 +293,7 @@ impl FieldPaths {
 #[derive(Debug, Clone, Default)]
 pub struct ObjectOptions {
     strip_managed_fields: bool,
+    copy_bytes: bool,
     field_paths: Option<FieldPaths>,
 }
 
@@ -305,6 +306,20 @@ impl ObjectOptions {
     pub fn strip_managed_fields(mut self, strip: bool) -> Self {
         self.strip_managed_fields = strip;
         self
+    }
+    /// Copy the bytes into a buffer of their own instead of keeping the
+    /// given `Bytes`. Set it when the input is a slice of a larger buffer
+    /// (e.g. one item of a whole list response): a kept slice keeps the
+    /// whole buffer alive for as long as any object built from it lives.
+    /// (Bytes rebuilt by the managedFields cut are always a buffer of their
+    /// own.)
+    pub fn copy_bytes(mut self, copy: bool) -> Self {
+        self.copy_bytes = copy;
+        self
+    }
+    /// Whether the bytes are copied.
+    pub fn copies_bytes(&self) -> bool {
+        self.copy_bytes
     }
     /// Extract these field paths during the partial decode.
     pub fn field_paths(mut self, paths: FieldPaths) -> Self {
@@ -427,6 +442,7 @@ impl<K> CachedObject<K> {
                     None => Bytes::from(managed_fields::strip_with_value(&bytes)?),
                 }
             }
+            _ if options.copy_bytes => Bytes::copy_from_slice(&bytes),
             _ => bytes,
         };
         let fields = options.field_paths.as_ref().map(|fp| {
@@ -528,6 +544,7 @@ impl<K> CachedObject<K> {
     pub fn without_managed_fields(&self) -> Result<Self, ObjectError> {
         let options = ObjectOptions {
             strip_managed_fields: true,
+            copy_bytes: false,
             field_paths: self.field_paths().cloned(),
         };
         if !managed_fields::may_contain(&self.inner.bytes) {

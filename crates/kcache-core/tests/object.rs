@@ -389,3 +389,18 @@ fn labels_map_semantics() {
     assert_eq!(o.labels().to_btree_map(), full);
     assert!(o.labels().contains_key("a") && !o.labels().contains_key("c"));
 }
+
+#[test]
+fn copy_bytes_detaches_from_a_larger_buffer() {
+    let list =
+        bytes::Bytes::from_static(br#"[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]"#);
+    let item = list.slice(1..26);
+    let kept: CachedObject<Value> = CachedObject::from_bytes(item.clone()).unwrap();
+    assert_eq!(kept.bytes().as_ptr(), item.as_ptr(), "zero-copy by default");
+    let copied: CachedObject<Value> =
+        CachedObject::from_bytes_with(item.clone(), &ObjectOptions::new().copy_bytes(true))
+            .unwrap();
+    assert_ne!(copied.bytes().as_ptr(), item.as_ptr());
+    assert_eq!(copied.bytes(), &item);
+    assert_eq!(copied.key(), "a");
+}

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::future::BoxFuture;
 use kcache_core::{
@@ -66,6 +67,21 @@ pub struct DeltaFifo<K> {
     known: Option<Arc<dyn KeyListerGetter<K>>>,
     emit_replaced: bool,
     transformer: Option<TransformFunc<K>>,
+}
+
+/// Like client-go's pop trace: warn when an item took long to process
+/// while others were waiting (slow event handlers block the queue).
+pub(crate) fn log_if_slow(queue: &str, key: &str, depth: usize, started: Instant) {
+    let took = started.elapsed();
+    if depth > 10 && took > std::time::Duration::from_millis(100) {
+        tracing::warn!(
+            queue,
+            key,
+            depth,
+            ?took,
+            "slow processing of a popped item is blocking the queue"
+        );
+    }
 }
 
 /// Collapses two trailing `Deleted` deltas: keep the older unless it is a tombstone.
@@ -306,8 +322,11 @@ impl<K> DeltaFifo<K> {
                     let Some(process) = process.take() else {
                         return Err(PopError::Closed);
                     };
-                    return process(Deltas::from(deltas), is_in_initial_list)
-                        .map_err(PopError::Process);
+                    let depth = st.queue.len();
+                    let started = Instant::now();
+                    let result = process(Deltas::from(deltas), is_in_initial_list);
+                    log_if_slow("DeltaFIFO", &id, depth, started);
+                    return result.map_err(PopError::Process);
                 }
                 if st.closed {
                     return Err(PopError::Closed);

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures::future::BoxFuture;
 use kcache_core::{
@@ -242,12 +243,15 @@ impl<K> RealFifo<K> {
             notified.as_mut().enable();
             {
                 let mut st = self.state.lock();
-                if let Some((_, delta)) = st.items.pop_front() {
+                if let Some((key, delta)) = st.items.pop_front() {
                     let is_in_initial_list = !st.synced;
                     let Some(process) = process.take() else {
                         return Err(PopError::Closed);
                     };
+                    let depth = st.items.len();
+                    let started = Instant::now();
                     let result = process(Deltas::from(vec![delta]), is_in_initial_list);
+                    crate::delta_fifo::log_if_slow("RealFIFO", &key, depth, started);
                     if st.initial_population_count > 0 {
                         st.initial_population_count -= 1;
                         self.check_synced(&mut st);
