@@ -238,7 +238,23 @@ fn store_resource_version() {
         idx.last_store_sync_resource_version().as_deref(),
         Some("11")
     );
+    idx.add(with_rv("same", "11")).unwrap();
+    assert_eq!(
+        idx.last_store_sync_resource_version().as_deref(),
+        Some("11")
+    );
     idx.delete(with_rv("a", "12")).unwrap();
+    assert_eq!(
+        idx.last_store_sync_resource_version().as_deref(),
+        Some("12")
+    );
+    // An object without a resourceVersion does not move it; nor does a delete by key.
+    idx.add(obj(None, "no-rv", &[], &[])).unwrap();
+    assert_eq!(
+        idx.last_store_sync_resource_version().as_deref(),
+        Some("12")
+    );
+    idx.delete_by_key("same");
     assert_eq!(
         idx.last_store_sync_resource_version().as_deref(),
         Some("12")
