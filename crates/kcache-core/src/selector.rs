@@ -577,6 +577,25 @@ mod tests {
     }
 
     #[test]
+    fn arbitrary_input_never_panics() {
+        let alphabet: Vec<char> = "ab=!,() <>in notin é/.-_9\t".chars().collect();
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = (seed % 16) as usize;
+            let s: String = (0..len)
+                .map(|i| alphabet[((seed >> (i * 3)) as usize) % alphabet.len()])
+                .collect();
+            if let Ok(sel) = Selector::parse(&s) {
+                // What parses, prints and re-parses to the same selector.
+                assert_eq!(Selector::parse(&sel.to_string()).unwrap(), sel, "{s:?}");
+            }
+        }
+    }
+
+    #[test]
     fn prefixed_keys() {
         let s = Selector::parse("app.kubernetes.io/name=web").unwrap();
         assert!(s.matches(&labels(&[("app.kubernetes.io/name", "web")])));
