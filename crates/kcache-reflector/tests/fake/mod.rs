@@ -1,0 +1,282 @@
+//! A scripted fake apiserver behind `kube::Client::new(service, "default")`.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::{self, BoxStream, StreamExt};
+use http_body::Frame;
+use http_body_util::StreamBody;
+use kube::Client;
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+pub type RespBody = StreamBody<BoxStream<'static, Result<Frame<Bytes>, io::Error>>>;
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// Virtual time since the fake was made.
+    pub at: Duration,
+    pub path: String,
+    pub query: BTreeMap<String, String>,
+    pub headers: http::HeaderMap,
+    /// Index among lists (or among watches).
+    pub nth: usize,
+}
+
+impl Recorded {
+    pub fn is_watch(&self) -> bool {
+        self.q("watch") == Some("true")
+    }
+    pub fn q(&self, k: &str) -> Option<&str> {
+        self.query.get(k).map(String::as_str)
+    }
+    pub fn rv(&self) -> Option<&str> {
+        self.q("resourceVersion")
+    }
+    pub fn header(&self, k: &str) -> Option<&str> {
+        self.headers.get(k).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// How a watch stream ends after its lines.
+#[derive(Debug, Clone, Copy)]
+pub enum End {
+    Close,
+    Hang,
+    /// A body read error (not an EOF).
+    Error,
+}
+
+pub enum Reply {
+    Json(u16, String),
+    Stream(Vec<String>, End),
+    /// Raw chunks, then the end.
+    Chunks(Vec<Bytes>, End),
+    Channel(mpsc::UnboundedReceiver<Bytes>),
+    ConnRefused,
+}
+
+pub fn status(code: u16, reason: &str, message: &str) -> Reply {
+    Reply::Json(code, status_json(code, reason, message))
+}
+
+pub fn status_json(code: u16, reason: &str, message: &str) -> String {
+    json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":message,"reason":reason,"code":code}).to_string()
+}
+
+pub fn gone() -> Reply {
+    status(410, "Expired", "too old resource version")
+}
+
+pub fn too_large() -> Reply {
+    Reply::Json(
+        504,
+        json!({"kind":"Status","apiVersion":"v1","status":"Failure","message":"Too large resource version: 20, current: 10","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}).to_string(),
+    )
+}
+
+pub fn cm(name: &str, rv: &str) -> serde_json::Value {
+    json!({"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":name,"namespace":"ns","resourceVersion":rv,"managedFields":[{"manager":"kubectl","operation":"Update"}]},"data":{"k":"v"}})
+}
+
+pub fn list(rv: &str, cont: &str, items: Vec<serde_json::Value>) -> Reply {
+    Reply::Json(
+        200,
+        json!({"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":rv,"continue":cont},"items":items}).to_string(),
+    )
+}
+
+pub fn ev(ty: &str, obj: serde_json::Value) -> String {
+    json!({"type":ty,"object":obj}).to_string()
+}
+
+pub fn bookmark(rv: &str, end: bool) -> String {
+    let mut meta = json!({"resourceVersion": rv});
+    if end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end":"true"});
+    }
+    ev(
+        "BOOKMARK",
+        json!({"kind":"ConfigMap","apiVersion":"v1","metadata":meta}),
+    )
+}
+
+pub fn error_event(code: u16, reason: &str) -> String {
+    format!(
+        "{{\"type\":\"ERROR\",\"object\":{}}}",
+        status_json(code, reason, "from the test")
+    )
+}
+
+type Script = Box<dyn FnMut(&Recorded) -> Reply + Send>;
+
+pub struct Fake {
+    pub client: Client,
+    log: Arc<Mutex<Vec<Recorded>>>,
+    count: watch::Sender<usize>,
+    /// Response streams currently alive (dropped when the client drops them).
+    pub live_streams: Arc<AtomicUsize>,
+}
+
+struct Guard(Arc<AtomicUsize>);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn frames(chunks: Vec<Bytes>, end: End, live: Arc<AtomicUsize>) -> RespBody {
+    live.fetch_add(1, Ordering::SeqCst);
+    let guard = Guard(live);
+    let data = stream::iter(chunks.into_iter().map(|b| Ok(Frame::data(b))));
+    let tail: BoxStream<'static, Result<Frame<Bytes>, io::Error>> = match end {
+        End::Close => stream::empty().boxed(),
+        End::Hang => stream::pending().boxed(),
+        End::Error => stream::iter([Err(io::Error::other("stream reset by the test"))]).boxed(),
+    };
+    let s = data.chain(tail).map(move |x| {
+        let _ = &guard;
+        x
+    });
+    StreamBody::new(s.boxed())
+}
+
+impl Fake {
+    pub fn new(script: impl FnMut(&Recorded) -> Reply + Send + 'static) -> Fake {
+        let log: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+        let (count, _) = watch::channel(0usize);
+        let live = Arc::new(AtomicUsize::new(0));
+        let script: Arc<Mutex<Script>> = Arc::new(Mutex::new(Box::new(script)));
+        let t0 = Instant::now();
+        let (log2, count2, live2) = (log.clone(), count.clone(), live.clone());
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let uri = req.uri().clone();
+            let mut query = BTreeMap::new();
+            if let Some(q) = uri.query() {
+                for pair in q.split('&') {
+                    let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                    query.insert(decode(k), decode(v));
+                }
+            }
+            let is_watch = query.get("watch").map(String::as_str) == Some("true");
+            let nth = log2
+                .lock()
+                .iter()
+                .filter(|r: &&Recorded| r.is_watch() == is_watch)
+                .count();
+            let rec = Recorded {
+                at: t0.elapsed(),
+                path: uri.path().to_owned(),
+                query,
+                headers: req.headers().clone(),
+                nth,
+            };
+            let reply = (script.lock())(&rec);
+            let n = {
+                let mut l = log2.lock();
+                l.push(rec);
+                l.len()
+            };
+            count2.send_replace(n);
+            let live = live2.clone();
+            async move {
+                let resp = match reply {
+                    Reply::ConnRefused => {
+                        return Err::<
+                            http::Response<RespBody>,
+                            Box<dyn std::error::Error + Send + Sync>,
+                        >(Box::new(io::Error::from(
+                            io::ErrorKind::ConnectionRefused,
+                        )));
+                    }
+                    Reply::Json(code, body) => http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(frames(vec![Bytes::from(body)], End::Close, live)),
+                    Reply::Stream(lines, end) => {
+                        let chunks = lines.into_iter().map(|l| Bytes::from(l + "\n")).collect();
+                        http::Response::builder()
+                            .status(200)
+                            .body(frames(chunks, end, live))
+                    }
+                    Reply::Chunks(chunks, end) => http::Response::builder()
+                        .status(200)
+                        .body(frames(chunks, end, live)),
+                    Reply::Channel(mut rx) => {
+                        live.fetch_add(1, Ordering::SeqCst);
+                        let guard = Guard(live);
+                        let s = stream::poll_fn(move |cx| rx.poll_recv(cx)).map(move |b| {
+                            let _ = &guard;
+                            Ok::<_, io::Error>(Frame::data(b))
+                        });
+                        http::Response::builder()
+                            .status(200)
+                            .body(StreamBody::new(s.boxed()))
+                    }
+                };
+                Ok(resp.map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)?)
+            }
+        });
+        let client = Client::new(svc, "default");
+        Fake {
+            client,
+            log,
+            count,
+            live_streams: live,
+        }
+    }
+
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.log.lock().clone()
+    }
+    pub fn lists(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| !r.is_watch())
+            .collect()
+    }
+    pub fn watches(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.is_watch())
+            .collect()
+    }
+    /// Waits (virtual time) until `n` requests were received.
+    pub async fn wait_requests(&self, n: usize) -> Vec<Recorded> {
+        let mut rx = self.count.subscribe();
+        let r = tokio::time::timeout(Duration::from_secs(3600), rx.wait_for(|c| *c >= n)).await;
+        assert!(
+            r.is_ok(),
+            "timed out waiting for {n} requests: {:#?}",
+            self.requests()
+        );
+        self.requests()
+    }
+}
+
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let h = u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap_or(b'?');
+                out.push(h);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -1,0 +1,1239 @@
+//! The reflector's rules against a scripted fake apiserver (a `tower`
+//! service behind `kube::Client::new`), on a paused tokio clock. Test names
+//! point to the client-go test each one mirrors.
+
+mod common;
+mod fake;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{Call, RecordingStore};
+use fake::{
+    End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, list, status, too_large,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kcache_core::ObjectOptions;
+use kcache_reflector::{
+    BackoffConfig, BadEventKind, ErrorReason, PrometheusMetricsProvider, Reflector,
+    ReflectorBuilder, ReflectorError,
+};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::PartialObjectMeta;
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+type Store = RecordingStore<ConfigMap>;
+
+/// What the handler saw: (reason, display).
+type Seen = Arc<Mutex<Vec<(ErrorReason, String)>>>;
+
+struct Running<K: 'static> {
+    reflector: Arc<Reflector<K>>,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+    seen: Seen,
+}
+
+impl<K: 'static> Running<K> {
+    async fn stop(self) {
+        self.cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .expect("the reflector did not stop")
+            .unwrap();
+    }
+    fn seen(&self) -> Vec<(ErrorReason, String)> {
+        self.seen.lock().clone()
+    }
+    fn reasons(&self) -> Vec<ErrorReason> {
+        self.seen.lock().iter().map(|(r, _)| *r).collect()
+    }
+}
+
+fn no_jitter() -> BackoffConfig {
+    BackoffConfig {
+        jitter: 0.0,
+        ..Default::default()
+    }
+}
+
+fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
+    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
+        .namespace("ns")
+        .use_watch_list(false)
+        .backoff(no_jitter())
+}
+
+fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
+    let seen: Seen = Arc::default();
+    let s2 = seen.clone();
+    let reflector = Arc::new(
+        b.watch_error_handler(move |e: &ReflectorError| {
+            s2.lock().push((e.reason(), e.to_string()));
+        })
+        .build(),
+    );
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let r = reflector.clone();
+        let c = cancel.clone();
+        async move { r.run(c).await }
+    });
+    Running {
+        reflector,
+        cancel,
+        task,
+        seen,
+    }
+}
+
+fn hang() -> Reply {
+    Reply::Stream(vec![], End::Hang)
+}
+
+fn keys(ks: &[&str]) -> Vec<String> {
+    ks.iter().map(|k| format!("ns/{k}")).collect()
+}
+
+fn secs(r: &Recorded) -> f64 {
+    r.at.as_secs_f64()
+}
+
+fn gaps(rs: &[Recorded]) -> Vec<u64> {
+    rs.windows(2)
+        .map(|w| (w[1].at - w[0].at).as_millis() as u64)
+        .collect()
+}
+
+// ---------------------------------------------------------------- list + watch
+
+/// TestReflectorListAndWatch: list at "0" (paged 500), then watches, each
+/// resumed from the last event's RV after a clean close, never a relist.
+#[tokio::test(start_paused = true)]
+async fn list_and_watch_resumes_from_last_resource_version() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![cm("a", "1")]),
+        (true, 0) => Reply::Stream(
+            vec![ev("ADDED", cm("b", "2")), ev("MODIFIED", cm("a", "3"))],
+            End::Close,
+        ),
+        (true, 1) => Reply::Stream(vec![ev("DELETED", cm("b", "4"))], End::Close),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    let calls = store.wait_calls(4).await;
+    assert_eq!(
+        calls,
+        vec![
+            Call::Replace(keys(&["a"]), "1".into()),
+            Call::Add("ns/b".into(), "2".into()),
+            Call::Update("ns/a".into(), "3".into()),
+            Call::Delete("ns/b".into(), "4".into()),
+        ]
+    );
+    let reqs = fake.wait_requests(4).await;
+    let lists = fake.lists();
+    assert_eq!(lists.len(), 1);
+    assert_eq!(lists[0].path, "/api/v1/namespaces/ns/configmaps");
+    assert_eq!(lists[0].rv(), Some("0"));
+    assert_eq!(lists[0].q("limit"), Some("500"));
+    assert_eq!(lists[0].q("continue"), None);
+    let watches = fake.watches();
+    let rvs: Vec<_> = watches.iter().map(|w| w.rv().unwrap().to_owned()).collect();
+    assert_eq!(rvs, ["1", "3", "4"]);
+    for w in &watches {
+        assert_eq!(w.q("allowWatchBookmarks"), Some("true"));
+        assert_eq!(w.q("sendInitialEvents"), None);
+        assert_eq!(w.q("resourceVersionMatch"), None);
+        assert_eq!(w.header("accept-encoding"), Some("identity"));
+        let t: u32 = w.q("timeoutSeconds").unwrap().parse().unwrap();
+        assert!((300..600).contains(&t), "timeout {t}");
+    }
+    assert_eq!(reqs.len(), 4);
+    assert_eq!(run.reflector.last_sync_resource_version(), "4");
+    assert!(run.reflector.has_synced());
+    assert!(run.seen().is_empty(), "{:?}", run.seen());
+    run.stop().await;
+}
+
+/// TestReflectorListAndWatchWithErrors: a failed list is retried after a
+/// backoff at "0" (never synced); a failing watch leads to a relist at the
+/// last synced RV, unpaged (watch cache).
+#[tokio::test(start_paused = true)]
+async fn list_and_watch_with_errors() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => status(500, "InternalError", "etcd is sad"),
+        (false, 1) => list("1", "", vec![cm("a", "1")]),
+        (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Error),
+        (false, 2) => list("5", "", vec![cm("a", "1"), cm("b", "2"), cm("c", "5")]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    store.wait_calls(3).await;
+    fake.wait_requests(5).await;
+    let lists = fake.lists();
+    assert_eq!(lists[0].rv(), Some("0"));
+    assert_eq!(lists[1].rv(), Some("0"));
+    assert_eq!(lists[1].q("limit"), Some("500"));
+    assert_eq!(lists[2].rv(), Some("2"));
+    assert_eq!(lists[2].q("limit"), None, "a list at an RV is unpaged");
+    assert_eq!(
+        store.calls(),
+        vec![
+            Call::Replace(keys(&["a"]), "1".into()),
+            Call::Add("ns/b".into(), "2".into()),
+            Call::Replace(keys(&["a", "b", "c"]), "5".into()),
+        ]
+    );
+    assert_eq!(fake.watches()[1].rv(), Some("5"));
+    assert_eq!(run.reasons(), [ErrorReason::Api, ErrorReason::Body]);
+    assert!(run.seen()[0].1.contains("etcd is sad"));
+    run.stop().await;
+}
+
+/// TestReflectorListAndWatchInitConnBackoff / TestNewReflectorWithCustomBackoff:
+/// failed lists are spaced by 800 ms doubling, capped, then jittered.
+#[tokio::test(start_paused = true)]
+async fn init_conn_backoff_doubles() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, n) if n < 8 => Reply::ConnRefused,
+        (false, _) => list("1", "", vec![]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    store.wait_calls(1).await;
+    let lists = fake.lists();
+    assert_eq!(lists.len(), 9);
+    assert_eq!(
+        gaps(&lists),
+        [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]
+    );
+    assert!(run.reasons().iter().all(|r| *r == ErrorReason::Transport));
+    assert_eq!(run.reasons().len(), 8);
+    run.stop().await;
+
+    // custom backoff (client-go: 10ms x2 cap 100ms), with jitter [d, 2d)
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, n) if n < 5 => Reply::ConnRefused,
+        (false, _) => list("1", "", vec![]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).backoff(BackoffConfig {
+        initial: Duration::from_millis(10),
+        cap: Duration::from_millis(100),
+        ..Default::default()
+    }));
+    store.wait_calls(1).await;
+    let g = gaps(&fake.lists());
+    for (gap, d) in g.iter().zip([10u64, 20, 40, 80, 100]) {
+        assert!(*gap >= d && *gap < 2 * d, "gap {gap} for {d}: {g:?}");
+    }
+    run.stop().await;
+}
+
+/// The backoff resets to its first step after 2 minutes without backoff.
+#[tokio::test(start_paused = true)]
+async fn backoff_resets_after_two_healthy_minutes() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) | (false, 1) | (false, 2) => Reply::ConnRefused,
+        (false, _) => list("1", "", vec![]),
+        // a healthy watch for 3 minutes, then the stream breaks
+        (true, 0) => Reply::Stream(vec![], End::Hang),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    store.wait_calls(1).await;
+    assert_eq!(gaps(&fake.lists()), [800, 1600, 3200]);
+    run.stop().await;
+
+    // the same, but the second failure comes 3 minutes after the first
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let rx = Mutex::new(Some(rx));
+    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (false, 0) => Reply::ConnRefused,
+        (false, 1) => list("1", "", vec![]),
+        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
+        (true, 1) => status(500, "InternalError", "x"),
+        (false, 2) => list("2", "", vec![]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    store.wait_calls(1).await;
+    tokio::time::sleep(Duration::from_secs(180)).await;
+    tx.send(Bytes::from(error_event(500, "InternalError") + "\n"))
+        .unwrap();
+    store.wait_calls(2).await;
+    let lists = fake.lists();
+    // the relist after the error waited the first step again: 800 ms
+    let last_watch = fake.watches()[0].at;
+    let relist_gap = lists[2].at - last_watch - Duration::from_secs(180);
+    assert!(relist_gap <= Duration::from_millis(800), "{relist_gap:?}");
+    drop(tx);
+    run.stop().await;
+}
+
+/// TestBackoffOnTooManyRequests / TestNoRelistOnTooManyRequests: 429 (and
+/// connection refused) when opening a watch backs off and watches again,
+/// without relisting.
+#[tokio::test(start_paused = true)]
+async fn too_many_requests_on_watch_backs_off_without_relist() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![cm("a", "1")]),
+        (true, 0) | (true, 1) | (true, 3) => status(429, "TooManyRequests", "slow down"),
+        (true, 2) | (true, 4) => Reply::ConnRefused,
+        (true, 5) => Reply::Stream(
+            vec![
+                ev("ADDED", cm("b", "2")),
+                error_event(429, "TooManyRequests"),
+            ],
+            End::Close,
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    fake.wait_requests(8).await;
+    assert_eq!(fake.lists().len(), 1, "no relist on 429");
+    let watches = fake.watches();
+    assert_eq!(gaps(&watches), [800, 1600, 3200, 6400, 12800, 25600]);
+    let rvs: Vec<_> = watches.iter().map(|w| w.rv().unwrap()).collect();
+    assert_eq!(rvs, ["1", "1", "1", "1", "1", "1", "2"]);
+    let (t, c) = (ErrorReason::TooManyRequests, ErrorReason::Transport);
+    assert_eq!(run.reasons(), [t, t, c, t, c, t]);
+    run.stop().await;
+}
+
+/// TestRetryInternalError: with a retry budget, an InternalError ends the
+/// watch but it is re-opened without a relist; without one, it relists.
+#[tokio::test(start_paused = true)]
+async fn internal_error_retry_budget() {
+    for budget in [Duration::ZERO, Duration::from_secs(60)] {
+        let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+            (false, _) => list("1", "", vec![]),
+            (true, 0) => Reply::Stream(
+                vec![ev("ADDED", cm("a", "2")), error_event(500, "InternalError")],
+                End::Close,
+            ),
+            _ => hang(),
+        });
+        let store = Arc::new(Store::default());
+        let run = start(builder(&fake, &store).max_internal_error_retry_duration(budget));
+        fake.wait_requests(if budget.is_zero() { 4 } else { 3 })
+            .await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let lists = fake.lists().len();
+        if budget.is_zero() {
+            assert_eq!(lists, 2);
+            assert_eq!(fake.lists()[1].rv(), Some("2"));
+        } else {
+            assert_eq!(lists, 1);
+            assert_eq!(fake.watches()[1].rv(), Some("2"));
+        }
+        run.stop().await;
+    }
+}
+
+// ---------------------------------------------------------------- paging and RVs
+
+/// TestReflectorWatchListPageSize: a fixed page size, continue tokens, the
+/// RV only on the first page.
+#[tokio::test(start_paused = true)]
+async fn page_size_and_continue() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list(
+            "10",
+            "c1",
+            (1..=4).map(|i| cm(&format!("o{i}"), "1")).collect(),
+        ),
+        (false, 1) => list(
+            "10",
+            "c2",
+            (5..=8).map(|i| cm(&format!("o{i}"), "1")).collect(),
+        ),
+        (false, 2) => list(
+            "10",
+            "",
+            (9..=10).map(|i| cm(&format!("o{i:02}"), "1")).collect(),
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).page_size(4));
+    let calls = store.wait_calls(1).await;
+    let lists = fake.lists();
+    assert_eq!(lists.len(), 3);
+    for l in &lists {
+        assert_eq!(l.q("limit"), Some("4"));
+    }
+    assert_eq!((lists[0].rv(), lists[0].q("continue")), (Some("0"), None));
+    assert_eq!((lists[1].rv(), lists[1].q("continue")), (None, Some("c1")));
+    assert_eq!((lists[2].rv(), lists[2].q("continue")), (None, Some("c2")));
+    match &calls[0] {
+        Call::Replace(k, rv) => {
+            assert_eq!(k.len(), 10);
+            assert_eq!(rv, "10");
+        }
+        c => panic!("{c:?}"),
+    }
+    assert_eq!(fake.wait_requests(4).await[3].rv(), Some("10"));
+    run.stop().await;
+}
+
+/// TestReflectorNotPaginatingNotConsistentReads and
+/// TestReflectorPaginatingNonConsistentReadsIfWatchCacheDisabled.
+#[tokio::test(start_paused = true)]
+async fn relist_paging_depends_on_the_first_list() {
+    for paged_first in [false, true] {
+        let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+            (false, 0) if paged_first => list("10", "c1", vec![cm("a", "1")]),
+            (false, 0) => list("10", "", vec![cm("a", "1")]),
+            (false, 1) if paged_first => list("10", "", vec![cm("b", "1")]),
+            (true, 0) => gone(),
+            (false, _) => list("11", "", vec![]),
+            _ => hang(),
+        });
+        let store = Arc::new(Store::default());
+        let run = start(builder(&fake, &store));
+        store.wait_calls(2).await;
+        let relist = fake.lists().last().unwrap().clone();
+        assert_eq!(relist.rv(), Some("10"));
+        if paged_first {
+            // the watch cache is off: keep paging
+            assert_eq!(relist.q("limit"), Some("500"));
+        } else {
+            assert_eq!(relist.q("limit"), None);
+        }
+        run.stop().await;
+    }
+}
+
+/// TestReflectorResyncWithResourceVersion: after a 410 during the watch,
+/// the relist is at the last synced RV.
+#[tokio::test(start_paused = true)]
+async fn relist_after_gone_uses_last_synced_rv() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("10", "", vec![cm("a", "10")]),
+        (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (false, 1) => list("11", "", vec![cm("a", "10"), cm("b", "11")]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    store.wait_calls(2).await;
+    let rvs: Vec<_> = fake
+        .lists()
+        .iter()
+        .map(|l| l.rv().unwrap().to_owned())
+        .collect();
+    assert_eq!(rvs, ["0", "10"]);
+    assert_eq!(run.reasons(), [ErrorReason::Expired]);
+    assert_eq!(fake.wait_requests(4).await[3].rv(), Some("11"));
+    run.stop().await;
+}
+
+/// TestReflectorExpiredExactResourceVersion: the relist at the last RV is
+/// expired too: list again at once at "" (consistent read, paged).
+#[tokio::test(start_paused = true)]
+async fn expired_exact_resource_version_lists_at_empty_rv() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("10", "", vec![cm("a", "10")]),
+        (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (false, 1) => gone(),
+        (false, 2) => list("20", "", vec![cm("b", "20")]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    store.wait_calls(2).await;
+    let lists = fake.lists();
+    let rvs: Vec<_> = lists.iter().map(|l| l.rv()).collect();
+    assert_eq!(rvs, [Some("0"), Some("10"), None]);
+    assert_eq!(lists[2].q("limit"), Some("500"));
+    assert_eq!(lists[2].at, lists[1].at, "retried at once");
+    run.stop().await;
+}
+
+/// TestReflectorFullListIfExpired: an expired continue token falls back to
+/// one full list at the requested RV.
+#[tokio::test(start_paused = true)]
+async fn full_list_if_continue_expired() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("10", "", vec![cm("a", "1")]),
+        (true, 0) => gone(),
+        (false, 1) => list("10", "c1", vec![cm("a", "1")]),
+        (false, 2) => gone(),
+        (false, 3) => list("12", "", vec![cm("a", "1"), cm("b", "12")]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).page_size(1));
+    store.wait_calls(2).await;
+    let lists = fake.lists();
+    assert_eq!(lists.len(), 4);
+    assert_eq!(
+        (lists[1].rv(), lists[1].q("limit")),
+        (Some("10"), Some("1"))
+    );
+    assert_eq!(lists[2].q("continue"), Some("c1"));
+    assert_eq!(
+        (lists[3].rv(), lists[3].q("limit"), lists[3].q("continue")),
+        (Some("10"), None, None)
+    );
+    assert_eq!(
+        store.calls()[1],
+        Call::Replace(keys(&["a", "b"]), "12".into())
+    );
+    run.stop().await;
+}
+
+/// TestReflectorFullListIfTooLarge: "too large resource version" also
+/// makes the reflector list at "".
+#[tokio::test(start_paused = true)]
+async fn too_large_resource_version_lists_at_empty_rv() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => too_large(),
+        (false, 1) => list("10", "", vec![cm("a", "1")]),
+        (true, 0) => gone(),
+        (false, 2) => too_large(),
+        (false, 3) => list("20", "", vec![]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    store.wait_calls(2).await;
+    let lists = fake.lists();
+    let rvs: Vec<_> = lists.iter().map(|l| l.rv()).collect();
+    assert_eq!(rvs, [Some("0"), None, Some("10"), None]);
+    // the flag is cleared by the good list: the next relist is at the RV again
+    run.stop().await;
+}
+
+/// TestWatchTimeout: timeoutSeconds in [min, 2*min), min >= 5 minutes.
+#[tokio::test(start_paused = true)]
+async fn watch_timeout_is_randomized() {
+    for (min, lo, hi) in [
+        (None, 300, 600),
+        (Some(600), 600, 1200),
+        (Some(60), 300, 600),
+    ] {
+        let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+            (false, _) => list("1", "", vec![]),
+            (true, n) if n < 40 => {
+                Reply::Stream(vec![bookmark(&format!("{}", n + 2), false)], End::Close)
+            }
+            _ => hang(),
+        });
+        let store = Arc::new(Store::default());
+        let mut b = builder(&fake, &store);
+        if let Some(m) = min {
+            b = b.min_watch_timeout(Duration::from_secs(m));
+        }
+        let run = start(b);
+        fake.wait_requests(41).await;
+        let ts: Vec<u32> = fake
+            .watches()
+            .iter()
+            .map(|w| w.q("timeoutSeconds").unwrap().parse().unwrap())
+            .collect();
+        assert!(ts.iter().all(|t| (lo..hi).contains(t)), "{ts:?}");
+        assert!(ts.iter().any(|t| *t != ts[0]), "randomized: {ts:?}");
+        run.stop().await;
+    }
+}
+
+// ---------------------------------------------------------------- events
+
+/// A watch closing in under a second with no events is an error: relist
+/// after a backoff. A quiet watch that closes later is re-opened without a
+/// relist.
+#[tokio::test(start_paused = true)]
+async fn very_short_watch_relists_but_a_quiet_close_does_not() {
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let rx = Mutex::new(Some(rx));
+    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        (true, 0) => Reply::Stream(vec![], End::Close),
+        (false, 1) => list("1", "", vec![]),
+        (true, 1) => Reply::Channel(rx.lock().take().unwrap()),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    fake.wait_requests(4).await;
+    assert_eq!(run.reasons(), [ErrorReason::VeryShortWatch]);
+    let reqs = fake.requests();
+    assert!(!reqs[2].is_watch());
+    assert_eq!(reqs[2].at - reqs[1].at, Duration::from_millis(800));
+    // the second watch stays quiet for 2 s, then the server closes it
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(tx);
+    let reqs = fake.wait_requests(5).await;
+    assert!(
+        reqs[4].is_watch(),
+        "a clean close re-watches without relisting"
+    );
+    assert_eq!(reqs[4].rv(), Some("1"));
+    assert_eq!(run.reasons(), [ErrorReason::VeryShortWatch]);
+    run.stop().await;
+}
+
+/// Bookmarks only move the RV (and reach `store.bookmark`).
+#[tokio::test(start_paused = true)]
+async fn bookmarks_move_the_resource_version_only() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        (true, 0) => Reply::Stream(vec![bookmark("7", false), bookmark("9", true)], End::Close),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    let reqs = fake.wait_requests(3).await;
+    assert_eq!(reqs[2].rv(), Some("9"));
+    assert_eq!(
+        store.calls(),
+        [
+            Call::Replace(vec![], "1".into()),
+            Call::Bookmark("7".into()),
+            Call::Bookmark("9".into())
+        ]
+    );
+    run.stop().await;
+}
+
+/// TestReflectorResourceVersionUpdate: every event records its RV.
+#[tokio::test(start_paused = true)]
+async fn every_event_records_its_resource_version() {
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let rx = Mutex::new(Some(rx));
+    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("10", "", vec![]),
+        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    store.wait_calls(1).await;
+    assert_eq!(run.reflector.last_sync_resource_version(), "10");
+    let events = [
+        ev("ADDED", cm("a", "20")),
+        ev("MODIFIED", cm("a", "30")),
+        ev("DELETED", cm("a", "40")),
+    ];
+    for (i, (e, rv)) in events.iter().zip(["20", "30", "40"]).enumerate() {
+        tx.send(Bytes::from(format!("{e}\n"))).unwrap();
+        store.wait_calls(i + 2).await;
+        assert_eq!(run.reflector.last_sync_resource_version(), rv);
+    }
+    run.stop().await;
+}
+
+/// TestReflectorResync: the store's `resync` runs every period while
+/// watching.
+#[tokio::test(start_paused = true)]
+async fn resync_period_calls_store_resync() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).resync_period(Duration::from_secs(30)));
+    let t0 = tokio::time::Instant::now();
+    let calls = store.wait_calls(4).await;
+    assert_eq!(calls[1..], [Call::Resync, Call::Resync, Call::Resync]);
+    assert_eq!(t0.elapsed(), Duration::from_secs(90));
+    run.stop().await;
+    // no period: no resync
+    let store = Arc::new(Store::default());
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        _ => hang(),
+    });
+    let run = start(builder(&fake, &store));
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(store.calls().len(), 1);
+    run.stop().await;
+}
+
+/// Bad input is reported (handler + counter) and skipped; the watch goes on.
+#[tokio::test(start_paused = true)]
+async fn bad_events_are_reported_and_skipped() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list(
+            "1",
+            "",
+            vec![cm("a", "1"), json!({"kind":"ConfigMap","metadata":{}})],
+        ),
+        (true, 0) => Reply::Stream(
+            vec![
+                "this is not json".into(),
+                ev(
+                    "ADDED",
+                    json!({"kind":"ConfigMap","metadata":{"namespace":"ns"}}),
+                ),
+                ev(
+                    "ADDED",
+                    json!({"kind":"Secret","apiVersion":"v1","metadata":{"name":"s","namespace":"ns"}}),
+                ),
+                ev("SOMETHING", cm("x", "3")),
+                "{\"type\":\"ADDED\",\"object\":{\"kind\":\"ConfigMap\",\"metadata\":{\"name\":"
+                    .into(),
+                ev("ADDED", cm("good", "5")),
+            ],
+            End::Hang,
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let provider = PrometheusMetricsProvider::new(&mut registry);
+    let run = start(
+        builder(&fake, &store)
+            .name("cms")
+            .metrics(Arc::new(provider)),
+    );
+    let calls = store.wait_calls(2).await;
+    assert_eq!(calls[0], Call::Replace(keys(&["a"]), "1".into()));
+    assert_eq!(calls[1], Call::Add("ns/good".into(), "5".into()));
+    let seen = run.seen();
+    assert_eq!(seen.len(), 6, "{seen:#?}");
+    assert!(seen.iter().all(|(r, _)| *r == ErrorReason::BadEvent));
+    assert!(seen[1].1.contains("undecodable"), "{}", seen[1].1);
+    assert!(seen[3].1.contains("unexpected kind"), "{}", seen[3].1);
+    assert!(seen[4].1.contains("unknown event type"), "{}", seen[4].1);
+    assert_eq!(run.reflector.last_sync_resource_version(), "5");
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("reflector_errors_total{name=\"cms\",reason=\"bad_event\"} 6"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reflector_watch_events_total{name=\"cms\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reflector_lists_total{name=\"cms\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reflector_watches_total{name=\"cms\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reflector_last_resource_version{name=\"cms\"} 5"),
+        "{text}"
+    );
+    run.stop().await;
+}
+
+/// BadEvent kinds are typed.
+#[tokio::test(start_paused = true)]
+async fn bad_event_errors_are_typed() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        (true, 0) => Reply::Stream(vec!["][".into()], End::Hang),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let kinds: Arc<Mutex<Vec<BadEventKind>>> = Arc::default();
+    let k2 = kinds.clone();
+    let r = Arc::new(
+        builder(&fake, &store)
+            .watch_error_handler(move |e| {
+                if let ReflectorError::BadEvent { source, .. } = e {
+                    k2.lock().push(source.kind);
+                }
+            })
+            .build(),
+    );
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (r, c) = (r.clone(), cancel.clone());
+        async move { r.run(c).await }
+    });
+    fake.wait_requests(2).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(*kinds.lock(), [BadEventKind::Undecodable]);
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+/// Events split across chunks, several per chunk, and a very large object.
+#[tokio::test(start_paused = true)]
+async fn framing_across_chunks_and_large_objects() {
+    let big_value = "x".repeat(5 << 20);
+    let mut big = cm("big", "4");
+    big["data"]["k"] = json!(big_value);
+    let mut stream = String::new();
+    for e in [
+        ev("ADDED", cm("a", "2")),
+        ev("ADDED", cm("b", "3")),
+        ev("ADDED", big),
+    ] {
+        stream.push_str(&e);
+        stream.push('\n');
+    }
+    let bytes = stream.into_bytes();
+    // first chunk: the first two events whole plus 3 bytes; then odd sizes
+    let first_two = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .unwrap()
+        .0
+        + 4;
+    let mut chunks = vec![Bytes::copy_from_slice(&bytes[..first_two])];
+    chunks.extend(
+        bytes[first_two..]
+            .chunks(16_381)
+            .map(Bytes::copy_from_slice),
+    );
+    let chunks = Mutex::new(Some(chunks));
+    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        (true, 0) => Reply::Chunks(chunks.lock().take().unwrap(), End::Hang),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    let calls = store.wait_calls(4).await;
+    assert_eq!(calls[3], Call::Add("ns/big".into(), "4".into()));
+    assert!(store.object("ns/big").unwrap().bytes().len() > 5 << 20);
+    assert!(run.seen().is_empty());
+    run.stop().await;
+}
+
+/// `ObjectOptions` reach the cached objects (managedFields stripped).
+#[tokio::test(start_paused = true)]
+async fn object_options_pass_through() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![cm("a", "1")]),
+        (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(
+        builder(&fake, &store).object_options(ObjectOptions::new().strip_managed_fields(true)),
+    );
+    store.wait_calls(2).await;
+    for k in ["ns/a", "ns/b"] {
+        let o = store.object(k).unwrap();
+        assert!(!String::from_utf8_lossy(o.bytes()).contains("managedFields"));
+        let typed: ConfigMap = o.decode().unwrap();
+        assert_eq!(typed.data.unwrap()["k"], "v");
+    }
+    run.stop().await;
+}
+
+/// Store errors are reported, not fatal; a failed `replace` relists.
+#[tokio::test(start_paused = true)]
+async fn store_errors_are_reported() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, _) => list("1", "", vec![cm("a", "1")]),
+        (true, 0) => Reply::Stream(
+            vec![ev("ADDED", cm("b", "2")), ev("MODIFIED", cm("a", "3"))],
+            End::Hang,
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    store
+        .fail_replace
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    store
+        .fail_adds
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let run = start(builder(&fake, &store));
+    let calls = store.wait_calls(2).await;
+    assert_eq!(
+        calls,
+        [
+            Call::Replace(keys(&["a"]), "1".into()),
+            Call::Update("ns/a".into(), "3".into())
+        ]
+    );
+    assert_eq!(fake.lists().len(), 2);
+    assert_eq!(fake.lists()[1].rv(), Some("0"), "never synced");
+    assert_eq!(run.reasons(), [ErrorReason::Store, ErrorReason::Store]);
+    assert_eq!(run.reflector.last_sync_resource_version(), "3");
+    run.stop().await;
+}
+
+/// A forbidden list is reported every time and retried with a growing
+/// backoff: no hot loop.
+#[tokio::test(start_paused = true)]
+async fn forbidden_is_reported_and_backed_off() {
+    let fake = Fake::new(|_| {
+        status(
+            403,
+            "Forbidden",
+            "configmaps is forbidden: User \"x\" cannot list",
+        )
+    });
+    let store = Arc::new(Store::default());
+    // streaming list on: each attempt is a streaming list then a list
+    let run =
+        start(Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).namespace("ns"));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let lists = fake.lists();
+    assert!(
+        (5..=7).contains(&lists.len()),
+        "{} lists in 60 s",
+        lists.len()
+    );
+    assert_eq!(fake.watches().len(), lists.len());
+    let seen = run.seen();
+    assert_eq!(seen.len(), lists.len());
+    assert!(
+        seen.iter()
+            .all(|(r, m)| *r == ErrorReason::Forbidden && m.contains("RBAC"))
+    );
+    let g = gaps(&lists);
+    for w in g.windows(2) {
+        assert!(w[1] as f64 >= w[0] as f64 * 0.5, "{g:?}");
+    }
+    run.stop().await;
+}
+
+/// Cancellation ends `run` promptly and drops the open watch; `run_until`
+/// stops on its future.
+#[tokio::test(start_paused = true)]
+async fn cancellation_leaves_nothing_behind() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    fake.wait_requests(2).await;
+    assert_eq!(
+        fake.live_streams.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    run.stop().await;
+    tokio::task::yield_now().await;
+    assert_eq!(
+        fake.live_streams.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        _ => hang(),
+    });
+    let r = builder(&fake, &store).build();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let stopper = async {
+        fake.wait_requests(2).await;
+        tx.send(()).unwrap();
+    };
+    let ((), ()) = tokio::join!(r.run_until(async { rx.await.unwrap() }), stopper);
+    assert_eq!(
+        fake.live_streams.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+}
+
+// ---------------------------------------------------------------- resource kinds
+
+/// `DynamicObject` with an `ApiResource`, selectors on lists and watches.
+#[tokio::test(start_paused = true)]
+async fn dynamic_object_with_selectors() {
+    let fake = Fake::new(|r| {
+        match (r.is_watch(), r.nth) {
+        (false, 0) => Reply::Json(
+            200,
+            json!({"kind":"WidgetList","apiVersion":"example.com/v1","metadata":{"resourceVersion":"3"},"items":[
+                {"kind":"Widget","apiVersion":"example.com/v1","metadata":{"name":"w","namespace":"ns","resourceVersion":"3"},"spec":{"size":1}}
+            ]})
+            .to_string(),
+        ),
+        (true, 0) => Reply::Stream(
+            vec![ev("ADDED", json!({"kind":"Widget","apiVersion":"example.com/v1","metadata":{"name":"v","namespace":"ns","resourceVersion":"4"}})),
+                 ev("ADDED", json!({"kind":"Gadget","apiVersion":"example.com/v1","metadata":{"name":"g","namespace":"ns","resourceVersion":"5"}}))],
+            End::Hang,
+        ),
+        _ => hang(),
+    }
+    });
+    let store = Arc::new(RecordingStore::<DynamicObject>::default());
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
+        "widgets",
+    );
+    let run = start(
+        Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
+            .namespace("ns")
+            .label_selector("app=x,tier in (a,b)")
+            .field_selector("metadata.name!=z")
+            .use_watch_list(false),
+    );
+    store.wait_calls(2).await;
+    let reqs = fake.requests();
+    for r in &reqs {
+        assert_eq!(r.path, "/apis/example.com/v1/namespaces/ns/widgets");
+        assert_eq!(r.q("labelSelector"), Some("app=x,tier in (a,b)"));
+        assert_eq!(r.q("fieldSelector"), Some("metadata.name!=z"));
+    }
+    let w = store.object("ns/w").unwrap().decode().unwrap();
+    assert_eq!(w.data["spec"]["size"], 1);
+    assert_eq!(
+        run.reasons(),
+        [ErrorReason::BadEvent],
+        "the Gadget is skipped"
+    );
+    assert_eq!(run.reflector.name(), "widgets.example.com");
+    run.stop().await;
+}
+
+/// `PartialObjectMeta<K>`: metadata-only lists and watches.
+#[tokio::test(start_paused = true)]
+async fn metadata_only() {
+    let pom = |name: &str, rv: &str| json!({"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":name,"namespace":"ns","resourceVersion":rv}});
+    let fake = Fake::new(move |r| {
+        match (r.is_watch(), r.nth) {
+        (false, 0) => Reply::Json(
+            200,
+            json!({"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"3"},"items":[pom("a","3")]}).to_string(),
+        ),
+        (true, 0) => Reply::Stream(vec![ev("MODIFIED", pom("a", "4"))], End::Hang),
+        _ => hang(),
+    }
+    });
+    type Meta = PartialObjectMeta<ConfigMap>;
+    let store = Arc::new(RecordingStore::<Meta>::default());
+    let run = start(
+        Reflector::<Meta>::builder(fake.client.clone(), store.clone())
+            .namespace("ns")
+            .use_watch_list(false),
+    );
+    store.wait_calls(2).await;
+    let reqs = fake.requests();
+    assert!(
+        reqs[0]
+            .header("accept")
+            .unwrap()
+            .contains("as=PartialObjectMetadataList")
+    );
+    assert!(
+        reqs[1]
+            .header("accept")
+            .unwrap()
+            .contains("as=PartialObjectMetadata")
+    );
+    let m = store.object("ns/a").unwrap().decode().unwrap();
+    assert_eq!(m.metadata.resource_version.as_deref(), Some("4"));
+    assert!(run.seen().is_empty());
+    run.stop().await;
+}
+
+// ---------------------------------------------------------------- streaming list (TestWatchList)
+
+fn wl_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
+    builder(fake, store).use_watch_list(true)
+}
+
+fn is_watch_list(r: &Recorded) -> bool {
+    r.is_watch() && r.q("sendInitialEvents") == Some("true")
+}
+
+/// The initial events are buffered and handed over as one `replace` at the
+/// end bookmark; the same stream then goes on. No list request at all.
+#[tokio::test(start_paused = true)]
+async fn watch_list_replaces_once_at_the_end_bookmark() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Stream(
+            vec![
+                ev("ADDED", cm("a", "2")),
+                ev("ADDED", cm("b", "3")),
+                ev("MODIFIED", cm("a", "4")),
+                ev("DELETED", cm("b", "5")),
+                ev("ADDED", cm("c", "6")),
+                // a bookmark without the annotation does not end the list
+                bookmark("6", false),
+                bookmark("7", true),
+                ev("ADDED", cm("d", "8")),
+            ],
+            End::Hang,
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(wl_builder(&fake, &store));
+    let calls = store.wait_calls(2).await;
+    assert_eq!(
+        calls,
+        [
+            Call::Replace(keys(&["a", "c"]), "7".into()),
+            Call::Add("ns/d".into(), "8".into())
+        ]
+    );
+    assert_eq!(store.state()["ns/a"], "4");
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1);
+    let w = &reqs[0];
+    assert_eq!(w.q("sendInitialEvents"), Some("true"));
+    assert_eq!(w.q("resourceVersionMatch"), Some("NotOlderThan"));
+    assert_eq!(w.q("allowWatchBookmarks"), Some("true"));
+    assert_eq!(w.rv().unwrap_or(""), "");
+    assert_eq!(w.header("accept-encoding"), Some("identity"));
+    let t: u32 = w.q("timeoutSeconds").unwrap().parse().unwrap();
+    assert!((300..600).contains(&t));
+    assert!(run.reflector.has_synced());
+    assert_eq!(run.reflector.last_sync_resource_version(), "8");
+    run.stop().await;
+}
+
+/// The stream closes before the end bookmark: not synced, retried with a
+/// clean buffer.
+#[tokio::test(start_paused = true)]
+async fn watch_list_closed_before_bookmark_is_retried() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Stream(
+            vec![ev("ADDED", cm("a", "2")), bookmark("2", false)],
+            End::Close,
+        ),
+        (true, 1) => Reply::Stream(
+            vec![ev("ADDED", cm("b", "3")), bookmark("3", true)],
+            End::Hang,
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(wl_builder(&fake, &store));
+    let calls = store.wait_calls(1).await;
+    assert_eq!(calls, [Call::Replace(keys(&["b"]), "3".into())]);
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs.iter().all(is_watch_list));
+    assert!(reqs.iter().all(|r| r.rv().unwrap_or("").is_empty()));
+    run.stop().await;
+}
+
+/// An unsupported answer (422 Invalid) falls back to list + watch, and the
+/// reflector does not try streaming again.
+#[tokio::test(start_paused = true)]
+async fn watch_list_unsupported_falls_back_to_list_and_watch() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => status(
+            422,
+            "Invalid",
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch",
+        ),
+        (false, 0) => list("5", "", vec![cm("a", "5")]),
+        (true, 1) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (false, 1) => list("6", "", vec![cm("a", "5")]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(wl_builder(&fake, &store));
+    store.wait_calls(2).await;
+    let reqs = fake.wait_requests(5).await;
+    assert!(is_watch_list(&reqs[0]));
+    assert!(!reqs[1].is_watch() && reqs[1].rv() == Some("0"));
+    assert!(reqs[2].is_watch() && !is_watch_list(&reqs[2]));
+    assert!(!reqs[3].is_watch() && reqs[3].rv() == Some("5"));
+    assert!(reqs[4].is_watch() && !is_watch_list(&reqs[4]));
+    run.stop().await;
+}
+
+/// Another error (500) falls back for this attempt only; the next relist
+/// streams again, from the last synced RV.
+#[tokio::test(start_paused = true)]
+async fn watch_list_other_error_falls_back_for_one_attempt() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => status(500, "InternalError", "boom"),
+        (false, 0) => list("5", "", vec![cm("a", "5")]),
+        (true, 1) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 2) => Reply::Stream(
+            vec![ev("ADDED", cm("b", "6")), bookmark("6", true)],
+            End::Hang,
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(wl_builder(&fake, &store));
+    store.wait_calls(2).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 4);
+    assert!(is_watch_list(&reqs[0]));
+    assert!(!reqs[1].is_watch());
+    assert!(!is_watch_list(&reqs[2]));
+    assert!(is_watch_list(&reqs[3]));
+    assert_eq!(reqs[3].rv(), Some("5"));
+    assert_eq!(store.calls()[1], Call::Replace(keys(&["b"]), "6".into()));
+    run.stop().await;
+}
+
+/// 429 and connection refused retry the streaming list after a backoff.
+#[tokio::test(start_paused = true)]
+async fn watch_list_retries_on_too_many_requests() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => status(429, "TooManyRequests", "later"),
+        (true, 1) => Reply::ConnRefused,
+        (true, 2) => Reply::Stream(vec![bookmark("3", true)], End::Hang),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(wl_builder(&fake, &store));
+    store.wait_calls(1).await;
+    let reqs = fake.requests();
+    assert!(reqs.iter().all(is_watch_list));
+    assert_eq!(gaps(&reqs), [800, 1600]);
+    assert_eq!(store.calls(), [Call::Replace(vec![], "3".into())]);
+    run.stop().await;
+}
+
+/// Expired during a streaming list: retried at once with RV "".
+#[tokio::test(start_paused = true)]
+async fn watch_list_expired_resets_the_resource_version() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Stream(
+            vec![
+                ev("ADDED", cm("a", "2")),
+                bookmark("2", true),
+                error_event(410, "Expired"),
+            ],
+            End::Close,
+        ),
+        (true, 1) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 2) => Reply::Stream(
+            vec![ev("ADDED", cm("a", "9")), bookmark("9", true)],
+            End::Hang,
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(wl_builder(&fake, &store));
+    store.wait_calls(2).await;
+    let reqs = fake.requests();
+    let rvs: Vec<_> = reqs
+        .iter()
+        .map(|r| r.rv().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(rvs, ["", "2", ""]);
+    assert!(reqs.iter().all(is_watch_list));
+    assert_eq!(reqs[2].at, reqs[1].at, "retried at once");
+    assert_eq!(
+        store.calls(),
+        [
+            Call::Replace(keys(&["a"]), "2".into()),
+            Call::Replace(keys(&["a"]), "9".into())
+        ]
+    );
+    assert_eq!(run.reflector.last_sync_resource_version(), "9");
+    assert!(secs(&reqs[2]) > 0.0);
+    run.stop().await;
+}
