@@ -37,6 +37,25 @@ const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
 /// Options of [`WorkQueue::add_with_opts`].
 ///
 /// The default adds the item now, without rate limiting, at priority 0.
+///
+/// ```
+/// use std::time::Duration;
+/// use kcache_workqueue::{AddOpts, WorkQueue};
+///
+/// let queue: WorkQueue<&str> = WorkQueue::builder().strict_priority().build().unwrap();
+/// queue.add_with_opts("resync", AddOpts::priority(-100));
+/// queue.add_with_opts("changed", AddOpts { priority: 10, ..AddOpts::default() });
+/// queue.add_with_opts(
+///     "retry",
+///     AddOpts { after: Some(Duration::from_secs(5)), rate_limited: true, priority: 0 },
+/// );
+/// assert_eq!(queue.len(), 2); // "retry" waits for its time
+/// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+/// # rt.block_on(async {
+/// assert_eq!(queue.get().await, Some("changed"));
+/// assert_eq!(queue.get().await, Some("resync"));
+/// # });
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AddOpts {
     /// Wait at least this long before handing the item out. `None` or zero
@@ -487,7 +506,8 @@ impl<T: QueueItem> WorkQueue<T> {
     ///
     /// The caller must call [`done`](Self::done) with the item when it has
     /// finished with it. No other caller gets the same item until then.
-    /// Cancel-safe: dropping the future never loses an item.
+    /// Cancel-safe: dropping the future never loses an item. Waiting for a
+    /// delayed item needs tokio's time driver.
     pub async fn get(&self) -> Option<T> {
         let inner = &*self.inner;
         loop {

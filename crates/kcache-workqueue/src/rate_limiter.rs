@@ -27,6 +27,32 @@ use crate::error::RateLimiterError;
 ///
 /// Implementations must be cheap and must not block: the queue calls `when`
 /// on the caller's task (never while holding its own lock).
+///
+/// A custom limiter, waiting a fixed time:
+///
+/// ```
+/// use std::time::Duration;
+/// use kcache_workqueue::{RateLimiter, WorkQueue};
+///
+/// struct Fixed(Duration);
+///
+/// impl<T> RateLimiter<T> for Fixed {
+///     fn when(&self, _item: &T) -> Duration {
+///         self.0
+///     }
+///     fn forget(&self, _item: &T) {}
+///     fn num_requeues(&self, _item: &T) -> u32 {
+///         0
+///     }
+/// }
+///
+/// let queue: WorkQueue<&str> = WorkQueue::builder()
+///     .rate_limiter(Fixed(Duration::from_secs(1)))
+///     .build()
+///     .unwrap();
+/// queue.add_rate_limited("a");
+/// assert_eq!(queue.delayed_len(), 1);
+/// ```
 pub trait RateLimiter<T>: Send + Sync {
     /// Records a retry of `item` and returns how long it should wait.
     fn when(&self, item: &T) -> Duration;
@@ -322,7 +348,22 @@ impl<T> RateLimiter<T> for WithMaxWaitRateLimiter<T> {
 ///
 /// The clock is governor's ([`DefaultClock`] by default), not tokio's: use
 /// [`with_clock`](BucketRateLimiter::with_clock) and
-/// [`governor::clock::FakeRelativeClock`] for deterministic tests.
+/// [`governor::clock::FakeRelativeClock`] for deterministic tests:
+///
+/// ```
+/// use std::time::Duration;
+/// use kcache_workqueue::BucketRateLimiter;
+/// use kcache_workqueue::governor::clock::FakeRelativeClock;
+///
+/// let clock = FakeRelativeClock::default();
+/// let bucket = BucketRateLimiter::with_clock(10.0, 2, clock.clone()).unwrap();
+/// assert_eq!(bucket.reserve(), Duration::ZERO); // the burst of 2
+/// assert_eq!(bucket.reserve(), Duration::ZERO);
+/// assert_eq!(bucket.reserve(), Duration::from_millis(100)); // booked
+/// assert_eq!(bucket.reserve(), Duration::from_millis(200));
+/// clock.advance(Duration::from_millis(250));
+/// assert_eq!(bucket.reserve(), Duration::from_millis(50));
+/// ```
 pub struct BucketRateLimiter<C: Clock = DefaultClock> {
     clock: C,
     start: C::Instant,
