@@ -1,0 +1,322 @@
+//! The shared informer factory: one informer per resource type for a whole
+//! program.
+
+use std::any::{Any, TypeId};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use kube::api::{ApiResource, DynamicObject};
+use kube::core::PartialObjectMeta;
+use kube::{Client, Resource};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::informer::{ListOptions, SharedIndexInformer, TransformFunc};
+
+type Tweak = Arc<dyn Fn(&mut ListOptions) + Send + Sync>;
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+enum InformerKey {
+    Typed(TypeId),
+    Dynamic {
+        group: String,
+        version: String,
+        plural: String,
+    },
+}
+
+/// What the factory needs of an informer without knowing its type.
+trait ErasedInformer: Send + Sync {
+    fn name(&self) -> String;
+    fn has_synced(&self) -> bool;
+    fn spawn(&self, token: CancellationToken) -> JoinHandle<()>;
+}
+
+impl<K> ErasedInformer for SharedIndexInformer<K>
+where
+    K: Resource + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    fn name(&self) -> String {
+        SharedIndexInformer::name(self).to_string()
+    }
+    fn has_synced(&self) -> bool {
+        SharedIndexInformer::has_synced(self)
+    }
+    fn spawn(&self, token: CancellationToken) -> JoinHandle<()> {
+        let informer = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = informer.run(token).await {
+                tracing::error!(informer = %informer.name(), error = %e, "informer did not run");
+            }
+        })
+    }
+}
+
+struct Entry {
+    any: Box<dyn Any + Send + Sync>,
+    erased: Arc<dyn ErasedInformer>,
+    started: bool,
+}
+
+struct Config {
+    list_options: ListOptions,
+    tweak: Option<Tweak>,
+    default_resync: Duration,
+    resync_for: HashMap<TypeId, Duration>,
+    transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+}
+
+struct Inner {
+    client: Client,
+    config: Config,
+    informers: Mutex<HashMap<InformerKey, Entry>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    cancel: CancellationToken,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One [`SharedIndexInformer`] per resource type, shared by every part of a
+/// program that asks for it (client-go's `SharedInformerFactory`): watching
+/// a type twice costs one watch and one cache.
+///
+/// ```no_run
+/// # async fn run(client: kube::Client) {
+/// use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+/// use kcache_informer::SharedInformerFactory;
+///
+/// let factory = SharedInformerFactory::builder(client)
+///     .namespace("prod")
+///     .strip_managed_fields(true)
+///     .build();
+/// let pods = factory.informer::<Pod>();
+/// let same_pods = factory.informer::<Pod>(); // the same informer
+/// let config_maps = factory.informer::<ConfigMap>();
+/// factory.start();
+/// let synced = factory.wait_for_cache_sync().await;
+/// assert!(synced.values().all(|ok| *ok));
+/// # let _ = (pods, same_pods, config_maps);
+/// factory.shutdown().await;
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct SharedInformerFactory {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SharedInformerFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = lock(&self.inner.informers)
+            .values()
+            .map(|e| e.erased.name())
+            .collect();
+        f.debug_struct("SharedInformerFactory")
+            .field("informers", &names)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`SharedInformerFactory`].
+pub struct SharedInformerFactoryBuilder {
+    client: Client,
+    config: Config,
+}
+
+impl SharedInformerFactoryBuilder {
+    /// Every informer watches only this namespace.
+    pub fn namespace(mut self, ns: impl Into<String>) -> Self {
+        self.config.list_options.namespace = Some(ns.into());
+        self
+    }
+    /// Adjusts every informer's list options (selectors, page size...).
+    pub fn tweak_list_options(
+        mut self,
+        f: impl Fn(&mut ListOptions) + Send + Sync + 'static,
+    ) -> Self {
+        self.config.tweak = Some(Arc::new(f));
+        self
+    }
+    /// The default resync period of every informer (0: none).
+    pub fn default_resync(mut self, period: Duration) -> Self {
+        self.config.default_resync = period;
+        self
+    }
+    /// The resync period of the informer for `K`.
+    pub fn resync_for<K: 'static>(mut self, period: Duration) -> Self {
+        self.config.resync_for.insert(TypeId::of::<K>(), period);
+        self
+    }
+    /// Cut `metadata.managedFields` from every cached object while it is
+    /// decoded from the apiserver's bytes.
+    pub fn strip_managed_fields(mut self, strip: bool) -> Self {
+        let opts = self.config.list_options.object_options.clone();
+        self.config.list_options.object_options = opts.strip_managed_fields(strip);
+        self
+    }
+    /// A transform for the informer of `K`.
+    pub fn transform_for<K: 'static>(mut self, transform: TransformFunc<K>) -> Self {
+        self.config
+            .transforms
+            .insert(TypeId::of::<K>(), Box::new(transform));
+        self
+    }
+    /// Builds the factory.
+    pub fn build(self) -> SharedInformerFactory {
+        SharedInformerFactory {
+            inner: Arc::new(Inner {
+                client: self.client,
+                config: self.config,
+                informers: Mutex::new(HashMap::new()),
+                tasks: Mutex::new(Vec::new()),
+                cancel: CancellationToken::new(),
+            }),
+        }
+    }
+}
+
+impl SharedInformerFactory {
+    /// A factory with no namespace restriction and no resync.
+    pub fn new(client: Client) -> Self {
+        Self::builder(client).build()
+    }
+
+    /// A builder for a factory.
+    pub fn builder(client: Client) -> SharedInformerFactoryBuilder {
+        SharedInformerFactoryBuilder {
+            client,
+            config: Config {
+                list_options: ListOptions::default(),
+                tweak: None,
+                default_resync: Duration::ZERO,
+                resync_for: HashMap::new(),
+                transforms: HashMap::new(),
+            },
+        }
+    }
+
+    /// The informer for the typed resource `K` (created on first use).
+    pub fn informer<K>(&self) -> SharedIndexInformer<K>
+    where
+        K: Resource + Send + Sync + 'static,
+        K::DynamicType: Default + Clone + Send + Sync + 'static,
+    {
+        self.get_or_create(
+            InformerKey::Typed(TypeId::of::<K>()),
+            K::DynamicType::default(),
+        )
+    }
+
+    /// The metadata-only informer for `K`: caches `PartialObjectMeta<K>`
+    /// (the server sends only metadata).
+    pub fn metadata_informer<K>(&self) -> SharedIndexInformer<PartialObjectMeta<K>>
+    where
+        K: Resource + Send + Sync + 'static,
+        K::DynamicType: Default + Clone + Send + Sync + 'static,
+    {
+        self.informer::<PartialObjectMeta<K>>()
+    }
+
+    /// The informer for a resource known at run time (e.g. a CRD without a
+    /// Rust type), caching `DynamicObject`s.
+    pub fn dynamic_informer(&self, resource: &ApiResource) -> SharedIndexInformer<DynamicObject> {
+        self.get_or_create(
+            InformerKey::Dynamic {
+                group: resource.group.clone(),
+                version: resource.version.clone(),
+                plural: resource.plural.clone(),
+            },
+            resource.clone(),
+        )
+    }
+
+    fn get_or_create<K>(&self, key: InformerKey, dyntype: K::DynamicType) -> SharedIndexInformer<K>
+    where
+        K: Resource + Send + Sync + 'static,
+        K::DynamicType: Clone + Send + Sync + 'static,
+    {
+        let mut informers = lock(&self.inner.informers);
+        if let Some(entry) = informers.get(&key)
+            && let Some(informer) = entry.any.downcast_ref::<SharedIndexInformer<K>>()
+        {
+            return informer.clone();
+        }
+        let cfg = &self.inner.config;
+        let mut options = cfg.list_options.clone();
+        if let Some(tweak) = &cfg.tweak {
+            tweak(&mut options);
+        }
+        let resync = cfg
+            .resync_for
+            .get(&TypeId::of::<K>())
+            .copied()
+            .unwrap_or(cfg.default_resync);
+        let informer = SharedIndexInformer::<K>::builder_with(self.inner.client.clone(), dyntype)
+            .list_options(options)
+            .resync_period(resync)
+            .build();
+        if let Some(t) = cfg
+            .transforms
+            .get(&TypeId::of::<K>())
+            .and_then(|t| t.downcast_ref::<TransformFunc<K>>())
+        {
+            // A fresh informer has not started: this cannot fail.
+            let _ = informer.set_transform(t.clone());
+        }
+        informers.insert(
+            key,
+            Entry {
+                any: Box::new(informer.clone()),
+                erased: Arc::new(informer.clone()),
+                started: false,
+            },
+        );
+        informer
+    }
+
+    /// Starts every informer created so far that has not started yet (call
+    /// again after creating more). Needs a tokio runtime.
+    pub fn start(&self) {
+        if self.inner.cancel.is_cancelled() {
+            tracing::warn!("start after shutdown: the factory's informers stay stopped");
+            return;
+        }
+        let mut informers = lock(&self.inner.informers);
+        let mut tasks = lock(&self.inner.tasks);
+        for entry in informers.values_mut().filter(|e| !e.started) {
+            entry.started = true;
+            tasks.push(entry.erased.spawn(self.inner.cancel.child_token()));
+        }
+    }
+
+    /// Waits until every started informer has synced, or the factory shuts
+    /// down; returns each informer's result by name.
+    pub async fn wait_for_cache_sync(&self) -> BTreeMap<String, bool> {
+        let started: Vec<Arc<dyn ErasedInformer>> = lock(&self.inner.informers)
+            .values()
+            .filter(|e| e.started)
+            .map(|e| e.erased.clone())
+            .collect();
+        loop {
+            if started.iter().all(|i| i.has_synced()) || self.inner.cancel.is_cancelled() {
+                return started.iter().map(|i| (i.name(), i.has_synced())).collect();
+            }
+            tokio::select! {
+                _ = self.inner.cancel.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+    }
+
+    /// Stops every informer and waits until all of them have stopped.
+    pub async fn shutdown(&self) {
+        self.inner.cancel.cancel();
+        let tasks: Vec<JoinHandle<()>> = lock(&self.inner.tasks).drain(..).collect();
+        for t in tasks {
+            let _ = t.await;
+        }
+    }
+}

@@ -1,0 +1,722 @@
+//! The shared index informer.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use kcache_core::{BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
+use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
+use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
+use kcache_reflector::{Reflector, ReflectorError};
+use kube::{Client, Resource};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::InformerError;
+use crate::handler::ResourceEventHandler;
+use crate::listener::{Listener, Notification, SyncedFn};
+use crate::processor::{MINIMUM_RESYNC_PERIOD, SharedProcessor, determine_resync_period};
+
+/// Which queue sits between the reflector and the indexer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FifoKind {
+    /// client-go's DeltaFIFO: per-key coalesced deltas (the default).
+    #[default]
+    DeltaFifo,
+    /// client-go 1.33+'s in-order FIFO: one entry per event.
+    RealFifo,
+}
+
+/// A transform applied once to each object before it is cached (e.g.
+/// [`strip_managed_fields`]). Never applied to tombstones.
+pub type TransformFunc<K> =
+    Arc<dyn Fn(CachedObject<K>) -> Result<CachedObject<K>, BoxError> + Send + Sync>;
+
+/// A transform that cuts `metadata.managedFields` out of each object's
+/// bytes (no typed decode); usually the biggest saving in memory.
+pub fn strip_managed_fields<K: 'static>() -> TransformFunc<K> {
+    Arc::new(|obj: CachedObject<K>| obj.without_managed_fields().map_err(BoxError::from))
+}
+
+/// Called with every error of the informer's reflector (list, watch,
+/// decode): client-go's `WatchErrorHandler`.
+pub type WatchErrorHandler = Arc<dyn Fn(&ReflectorError) + Send + Sync>;
+
+/// How the informer lists and watches: namespace, selectors, page size,
+/// streaming lists, object options. Set on the builder or through a
+/// factory's `tweak_list_options`.
+#[derive(Debug, Clone)]
+pub struct ListOptions {
+    /// Only this namespace (default: all).
+    pub namespace: Option<String>,
+    /// Label selector, Kubernetes syntax.
+    pub label_selector: Option<String>,
+    /// Field selector, Kubernetes syntax.
+    pub field_selector: Option<String>,
+    /// List page size (0: client-go's default rules).
+    pub page_size: u32,
+    /// Use streaming lists (`sendInitialEvents`) where the server has them.
+    pub use_watch_list: bool,
+    /// How objects are built from the apiserver's bytes (field paths for
+    /// field indexes; managedFields cutting).
+    pub object_options: ObjectOptions,
+}
+
+impl Default for ListOptions {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            label_selector: None,
+            field_selector: None,
+            page_size: 0,
+            use_watch_list: true,
+            object_options: ObjectOptions::default(),
+        }
+    }
+}
+
+/// Something whose cache can be synced: informers and handler
+/// registrations. See [`wait_for_cache_sync`].
+pub trait HasSynced: Send + Sync {
+    /// Whether the cache (and, for a registration, the handler) has synced.
+    fn has_synced(&self) -> bool;
+}
+
+/// Waits until every one of `synced` has synced, polling every 100 ms like
+/// client-go. Returns `false` if `cancel` fires first.
+pub async fn wait_for_cache_sync(cancel: &CancellationToken, synced: &[&dyn HasSynced]) -> bool {
+    loop {
+        if synced.iter().all(|s| s.has_synced()) {
+            return true;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+    }
+}
+
+struct Lifecycle<K> {
+    started: bool,
+    stopped: bool,
+    transform: Option<TransformFunc<K>>,
+    watch_error_handler: Option<WatchErrorHandler>,
+    resync_check_period: Duration,
+    queue: Option<Arc<dyn Queue<K>>>,
+    reflector: Option<Arc<Reflector<K>>>,
+}
+
+pub(crate) struct Inner<K: Resource> {
+    name: String,
+    client: Client,
+    dyntype: K::DynamicType,
+    list_options: ListOptions,
+    fifo_kind: FifoKind,
+    default_handler_resync: Duration,
+    indexer: Arc<Indexer<K>>,
+    processor: SharedProcessor<K>,
+    lifecycle: Mutex<Lifecycle<K>>,
+    /// Held while deltas are handled and while a late handler gets the
+    /// cache replayed, so the two never interleave.
+    block_deltas: Mutex<()>,
+    next_listener_id: AtomicU64,
+    stopped: CancellationToken,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One reflector, one FIFO, one indexer, any number of handlers: client-go's
+/// `SharedIndexInformer`.
+///
+/// Cheap to clone (a handle on shared state). See the crate docs for an
+/// example.
+pub struct SharedIndexInformer<K: Resource> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K: Resource> Clone for SharedIndexInformer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<K: Resource> fmt::Debug for SharedIndexInformer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedIndexInformer")
+            .field("name", &self.inner.name)
+            .field("cached", &self.inner.indexer.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`SharedIndexInformer`].
+pub struct SharedIndexInformerBuilder<K: Resource> {
+    client: Client,
+    dyntype: K::DynamicType,
+    list_options: ListOptions,
+    resync: Duration,
+    indexers: Indexers<K>,
+    fifo_kind: FifoKind,
+    name: Option<String>,
+}
+
+impl<K: Resource + 'static> SharedIndexInformerBuilder<K>
+where
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    /// Only this namespace (default: all namespaces).
+    pub fn namespace(mut self, ns: impl Into<String>) -> Self {
+        self.list_options.namespace = Some(ns.into());
+        self
+    }
+    /// Label selector (Kubernetes syntax), applied by the server.
+    pub fn label_selector(mut self, s: impl Into<String>) -> Self {
+        self.list_options.label_selector = Some(s.into());
+        self
+    }
+    /// Field selector (Kubernetes syntax), applied by the server.
+    pub fn field_selector(mut self, s: impl Into<String>) -> Self {
+        self.list_options.field_selector = Some(s.into());
+        self
+    }
+    /// Replaces all list options at once.
+    pub fn list_options(mut self, options: ListOptions) -> Self {
+        self.list_options = options;
+        self
+    }
+    /// The default handler resync period, which is also the informer's
+    /// resync check period (0, the default: no resyncs).
+    pub fn resync_period(mut self, period: Duration) -> Self {
+        self.resync = period;
+        self
+    }
+    /// Extra indexes besides the built-in `namespace` index.
+    pub fn indexers(mut self, indexers: Indexers<K>) -> Self {
+        self.indexers.extend(indexers);
+        self
+    }
+    /// Which FIFO to use (default: DeltaFIFO).
+    pub fn fifo(mut self, kind: FifoKind) -> Self {
+        self.fifo_kind = kind;
+        self
+    }
+    /// Name for logs and metrics (default: the resource's plural).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Builds the informer (nothing runs until [`SharedIndexInformer::run`]).
+    pub fn build(self) -> SharedIndexInformer<K> {
+        let mut indexers = self.indexers;
+        indexers
+            .entry(kcache_indexer::NAMESPACE_INDEX.to_owned())
+            .or_insert_with(kcache_indexer::meta_namespace_index_func);
+        let indexer = Arc::new(Indexer::with_indexers(
+            Arc::new(kcache_core::meta_namespace_key::<K>),
+            indexers,
+        ));
+        let name = self
+            .name
+            .unwrap_or_else(|| K::plural(&self.dyntype).to_string());
+        SharedIndexInformer {
+            inner: Arc::new(Inner {
+                name,
+                client: self.client,
+                dyntype: self.dyntype,
+                list_options: self.list_options,
+                fifo_kind: self.fifo_kind,
+                default_handler_resync: self.resync,
+                indexer,
+                processor: SharedProcessor::new(),
+                lifecycle: Mutex::new(Lifecycle {
+                    started: false,
+                    stopped: false,
+                    transform: None,
+                    watch_error_handler: None,
+                    resync_check_period: self.resync,
+                    queue: None,
+                    reflector: None,
+                }),
+                block_deltas: Mutex::new(()),
+                next_listener_id: AtomicU64::new(1),
+                stopped: CancellationToken::new(),
+            }),
+        }
+    }
+}
+
+impl<K: Resource + 'static> SharedIndexInformer<K>
+where
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    /// A builder for a type whose dynamic type is `Default` (k8s-openapi
+    /// types, derived custom resources, `PartialObjectMeta<K>`).
+    pub fn builder(client: Client) -> SharedIndexInformerBuilder<K>
+    where
+        K::DynamicType: Default,
+    {
+        Self::builder_with(client, K::DynamicType::default())
+    }
+
+    /// A builder with an explicit dynamic type (an `ApiResource` for
+    /// `DynamicObject`).
+    pub fn builder_with(client: Client, dyntype: K::DynamicType) -> SharedIndexInformerBuilder<K> {
+        SharedIndexInformerBuilder {
+            client,
+            dyntype,
+            list_options: ListOptions::default(),
+            resync: Duration::ZERO,
+            indexers: Indexers::new(),
+            fifo_kind: FifoKind::default(),
+            name: None,
+        }
+    }
+
+    /// The informer's name (logs, metrics).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The cache.
+    pub fn indexer(&self) -> &Arc<Indexer<K>> {
+        &self.inner.indexer
+    }
+
+    /// A lister over the cache.
+    pub fn lister(&self) -> Lister<K> {
+        Lister::new(self.inner.indexer.clone())
+    }
+
+    /// Adds indexes; allowed before and after start (existing objects are
+    /// indexed at once).
+    pub fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), IndexError> {
+        self.inner.indexer.add_indexers(indexers)
+    }
+
+    /// Sets the transform applied once to every object before it is cached.
+    /// Only before [`run`](Self::run).
+    pub fn set_transform(&self, transform: TransformFunc<K>) -> Result<(), InformerError> {
+        let mut lc = lock(&self.inner.lifecycle);
+        if lc.started {
+            return Err(InformerError::AlreadyStarted("set_transform"));
+        }
+        lc.transform = Some(transform);
+        Ok(())
+    }
+
+    /// Sets the handler called with every list/watch error. Only before
+    /// [`run`](Self::run).
+    pub fn set_watch_error_handler(&self, handler: WatchErrorHandler) -> Result<(), InformerError> {
+        let mut lc = lock(&self.inner.lifecycle);
+        if lc.started {
+            return Err(InformerError::AlreadyStarted("set_watch_error_handler"));
+        }
+        lc.watch_error_handler = Some(handler);
+        Ok(())
+    }
+
+    /// Whether the first complete list has been processed into the cache
+    /// (and handed to every handler's listener).
+    pub fn has_synced(&self) -> bool {
+        self.inner.has_synced()
+    }
+
+    /// Whether [`run`](Self::run) was called.
+    pub fn has_started(&self) -> bool {
+        lock(&self.inner.lifecycle).started
+    }
+
+    /// Whether the informer has stopped.
+    pub fn is_stopped(&self) -> bool {
+        lock(&self.inner.lifecycle).stopped
+    }
+
+    /// The resourceVersion the cache reflects (`""` before the first list).
+    pub fn last_sync_resource_version(&self) -> String {
+        lock(&self.inner.lifecycle)
+            .reflector
+            .as_ref()
+            .map(|r| r.last_sync_resource_version())
+            .unwrap_or_default()
+    }
+
+    /// Adds a handler with the informer's default resync period.
+    pub fn add_event_handler(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+    ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
+        let resync = self.inner.default_handler_resync;
+        self.add_event_handler_with_resync_period(handler, resync)
+    }
+
+    /// Adds a handler that wants a resync every `resync_period` (0: never;
+    /// at least 1 s). client-go's rules apply: an informer that does not
+    /// resync ignores it; a period below the informer's check period lowers
+    /// the check period before start and is raised to it after start.
+    ///
+    /// A handler added after start first receives the current cache as
+    /// adds with `is_in_initial_list = true`, to it alone, with no event
+    /// lost or duplicated around the registration.
+    pub fn add_event_handler_with_resync_period(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+        resync_period: Duration,
+    ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
+        let mut lc = lock(&self.inner.lifecycle);
+        if lc.stopped {
+            return Err(InformerError::Stopped);
+        }
+        let mut requested = resync_period;
+        if requested > Duration::ZERO {
+            if requested < MINIMUM_RESYNC_PERIOD {
+                tracing::info!(
+                    ?requested,
+                    "resync period too small; raised to the minimum of 1s"
+                );
+                requested = MINIMUM_RESYNC_PERIOD;
+            }
+            if requested < lc.resync_check_period {
+                if lc.started {
+                    tracing::info!(
+                        ?requested,
+                        check = ?lc.resync_check_period,
+                        "resync period below the running informer's check period; raised to it"
+                    );
+                    requested = lc.resync_check_period;
+                } else {
+                    lc.resync_check_period = requested;
+                    self.inner.processor.resync_check_period_changed(requested);
+                }
+            }
+        }
+        let period = determine_resync_period(requested, lc.resync_check_period);
+        let id = self.inner.next_listener_id.fetch_add(1, Ordering::Relaxed);
+        let weak: Weak<Inner<K>> = Arc::downgrade(&self.inner);
+        let synced: SyncedFn = Arc::new(move || weak.upgrade().is_some_and(|i| i.has_synced()));
+        let listener = Listener::new(
+            id,
+            format!("{}#{id}", self.inner.name),
+            Box::new(handler),
+            requested,
+            period,
+            synced,
+        );
+        if !lc.started {
+            self.inner
+                .processor
+                .add_listener(listener.clone())
+                .map_err(InformerError::Thread)?;
+        } else {
+            // Replay the cache to this handler alone while no delta is
+            // being handled, so nothing is lost or seen twice.
+            let _block = lock(&self.inner.block_deltas);
+            self.inner
+                .processor
+                .add_listener(listener.clone())
+                .map_err(InformerError::Thread)?;
+            for obj in self.inner.indexer.list() {
+                listener.add(Notification::Add {
+                    obj,
+                    is_in_initial_list: true,
+                });
+            }
+        }
+        drop(lc);
+        Ok(ResourceEventHandlerRegistration {
+            listener,
+            informer: Arc::downgrade(&self.inner),
+        })
+    }
+
+    /// Removes a handler: it gets no more events. Idempotent.
+    pub fn remove_event_handler(&self, registration: &ResourceEventHandlerRegistration<K>) {
+        let _lc = lock(&self.inner.lifecycle);
+        self.inner
+            .processor
+            .remove_listener(registration.listener.id);
+    }
+
+    /// Backlog per handler (notifications not yet handled), by handler name.
+    pub fn listener_backlogs(&self) -> Vec<(String, usize)> {
+        self.inner
+            .processor
+            .listeners()
+            .iter()
+            .map(|l| (l.name.clone(), l.backlog()))
+            .collect()
+    }
+
+    /// Runs the informer until `cancel` fires: lists and watches, keeps the
+    /// cache, notifies handlers. Returns once everything it started has
+    /// stopped (listener threads included). A second call is an error.
+    pub async fn run(&self, cancel: CancellationToken) -> Result<(), InformerError> {
+        let (queue, reflector) = self.start()?;
+        let reflector_task = {
+            let reflector = reflector.clone();
+            let token = cancel.child_token();
+            tokio::spawn(async move { reflector.run(token).await })
+        };
+        let inner = self.inner.clone();
+        loop {
+            let popped = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                r = queue.pop(Box::new(|deltas, initial| inner.handle_deltas(deltas, initial))) => r,
+            };
+            match popped {
+                Ok(()) => {}
+                Err(PopError::Closed) => break,
+                Err(PopError::Process(e)) => {
+                    tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
+                }
+            }
+        }
+        queue.close();
+        let _ = reflector_task.await;
+        let listeners = self.inner.processor.stop();
+        let _ = tokio::task::spawn_blocking(move || {
+            for l in listeners {
+                l.join();
+            }
+        })
+        .await;
+        lock(&self.inner.lifecycle).stopped = true;
+        self.inner.stopped.cancel();
+        tracing::debug!(informer = %self.inner.name, "informer stopped");
+        Ok(())
+    }
+
+    /// Waits until the informer has stopped after its `run` was cancelled.
+    pub async fn stopped(&self) {
+        self.inner.stopped.cancelled().await
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn start(&self) -> Result<(Arc<dyn Queue<K>>, Arc<Reflector<K>>), InformerError> {
+        let mut lc = lock(&self.inner.lifecycle);
+        if lc.started {
+            return Err(InformerError::AlreadyStarted("run"));
+        }
+        if lc.stopped {
+            return Err(InformerError::Stopped);
+        }
+        lc.started = true;
+        let mut fifo_options = FifoOptions::new()
+            .known_objects(self.inner.indexer.clone())
+            .emit_delta_type_replaced(true);
+        if let Some(t) = &lc.transform {
+            fifo_options = fifo_options.transformer(t.clone());
+        }
+        let queue: Arc<dyn Queue<K>> = match self.inner.fifo_kind {
+            FifoKind::DeltaFifo => Arc::new(DeltaFifo::new(fifo_options)),
+            FifoKind::RealFifo => Arc::new(RealFifo::new(fifo_options)),
+        };
+        let sink: Arc<dyn Store<K>> = Arc::new(ResyncGate {
+            queue: queue.clone(),
+            informer: Arc::downgrade(&self.inner),
+        });
+        let o = &self.inner.list_options;
+        let mut rb =
+            Reflector::builder_with(self.inner.client.clone(), sink, self.inner.dyntype.clone())
+                .name(self.inner.name.clone())
+                .page_size(o.page_size)
+                .use_watch_list(o.use_watch_list)
+                .object_options(o.object_options.clone());
+        if let Some(ns) = &o.namespace {
+            rb = rb.namespace(ns.clone());
+        }
+        if let Some(s) = &o.label_selector {
+            rb = rb.label_selector(s.clone());
+        }
+        if let Some(s) = &o.field_selector {
+            rb = rb.field_selector(s.clone());
+        }
+        if lc.resync_check_period > Duration::ZERO {
+            rb = rb.resync_period(lc.resync_check_period);
+        }
+        if let Some(h) = &lc.watch_error_handler {
+            let h = h.clone();
+            rb = rb.watch_error_handler(move |e: &ReflectorError| h(e));
+        }
+        let reflector = Arc::new(rb.build());
+        lc.queue = Some(queue.clone());
+        lc.reflector = Some(reflector.clone());
+        self.inner.processor.run().map_err(InformerError::Thread)?;
+        Ok((queue, reflector))
+    }
+}
+
+impl<K: Resource> Inner<K> {
+    fn has_synced(&self) -> bool {
+        // Cloned out so the FIFO's lock is not taken under ours.
+        let queue = lock(&self.lifecycle).queue.clone();
+        queue.is_some_and(|q| q.has_synced())
+    }
+}
+
+impl<K: Resource + 'static> Inner<K> {
+    /// client-go's processDeltas, under `block_deltas`.
+    fn handle_deltas(&self, deltas: Deltas<K>, is_in_initial_list: bool) -> Result<(), BoxError> {
+        let _block = lock(&self.block_deltas);
+        for delta in deltas.into_vec() {
+            match delta.kind {
+                DeltaType::Sync | DeltaType::Replaced | DeltaType::Added | DeltaType::Updated => {
+                    let obj = delta.object.into_object();
+                    let old = self.indexer.get_by_key(obj.key());
+                    match old {
+                        Some(old) => {
+                            if let Err(e) = self.indexer.update(obj.clone()) {
+                                self.store_failed(&obj, e);
+                                continue;
+                            }
+                            let is_sync = old.resource_version() == obj.resource_version();
+                            self.processor
+                                .distribute(&Notification::Update { old, new: obj }, is_sync);
+                        }
+                        None => {
+                            if let Err(e) = self.indexer.add(obj.clone()) {
+                                self.store_failed(&obj, e);
+                                continue;
+                            }
+                            self.processor.distribute(
+                                &Notification::Add {
+                                    obj,
+                                    is_in_initial_list,
+                                },
+                                false,
+                            );
+                        }
+                    }
+                }
+                DeltaType::Deleted => {
+                    let obj: ObjectOrTombstone<K> = delta.object;
+                    if let Err(e) = self.indexer.delete(obj.clone()) {
+                        self.store_failed(obj.object(), e);
+                        continue;
+                    }
+                    self.processor
+                        .distribute(&Notification::Delete { obj }, false);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn store_failed(&self, obj: &CachedObject<K>, e: StoreError) {
+        tracing::error!(
+            informer = %self.name,
+            key = %obj.key(),
+            error = %e,
+            "writing to the cache failed; the change is skipped"
+        );
+    }
+}
+
+/// The store the reflector writes into: the queue, with `resync` passed on
+/// only when some handler's resync is due (client-go's `ShouldResync`).
+struct ResyncGate<K: Resource> {
+    queue: Arc<dyn Queue<K>>,
+    informer: Weak<Inner<K>>,
+}
+
+impl<K: Resource + 'static> Store<K> for ResyncGate<K> {
+    fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
+        self.queue.add(obj)
+    }
+    fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
+        self.queue.update(obj)
+    }
+    fn delete(&self, obj: ObjectOrTombstone<K>) -> Result<(), StoreError> {
+        self.queue.delete(obj)
+    }
+    fn replace(&self, items: Vec<CachedObject<K>>, rv: String) -> Result<(), StoreError> {
+        self.queue.replace(items, rv)
+    }
+    fn resync(&self) -> Result<(), StoreError> {
+        let due = self
+            .informer
+            .upgrade()
+            .is_some_and(|i| i.processor.should_resync());
+        if due { self.queue.resync() } else { Ok(()) }
+    }
+    fn bookmark(&self, rv: &str) -> Result<(), StoreError> {
+        self.queue.bookmark(rv)
+    }
+    fn last_store_sync_resource_version(&self) -> Option<String> {
+        self.queue.last_store_sync_resource_version()
+    }
+}
+
+/// A handler's registration: its sync state and statistics; pass it to
+/// [`SharedIndexInformer::remove_event_handler`] to remove the handler.
+pub struct ResourceEventHandlerRegistration<K: Resource> {
+    listener: Arc<Listener<K>>,
+    informer: Weak<Inner<K>>,
+}
+
+impl<K: Resource> fmt::Debug for ResourceEventHandlerRegistration<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResourceEventHandlerRegistration")
+            .field("name", &self.listener.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Resource + 'static> ResourceEventHandlerRegistration<K> {
+    /// True once the informer has synced and every initial add for this
+    /// handler has returned from it.
+    pub fn has_synced(&self) -> bool {
+        self.listener.has_synced()
+    }
+    /// Notifications waiting for this handler.
+    pub fn backlog(&self) -> usize {
+        self.listener.backlog()
+    }
+    /// Notifications handed to this handler so far.
+    pub fn delivered(&self) -> u64 {
+        self.listener.delivered()
+    }
+    /// How many times this handler panicked (each time the event was
+    /// skipped and the handler kept receiving later events).
+    pub fn panics(&self) -> u64 {
+        self.listener.panics()
+    }
+    /// Whether nothing is waiting and the handler is not running.
+    pub fn is_idle(&self) -> bool {
+        self.listener.idle()
+    }
+    /// The resync period in use for this handler (0: none).
+    pub fn resync_period(&self) -> Duration {
+        self.listener.resync_period()
+    }
+    /// Whether the handler is still registered with a live informer.
+    pub fn is_active(&self) -> bool {
+        self.informer
+            .upgrade()
+            .is_some_and(|i| i.processor.contains(self.listener.id))
+    }
+    /// The handler's name (informer name + registration number).
+    pub fn name(&self) -> &str {
+        &self.listener.name
+    }
+}
+
+impl<K: Resource + 'static> HasSynced for ResourceEventHandlerRegistration<K> {
+    fn has_synced(&self) -> bool {
+        self.listener.has_synced()
+    }
+}
+
+impl<K: Resource + 'static> HasSynced for SharedIndexInformer<K>
+where
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    fn has_synced(&self) -> bool {
+        self.inner.has_synced()
+    }
+}
