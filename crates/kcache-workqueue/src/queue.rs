@@ -324,6 +324,12 @@ impl<T: QueueItem> State<T> {
         // Delayed items never become ready after shutdown (client-go stops
         // its waiting loop); parked items still come back at `done`.
         let delayed = std::mem::take(&mut self.q.delayed);
+        if !delayed.is_empty() {
+            tracing::debug!(
+                dropped = delayed.len(),
+                "work queue shutting down: dropping items waiting for a later time"
+            );
+        }
         for item in delayed.into_values() {
             if let Entry::Occupied(mut slot) = self.slots.entry(item) {
                 slot.get_mut().waiting = None;
