@@ -1,0 +1,548 @@
+//! SharedIndexInformer behaviour against a fake apiserver (client-go's
+//! shared_informer_test.go scenarios).
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kcache_core::{CachedObject, ObjectOrTombstone};
+use kcache_informer::{
+    InformerError, ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer,
+    strip_managed_fields, wait_for_cache_sync,
+};
+use support::{ConfigMap, FakeApi, eventually};
+use tokio_util::sync::CancellationToken;
+
+/// Records every notification as a string.
+#[derive(Clone, Default)]
+struct Recorder {
+    events: Arc<Mutex<Vec<String>>>,
+}
+
+impl Recorder {
+    fn events(&self) -> Vec<String> {
+        self.events.lock().unwrap().clone()
+    }
+    fn count(&self, prefix: &str) -> usize {
+        self.events()
+            .iter()
+            .filter(|e| e.starts_with(prefix))
+            .count()
+    }
+}
+
+impl ResourceEventHandler<ConfigMap> for Recorder {
+    fn on_add(&self, obj: &CachedObject<ConfigMap>, initial: bool) {
+        self.events.lock().unwrap().push(format!(
+            "add {} {} {}",
+            obj.key(),
+            obj.resource_version().unwrap_or(""),
+            if initial { "initial" } else { "live" }
+        ));
+    }
+    fn on_update(&self, old: &CachedObject<ConfigMap>, new: &CachedObject<ConfigMap>) {
+        self.events.lock().unwrap().push(format!(
+            "update {} {}->{}",
+            new.key(),
+            old.resource_version().unwrap_or(""),
+            new.resource_version().unwrap_or("")
+        ));
+    }
+    fn on_delete(&self, obj: &ObjectOrTombstone<ConfigMap>) {
+        self.events.lock().unwrap().push(format!(
+            "delete {} {}",
+            obj.key(),
+            if obj.is_tombstone() {
+                "tombstone"
+            } else {
+                "object"
+            }
+        ));
+    }
+}
+
+struct Running {
+    informer: SharedIndexInformer<ConfigMap>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), InformerError>>,
+}
+
+impl Running {
+    fn start(informer: SharedIndexInformer<ConfigMap>) -> Self {
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn({
+            let (i, c) = (informer.clone(), cancel.clone());
+            async move { i.run(c).await }
+        });
+        Running {
+            informer,
+            cancel,
+            task,
+        }
+    }
+    async fn synced(&self) {
+        assert!(wait_for_cache_sync(&self.cancel, &[&self.informer]).await);
+    }
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+fn cached_keys(i: &SharedIndexInformer<ConfigMap>) -> Vec<(String, String)> {
+    let mut v: Vec<_> = i
+        .indexer()
+        .list()
+        .iter()
+        .map(|o| {
+            (
+                o.key().to_string(),
+                o.resource_version().unwrap().to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn fake_keys(api: &FakeApi) -> Vec<(String, String)> {
+    api.snapshot().into_iter().collect()
+}
+
+#[tokio::test]
+async fn initial_list_then_live_changes_in_order() {
+    let api = FakeApi::new();
+    api.create("a", "one", "1");
+    api.create("a", "two", "1");
+    let informer = api.informer().build();
+    let rec = Recorder::default();
+    let reg = informer.add_event_handler(rec.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    eventually("registration synced", || reg.has_synced()).await;
+    assert_eq!(rec.events(), ["add a/one 1 initial", "add a/two 2 initial"]);
+
+    api.update("a", "one", "2");
+    api.delete("a", "two");
+    api.create("b", "three", "1");
+    eventually("3 live events", || rec.events().len() == 5).await;
+    assert_eq!(
+        rec.events()[2..],
+        [
+            "update a/one 1->3",
+            "delete a/two object",
+            "add b/three 5 live"
+        ]
+    );
+    assert_eq!(cached_keys(&informer), fake_keys(&api));
+    assert_eq!(informer.last_sync_resource_version(), "5");
+    // listers read the cache; typed decode on demand
+    let one = informer.lister().namespaced("a").get("one").unwrap();
+    let typed: ConfigMap = one.decode().unwrap();
+    assert_eq!(typed.data.unwrap()["v"], "2");
+    assert!(informer.lister().namespaced("a").get("two").is_err());
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn watch_disruption_relists_with_updates_and_tombstones() {
+    // TestSharedInformerWatchDisruption / TestResetWatch / TestReplaceEvents
+    let api = FakeApi::new();
+    api.create("ns", "keep", "1");
+    api.create("ns", "change", "1");
+    api.create("ns", "gone", "1");
+    let informer = api.informer().build();
+    let rec = Recorder::default();
+    informer.add_event_handler(rec.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    eventually("initial adds", || rec.count("add") == 3).await;
+
+    // While disconnected: an update, a delete, a create; and the server
+    // forgot the history, so the watch gets 410 and the informer relists.
+    api.silently(|api| {
+        api.update("ns", "change", "2");
+        api.delete("ns", "gone");
+        api.create("ns", "new", "1");
+    });
+    api.expire_old_resource_versions();
+    eventually("cache equals the server", || {
+        cached_keys(&informer) == fake_keys(&api)
+    })
+    .await;
+    eventually("three changes delivered", || rec.events().len() == 6).await;
+    let tail = rec.events()[3..].to_vec();
+    assert!(
+        tail.contains(&"update ns/change 2->4".to_string()),
+        "{tail:?}"
+    );
+    assert!(
+        tail.contains(&"delete ns/gone tombstone".to_string()),
+        "{tail:?}"
+    );
+    assert!(tail.contains(&"add ns/new 6 live".to_string()), "{tail:?}");
+    // the unchanged object is a Replaced delta with the same RV: a sync
+    // update, not delivered to a handler without resync
+    assert!(
+        !tail.iter().any(|e| e.starts_with("update ns/keep")),
+        "{tail:?}"
+    );
+    assert!(api.lists() >= 2);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn clean_end_of_watch_rewatches_without_relist() {
+    let api = FakeApi::new();
+    api.create("ns", "a", "1");
+    let informer = api.informer().build();
+    let rec = Recorder::default();
+    informer.add_event_handler(rec.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    let lists = api.lists();
+    // (a watch that ends within 1 s without any event counts as an error
+    // and relists, as in client-go: let this one carry an event first)
+    api.update("ns", "a", "2");
+    eventually("update on the first watch", || rec.count("update") == 1).await;
+    api.close_watches();
+    eventually("a second watch", || api.watches() >= 2).await;
+    api.update("ns", "a", "3");
+    eventually("update after rewatch", || rec.count("update") == 2).await;
+    assert_eq!(api.lists(), lists, "a clean end of stream must not relist");
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn list_errors_reach_the_watch_error_handler() {
+    // TestSharedInformerErrorHandling
+    let api = FakeApi::new();
+    api.fail_lists(1);
+    api.create("ns", "a", "1");
+    let informer = api.informer().build();
+    let errors = Arc::new(AtomicUsize::new(0));
+    let e2 = errors.clone();
+    informer
+        .set_watch_error_handler(Arc::new(move |_e| {
+            e2.fetch_add(1, Ordering::SeqCst);
+        }))
+        .unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await; // recovers after the backoff
+    assert!(errors.load(Ordering::SeqCst) >= 1);
+    assert_eq!(cached_keys(&informer), fake_keys(&api));
+    // settings that must come before run
+    assert!(matches!(
+        informer.set_watch_error_handler(Arc::new(|_e| {})),
+        Err(InformerError::AlreadyStarted(_))
+    ));
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn transform_runs_before_caching_and_only_before_start() {
+    // TestSharedInformerTransformer
+    let api = FakeApi::new();
+    api.create("ns", "a", "1");
+    let informer = api.informer().build();
+    informer.set_transform(strip_managed_fields()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    let cached = informer.indexer().get_by_key("ns/a").unwrap();
+    let v: serde_json::Value = serde_json::from_slice(cached.bytes()).unwrap();
+    assert!(v["metadata"].get("managedFields").is_none());
+    assert_eq!(v["data"]["v"], "1");
+    assert!(matches!(
+        informer.set_transform(strip_managed_fields()),
+        Err(InformerError::AlreadyStarted(_))
+    ));
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn late_handler_gets_the_cache_then_live_events_without_loss_or_duplicates() {
+    // TestAddWhileActive
+    let api = FakeApi::new();
+    for i in 0..50 {
+        api.create("ns", &format!("cm{i}"), "1");
+    }
+    let informer = api.informer().build();
+    let first = Recorder::default();
+    informer.add_event_handler(first.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+
+    // A writer keeps changing objects while the second handler registers.
+    let writer = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for i in 0..200 {
+                api.update("ns", &format!("cm{}", i % 50), &i.to_string());
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let late = Recorder::default();
+    let reg = informer.add_event_handler(late.clone()).unwrap();
+    writer.await.unwrap();
+    eventually("late handler synced", || reg.has_synced()).await;
+    eventually("cache caught up", || {
+        cached_keys(&informer) == fake_keys(&api)
+    })
+    .await;
+    eventually("late handler idle", || reg.is_idle()).await;
+
+    // Replaying the late handler's events over its initial adds must give
+    // exactly the final state: nothing lost, nothing seen twice or stale.
+    let mut state = std::collections::BTreeMap::<String, String>::new();
+    let mut initial = 0;
+    for e in late.events() {
+        let parts: Vec<&str> = e.split(' ').collect();
+        match parts[0] {
+            "add" => {
+                assert_eq!(parts[3], "initial", "{e}");
+                assert!(
+                    state.insert(parts[1].into(), parts[2].into()).is_none(),
+                    "duplicate {e}"
+                );
+                initial += 1;
+            }
+            "update" => {
+                let (old, new) = parts[2].split_once("->").unwrap();
+                let cur = state.get(parts[1]).expect("update before add");
+                assert_eq!(cur, old, "update does not follow the state it saw: {e}");
+                state.insert(parts[1].into(), new.into());
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(initial, 50);
+    let expected: std::collections::BTreeMap<_, _> = fake_keys(&api).into_iter().collect();
+    assert_eq!(state, expected);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn removed_handler_gets_nothing_more_and_removal_is_idempotent() {
+    // TestSharedInformerRemoveHandler / TestRemoveWhileActive / TestRemovingRemovedSharedInformer
+    let api = FakeApi::new();
+    let informer = api.informer().build();
+    let a = Recorder::default();
+    let b = Recorder::default();
+    let reg_a = informer.add_event_handler(a.clone()).unwrap();
+    let reg_b = informer.add_event_handler(b.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    api.create("ns", "x", "1");
+    eventually("both saw x", || a.count("add") == 1 && b.count("add") == 1).await;
+    informer.remove_event_handler(&reg_a);
+    assert!(!reg_a.is_active());
+    informer.remove_event_handler(&reg_a); // idempotent
+    api.create("ns", "y", "1");
+    eventually("b saw y", || b.count("add") == 2).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(a.count("add"), 1);
+    assert!(reg_b.is_active());
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn the_same_handler_registered_twice_gets_events_twice() {
+    // TestSharedInformerMultipleRegistration
+    let api = FakeApi::new();
+    let informer = api.informer().build();
+    let rec = Recorder::default();
+    let r1 = informer.add_event_handler(rec.clone()).unwrap();
+    let _r2 = informer.add_event_handler(rec.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    api.create("ns", "x", "1");
+    eventually("two adds", || rec.count("add") == 2).await;
+    informer.remove_event_handler(&r1);
+    api.create("ns", "y", "1");
+    eventually("one more add", || rec.count("add") == 3).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(rec.count("add"), 3);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn a_panicking_handler_keeps_receiving_and_others_are_unaffected() {
+    // TestEventPanics (kcache recovers instead of crashing)
+    let api = FakeApi::new();
+    let informer = api.informer().build();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let panicky = informer
+        .add_event_handler(ResourceEventHandlerFuncs::new().on_add(move |obj, _| {
+            s2.fetch_add(1, Ordering::SeqCst);
+            if obj.name() == "boom" {
+                panic!("handler bug");
+            }
+        }))
+        .unwrap();
+    let rec = Recorder::default();
+    informer.add_event_handler(rec.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    api.create("ns", "boom", "1");
+    api.create("ns", "after", "1");
+    eventually("panicking handler saw both", || {
+        seen.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    eventually("other handler saw both", || rec.count("add") == 2).await;
+    assert_eq!(panicky.panics(), 1);
+    assert_eq!(cached_keys(&informer).len(), 2);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn a_stuck_handler_does_not_delay_the_others_or_the_cache() {
+    let api = FakeApi::new();
+    let informer = api.informer().build();
+    let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let g2 = gate.clone();
+    let stuck = informer
+        .add_event_handler(ResourceEventHandlerFuncs::new().on_add(move |_, _| {
+            let (m, cv) = &*g2;
+            let mut open = m.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+        }))
+        .unwrap();
+    let fast = Recorder::default();
+    informer.add_event_handler(fast.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    for i in 0..100 {
+        api.create("ns", &format!("cm{i}"), "1");
+    }
+    eventually("fast handler kept pace", || fast.count("add") == 100).await;
+    assert_eq!(informer.indexer().len(), 100);
+    assert!(stuck.backlog() >= 98, "backlog {}", stuck.backlog());
+    let backlogs = informer.listener_backlogs();
+    assert!(backlogs.iter().any(|(_, n)| *n >= 98), "{backlogs:?}");
+    {
+        let (m, cv) = &*gate;
+        *m.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    eventually("stuck handler drained", || stuck.backlog() == 0).await;
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn registration_syncs_only_after_its_initial_adds_returned() {
+    let api = FakeApi::new();
+    api.create("ns", "a", "1");
+    let informer = api.informer().build();
+    let release = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let r2 = release.clone();
+    let reg = informer
+        .add_event_handler(ResourceEventHandlerFuncs::new().on_add(move |_, _| {
+            let (m, cv) = &*r2;
+            let mut open = m.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+        }))
+        .unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(informer.has_synced());
+    assert!(
+        !reg.has_synced(),
+        "the handler has not returned from its initial add"
+    );
+    {
+        let (m, cv) = &*release;
+        *m.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    eventually("registration synced", || reg.has_synced()).await;
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_stops_everything_and_rejects_late_use() {
+    // TestShutdown / TestAddOnStoppedSharedInformer
+    let api = FakeApi::new();
+    api.create("ns", "a", "1");
+    let informer = api.informer().build();
+    let rec = Recorder::default();
+    informer.add_event_handler(rec.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    assert!(informer.has_started());
+    run.stop().await;
+    assert!(informer.is_stopped());
+    assert!(matches!(
+        informer.add_event_handler(Recorder::default()),
+        Err(InformerError::Stopped)
+    ));
+    // run only once
+    let again = informer.run(CancellationToken::new()).await;
+    assert!(matches!(again, Err(InformerError::AlreadyStarted("run"))));
+    // nothing is delivered after stop
+    let before = rec.events().len();
+    api.create("ns", "b", "1");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(rec.events().len(), before);
+}
+
+#[tokio::test]
+async fn updates_arrive_in_order_per_key() {
+    // TestUpdate
+    let api = FakeApi::new();
+    let informer = api.informer().build();
+    let rec = Recorder::default();
+    informer.add_event_handler(rec.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    api.create("ns", "k", "0");
+    for i in 1..=100 {
+        api.update("ns", "k", &i.to_string());
+    }
+    eventually("100 updates", || rec.count("update") == 100).await;
+    let mut last = 0u64;
+    for e in rec.events().iter().filter(|e| e.starts_with("update")) {
+        let (old, new) = e.split(' ').nth(2).unwrap().split_once("->").unwrap();
+        let (old, new): (u64, u64) = (old.parse().unwrap(), new.parse().unwrap());
+        assert!(old < new && old >= last, "{e}");
+        last = new;
+    }
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn real_fifo_informer_behaves_the_same() {
+    let api = FakeApi::new();
+    api.create("ns", "a", "1");
+    let informer = api
+        .informer()
+        .fifo(kcache_informer::FifoKind::RealFifo)
+        .build();
+    let rec = Recorder::default();
+    informer.add_event_handler(rec.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    api.update("ns", "a", "2");
+    api.silently(|api| api.delete("ns", "a"));
+    api.expire_old_resource_versions();
+    eventually("tombstone delete", || rec.count("delete") == 1).await;
+    assert_eq!(
+        rec.events(),
+        [
+            "add ns/a 1 initial",
+            "update ns/a 1->2",
+            "delete ns/a tombstone"
+        ]
+    );
+    run.stop().await;
+}
