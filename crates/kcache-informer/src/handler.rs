@@ -54,8 +54,8 @@ type DeleteFn<K> = Box<dyn Fn(&ObjectOrTombstone<K>) + Send + Sync>;
 /// use kcache_informer::ResourceEventHandlerFuncs;
 /// # type K = serde_json::Value;
 /// let handler = ResourceEventHandlerFuncs::<K>::new()
-///     .on_add(|obj, _initial| println!("added {}", obj.key()))
-///     .on_delete(|obj| println!("deleted {}", obj.key()));
+///     .add_func(|obj, _initial| println!("added {}", obj.key()))
+///     .delete_func(|obj| println!("deleted {}", obj.key()));
 /// # let _ = handler;
 /// ```
 pub struct ResourceEventHandlerFuncs<K> {
@@ -79,21 +79,24 @@ impl<K> ResourceEventHandlerFuncs<K> {
     pub fn new() -> Self {
         Self::default()
     }
-    /// Sets the add closure.
-    pub fn on_add(mut self, f: impl Fn(&CachedObject<K>, bool) + Send + Sync + 'static) -> Self {
+    /// Sets the add closure (client-go's `AddFunc`).
+    pub fn add_func(mut self, f: impl Fn(&CachedObject<K>, bool) + Send + Sync + 'static) -> Self {
         self.add = Some(Box::new(f));
         self
     }
-    /// Sets the update closure.
-    pub fn on_update(
+    /// Sets the update closure (client-go's `UpdateFunc`).
+    pub fn update_func(
         mut self,
         f: impl Fn(&CachedObject<K>, &CachedObject<K>) + Send + Sync + 'static,
     ) -> Self {
         self.update = Some(Box::new(f));
         self
     }
-    /// Sets the delete closure.
-    pub fn on_delete(mut self, f: impl Fn(&ObjectOrTombstone<K>) + Send + Sync + 'static) -> Self {
+    /// Sets the delete closure (client-go's `DeleteFunc`).
+    pub fn delete_func(
+        mut self,
+        f: impl Fn(&ObjectOrTombstone<K>) + Send + Sync + 'static,
+    ) -> Self {
         self.delete = Some(Box::new(f));
         self
     }
@@ -176,5 +179,85 @@ where
         if (self.filter)(obj.object()) {
             self.handler.on_delete(obj)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    type K = serde_json::Value;
+
+    fn obj(name: &str, app: &str) -> CachedObject<K> {
+        let json = format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"1","labels":{{"app":"{app}"}}}}}}"#
+        );
+        CachedObject::from_bytes(json.into_bytes()).unwrap()
+    }
+
+    #[derive(Default)]
+    struct Log(Mutex<Vec<String>>);
+    impl ResourceEventHandler<K> for Log {
+        fn on_add(&self, o: &CachedObject<K>, initial: bool) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("add {} {initial}", o.name()));
+        }
+        fn on_update(&self, _old: &CachedObject<K>, new: &CachedObject<K>) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("update {}", new.name()));
+        }
+        fn on_delete(&self, o: &ObjectOrTombstone<K>) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("delete {}", o.object().name()));
+        }
+    }
+
+    #[test]
+    fn filtering_translates_updates_like_client_go() {
+        let log = Arc::new(Log::default());
+        let h = FilteringResourceEventHandler::new(
+            |o: &CachedObject<K>| o.labels().get("app") == Some("web"),
+            log.clone(),
+        );
+        let (web, db) = (obj("x", "web"), obj("x", "db"));
+        h.on_update(&web, &web); // both pass
+        h.on_update(&db, &web); // only new passes
+        h.on_update(&web, &db); // only old passes
+        h.on_update(&db, &db); // neither
+        h.on_add(&db, true); // filtered out
+        h.on_add(&web, true);
+        h.on_delete(&ObjectOrTombstone::Object(db.clone())); // filtered out
+        h.on_delete(&ObjectOrTombstone::Object(web.clone()));
+        assert_eq!(
+            *log.0.lock().unwrap(),
+            [
+                "update x",
+                "add x false",
+                "delete x",
+                "add x true",
+                "delete x"
+            ]
+        );
+    }
+
+    #[test]
+    fn funcs_call_only_what_is_set() {
+        let adds = Arc::new(Mutex::new(0));
+        let a2 = adds.clone();
+        let h =
+            ResourceEventHandlerFuncs::<K>::new().add_func(move |_, _| *a2.lock().unwrap() += 1);
+        let o = obj("x", "web");
+        h.on_add(&o, false);
+        h.on_update(&o, &o);
+        h.on_delete(&ObjectOrTombstone::Object(o));
+        assert_eq!(*adds.lock().unwrap(), 1);
     }
 }

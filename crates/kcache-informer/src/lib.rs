@@ -25,9 +25,9 @@
 //!     .build();
 //! let registration = informer.add_event_handler(
 //!     ResourceEventHandlerFuncs::new()
-//!         .on_add(|cm, initial| println!("add {} (initial list: {initial})", cm.key()))
-//!         .on_update(|_old, new| println!("update {}", new.key()))
-//!         .on_delete(|cm| println!("delete {}", cm.key())),
+//!         .add_func(|cm, initial| println!("add {} (initial list: {initial})", cm.key()))
+//!         .update_func(|_old, new| println!("update {}", new.key()))
+//!         .delete_func(|cm| println!("delete {}", cm.key())),
 //! )?;
 //! let cancel = CancellationToken::new();
 //! let run = tokio::spawn({

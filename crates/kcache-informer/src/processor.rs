@@ -150,3 +150,17 @@ impl<K: 'static> SharedProcessor<K> {
         state.listeners.iter().any(|e| e.listener.id == id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn determine_resync_period_follows_client_go() {
+        let s = Duration::from_secs;
+        assert_eq!(determine_resync_period(s(0), s(10)), s(0));
+        assert_eq!(determine_resync_period(s(5), s(0)), s(0));
+        assert_eq!(determine_resync_period(s(5), s(10)), s(10));
+        assert_eq!(determine_resync_period(s(30), s(10)), s(30));
+    }
+}

@@ -377,7 +377,7 @@ async fn a_panicking_handler_keeps_receiving_and_others_are_unaffected() {
     let seen = Arc::new(AtomicUsize::new(0));
     let s2 = seen.clone();
     let panicky = informer
-        .add_event_handler(ResourceEventHandlerFuncs::new().on_add(move |obj, _| {
+        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |obj, _| {
             s2.fetch_add(1, Ordering::SeqCst);
             if obj.name() == "boom" {
                 panic!("handler bug");
@@ -407,7 +407,7 @@ async fn a_stuck_handler_does_not_delay_the_others_or_the_cache() {
     let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
     let g2 = gate.clone();
     let stuck = informer
-        .add_event_handler(ResourceEventHandlerFuncs::new().on_add(move |_, _| {
+        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| {
             let (m, cv) = &*g2;
             let mut open = m.lock().unwrap();
             while !*open {
@@ -444,7 +444,7 @@ async fn registration_syncs_only_after_its_initial_adds_returned() {
     let release = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
     let r2 = release.clone();
     let reg = informer
-        .add_event_handler(ResourceEventHandlerFuncs::new().on_add(move |_, _| {
+        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| {
             let (m, cv) = &*r2;
             let mut open = m.lock().unwrap();
             while !*open {

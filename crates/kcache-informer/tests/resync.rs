@@ -1,0 +1,132 @@
+//! Resync periods: client-go's TestResyncCheckPeriod and
+//! TestListenerResyncPeriods.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use kcache_informer::{ResourceEventHandlerFuncs, SharedIndexInformer};
+use support::{ConfigMap, FakeApi, eventually};
+use tokio_util::sync::CancellationToken;
+
+const H: Duration = Duration::from_secs(3600);
+const M: Duration = Duration::from_secs(60);
+const S: Duration = Duration::from_secs(1);
+
+fn noop() -> ResourceEventHandlerFuncs<ConfigMap> {
+    ResourceEventHandlerFuncs::new()
+}
+
+#[tokio::test]
+async fn check_period_follows_the_shortest_handler_before_start() {
+    let api = FakeApi::new();
+    let informer = api.informer().resync_period(12 * H).build();
+    let r1 = informer
+        .add_event_handler_with_resync_period(noop(), 12 * H)
+        .unwrap();
+    assert_eq!(r1.resync_period(), 12 * H);
+    let r2 = informer
+        .add_event_handler_with_resync_period(noop(), M)
+        .unwrap();
+    assert_eq!((r1.resync_period(), r2.resync_period()), (12 * H, M));
+    let r3 = informer
+        .add_event_handler_with_resync_period(noop(), 55 * S)
+        .unwrap();
+    assert_eq!(
+        (r1.resync_period(), r2.resync_period(), r3.resync_period()),
+        (12 * H, M, 55 * S)
+    );
+    let r4 = informer
+        .add_event_handler_with_resync_period(noop(), 5 * S)
+        .unwrap();
+    assert_eq!(r4.resync_period(), 5 * S);
+    // below the 1 s minimum: raised to it (and lowers the check period)
+    let r5 = informer
+        .add_event_handler_with_resync_period(noop(), Duration::from_millis(10))
+        .unwrap();
+    assert_eq!(r5.resync_period(), S);
+    // 0: never
+    let r6 = informer
+        .add_event_handler_with_resync_period(noop(), Duration::ZERO)
+        .unwrap();
+    assert_eq!(r6.resync_period(), Duration::ZERO);
+    // the default is the informer's period
+    let r7 = informer.add_event_handler(noop()).unwrap();
+    assert_eq!(r7.resync_period(), 12 * H);
+}
+
+#[tokio::test]
+async fn an_informer_without_resync_gives_no_handler_a_resync() {
+    let api = FakeApi::new();
+    let informer = api.informer().build();
+    let r = informer
+        .add_event_handler_with_resync_period(noop(), M)
+        .unwrap();
+    assert_eq!(r.resync_period(), Duration::ZERO);
+}
+
+#[tokio::test]
+async fn after_start_a_short_period_is_raised_to_the_check_period() {
+    let api = FakeApi::new();
+    let informer = api.informer().resync_period(M).build();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (i, c) = (informer.clone(), cancel.clone());
+        async move { i.run(c).await }
+    });
+    eventually("started", || informer.has_started()).await;
+    let r = informer
+        .add_event_handler_with_resync_period(noop(), 5 * S)
+        .unwrap();
+    assert_eq!(r.resync_period(), M);
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+}
+
+fn sync_counter(count: Arc<AtomicUsize>) -> ResourceEventHandlerFuncs<ConfigMap> {
+    ResourceEventHandlerFuncs::new().update_func(move |old, new| {
+        // a resync delivers the cached object again: same resourceVersion
+        assert_eq!(old.resource_version(), new.resource_version());
+        count.fetch_add(1, Ordering::SeqCst);
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn sync_updates_go_only_to_handlers_whose_resync_is_due() {
+    let api = FakeApi::new();
+    api.create("ns", "a", "1");
+    let informer: SharedIndexInformer<ConfigMap> = api.informer().resync_period(S).build();
+    let (every_1s, every_3s, never) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    informer
+        .add_event_handler(sync_counter(every_1s.clone()))
+        .unwrap();
+    informer
+        .add_event_handler_with_resync_period(sync_counter(every_3s.clone()), 3 * S)
+        .unwrap();
+    informer
+        .add_event_handler_with_resync_period(sync_counter(never.clone()), Duration::ZERO)
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (i, c) = (informer.clone(), cancel.clone());
+        async move { i.run(c).await }
+    });
+    eventually("two resyncs of the 3 s handler", || {
+        every_3s.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    let (one, three) = (
+        every_1s.load(Ordering::SeqCst),
+        every_3s.load(Ordering::SeqCst),
+    );
+    assert!(one >= 2 * three, "1 s handler: {one}, 3 s handler: {three}");
+    assert_eq!(never.load(Ordering::SeqCst), 0);
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+}
