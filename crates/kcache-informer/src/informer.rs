@@ -451,6 +451,23 @@ where
             .collect()
     }
 
+    /// Per-handler statistics (backlog, delivered, panics).
+    #[cfg(feature = "prometheus")]
+    pub(crate) fn listener_stats(&self) -> Vec<crate::prometheus::ListenerStats> {
+        self.inner
+            .processor
+            .listeners()
+            .iter()
+            .map(|l| crate::prometheus::ListenerStats {
+                informer: self.inner.name.clone(),
+                handler: l.name.clone(),
+                backlog: l.backlog(),
+                delivered: l.delivered(),
+                panics: l.panics(),
+            })
+            .collect()
+    }
+
     /// Runs the informer until `cancel` fires: lists and watches, keeps the
     /// cache, notifies handlers. Returns once everything it started has
     /// stopped (listener threads included). A second call is an error.

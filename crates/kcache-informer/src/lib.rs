@@ -54,6 +54,8 @@ mod handler;
 mod informer;
 mod listener;
 mod processor;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 
 pub use error::InformerError;
 pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};

@@ -546,3 +546,56 @@ async fn real_fifo_informer_behaves_the_same() {
     );
     run.stop().await;
 }
+
+#[tokio::test]
+async fn listener_backlog_and_panics_are_exported_to_prometheus() {
+    let api = FakeApi::new();
+    let informer = api.informer().build();
+    let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let g2 = gate.clone();
+    informer
+        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| {
+            let (m, cv) = &*g2;
+            let mut open = m.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+        }))
+        .unwrap();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = kcache_informer::prometheus::InformerMetrics::register(&mut registry);
+    metrics.add(&informer);
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    for i in 0..5 {
+        api.create("ns", &format!("c{i}"), "1");
+    }
+    eventually("cached", || informer.indexer().len() == 5).await;
+    eventually("one add in the handler, four waiting", || {
+        informer.listener_backlogs().first().map(|b| b.1) == Some(4)
+    })
+    .await;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    // one add is in the handler, four wait
+    assert!(
+        text.contains(
+            r#"kcache_informer_listener_backlog{informer="configmaps",handler="configmaps#1"} 4"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"kcache_informer_cached_objects{informer="configmaps"} 5"#),
+        "{text}"
+    );
+    assert!(
+        text.contains("kcache_informer_handler_panics_total"),
+        "{text}"
+    );
+    {
+        let (m, cv) = &*gate;
+        *m.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    run.stop().await;
+}
