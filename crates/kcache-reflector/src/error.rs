@@ -225,7 +225,7 @@ pub enum ReflectorError {
     /// The request could not be sent or got no response (connection
     /// refused, TLS, auth plugin...).
     #[error(
-        "{op} {resource}: request failed: {source} (check connectivity and credentials; the reflector retries with backoff)"
+        "{op} {resource}: request failed: {} (check connectivity and credentials; the reflector retries with backoff)", chain(.source)
     )]
     Transport {
         /// What was being done.
@@ -454,6 +454,21 @@ impl ReflectorError {
     pub fn is_watch_retriable(&self) -> bool {
         self.is_connection_refused() || self.is_too_many_requests()
     }
+}
+
+/// An error and its sources, joined by `: ` (repeated messages skipped).
+pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        let m = e.to_string();
+        if !out.contains(&m) {
+            out.push_str(": ");
+            out.push_str(&m);
+        }
+        cur = e.source();
+    }
+    out
 }
 
 /// Walks an error's source chain looking for a refused connection.

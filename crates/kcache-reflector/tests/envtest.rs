@@ -1,0 +1,468 @@
+//! The reflector against a real kube-apiserver + etcd (kcache-envtest).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::{Call, RecordingStore};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kcache_envtest::ControlPlane;
+use kcache_reflector::{ErrorReason, Reflector, ReflectorBuilder, ReflectorError};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+};
+use kube::client::ClientBuilder;
+use kube::{Client, Resource};
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+type Seen = Arc<Mutex<Vec<(ErrorReason, String)>>>;
+
+struct Running<K: 'static> {
+    reflector: Arc<Reflector<K>>,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+    seen: Seen,
+}
+
+impl<K: 'static> Running<K> {
+    async fn stop(self) {
+        self.cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("the reflector did not stop")
+            .unwrap();
+    }
+    fn reasons(&self) -> Vec<ErrorReason> {
+        self.seen.lock().iter().map(|(r, _)| *r).collect()
+    }
+}
+
+fn start<K: Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
+    let seen: Seen = Arc::default();
+    let s2 = seen.clone();
+    let reflector = Arc::new(
+        b.watch_error_handler(move |e: &ReflectorError| {
+            s2.lock().push((e.reason(), e.to_string()));
+        })
+        .build(),
+    );
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (r, c) = (reflector.clone(), cancel.clone());
+        async move { r.run(c).await }
+    });
+    Running {
+        reflector,
+        cancel,
+        task,
+        seen,
+    }
+}
+
+/// A client that records the URI of every request it sends.
+fn recording_client(cp: &ControlPlane) -> (Client, Arc<Mutex<Vec<String>>>) {
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let l2 = log.clone();
+    let client = ClientBuilder::try_from(cp.config())
+        .unwrap()
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |req: http::Request<kube::client::Body>| {
+                l2.lock().push(req.uri().to_string());
+                req
+            },
+        ))
+        .build();
+    (client, log)
+}
+
+fn config_map(name: &str, value: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata":{"name":name},"data":{"k":value}})).unwrap()
+}
+
+async fn fresh_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| {
+            (
+                format!(
+                    "{}/{}",
+                    c.metadata.namespace.unwrap(),
+                    c.metadata.name.unwrap()
+                ),
+                c.metadata.resource_version.unwrap(),
+            )
+        })
+        .collect()
+}
+
+async fn eventually(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while tokio::time::Instant::now() < deadline {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out: {what}");
+}
+
+/// ConfigMaps through a streaming list: the reflector sent
+/// `sendInitialEvents=true&resourceVersionMatch=NotOlderThan`, got the
+/// initial events and the end bookmark (one `replace`, no list request),
+/// then saw create/update/delete in order on the same stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_maps_streaming_list_then_events_in_order() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("refl-cm").await.unwrap();
+    let admin = cp.client().unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(admin, &ns);
+    for n in ["pre-1", "pre-2"] {
+        api.create(&PostParams::default(), &config_map(n, "0"))
+            .await
+            .unwrap();
+    }
+    let (client, log) = recording_client(cp);
+    let store = Arc::new(RecordingStore::<ConfigMap>::default());
+    let run = start(Reflector::<ConfigMap>::builder(client, store.clone()).namespace(&ns));
+    let calls = store.wait_calls(1).await;
+    match &calls[0] {
+        Call::Replace(keys, rv) => {
+            assert_eq!(keys, &[format!("{ns}/pre-1"), format!("{ns}/pre-2")]);
+            assert!(!rv.is_empty());
+        }
+        c => panic!("{c:?}"),
+    }
+    eventually("has_synced", Duration::from_secs(5), async || {
+        run.reflector.has_synced()
+    })
+    .await;
+
+    let created = api
+        .create(&PostParams::default(), &config_map("a", "1"))
+        .await
+        .unwrap();
+    let mut changed = created.clone();
+    changed.data = Some([("k".to_string(), "2".to_string())].into());
+    let updated = api
+        .replace("a", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let key = format!("{ns}/a");
+    let calls = store
+        .wait_until(Duration::from_secs(30), |c| {
+            c.iter()
+                .any(|c| matches!(c, Call::Delete(k, _) if *k == key))
+        })
+        .await;
+    let after: Vec<_> = calls[1..]
+        .iter()
+        .filter(|c| !matches!(c, Call::Bookmark(_)))
+        .cloned()
+        .collect();
+    assert_eq!(
+        after[0],
+        Call::Add(
+            key.clone(),
+            created.metadata.resource_version.clone().unwrap()
+        )
+    );
+    assert_eq!(
+        after[1],
+        Call::Update(
+            key.clone(),
+            updated.metadata.resource_version.clone().unwrap()
+        )
+    );
+    assert!(matches!(&after[2], Call::Delete(k, _) if *k == key));
+    let typed = store
+        .object(&format!("{ns}/pre-1"))
+        .unwrap()
+        .decode()
+        .unwrap();
+    assert_eq!(typed.data.unwrap()["k"], "0");
+
+    let uris = log.lock().clone();
+    assert_eq!(uris.len(), 1, "one streaming watch, no list: {uris:#?}");
+    assert!(uris[0].contains("watch=true"), "{}", uris[0]);
+    assert!(uris[0].contains("sendInitialEvents=true"), "{}", uris[0]);
+    assert!(
+        uris[0].contains("resourceVersionMatch=NotOlderThan"),
+        "{}",
+        uris[0]
+    );
+    assert!(uris[0].contains("allowWatchBookmarks=true"), "{}", uris[0]);
+    assert!(run.reasons().is_empty(), "{:?}", run.seen.lock());
+    run.stop().await;
+}
+
+/// The same with classic list + watch (streaming off): a paged list at "0",
+/// then a watch from the list's RV.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_maps_list_then_watch() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("refl-lw").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    for i in 0..7 {
+        api.create(&PostParams::default(), &config_map(&format!("c{i}"), "0"))
+            .await
+            .unwrap();
+    }
+    let (client, log) = recording_client(cp);
+    let store = Arc::new(RecordingStore::<ConfigMap>::default());
+    let run = start(
+        Reflector::<ConfigMap>::builder(client, store.clone())
+            .namespace(&ns)
+            .use_watch_list(false)
+            .page_size(3),
+    );
+    let calls = store.wait_calls(1).await;
+    assert!(matches!(&calls[0], Call::Replace(k, _) if k.len() == 7));
+    api.create(&PostParams::default(), &config_map("late", "1"))
+        .await
+        .unwrap();
+    let key = format!("{ns}/late");
+    store
+        .wait_until(Duration::from_secs(30), |c| {
+            c.iter().any(|c| matches!(c, Call::Add(k, _) if *k == key))
+        })
+        .await;
+    let uris = log.lock().clone();
+    // the list at "0" is served by the watch cache, which ignores the limit
+    assert!(
+        uris[0].contains("limit=3") && uris[0].contains("resourceVersion=0"),
+        "{uris:#?}"
+    );
+    assert!(!uris[0].contains("watch=true"), "{uris:#?}");
+    assert!(uris[1].contains("watch=true"), "{uris:#?}");
+    assert!(!uris[1].contains("sendInitialEvents"), "{uris:#?}");
+    assert_eq!(store.state(), fresh_state(&api).await);
+    run.stop().await;
+}
+
+fn widget_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "metadata": { "name": "gizmos.reflector.kcache.io" },
+        "spec": {
+            "group": "reflector.kcache.io",
+            "scope": "Namespaced",
+            "names": { "plural": "gizmos", "singular": "gizmo", "kind": "Gizmo", "listKind": "GizmoList" },
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object", "properties": {
+                    "spec": { "type": "object", "properties": { "size": { "type": "integer" } } } } } }
+            }]
+        }
+    }))
+    .unwrap()
+}
+
+/// A CRD through `DynamicObject` + `ApiResource`, with a label selector.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resource_as_dynamic_object() {
+    let cp = ControlPlane::shared().await.unwrap();
+    cp.install_crds(&[widget_crd()]).await.unwrap();
+    let ns = cp.create_namespace("refl-crd").await.unwrap();
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("reflector.kcache.io", "v1", "Gizmo"),
+        "gizmos",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(cp.client().unwrap(), &ns, &ar);
+    let gizmo = |name: &str, team: &str, size: i64| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "reflector.kcache.io/v1", "kind": "Gizmo",
+            "metadata": { "name": name, "labels": { "team": team } },
+            "spec": { "size": size }
+        }))
+        .unwrap()
+    };
+    api.create(&PostParams::default(), &gizmo("g1", "red", 1))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &gizmo("g2", "blue", 2))
+        .await
+        .unwrap();
+    let store = Arc::new(RecordingStore::<DynamicObject>::default());
+    let run = start(
+        Reflector::<DynamicObject>::builder_with(cp.client().unwrap(), store.clone(), ar.clone())
+            .namespace(&ns)
+            .label_selector("team=red"),
+    );
+    let calls = store.wait_calls(1).await;
+    assert_eq!(
+        calls[0],
+        Call::Replace(
+            vec![format!("{ns}/g1")],
+            match &calls[0] {
+                Call::Replace(_, rv) => rv.clone(),
+                _ => unreachable!(),
+            }
+        )
+    );
+    api.create(&PostParams::default(), &gizmo("g3", "red", 3))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &gizmo("g4", "blue", 4))
+        .await
+        .unwrap();
+    let key = format!("{ns}/g3");
+    store
+        .wait_until(Duration::from_secs(30), |c| {
+            c.iter().any(|c| matches!(c, Call::Add(k, _) if *k == key))
+        })
+        .await;
+    let g3 = store.object(&key).unwrap().decode().unwrap();
+    assert_eq!(g3.data["spec"]["size"], 3);
+    assert!(store.object(&format!("{ns}/g4")).is_none());
+    assert!(run.reasons().is_empty(), "{:?}", run.seen.lock());
+    run.stop().await;
+}
+
+/// A user without RBAC: 403 reported to the handler, backed off (no hot loop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbidden_user_is_reported_and_backed_off() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("refl-rbac").await.unwrap();
+    let nobody = cp.client_for_user("nobody", &[]).await.unwrap();
+    let store = Arc::new(RecordingStore::<ConfigMap>::default());
+    let run = start(Reflector::<ConfigMap>::builder(nobody, store.clone()).namespace(&ns));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let seen = run.seen.lock().clone();
+    // backoff: attempts at ~0, ~0.8-1.6, ~2.4-4.8 (+ up to 6.4 more) s
+    assert!((2..=4).contains(&seen.len()), "{seen:#?}");
+    assert!(
+        seen.iter()
+            .all(|(r, m)| *r == ErrorReason::Forbidden && m.contains("403")),
+        "{seen:#?}"
+    );
+    assert!(store.calls().is_empty());
+    assert!(!run.reflector.has_synced());
+    run.stop().await;
+}
+
+/// A client whose plain watches (no `sendInitialEvents`) ask for
+/// resourceVersion "1" while `old_rv` is set: a watch from a compacted,
+/// too-old RV, answered by the real server with 410.
+fn client_with_old_rv_switch(cp: &ControlPlane) -> (Client, Arc<AtomicBool>) {
+    let old_rv = Arc::new(AtomicBool::new(false));
+    let flag = old_rv.clone();
+    let client = ClientBuilder::try_from(cp.config())
+        .unwrap()
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |mut req: http::Request<kube::client::Body>| {
+                let uri = req.uri().to_string();
+                if uri.contains("watch=true")
+                    && !uri.contains("sendInitialEvents")
+                    && flag.load(Ordering::SeqCst)
+                {
+                    let (path, query) = uri.split_once('?').unwrap();
+                    let query: Vec<String> = query
+                        .split('&')
+                        .map(|p| {
+                            if p.starts_with("resourceVersion=") {
+                                "resourceVersion=1".to_owned()
+                            } else {
+                                p.to_owned()
+                            }
+                        })
+                        .collect();
+                    *req.uri_mut() = format!("{path}?{}", query.join("&")).parse().unwrap();
+                    eprintln!("rewrote a watch to {}", req.uri());
+                }
+                req
+            },
+        ))
+        .build();
+    (client, old_rv)
+}
+
+/// A private control plane: an apiserver restart, then etcd compaction +
+/// a watch from a too-old RV (410 -> relist); the store ends equal to a
+/// fresh list each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovers_from_apiserver_restart_and_gone() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("kcache_reflector=debug")
+        .with_test_writer()
+        .try_init();
+    let cp = ControlPlane::start().await.unwrap();
+    let ns = cp.create_namespace("refl-restart").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    for n in ["a", "b", "c"] {
+        api.create(&PostParams::default(), &config_map(n, "0"))
+            .await
+            .unwrap();
+    }
+    let store = Arc::new(RecordingStore::<ConfigMap>::default());
+    let (client, old_rv) = client_with_old_rv_switch(&cp);
+    let run = start(
+        Reflector::<ConfigMap>::builder(client, store.clone())
+            .namespace(&ns)
+            .use_watch_list(false),
+    );
+    store.wait_calls(1).await;
+
+    // 1. restart: the watch breaks, the reflector reconnects (rewatch or
+    //    relist, depending on how the connection failed)
+    cp.restart_apiserver().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    api.create(&PostParams::default(), &config_map("d", "1"))
+        .await
+        .unwrap();
+    let want = fresh_state(&api).await;
+    eventually(
+        "store equals a fresh list after the restart",
+        Duration::from_secs(90),
+        async || store.state() == want,
+    )
+    .await;
+
+    // 2. compact etcd, then the next watch asks for a compacted RV: the
+    //    server answers 410 and the reflector relists
+    let replaces_before = store
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Replace(..)))
+        .count();
+    cp.compact_etcd().await.unwrap();
+    old_rv.store(true, Ordering::SeqCst);
+    cp.restart_apiserver().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    api.create(&PostParams::default(), &config_map("e", "2"))
+        .await
+        .unwrap();
+    eventually("a 410 was seen", Duration::from_secs(90), async || {
+        run.reasons().contains(&ErrorReason::Expired)
+    })
+    .await;
+    old_rv.store(false, Ordering::SeqCst);
+    let want = fresh_state(&api).await;
+    eventually(
+        "store equals a fresh list after 410",
+        Duration::from_secs(90),
+        async || store.state() == want,
+    )
+    .await;
+    let replaces_after = store
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Replace(..)))
+        .count();
+    assert!(
+        replaces_after > replaces_before,
+        "410 leads to a relist: {:#?}",
+        store.calls()
+    );
+    run.stop().await;
+}
