@@ -1,0 +1,1402 @@
+//! The controller: builder, event mapping, workers, shutdown.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use kcache_core::{CachedObject, Metadata, ObjectOrTombstone};
+use kcache_informer::{
+    HasSynced, InformerError, ResourceEventHandler, ResourceEventHandlerRegistration,
+    SharedIndexInformer, SharedInformerFactory,
+};
+use kcache_workqueue::{AddOpts, RateLimiter, WorkQueue};
+use kube::Resource;
+use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use serde::de::DeserializeOwned;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use crate::action::Action;
+use crate::error::ControllerError;
+use crate::leader::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock};
+use crate::metrics::{MetricsRegistry, label};
+use crate::predicate::{Predicate, PredicateEvent};
+use crate::reconciler::{Reconciler, Request, Trigger};
+use crate::server::{Health, MetricsServer};
+
+/// The priority of keys queued from an informer's initial list: below live
+/// changes (priority 0), so that a restart's full list does not delay them
+/// (controller-runtime's `LowPriority`).
+pub const INITIAL_LIST_PRIORITY: i32 = -100;
+
+/// The default time running reconciles get to finish at shutdown.
+pub const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Controller settings (see also the builder methods on [`Controller`]).
+#[derive(Clone)]
+pub struct Config {
+    name: Option<String>,
+    workers: usize,
+    graceful_shutdown_timeout: Duration,
+    drain_on_shutdown: bool,
+    initial_list_priority: i32,
+    rate_limiter: Option<Arc<dyn RateLimiter<String>>>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("name", &self.name)
+            .field("workers", &self.workers)
+            .field("graceful_shutdown_timeout", &self.graceful_shutdown_timeout)
+            .field("drain_on_shutdown", &self.drain_on_shutdown)
+            .field("initial_list_priority", &self.initial_list_priority)
+            .field("custom_rate_limiter", &self.rate_limiter.is_some())
+            .finish()
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            name: None,
+            workers: 1,
+            graceful_shutdown_timeout: DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
+            drain_on_shutdown: false,
+            initial_list_priority: INITIAL_LIST_PRIORITY,
+            rate_limiter: None,
+        }
+    }
+}
+
+impl Config {
+    /// The controller's name: metrics label, queue name, logs (default: the
+    /// primary kind, lower case).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+    /// Number of concurrent reconciles (default 1; 0 counts as 1).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n.max(1);
+        self
+    }
+    /// How long running reconciles get to finish at shutdown (default
+    /// 30 s); after that they are dropped.
+    pub fn graceful_shutdown_timeout(mut self, d: Duration) -> Self {
+        self.graceful_shutdown_timeout = d;
+        self
+    }
+    /// At shutdown, also reconcile the keys already queued and ready
+    /// (within the graceful timeout) instead of leaving them (default:
+    /// only running reconciles finish).
+    pub fn drain_on_shutdown(mut self, drain: bool) -> Self {
+        self.drain_on_shutdown = drain;
+        self
+    }
+    /// The queue priority of keys from initial lists (default
+    /// [`INITIAL_LIST_PRIORITY`]).
+    pub fn initial_list_priority(mut self, priority: i32) -> Self {
+        self.initial_list_priority = priority;
+        self
+    }
+    /// The rate limiter for failed keys (default: client-go's
+    /// `DefaultControllerRateLimiter`: per-key exponential 5 ms .. 1000 s,
+    /// max-of an overall 10 qps / 100 burst bucket).
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<String> + 'static) -> Self {
+        self.rate_limiter = Some(Arc::new(limiter));
+        self
+    }
+}
+
+/// Queues keys with their trigger.
+#[derive(Clone)]
+pub(crate) struct Enqueuer {
+    queue: WorkQueue<String>,
+    triggers: Arc<Mutex<HashMap<String, Trigger>>>,
+    low_priority: i32,
+}
+
+impl Enqueuer {
+    pub(crate) fn new(queue: WorkQueue<String>, low_priority: i32) -> Self {
+        Self {
+            queue,
+            triggers: Arc::new(Mutex::new(HashMap::new())),
+            low_priority,
+        }
+    }
+
+    fn note(&self, key: &str, trigger: Trigger) -> bool {
+        if self.queue.shutting_down() {
+            return false;
+        }
+        self.triggers
+            .lock()
+            .entry(key.to_owned())
+            .or_insert(trigger);
+        true
+    }
+
+    pub(crate) fn enqueue(&self, key: String, trigger: Trigger, initial: bool) {
+        if !self.note(&key, trigger) {
+            return;
+        }
+        if initial {
+            self.queue
+                .add_with_opts(key, AddOpts::priority(self.low_priority));
+        } else {
+            self.queue.add(key);
+        }
+    }
+
+    fn requeue_after(&self, key: String, after: Duration) {
+        if self.note(&key, Trigger::Requeue) {
+            self.queue.add_after(key, after);
+        }
+    }
+
+    fn retry(&self, key: String) {
+        if self.note(&key, Trigger::Retry) {
+            self.queue.add_rate_limited(key);
+        }
+    }
+
+    fn take_trigger(&self, key: &str) -> Option<Trigger> {
+        self.triggers.lock().remove(key)
+    }
+}
+
+/// The key of the object that controls `meta` (its `controller: true`
+/// ownerReference), when that owner is of `owner_kind` in `owner_group`
+/// (the version is ignored, like controller-runtime). Owner references are
+/// namespace-local: a namespaced owner's key is `<child namespace>/<owner
+/// name>`; a cluster-scoped owner's key is its name.
+pub fn owner_key(
+    meta: &Metadata,
+    owner_group: &str,
+    owner_kind: &str,
+    owner_namespaced: bool,
+) -> Option<String> {
+    let r = meta.controller_ref()?;
+    let group = r.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    if r.kind != owner_kind || group != owner_group || r.name.is_empty() {
+        return None;
+    }
+    match (owner_namespaced, meta.namespace()) {
+        (true, Some(ns)) => Some(format!("{ns}/{}", r.name)),
+        (true, None) => None,
+        (false, _) => Some(r.name.clone()),
+    }
+}
+
+fn passes(p: &Option<Predicate>, ev: PredicateEvent<'_>) -> bool {
+    p.as_ref().is_none_or(|p| p.evaluate(&ev))
+}
+
+pub(crate) struct PrimaryHandler {
+    pub(crate) enq: Enqueuer,
+    pub(crate) predicate: Option<Predicate>,
+}
+
+impl<K: 'static> ResourceEventHandler<K> for PrimaryHandler {
+    fn on_add(&self, obj: &CachedObject<K>, initial: bool) {
+        if passes(&self.predicate, PredicateEvent::Create(obj.meta())) {
+            let trigger = if initial {
+                Trigger::InitialList
+            } else {
+                Trigger::Added
+            };
+            self.enq.enqueue(obj.key().to_owned(), trigger, initial);
+        }
+    }
+    fn on_update(&self, old: &CachedObject<K>, new: &CachedObject<K>) {
+        let ev = PredicateEvent::Update {
+            old: old.meta(),
+            new: new.meta(),
+        };
+        if passes(&self.predicate, ev) {
+            let trigger = if old.resource_version() == new.resource_version() {
+                Trigger::Resync
+            } else {
+                Trigger::Updated
+            };
+            self.enq.enqueue(new.key().to_owned(), trigger, false);
+        }
+    }
+    fn on_delete(&self, obj: &ObjectOrTombstone<K>) {
+        if passes(&self.predicate, PredicateEvent::Delete(obj.object().meta())) {
+            self.enq
+                .enqueue(obj.key().to_owned(), Trigger::Deleted, false);
+        }
+    }
+}
+
+pub(crate) struct OwnedHandler {
+    pub(crate) enq: Enqueuer,
+    pub(crate) owner_group: String,
+    pub(crate) owner_kind: String,
+    pub(crate) owner_namespaced: bool,
+    pub(crate) kind: String,
+    pub(crate) predicate: Option<Predicate>,
+}
+
+impl OwnedHandler {
+    fn send(&self, meta: &Metadata, child_key: &str, initial: bool) {
+        if let Some(key) = owner_key(
+            meta,
+            &self.owner_group,
+            &self.owner_kind,
+            self.owner_namespaced,
+        ) {
+            let trigger = Trigger::Owned {
+                kind: self.kind.clone(),
+                key: child_key.to_owned(),
+            };
+            self.enq.enqueue(key, trigger, initial);
+        }
+    }
+}
+
+impl<K: 'static> ResourceEventHandler<K> for OwnedHandler {
+    fn on_add(&self, obj: &CachedObject<K>, initial: bool) {
+        if passes(&self.predicate, PredicateEvent::Create(obj.meta())) {
+            self.send(obj.meta(), obj.key(), initial);
+        }
+    }
+    fn on_update(&self, old: &CachedObject<K>, new: &CachedObject<K>) {
+        // A resync of an owned object says nothing new about its owner.
+        if old.resource_version() == new.resource_version() {
+            return;
+        }
+        let ev = PredicateEvent::Update {
+            old: old.meta(),
+            new: new.meta(),
+        };
+        if passes(&self.predicate, ev) {
+            // Both owners: a changed controller reference concerns the old
+            // owner too.
+            self.send(new.meta(), new.key(), false);
+            if old.meta().controller_ref() != new.meta().controller_ref() {
+                self.send(old.meta(), old.key(), false);
+            }
+        }
+    }
+    fn on_delete(&self, obj: &ObjectOrTombstone<K>) {
+        if passes(&self.predicate, PredicateEvent::Delete(obj.object().meta())) {
+            self.send(obj.object().meta(), obj.key(), false);
+        }
+    }
+}
+
+type Mapper<O> = Arc<dyn Fn(&CachedObject<O>) -> Vec<String> + Send + Sync>;
+
+pub(crate) struct WatchHandler<O> {
+    pub(crate) enq: Enqueuer,
+    pub(crate) mapper: Mapper<O>,
+    pub(crate) kind: String,
+    pub(crate) predicate: Option<Predicate>,
+}
+
+impl<O> WatchHandler<O> {
+    fn send(&self, obj: &CachedObject<O>, initial: bool, seen: &mut Vec<String>) {
+        for key in (self.mapper)(obj) {
+            if seen.contains(&key) {
+                continue;
+            }
+            seen.push(key.clone());
+            let trigger = Trigger::Watched {
+                kind: self.kind.clone(),
+                key: obj.key().to_owned(),
+            };
+            self.enq.enqueue(key, trigger, initial);
+        }
+    }
+}
+
+impl<O: 'static> ResourceEventHandler<O> for WatchHandler<O> {
+    fn on_add(&self, obj: &CachedObject<O>, initial: bool) {
+        if passes(&self.predicate, PredicateEvent::Create(obj.meta())) {
+            self.send(obj, initial, &mut Vec::new());
+        }
+    }
+    fn on_update(&self, old: &CachedObject<O>, new: &CachedObject<O>) {
+        if old.resource_version() == new.resource_version() {
+            return;
+        }
+        let ev = PredicateEvent::Update {
+            old: old.meta(),
+            new: new.meta(),
+        };
+        if passes(&self.predicate, ev) {
+            let mut seen = Vec::new();
+            self.send(new, false, &mut seen);
+            self.send(old, false, &mut seen);
+        }
+    }
+    fn on_delete(&self, obj: &ObjectOrTombstone<O>) {
+        if passes(&self.predicate, PredicateEvent::Delete(obj.object().meta())) {
+            self.send(obj.object(), false, &mut Vec::new());
+        }
+    }
+}
+
+/// What the controller keeps of a registered source.
+struct SourceHandle {
+    synced: Box<dyn HasSynced>,
+    remove: Box<dyn FnOnce() + Send>,
+    probe: Probe,
+}
+
+type Probe = Arc<dyn Fn() -> (String, bool, usize, usize) + Send + Sync>;
+
+type SourceFn = Box<dyn FnOnce(Enqueuer) -> Result<SourceHandle, InformerError> + Send>;
+
+fn probe_of<K>(informer: &SharedIndexInformer<K>) -> Probe
+where
+    K: Resource + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    let informer = informer.clone();
+    Arc::new(move || {
+        let backlog = informer.listener_backlogs().iter().map(|(_, n)| n).sum();
+        (
+            informer.name().to_owned(),
+            informer.has_synced(),
+            informer.indexer().len(),
+            backlog,
+        )
+    })
+}
+
+fn source_handle<K>(
+    informer: &SharedIndexInformer<K>,
+    registration: ResourceEventHandlerRegistration<K>,
+) -> SourceHandle
+where
+    K: Resource + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    let registration = Arc::new(registration);
+    let remove = {
+        let informer = informer.clone();
+        let registration = registration.clone();
+        Box::new(move || informer.remove_event_handler(&registration)) as Box<dyn FnOnce() + Send>
+    };
+    SourceHandle {
+        synced: Box::new(ArcSynced(registration)),
+        remove,
+        probe: probe_of(informer),
+    }
+}
+
+struct ArcSynced<K: Resource>(Arc<ResourceEventHandlerRegistration<K>>);
+
+impl<K: Resource + 'static> HasSynced for ArcSynced<K> {
+    fn has_synced(&self) -> bool {
+        self.0.has_synced()
+    }
+}
+
+type ShutdownFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+enum MetricsBind {
+    Addr(SocketAddr),
+    Listener(std::net::TcpListener),
+}
+
+/// A handle on a controller: queue a key by hand, stop it, check health.
+#[derive(Clone)]
+pub struct ControllerHandle {
+    enqueuer: Arc<OnceLock<Enqueuer>>,
+    stop: CancellationToken,
+    health: Health,
+}
+
+impl fmt::Debug for ControllerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ControllerHandle")
+            .field("running", &self.enqueuer.get().is_some())
+            .field("stopped", &self.stop.is_cancelled())
+            .finish()
+    }
+}
+
+impl ControllerHandle {
+    /// Queues `key` for a reconcile; `false` when the controller is not
+    /// running (not started yet, or stopping).
+    pub fn enqueue(&self, key: impl Into<String>) -> bool {
+        match self.enqueuer.get() {
+            Some(e) if !e.queue.shutting_down() => {
+                e.enqueue(key.into(), Trigger::Manual, false);
+                true
+            }
+            _ => false,
+        }
+    }
+    /// Starts a graceful shutdown.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+    /// The controller's readiness.
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+}
+
+/// A controller for the primary resource `K`: client-go's sample-controller
+/// loop, controller-runtime's builder. See the [crate docs](crate) for an
+/// example.
+pub struct Controller<K: Resource> {
+    config: Config,
+    factory: SharedInformerFactory,
+    primary: SharedIndexInformer<K>,
+    primary_namespaced: bool,
+    primary_predicate: Option<Predicate>,
+    sources: Vec<SourceFn>,
+    leader: Option<(LeaderElectionConfig, Arc<dyn LeaseLock>)>,
+    metrics: Option<MetricsRegistry>,
+    metrics_bind: Option<MetricsBind>,
+    shutdown: Vec<ShutdownFuture>,
+    handle: ControllerHandle,
+}
+
+impl<K: Resource> fmt::Debug for Controller<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Controller")
+            .field("config", &self.config)
+            .field("sources", &self.sources.len())
+            .field("leader_election", &self.leader.as_ref().map(|(c, _)| c))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K> Controller<K>
+where
+    K: Resource + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Clone + Send + Sync + 'static,
+{
+    /// A controller for `K`, with informers from `factory` (shared: a type
+    /// watched by several controllers costs one watch).
+    pub fn new(factory: &SharedInformerFactory, config: Config) -> Self
+    where
+        K::Scope: 'static,
+    {
+        let namespaced =
+            TypeId::of::<K::Scope>() != TypeId::of::<k8s_openapi::ClusterResourceScope>();
+        Self {
+            config,
+            factory: factory.clone(),
+            primary: factory.informer::<K>(),
+            primary_namespaced: namespaced,
+            primary_predicate: None,
+            sources: Vec::new(),
+            leader: None,
+            metrics: None,
+            metrics_bind: None,
+            shutdown: Vec::new(),
+            handle: ControllerHandle {
+                enqueuer: Arc::new(OnceLock::new()),
+                stop: CancellationToken::new(),
+                health: Health::default(),
+            },
+        }
+    }
+
+    /// The primary informer (its lister is the reconciler's cache).
+    pub fn primary(&self) -> &SharedIndexInformer<K> {
+        &self.primary
+    }
+
+    /// A handle to queue keys and stop the controller.
+    pub fn handle(&self) -> ControllerHandle {
+        self.handle.clone()
+    }
+
+    /// Number of concurrent reconciles.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.config = self.config.workers(n);
+        self
+    }
+
+    /// Filters the primary's events (see [`Predicate`]). Called twice, both
+    /// must pass.
+    pub fn with_predicate(mut self, predicate: Predicate) -> Self {
+        self.primary_predicate = Some(match self.primary_predicate.take() {
+            Some(p) => p.and(predicate),
+            None => predicate,
+        });
+        self
+    }
+
+    /// Reconciles the owner when an object of type `C` that it controls
+    /// changes: the child's `controller: true` ownerReference must name the
+    /// primary's group and kind.
+    pub fn owns<C>(self) -> Self
+    where
+        C: Resource + Send + Sync + 'static,
+        C::DynamicType: Default + Clone + Send + Sync + 'static,
+    {
+        self.owns_with::<C>(None)
+    }
+
+    /// [`owns`](Self::owns) with a predicate on the child's events.
+    pub fn owns_with<C>(mut self, predicate: impl Into<Option<Predicate>>) -> Self
+    where
+        C: Resource + Send + Sync + 'static,
+        C::DynamicType: Default + Clone + Send + Sync + 'static,
+    {
+        let informer = self.factory.informer::<C>();
+        let dt = K::DynamicType::default();
+        let owner_group = K::group(&dt).into_owned();
+        let owner_kind = K::kind(&dt).into_owned();
+        let kind = C::kind(&C::DynamicType::default()).into_owned();
+        let owner_namespaced = self.primary_namespaced;
+        let predicate = predicate.into();
+        self.sources.push(Box::new(move |enq| {
+            let handler = OwnedHandler {
+                enq,
+                owner_group,
+                owner_kind,
+                owner_namespaced,
+                kind,
+                predicate,
+            };
+            let reg = informer.add_event_handler(handler)?;
+            Ok(source_handle(&informer, reg))
+        }));
+        self
+    }
+
+    /// Reconciles the primary objects whose keys `mapper` returns when an
+    /// object of type `O` changes (on an update, both the old and the new
+    /// state are mapped).
+    pub fn watches<O>(
+        self,
+        mapper: impl Fn(&CachedObject<O>) -> Vec<String> + Send + Sync + 'static,
+    ) -> Self
+    where
+        O: Resource + Send + Sync + 'static,
+        O::DynamicType: Default + Clone + Send + Sync + 'static,
+    {
+        self.watches_with::<O>(mapper, None)
+    }
+
+    /// [`watches`](Self::watches) with a predicate on the watched events.
+    pub fn watches_with<O>(
+        mut self,
+        mapper: impl Fn(&CachedObject<O>) -> Vec<String> + Send + Sync + 'static,
+        predicate: impl Into<Option<Predicate>>,
+    ) -> Self
+    where
+        O: Resource + Send + Sync + 'static,
+        O::DynamicType: Default + Clone + Send + Sync + 'static,
+    {
+        let informer = self.factory.informer::<O>();
+        let kind = O::kind(&O::DynamicType::default()).into_owned();
+        let predicate = predicate.into();
+        let mapper: Mapper<O> = Arc::new(mapper);
+        self.sources.push(Box::new(move |enq| {
+            let handler = WatchHandler {
+                enq,
+                mapper,
+                kind,
+                predicate,
+            };
+            let reg = informer.add_event_handler(handler)?;
+            Ok(source_handle(&informer, reg))
+        }));
+        self
+    }
+
+    /// Runs the workers only while this replica holds the lease (see
+    /// [`leader`](crate::leader)). Informers run and caches stay warm on
+    /// standbys, so a takeover starts reconciling at once.
+    pub fn leader_election(
+        mut self,
+        config: LeaderElectionConfig,
+        lock: impl LeaseLock + 'static,
+    ) -> Self {
+        self.leader = Some((config, Arc::new(lock)));
+        self
+    }
+
+    /// Records reconcile, workqueue, informer and leader metrics in
+    /// `registry`.
+    pub fn metrics(mut self, registry: MetricsRegistry) -> Self {
+        self.metrics = Some(registry);
+        self
+    }
+
+    /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` while running
+    /// (with a new registry unless [`metrics`](Self::metrics) gave one).
+    pub fn serve_metrics(mut self, addr: SocketAddr) -> Self {
+        self.metrics_bind = Some(MetricsBind::Addr(addr));
+        self
+    }
+
+    /// Like [`serve_metrics`](Self::serve_metrics), on a listener already
+    /// bound (e.g. to port 0, to learn the port first).
+    pub fn serve_metrics_on(mut self, listener: std::net::TcpListener) -> Self {
+        self.metrics_bind = Some(MetricsBind::Listener(listener));
+        self
+    }
+
+    /// Shuts down gracefully when `signal` completes.
+    pub fn shutdown_on(mut self, signal: impl Future<Output = ()> + Send + 'static) -> Self {
+        self.shutdown.push(Box::pin(signal));
+        self
+    }
+
+    /// Shuts down gracefully on Ctrl-C (SIGINT) or SIGTERM.
+    pub fn shutdown_on_signal(self) -> Self {
+        self.shutdown_on(async {
+            #[cfg(unix)]
+            {
+                use tokio::signal::unix::{SignalKind, signal};
+                match signal(SignalKind::terminate()) {
+                    Ok(mut term) => {
+                        tokio::select! {
+                            _ = tokio::signal::ctrl_c() => {}
+                            _ = term.recv() => {}
+                        }
+                    }
+                    Err(_) => {
+                        let _ = tokio::signal::ctrl_c().await;
+                    }
+                }
+            }
+            #[cfg(not(unix))]
+            {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+            tracing::info!("shutdown signal received");
+        })
+    }
+
+    /// Runs the controller until shutdown: registers the event handlers,
+    /// starts the informers, waits for the caches, (with leader election:
+    /// waits for the lease), runs the workers; at shutdown stops taking
+    /// keys, lets running reconciles finish within the graceful timeout,
+    /// shuts the queue down, releases the lease and stops the endpoint.
+    ///
+    /// Returns [`ControllerError::LeadershipLost`] when the lease was lost
+    /// (the workers were stopped; a process usually exits then, as
+    /// client-go's controllers do). The factory's informers keep running:
+    /// call `factory.shutdown()` when everything is done.
+    pub async fn run<R, C>(self, reconciler: R, ctx: Arc<C>) -> Result<(), ControllerError>
+    where
+        R: Reconciler<K, C>,
+        C: Send + Sync + 'static,
+    {
+        let Controller {
+            config,
+            factory,
+            primary,
+            primary_namespaced: _,
+            primary_predicate,
+            sources,
+            leader,
+            metrics,
+            metrics_bind,
+            shutdown,
+            handle,
+        } = self;
+        if let Some((cfg, _)) = &leader {
+            cfg.validate()?;
+        }
+        let name = config
+            .name
+            .clone()
+            .unwrap_or_else(|| K::kind(&K::DynamicType::default()).to_lowercase());
+        handle.health.set_name(&name);
+
+        let metrics = match (&metrics, &metrics_bind) {
+            (None, Some(_)) => Some(MetricsRegistry::new()),
+            _ => metrics,
+        };
+        let mut qb = WorkQueue::<String>::builder().name(name.clone());
+        if let Some(rl) = &config.rate_limiter {
+            qb = qb.rate_limiter(rl.clone());
+        }
+        if let Some(m) = &metrics {
+            qb = qb.metrics(m.workqueue_provider());
+        }
+        let queue = qb.build()?;
+        let enq = Enqueuer::new(queue.clone(), config.initial_list_priority);
+        let _ = handle.enqueuer.set(enq.clone());
+
+        // Event handlers, then the informers.
+        let mut handles: Vec<SourceHandle> = Vec::new();
+        let mut cleanup = Cleanup::default();
+        let reg = primary.add_event_handler(PrimaryHandler {
+            enq: enq.clone(),
+            predicate: primary_predicate,
+        })?;
+        handles.push(source_handle(&primary, reg));
+        for s in sources {
+            match s(enq.clone()) {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    for h in handles {
+                        (h.remove)();
+                    }
+                    queue.shut_down();
+                    return Err(e.into());
+                }
+            }
+        }
+        factory.start();
+
+        // Metrics and the endpoint.
+        let worker_metrics = metrics.as_ref().map(|m| {
+            let f = m.families();
+            let l = label("controller", &name);
+            let result = |r: &str| {
+                f.reconcile_total
+                    .get_or_create(&vec![
+                        ("controller".to_owned(), name.clone()),
+                        ("result".to_owned(), r.to_owned()),
+                    ])
+                    .clone()
+            };
+            f.max_concurrent
+                .get_or_create(&l)
+                .set(i64::try_from(config.workers).unwrap_or(i64::MAX));
+            WorkerMetrics {
+                success: result("success"),
+                requeue_after: result("requeue_after"),
+                error: result("error"),
+                errors: f.reconcile_errors.get_or_create(&l).clone(),
+                panics: f.reconcile_panics.get_or_create(&l).clone(),
+                time: f.reconcile_time.get_or_create(&l).clone(),
+                active: f.active_workers.get_or_create(&l).clone(),
+            }
+        });
+        if let Some(m) = &metrics {
+            let probes: Vec<Probe> = handles.iter().map(|h| h.probe.clone()).collect();
+            let f = m.families().clone();
+            let id = m.add_refresher(move || {
+                for p in &probes {
+                    let (name, synced, objects, backlog) = p();
+                    let l = label("informer", &name);
+                    f.informer_synced.get_or_create(&l).set(i64::from(synced));
+                    f.informer_objects
+                        .get_or_create(&l)
+                        .set(i64::try_from(objects).unwrap_or(i64::MAX));
+                    f.informer_backlog
+                        .get_or_create(&l)
+                        .set(i64::try_from(backlog).unwrap_or(i64::MAX));
+                }
+            });
+            cleanup.refresher = Some((m.clone(), id));
+        }
+        let server = match metrics_bind {
+            None => None,
+            Some(bind) => {
+                let registry = metrics.clone().unwrap_or_default();
+                let served = match bind {
+                    MetricsBind::Addr(addr) => {
+                        MetricsServer::bind(addr, registry, vec![handle.health.clone()]).await
+                    }
+                    MetricsBind::Listener(l) => {
+                        MetricsServer::serve(l, registry, vec![handle.health.clone()])
+                    }
+                };
+                match served {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        cleanup.run(handles, &queue).await;
+                        return Err(ControllerError::MetricsServer(e));
+                    }
+                }
+            }
+        };
+        cleanup.server = server;
+
+        // The stop signal: the handle, or any shutdown future.
+        let stop = handle.stop.clone();
+        let watcher = (!shutdown.is_empty()).then(|| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let any = futures::future::select_all(shutdown);
+                tokio::select! {
+                    _ = any => stop.cancel(),
+                    _ = stop.cancelled() => {}
+                }
+            })
+        });
+        cleanup.watcher = watcher;
+
+        // Caches.
+        tracing::info!(controller = %name, "waiting for caches to sync");
+        let synced = {
+            let hs: Vec<&dyn HasSynced> = handles.iter().map(|h| &*h.synced).collect();
+            kcache_informer::wait_for_cache_sync(&stop, &hs).await
+        };
+        if !synced {
+            tracing::info!(controller = %name, "stopped before the caches synced");
+            handle.health.set_stopped();
+            cleanup.run(handles, &queue).await;
+            return Ok(());
+        }
+        handle.health.set_synced(true);
+        tracing::info!(controller = %name, "caches synced");
+
+        let shared = Arc::new(Shared {
+            name: name.clone(),
+            queue: queue.clone(),
+            enq,
+            primary,
+            reconciler,
+            ctx,
+            metrics: worker_metrics,
+        });
+        let mut result = Ok(());
+        match leader {
+            None => {
+                let workers = start_workers(&shared, config.workers);
+                stop.cancelled().await;
+                workers.stop(&shared, &config).await;
+            }
+            Some((le_config, lock)) => {
+                let elector = Arc::new(LeaderElector::new(le_config, lock)?);
+                handle.health.set_leader(elector.subscribe());
+                let leader_gauge: Option<Gauge> = metrics.as_ref().map(|m| {
+                    m.families()
+                        .leader
+                        .get_or_create(&label("name", &name))
+                        .clone()
+                });
+                let le_cancel = stop.child_token();
+                let (lead_tx, lead_rx) = tokio::sync::oneshot::channel::<CancellationToken>();
+                let elector_task = tokio::spawn({
+                    let elector = elector.clone();
+                    let le_cancel = le_cancel.clone();
+                    let name = name.clone();
+                    async move {
+                        let callbacks = LeaderCallbacks {
+                            on_started_leading: Box::new(move |t| {
+                                let _ = lead_tx.send(t);
+                            }),
+                            on_stopped_leading: Box::new(move || {
+                                tracing::info!(controller = %name, "stopped leading");
+                            }),
+                            on_new_leader: None,
+                        };
+                        elector.run(le_cancel, callbacks).await
+                    }
+                });
+                let leading = tokio::select! {
+                    _ = stop.cancelled() => None,
+                    t = lead_rx => t.ok(),
+                };
+                if let Some(leading) = leading {
+                    tracing::info!(controller = %name, "leading: starting workers");
+                    if let Some(g) = &leader_gauge {
+                        g.set(1);
+                    }
+                    let workers = start_workers(&shared, config.workers);
+                    tokio::select! {
+                        _ = stop.cancelled() => {}
+                        _ = leading.cancelled() => {}
+                    }
+                    workers.stop(&shared, &config).await;
+                    if let Some(g) = &leader_gauge {
+                        g.set(0);
+                    }
+                }
+                le_cancel.cancel();
+                let lost = elector_task.await.unwrap_or(false);
+                if lost {
+                    result = Err(ControllerError::LeadershipLost);
+                }
+            }
+        }
+        handle.health.set_stopped();
+        cleanup.run(handles, &queue).await;
+        tracing::info!(controller = %name, "controller stopped");
+        result
+    }
+}
+
+#[derive(Default)]
+struct Cleanup {
+    refresher: Option<(MetricsRegistry, u64)>,
+    server: Option<MetricsServer>,
+    watcher: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Cleanup {
+    async fn run(self, handles: Vec<SourceHandle>, queue: &WorkQueue<String>) {
+        queue.shut_down();
+        for h in handles {
+            (h.remove)();
+        }
+        if let Some((m, id)) = self.refresher {
+            m.remove_refresher(id);
+        }
+        if let Some(s) = self.server {
+            s.shutdown().await;
+        }
+        if let Some(w) = self.watcher {
+            w.abort();
+            let _ = w.await;
+        }
+    }
+}
+
+struct WorkerMetrics {
+    success: Counter,
+    requeue_after: Counter,
+    error: Counter,
+    errors: Counter,
+    panics: Counter,
+    time: Histogram,
+    active: Gauge,
+}
+
+struct Shared<K: Resource, C, R> {
+    name: String,
+    queue: WorkQueue<String>,
+    enq: Enqueuer,
+    primary: SharedIndexInformer<K>,
+    reconciler: R,
+    ctx: Arc<C>,
+    metrics: Option<WorkerMetrics>,
+}
+
+enum Outcome {
+    Done(Action),
+    Failed(String),
+    Panicked(String),
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(non-string panic payload)".to_owned()
+    }
+}
+
+impl<K, C, R> Shared<K, C, R>
+where
+    K: Resource + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    R: Reconciler<K, C>,
+{
+    async fn process(&self, key: &str) {
+        let trigger = self.enq.take_trigger(key).unwrap_or(Trigger::Manual);
+        let retries = self.queue.num_requeues(&key.to_owned());
+        let span = tracing::info_span!(
+            "reconcile",
+            controller = %self.name,
+            key = %key,
+            trigger = %trigger,
+            retries,
+        );
+        async move {
+            let started = Instant::now();
+            if let Some(m) = &self.metrics {
+                m.active.inc();
+            }
+            let cached = self.primary.indexer().get_by_key(key);
+            let decoded = match &cached {
+                Some(c) => c.decode().map(Some),
+                None => Ok(None),
+            };
+            let outcome = match decoded {
+                Err(e) => Outcome::Failed(format!("decoding the cached object: {e}")),
+                Ok(object) => {
+                    let req = Request::new(key, object).with_details(cached, trigger, retries);
+                    let fut = self.reconciler.reconcile(req, self.ctx.clone());
+                    match AssertUnwindSafe(fut).catch_unwind().await {
+                        Ok(Ok(action)) => Outcome::Done(action),
+                        Ok(Err(e)) => Outcome::Failed(e.to_string()),
+                        Err(p) => Outcome::Panicked(panic_message(&*p)),
+                    }
+                }
+            };
+            let elapsed = started.elapsed();
+            if let Some(m) = &self.metrics {
+                m.time.observe(elapsed.as_secs_f64());
+                m.active.dec();
+            }
+            match outcome {
+                Outcome::Done(action) => {
+                    self.queue.forget(&key.to_owned());
+                    match action.requeue_duration() {
+                        Some(d) => {
+                            tracing::debug!(?elapsed, requeue_after = ?d, "reconciled");
+                            if let Some(m) = &self.metrics {
+                                m.requeue_after.inc();
+                            }
+                            self.enq.requeue_after(key.to_owned(), d);
+                        }
+                        None => {
+                            tracing::debug!(?elapsed, "reconciled");
+                            if let Some(m) = &self.metrics {
+                                m.success.inc();
+                            }
+                        }
+                    }
+                }
+                Outcome::Failed(e) => {
+                    tracing::warn!(error = %e, ?elapsed, "reconcile failed; retrying with backoff");
+                    if let Some(m) = &self.metrics {
+                        m.error.inc();
+                        m.errors.inc();
+                    }
+                    self.enq.retry(key.to_owned());
+                }
+                Outcome::Panicked(msg) => {
+                    tracing::error!(panic = %msg, ?elapsed, "reconcile panicked; retrying with backoff");
+                    if let Some(m) = &self.metrics {
+                        m.error.inc();
+                        m.errors.inc();
+                        m.panics.inc();
+                    }
+                    self.enq.retry(key.to_owned());
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+struct Workers {
+    set: JoinSet<()>,
+    stop: CancellationToken,
+}
+
+fn start_workers<K, C, R>(shared: &Arc<Shared<K, C, R>>, n: usize) -> Workers
+where
+    K: Resource + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    R: Reconciler<K, C>,
+{
+    let stop = CancellationToken::new();
+    let mut set = JoinSet::new();
+    for _ in 0..n.max(1) {
+        let shared = shared.clone();
+        let stop = stop.clone();
+        set.spawn(async move {
+            loop {
+                let key = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return,
+                    k = shared.queue.get() => match k {
+                        Some(k) => k,
+                        None => return,
+                    },
+                };
+                shared.process(&key).await;
+                shared.queue.done(&key);
+            }
+        });
+    }
+    Workers { set, stop }
+}
+
+impl Workers {
+    async fn stop<K: Resource, C, R>(mut self, shared: &Shared<K, C, R>, config: &Config) {
+        if config.drain_on_shutdown {
+            shared.queue.shut_down();
+        } else {
+            self.stop.cancel();
+        }
+        let running = shared.queue.processing_len();
+        if running > 0 {
+            tracing::info!(controller = %shared.name, running, "waiting for running reconciles to finish");
+        }
+        let all = async { while self.set.join_next().await.is_some() {} };
+        if tokio::time::timeout(config.graceful_shutdown_timeout, all)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                controller = %shared.name,
+                timeout = ?config.graceful_shutdown_timeout,
+                "reconciles still running after the graceful shutdown timeout: dropping them"
+            );
+            self.set.shutdown().await;
+        }
+        shared.queue.shut_down();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    type Obj = serde_json::Value;
+
+    fn obj(v: serde_json::Value) -> CachedObject<Obj> {
+        CachedObject::from_bytes(serde_json::to_vec(&v).unwrap()).unwrap()
+    }
+
+    fn child(
+        ns: &str,
+        name: &str,
+        rv: &str,
+        owner: Option<(&str, &str, &str, bool)>,
+    ) -> CachedObject<Obj> {
+        let refs: Vec<serde_json::Value> = owner
+            .into_iter()
+            .map(|(api, kind, name, controller)| {
+                json!({"apiVersion": api, "kind": kind, "name": name, "uid": "u1", "controller": controller})
+            })
+            .collect();
+        obj(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns, "resourceVersion": rv, "ownerReferences": refs}}))
+    }
+
+    fn enqueuer() -> (Enqueuer, WorkQueue<String>) {
+        let q: WorkQueue<String> = WorkQueue::builder().strict_priority().build().unwrap();
+        (Enqueuer::new(q.clone(), INITIAL_LIST_PRIORITY), q)
+    }
+
+    async fn drain(q: &WorkQueue<String>) -> Vec<String> {
+        let mut out = Vec::new();
+        while !q.is_empty() {
+            let k = q.get().await.unwrap();
+            q.done(&k);
+            out.push(k);
+        }
+        out
+    }
+
+    #[test]
+    fn owner_key_follows_the_controller_reference() {
+        let c = child(
+            "ns1",
+            "web",
+            "1",
+            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", true)),
+        );
+        assert_eq!(
+            owner_key(c.meta(), "samplecontroller.k8s.io", "Foo", true).as_deref(),
+            Some("ns1/foo-a")
+        );
+        // the version does not matter, the group and kind do
+        let c2 = child(
+            "ns1",
+            "web",
+            "1",
+            Some(("samplecontroller.k8s.io/v1", "Foo", "foo-a", true)),
+        );
+        assert!(owner_key(c2.meta(), "samplecontroller.k8s.io", "Foo", true).is_some());
+        assert!(owner_key(c.meta(), "other.io", "Foo", true).is_none());
+        assert!(owner_key(c.meta(), "samplecontroller.k8s.io", "Bar", true).is_none());
+        // a cluster-scoped owner is keyed by name
+        assert_eq!(
+            owner_key(c.meta(), "samplecontroller.k8s.io", "Foo", false).as_deref(),
+            Some("foo-a")
+        );
+        // not a controller reference
+        let c3 = child(
+            "ns1",
+            "web",
+            "1",
+            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", false)),
+        );
+        assert!(owner_key(c3.meta(), "samplecontroller.k8s.io", "Foo", true).is_none());
+        // core group owner ("v1")
+        let c4 = child("ns1", "web", "1", Some(("v1", "ConfigMap", "cm", true)));
+        assert_eq!(
+            owner_key(c4.meta(), "", "ConfigMap", true).as_deref(),
+            Some("ns1/cm")
+        );
+        let none = child("ns1", "web", "1", None);
+        assert!(owner_key(none.meta(), "", "ConfigMap", true).is_none());
+    }
+
+    #[tokio::test]
+    async fn owned_events_enqueue_the_owner() {
+        let (enq, q) = enqueuer();
+        let h = OwnedHandler {
+            enq: enq.clone(),
+            owner_group: "samplecontroller.k8s.io".into(),
+            owner_kind: "Foo".into(),
+            owner_namespaced: true,
+            kind: "Deployment".into(),
+            predicate: None,
+        };
+        let a = child(
+            "ns",
+            "d1",
+            "1",
+            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", true)),
+        );
+        let a2 = child(
+            "ns",
+            "d1",
+            "2",
+            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", true)),
+        );
+        let b = child(
+            "ns",
+            "d1",
+            "3",
+            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-b", true)),
+        );
+        let stranger = child("ns", "d2", "1", None);
+        ResourceEventHandler::<Obj>::on_add(&h, &a, false);
+        ResourceEventHandler::<Obj>::on_add(&h, &stranger, false);
+        assert_eq!(drain(&q).await, ["ns/foo-a"]);
+        assert_eq!(
+            enq.take_trigger("ns/foo-a"),
+            Some(Trigger::Owned {
+                kind: "Deployment".into(),
+                key: "ns/d1".into()
+            })
+        );
+        // a resync (same resourceVersion) is ignored
+        ResourceEventHandler::<Obj>::on_update(&h, &a, &a);
+        assert!(q.is_empty());
+        ResourceEventHandler::<Obj>::on_update(&h, &a, &a2);
+        assert_eq!(drain(&q).await, ["ns/foo-a"]);
+        // a changed controller: both owners
+        ResourceEventHandler::<Obj>::on_update(&h, &a2, &b);
+        let mut got = drain(&q).await;
+        got.sort();
+        assert_eq!(got, ["ns/foo-a", "ns/foo-b"]);
+        ResourceEventHandler::<Obj>::on_delete(&h, &ObjectOrTombstone::Object(b.clone()));
+        assert_eq!(drain(&q).await, ["ns/foo-b"]);
+    }
+
+    #[tokio::test]
+    async fn watched_events_go_through_the_mapper() {
+        let (enq, q) = enqueuer();
+        let h = WatchHandler::<Obj> {
+            enq,
+            mapper: Arc::new(|o: &CachedObject<Obj>| {
+                o.labels()
+                    .get("app")
+                    .map(|a| {
+                        vec![
+                            format!("{}/{a}", o.namespace().unwrap_or_default()),
+                            "other/x".to_owned(),
+                        ]
+                    })
+                    .unwrap_or_default()
+            }),
+            kind: "ConfigMap".into(),
+            predicate: None,
+        };
+        let cm = |rv: &str, app: &str| {
+            obj(
+                json!({"metadata": {"name": "cm", "namespace": "ns", "resourceVersion": rv, "labels": {"app": app}}}),
+            )
+        };
+        ResourceEventHandler::<Obj>::on_add(&h, &cm("1", "web"), false);
+        let mut got = drain(&q).await;
+        got.sort();
+        assert_eq!(got, ["ns/web", "other/x"]);
+        // update: old and new mapped, duplicates once
+        ResourceEventHandler::<Obj>::on_update(&h, &cm("1", "web"), &cm("2", "api"));
+        let mut got = drain(&q).await;
+        got.sort();
+        assert_eq!(got, ["ns/api", "ns/web", "other/x"]);
+    }
+
+    #[tokio::test]
+    async fn primary_events_pass_the_predicate_and_initial_list_is_low_priority() {
+        let (enq, q) = enqueuer();
+        let h = PrimaryHandler {
+            enq: enq.clone(),
+            predicate: Some(Predicate::generation_changed()),
+        };
+        let foo = |name: &str, rv: &str, generation: i64| {
+            obj(
+                json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, "generation": generation}}),
+            )
+        };
+        ResourceEventHandler::<Obj>::on_add(&h, &foo("old", "1", 1), true);
+        ResourceEventHandler::<Obj>::on_add(&h, &foo("live", "2", 1), false);
+        // live changes first, then the initial list
+        assert_eq!(drain(&q).await, ["ns/live", "ns/old"]);
+        assert_eq!(enq.take_trigger("ns/old"), Some(Trigger::InitialList));
+        assert_eq!(enq.take_trigger("ns/live"), Some(Trigger::Added));
+        // status-only update (same generation) filtered; spec change passes
+        ResourceEventHandler::<Obj>::on_update(&h, &foo("a", "3", 1), &foo("a", "4", 1));
+        assert!(q.is_empty());
+        ResourceEventHandler::<Obj>::on_update(&h, &foo("a", "4", 1), &foo("a", "5", 2));
+        assert_eq!(drain(&q).await, ["ns/a"]);
+        assert_eq!(enq.take_trigger("ns/a"), Some(Trigger::Updated));
+        ResourceEventHandler::<Obj>::on_delete(&h, &ObjectOrTombstone::Object(foo("a", "5", 2)));
+        assert_eq!(drain(&q).await, ["ns/a"]);
+        assert_eq!(enq.take_trigger("ns/a"), Some(Trigger::Deleted));
+    }
+
+    #[test]
+    fn predicates_and_combinators() {
+        let m = |rv: &str, generation: i64, label: &str, ann: &str| {
+            obj(
+                json!({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv,
+                "generation": generation, "labels": {"l": label}, "annotations": {"a": ann}}}),
+            )
+        };
+        let base = m("1", 1, "x", "x");
+        fn update<'a>(
+            old: &'a CachedObject<Obj>,
+            new: &'a CachedObject<Obj>,
+        ) -> PredicateEvent<'a> {
+            PredicateEvent::Update {
+                old: old.meta(),
+                new: new.meta(),
+            }
+        }
+        let gen2 = m("2", 2, "x", "x");
+        let label = m("2", 1, "y", "x");
+        let ann = m("2", 1, "x", "y");
+        let resync = m("1", 1, "x", "x");
+        let g = Predicate::generation_changed();
+        let l = Predicate::labels_changed();
+        let a = Predicate::annotations_changed();
+        let rv = Predicate::resource_version_changed();
+        assert!(g.evaluate(&update(&base, &gen2)) && !g.evaluate(&update(&base, &label)));
+        assert!(l.evaluate(&update(&base, &label)) && !l.evaluate(&update(&base, &gen2)));
+        assert!(a.evaluate(&update(&base, &ann)) && !a.evaluate(&update(&base, &label)));
+        assert!(rv.evaluate(&update(&base, &ann)) && !rv.evaluate(&update(&base, &resync)));
+        // creates and deletes pass the update predicates
+        assert!(g.evaluate(&PredicateEvent::Create(base.meta())));
+        assert!(g.evaluate(&PredicateEvent::Delete(base.meta())));
+        let either = g.clone() | l.clone();
+        assert!(
+            either.evaluate(&update(&base, &gen2))
+                && either.evaluate(&update(&base, &label))
+                && !either.evaluate(&update(&base, &ann))
+        );
+        let both = g.clone() & rv.clone();
+        assert!(both.evaluate(&update(&base, &gen2)) && !both.evaluate(&update(&base, &label)));
+        let not_g = !g.clone();
+        assert!(not_g.evaluate(&update(&base, &label)) && !not_g.evaluate(&update(&base, &gen2)));
+        assert!(
+            !not_g.evaluate(&PredicateEvent::Create(base.meta())),
+            "not negates creates too"
+        );
+        assert!(Predicate::all([g.clone(), rv.clone()]).evaluate(&update(&base, &gen2)));
+        assert!(!Predicate::any(Vec::new()).evaluate(&update(&base, &gen2)));
+        assert!(Predicate::all(Vec::new()).evaluate(&update(&base, &gen2)));
+        assert_eq!(either.name(), "(generation_changed or labels_changed)");
+    }
+}

@@ -1,0 +1,890 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, with client-go's
+//! semantics (`tools/leaderelection`).
+//!
+//! * **Validation**: lease duration > renew deadline > 1.2 x retry period,
+//!   all positive, identity and lease name non-empty
+//!   ([`LeaderElectionConfig::validate`]).
+//! * **Acquire**: try every retry period (jittered by up to 1.2 x) until the
+//!   lease is free, expired or already ours.
+//! * **Expiry** is judged on the local clock, as client-go does: a lease held
+//!   by someone else is valid while `observed_time + leaseDurationSeconds >
+//!   now`, where `observed_time` is when *this* candidate last saw the
+//!   record change. Clocks of different machines are never compared.
+//! * **Renew** every retry period; when renewals keep failing for the renew
+//!   deadline, leadership is lost: the leading token is cancelled and
+//!   `on_stopped_leading` runs.
+//! * **Takeover** increments `leaseTransitions`; a renewal keeps the
+//!   acquire time and the transitions.
+//! * **Release on cancel**: the holder is cleared (and the duration set to
+//!   1 s) so that a standby takes over at once.
+//!
+//! The lease is read and written through the small [`LeaseLock`] trait:
+//! [`KubeLeaseLock`] talks to the apiserver, [`InMemoryLeaseLock`] is a
+//! fake for tests.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// client-go's jitter factor for the acquire loop.
+pub const JITTER_FACTOR: f64 = 1.2;
+
+/// The state a Lease records (client-go's `LeaderElectionRecord`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LeaderElectionRecord {
+    /// Identity of the holder; empty when released.
+    pub holder_identity: String,
+    /// How long the lease lasts without renewal, in seconds.
+    pub lease_duration_seconds: i32,
+    /// When the current holder acquired the lease.
+    pub acquire_time: Option<Timestamp>,
+    /// When the current holder last renewed the lease.
+    pub renew_time: Option<Timestamp>,
+    /// How many times the lease changed hands.
+    pub leader_transitions: i32,
+}
+
+/// Why a lease operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseError {
+    /// Someone else wrote the lease since it was read (HTTP 409 on update).
+    #[error("the lease was changed by someone else (conflict)")]
+    Conflict,
+    /// The lease already exists (HTTP 409 on create).
+    #[error("the lease already exists")]
+    AlreadyExists,
+    /// Any other error (network, authorization, ...).
+    #[error("lease request failed: {0}")]
+    Other(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Reads and writes the lease record: the only thing leader election needs
+/// from the apiserver (client-go's `resourcelock.Interface`).
+#[async_trait]
+pub trait LeaseLock: Send + Sync + 'static {
+    /// The current record and its resourceVersion; `None` when the lease
+    /// does not exist.
+    async fn get(&self) -> Result<Option<(LeaderElectionRecord, String)>, LeaseError>;
+    /// Creates the lease; returns the new resourceVersion.
+    async fn create(&self, record: &LeaderElectionRecord) -> Result<String, LeaseError>;
+    /// Replaces the record if the lease is still at `resource_version`;
+    /// returns the new resourceVersion, or [`LeaseError::Conflict`].
+    async fn update(
+        &self,
+        record: &LeaderElectionRecord,
+        resource_version: &str,
+    ) -> Result<String, LeaseError>;
+    /// `namespace/name` of the lease, for logs.
+    fn describe(&self) -> String;
+}
+
+/// A [`LeaseLock`] on a `coordination.k8s.io/v1` Lease.
+#[derive(Clone)]
+pub struct KubeLeaseLock {
+    api: Api<Lease>,
+    namespace: String,
+    name: String,
+}
+
+impl fmt::Debug for KubeLeaseLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeLeaseLock")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl KubeLeaseLock {
+    /// The lease `namespace/name`.
+    pub fn new(client: kube::Client, namespace: &str, name: &str) -> Self {
+        Self {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    fn to_lease(&self, record: &LeaderElectionRecord, rv: Option<&str>) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.namespace.clone()),
+                resource_version: rv.map(str::to_owned),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(record.holder_identity.clone()),
+                lease_duration_seconds: Some(record.lease_duration_seconds),
+                acquire_time: record.acquire_time.map(MicroTime),
+                renew_time: record.renew_time.map(MicroTime),
+                lease_transitions: Some(record.leader_transitions),
+                ..LeaseSpec::default()
+            }),
+        }
+    }
+}
+
+fn record_of(lease: &Lease) -> LeaderElectionRecord {
+    let spec = lease.spec.clone().unwrap_or_default();
+    LeaderElectionRecord {
+        holder_identity: spec.holder_identity.unwrap_or_default(),
+        lease_duration_seconds: spec.lease_duration_seconds.unwrap_or_default(),
+        acquire_time: spec.acquire_time.map(|t| t.0),
+        renew_time: spec.renew_time.map(|t| t.0),
+        leader_transitions: spec.lease_transitions.unwrap_or_default(),
+    }
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+#[async_trait]
+impl LeaseLock for KubeLeaseLock {
+    async fn get(&self) -> Result<Option<(LeaderElectionRecord, String)>, LeaseError> {
+        let lease = self
+            .api
+            .get_opt(&self.name)
+            .await
+            .map_err(|e| LeaseError::Other(Box::new(e)))?;
+        Ok(lease.map(|l| {
+            let rv = l.metadata.resource_version.clone().unwrap_or_default();
+            (record_of(&l), rv)
+        }))
+    }
+
+    async fn create(&self, record: &LeaderElectionRecord) -> Result<String, LeaseError> {
+        match self
+            .api
+            .create(&PostParams::default(), &self.to_lease(record, None))
+            .await
+        {
+            Ok(l) => Ok(l.metadata.resource_version.unwrap_or_default()),
+            Err(e) if is_conflict(&e) => Err(LeaseError::AlreadyExists),
+            Err(e) => Err(LeaseError::Other(Box::new(e))),
+        }
+    }
+
+    async fn update(
+        &self,
+        record: &LeaderElectionRecord,
+        resource_version: &str,
+    ) -> Result<String, LeaseError> {
+        match self
+            .api
+            .replace(
+                &self.name,
+                &PostParams::default(),
+                &self.to_lease(record, Some(resource_version)),
+            )
+            .await
+        {
+            Ok(l) => Ok(l.metadata.resource_version.unwrap_or_default()),
+            Err(e) if is_conflict(&e) => Err(LeaseError::Conflict),
+            Err(e) => Err(LeaseError::Other(Box::new(e))),
+        }
+    }
+
+    fn describe(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// An in-memory [`LeaseLock`] for tests: shared by clones (so several
+/// candidates can compete for it), with resourceVersion checks, and a
+/// switch to make every request fail (a partitioned candidate).
+#[derive(Clone, Default)]
+pub struct InMemoryLeaseLock {
+    state: Arc<Mutex<Option<(LeaderElectionRecord, u64)>>>,
+    next_rv: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for InMemoryLeaseLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InMemoryLeaseLock")
+            .field("record", &self.record())
+            .finish()
+    }
+}
+
+impl InMemoryLeaseLock {
+    /// An empty store (no lease yet).
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// The stored record, if any.
+    pub fn record(&self) -> Option<LeaderElectionRecord> {
+        self.state.lock().as_ref().map(|(r, _)| r.clone())
+    }
+    /// Overwrites the stored record (as another writer would).
+    pub fn set_record(&self, record: LeaderElectionRecord) {
+        let rv = self.next_rv.fetch_add(1, Ordering::Relaxed) + 1;
+        *self.state.lock() = Some((record, rv));
+    }
+    /// A handle on the same store whose requests fail while `failing` is
+    /// set (a candidate cut off from the apiserver).
+    pub fn handle(&self) -> FlakyLeaseLock {
+        FlakyLeaseLock {
+            store: self.clone(),
+            failing: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseLock for InMemoryLeaseLock {
+    async fn get(&self) -> Result<Option<(LeaderElectionRecord, String)>, LeaseError> {
+        Ok(self
+            .state
+            .lock()
+            .as_ref()
+            .map(|(r, rv)| (r.clone(), rv.to_string())))
+    }
+    async fn create(&self, record: &LeaderElectionRecord) -> Result<String, LeaseError> {
+        let mut st = self.state.lock();
+        if st.is_some() {
+            return Err(LeaseError::AlreadyExists);
+        }
+        let rv = self.next_rv.fetch_add(1, Ordering::Relaxed) + 1;
+        *st = Some((record.clone(), rv));
+        Ok(rv.to_string())
+    }
+    async fn update(
+        &self,
+        record: &LeaderElectionRecord,
+        resource_version: &str,
+    ) -> Result<String, LeaseError> {
+        let mut st = self.state.lock();
+        match &*st {
+            Some((_, rv)) if rv.to_string() == resource_version => {
+                let rv = self.next_rv.fetch_add(1, Ordering::Relaxed) + 1;
+                *st = Some((record.clone(), rv));
+                Ok(rv.to_string())
+            }
+            Some(_) => Err(LeaseError::Conflict),
+            None => Err(LeaseError::Other("the lease does not exist".into())),
+        }
+    }
+    fn describe(&self) -> String {
+        "in-memory".to_owned()
+    }
+}
+
+/// A handle on an [`InMemoryLeaseLock`] that can be cut off.
+#[derive(Clone, Debug)]
+pub struct FlakyLeaseLock {
+    store: InMemoryLeaseLock,
+    failing: Arc<AtomicBool>,
+}
+
+impl FlakyLeaseLock {
+    /// Makes every request of this handle fail (`true`) or work again.
+    pub fn set_failing(&self, failing: bool) {
+        self.failing.store(failing, Ordering::SeqCst);
+    }
+    fn check(&self) -> Result<(), LeaseError> {
+        if self.failing.load(Ordering::SeqCst) {
+            Err(LeaseError::Other("injected failure".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseLock for FlakyLeaseLock {
+    async fn get(&self) -> Result<Option<(LeaderElectionRecord, String)>, LeaseError> {
+        self.check()?;
+        self.store.get().await
+    }
+    async fn create(&self, record: &LeaderElectionRecord) -> Result<String, LeaseError> {
+        self.check()?;
+        self.store.create(record).await
+    }
+    async fn update(
+        &self,
+        record: &LeaderElectionRecord,
+        resource_version: &str,
+    ) -> Result<String, LeaseError> {
+        self.check()?;
+        self.store.update(record, resource_version).await
+    }
+    fn describe(&self) -> String {
+        "in-memory (flaky handle)".to_owned()
+    }
+}
+
+/// Leader election settings. Defaults: 15 s lease, 10 s renew deadline, 2 s
+/// retry period (client-go's documented values), release on cancel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElectionConfig {
+    /// This candidate's identity (unique per replica: e.g. the pod name).
+    pub identity: String,
+    /// How long a lease lasts without renewal; a standby waits this long
+    /// (on its own clock) after the last change it saw before taking over.
+    pub lease_duration: Duration,
+    /// How long the leader keeps retrying a failing renewal before giving
+    /// up leadership.
+    pub renew_deadline: Duration,
+    /// How long to wait between attempts.
+    pub retry_period: Duration,
+    /// Clear the holder when the election is cancelled, so that a standby
+    /// takes over at once.
+    pub release_on_cancel: bool,
+}
+
+/// Why a [`LeaderElectionConfig`] is invalid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaderElectionConfigError {
+    /// The lease duration must be greater than the renew deadline.
+    #[error(
+        "leaseDuration ({lease_duration:?}) must be greater than renewDeadline ({renew_deadline:?})"
+    )]
+    LeaseDurationNotGreaterThanRenewDeadline {
+        /// The lease duration.
+        lease_duration: Duration,
+        /// The renew deadline.
+        renew_deadline: Duration,
+    },
+    /// The renew deadline must be greater than 1.2 x the retry period.
+    #[error(
+        "renewDeadline ({renew_deadline:?}) must be greater than retryPeriod*JitterFactor ({retry_period:?} * 1.2 = {jittered:?})"
+    )]
+    RenewDeadlineTooShort {
+        /// The renew deadline.
+        renew_deadline: Duration,
+        /// The retry period.
+        retry_period: Duration,
+        /// 1.2 x the retry period.
+        jittered: Duration,
+    },
+    /// A duration was zero.
+    #[error("{0} must be greater than zero")]
+    ZeroDuration(&'static str),
+    /// The identity was empty.
+    #[error("the leader election identity must not be empty")]
+    EmptyIdentity,
+}
+
+impl LeaderElectionConfig {
+    /// client-go's documented default lease duration.
+    pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+    /// client-go's documented default renew deadline.
+    pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+    /// client-go's documented default retry period.
+    pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+
+    /// Defaults for the candidate `identity`.
+    pub fn new(identity: impl Into<String>) -> Self {
+        Self {
+            identity: identity.into(),
+            lease_duration: Self::DEFAULT_LEASE_DURATION,
+            renew_deadline: Self::DEFAULT_RENEW_DEADLINE,
+            retry_period: Self::DEFAULT_RETRY_PERIOD,
+            release_on_cancel: true,
+        }
+    }
+    /// Sets the lease duration.
+    pub fn lease_duration(mut self, d: Duration) -> Self {
+        self.lease_duration = d;
+        self
+    }
+    /// Sets the renew deadline.
+    pub fn renew_deadline(mut self, d: Duration) -> Self {
+        self.renew_deadline = d;
+        self
+    }
+    /// Sets the retry period.
+    pub fn retry_period(mut self, d: Duration) -> Self {
+        self.retry_period = d;
+        self
+    }
+    /// Whether to release the lease when cancelled.
+    pub fn release_on_cancel(mut self, release: bool) -> Self {
+        self.release_on_cancel = release;
+        self
+    }
+
+    /// Checks client-go's rules: all durations positive, lease duration >
+    /// renew deadline > 1.2 x retry period, identity non-empty.
+    pub fn validate(&self) -> Result<(), LeaderElectionConfigError> {
+        use LeaderElectionConfigError as E;
+        if self.lease_duration <= self.renew_deadline {
+            return Err(E::LeaseDurationNotGreaterThanRenewDeadline {
+                lease_duration: self.lease_duration,
+                renew_deadline: self.renew_deadline,
+            });
+        }
+        let jittered = self.retry_period.mul_f64(JITTER_FACTOR);
+        if self.renew_deadline <= jittered {
+            return Err(E::RenewDeadlineTooShort {
+                renew_deadline: self.renew_deadline,
+                retry_period: self.retry_period,
+                jittered,
+            });
+        }
+        if self.lease_duration.is_zero() {
+            return Err(E::ZeroDuration("leaseDuration"));
+        }
+        if self.renew_deadline.is_zero() {
+            return Err(E::ZeroDuration("renewDeadline"));
+        }
+        if self.retry_period.is_zero() {
+            return Err(E::ZeroDuration("retryPeriod"));
+        }
+        if self.identity.is_empty() {
+            return Err(E::EmptyIdentity);
+        }
+        Ok(())
+    }
+}
+
+/// Where a candidate stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderStatus {
+    /// The election has not started.
+    NotStarted,
+    /// Trying to acquire; `leader` is the holder last seen (if any).
+    StandingBy {
+        /// The current holder as last observed.
+        leader: Option<String>,
+    },
+    /// This candidate holds the lease.
+    Leading,
+    /// The election ended (cancelled, or leadership lost).
+    Stopped,
+}
+
+#[derive(Default)]
+struct Observed {
+    record: Option<LeaderElectionRecord>,
+    resource_version: Option<String>,
+    time: Option<Instant>,
+    reported_leader: Option<String>,
+}
+
+/// Called with the identity of a newly observed leader.
+pub type NewLeaderFn = Box<dyn Fn(&str) + Send + Sync>;
+
+/// Callbacks of a [`LeaderElector::run`] (client-go's
+/// `LeaderCallbacks`).
+pub struct LeaderCallbacks {
+    /// Called when this candidate becomes the leader, with a token
+    /// cancelled when it stops leading.
+    pub on_started_leading: Box<dyn FnOnce(CancellationToken) + Send>,
+    /// Called when the election ends, whether or not this candidate ever
+    /// led.
+    pub on_stopped_leading: Box<dyn FnOnce() + Send>,
+    /// Called when a new leader is observed (including this candidate).
+    pub on_new_leader: Option<NewLeaderFn>,
+}
+
+impl fmt::Debug for LeaderCallbacks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderCallbacks").finish_non_exhaustive()
+    }
+}
+
+impl Default for LeaderCallbacks {
+    fn default() -> Self {
+        Self {
+            on_started_leading: Box::new(|_| {}),
+            on_stopped_leading: Box::new(|| {}),
+            on_new_leader: None,
+        }
+    }
+}
+
+/// A candidate in a leader election (client-go's `LeaderElector`).
+pub struct LeaderElector {
+    config: LeaderElectionConfig,
+    lock: Arc<dyn LeaseLock>,
+    observed: Mutex<Observed>,
+    status: watch::Sender<LeaderStatus>,
+}
+
+impl fmt::Debug for LeaderElector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderElector")
+            .field("identity", &self.config.identity)
+            .field("lease", &self.lock.describe())
+            .field("status", &*self.status.borrow())
+            .finish()
+    }
+}
+
+fn now_timestamp() -> Timestamp {
+    Timestamp::now()
+}
+
+impl LeaderElector {
+    /// A candidate; fails when the configuration is invalid.
+    pub fn new(
+        config: LeaderElectionConfig,
+        lock: Arc<dyn LeaseLock>,
+    ) -> Result<Self, LeaderElectionConfigError> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            lock,
+            observed: Mutex::new(Observed::default()),
+            status: watch::Sender::new(LeaderStatus::NotStarted),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LeaderElectionConfig {
+        &self.config
+    }
+
+    /// Follows this candidate's status.
+    pub fn subscribe(&self) -> watch::Receiver<LeaderStatus> {
+        self.status.subscribe()
+    }
+
+    /// The current status.
+    pub fn status(&self) -> LeaderStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Whether the last observed record names this candidate as holder.
+    pub fn is_leader(&self) -> bool {
+        self.observed
+            .lock()
+            .record
+            .as_ref()
+            .is_some_and(|r| r.holder_identity == self.config.identity)
+    }
+
+    /// The holder of the last observed record (empty holder: `None`).
+    pub fn leader(&self) -> Option<String> {
+        self.observed
+            .lock()
+            .record
+            .as_ref()
+            .map(|r| r.holder_identity.clone())
+            .filter(|h| !h.is_empty())
+    }
+
+    fn lease_valid(&self, obs: &Observed, now: Instant) -> bool {
+        match (&obs.record, obs.time) {
+            (Some(r), Some(t)) => {
+                let secs = u64::try_from(r.lease_duration_seconds).unwrap_or(0);
+                t + Duration::from_secs(secs) > now
+            }
+            _ => false,
+        }
+    }
+
+    fn set_observed(&self, record: LeaderElectionRecord, rv: String, now: Instant) {
+        let mut obs = self.observed.lock();
+        obs.record = Some(record);
+        obs.resource_version = Some(rv);
+        obs.time = Some(now);
+    }
+
+    /// One attempt to acquire or renew the lease (client-go's
+    /// `tryAcquireOrRenew`); `true` when this candidate holds it afterwards.
+    pub async fn try_acquire_or_renew(&self) -> bool {
+        let now_wall = now_timestamp();
+        let lease_secs = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        let mut record = LeaderElectionRecord {
+            holder_identity: self.config.identity.clone(),
+            lease_duration_seconds: lease_secs.max(1),
+            acquire_time: Some(now_wall),
+            renew_time: Some(now_wall),
+            leader_transitions: 0,
+        };
+
+        // Fast path: we lead and our lease is still valid: renew with the
+        // record and resourceVersion we already have.
+        let fast = {
+            let obs = self.observed.lock();
+            let leading = obs
+                .record
+                .as_ref()
+                .is_some_and(|r| r.holder_identity == self.config.identity);
+            if leading && self.lease_valid(&obs, Instant::now()) {
+                obs.record.clone().zip(obs.resource_version.clone())
+            } else {
+                None
+            }
+        };
+        if let Some((old, rv)) = fast {
+            record.acquire_time = old.acquire_time;
+            record.leader_transitions = old.leader_transitions;
+            match self.lock.update(&record, &rv).await {
+                Ok(new_rv) => {
+                    self.set_observed(record, new_rv, Instant::now());
+                    return true;
+                }
+                Err(e) => {
+                    tracing::debug!(lease = %self.lock.describe(), error = %e,
+                        "optimistic lease renewal failed; reading the lease");
+                }
+            }
+        }
+
+        // 1. Read (or create) the lease.
+        let (old, old_rv) = match self.lock.get().await {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                return match self.lock.create(&record).await {
+                    Ok(rv) => {
+                        self.set_observed(record, rv, Instant::now());
+                        self.report_leader();
+                        true
+                    }
+                    Err(e) => {
+                        tracing::debug!(lease = %self.lock.describe(), error = %e, "creating the lease failed");
+                        false
+                    }
+                };
+            }
+            Err(e) => {
+                tracing::debug!(lease = %self.lock.describe(), error = %e, "reading the lease failed");
+                return false;
+            }
+        };
+
+        // 2. Record what we saw; a changed record restarts the expiry clock.
+        let now = Instant::now();
+        let (held_by_other, we_lead) = {
+            let mut obs = self.observed.lock();
+            if obs.record.as_ref() != Some(&old) {
+                obs.record = Some(old.clone());
+                obs.time = Some(now);
+            }
+            obs.resource_version = Some(old_rv.clone());
+            let we_lead = old.holder_identity == self.config.identity;
+            (
+                !old.holder_identity.is_empty() && self.lease_valid(&obs, now) && !we_lead,
+                we_lead,
+            )
+        };
+        self.report_leader();
+        if held_by_other {
+            tracing::trace!(lease = %self.lock.describe(), holder = %old.holder_identity, "lease is held by another candidate");
+            return false;
+        }
+
+        // 3. Take over or renew.
+        if we_lead {
+            record.acquire_time = old.acquire_time;
+            record.leader_transitions = old.leader_transitions;
+        } else {
+            record.leader_transitions = old.leader_transitions.saturating_add(1);
+        }
+        match self.lock.update(&record, &old_rv).await {
+            Ok(rv) => {
+                self.set_observed(record, rv, Instant::now());
+                self.report_leader();
+                true
+            }
+            Err(e) => {
+                tracing::debug!(lease = %self.lock.describe(), error = %e, "updating the lease failed");
+                false
+            }
+        }
+    }
+
+    fn report_leader(&self) {
+        let leader = self.leader();
+        let changed = {
+            let mut obs = self.observed.lock();
+            if obs.reported_leader != leader {
+                obs.reported_leader = leader.clone();
+                true
+            } else {
+                false
+            }
+        };
+        if changed && let Some(l) = &leader {
+            tracing::info!(lease = %self.lock.describe(), leader = %l, "new leader observed");
+        }
+        if *self.status.borrow() != LeaderStatus::Leading {
+            let status = LeaderStatus::StandingBy { leader };
+            self.status.send_if_modified(|s| {
+                if *s != status && *s != LeaderStatus::Stopped {
+                    *s = status;
+                    true
+                } else {
+                    false
+                }
+            });
+        }
+    }
+
+    /// Clears the holder if this candidate leads (client-go's `release`):
+    /// holder `""`, duration 1 s, transitions kept. `true` on success or
+    /// when there was nothing to release.
+    pub async fn release(&self) -> bool {
+        let (old, rv) = {
+            let obs = self.observed.lock();
+            match (&obs.record, &obs.resource_version) {
+                (Some(r), Some(rv)) if r.holder_identity == self.config.identity => {
+                    (r.clone(), rv.clone())
+                }
+                _ => return true,
+            }
+        };
+        let now = now_timestamp();
+        let record = LeaderElectionRecord {
+            holder_identity: String::new(),
+            lease_duration_seconds: 1,
+            acquire_time: Some(now),
+            renew_time: Some(now),
+            leader_transitions: old.leader_transitions,
+        };
+        match self.lock.update(&record, &rv).await {
+            Ok(new_rv) => {
+                self.set_observed(record, new_rv, Instant::now());
+                tracing::info!(lease = %self.lock.describe(), identity = %self.config.identity, "released the lease");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(lease = %self.lock.describe(), error = %e, "releasing the lease failed");
+                false
+            }
+        }
+    }
+
+    fn jittered_retry(&self) -> Duration {
+        let rp = self.config.retry_period;
+        rp + rp.mul_f64(rand::random::<f64>() * JITTER_FACTOR)
+    }
+
+    /// Runs the election until `cancel` fires or leadership is lost:
+    /// acquire (jittered retries), call `on_started_leading`, renew, and
+    /// finally call `on_stopped_leading` (always, even if this candidate
+    /// never led). Returns `true` if it stopped because leadership was lost.
+    pub async fn run(&self, cancel: CancellationToken, callbacks: LeaderCallbacks) -> bool {
+        let LeaderCallbacks {
+            on_started_leading,
+            on_stopped_leading,
+            on_new_leader,
+        } = callbacks;
+        struct Deferred(Option<Box<dyn FnOnce() + Send>>);
+        impl Drop for Deferred {
+            fn drop(&mut self) {
+                if let Some(f) = self.0.take() {
+                    f();
+                }
+            }
+        }
+        let _stopped = Deferred(Some(on_stopped_leading));
+        let notify_task = on_new_leader.map(|f| {
+            let identity = self.config.identity.clone();
+            let mut last: Option<String> = None;
+            let cancel = cancel.clone();
+            let mut rx = self.status.subscribe();
+            async move {
+                loop {
+                    let current = match &*rx.borrow_and_update() {
+                        LeaderStatus::Leading => Some(identity.clone()),
+                        LeaderStatus::StandingBy { leader } => leader.clone(),
+                        _ => None,
+                    };
+                    if current.is_some() && current != last {
+                        if let Some(l) = &current {
+                            f(l);
+                        }
+                        last = current;
+                    }
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        r = rx.changed() => if r.is_err() { return },
+                    }
+                }
+            }
+        });
+        let election = async {
+            self.status.send_if_modified(|s| {
+                if *s == LeaderStatus::NotStarted {
+                    *s = LeaderStatus::StandingBy { leader: None };
+                    true
+                } else {
+                    false
+                }
+            });
+            // Acquire.
+            tracing::info!(lease = %self.lock.describe(), identity = %self.config.identity, "attempting to acquire the lease");
+            loop {
+                if cancel.is_cancelled() {
+                    self.status.send_replace(LeaderStatus::Stopped);
+                    return false;
+                }
+                if self.try_acquire_or_renew().await {
+                    break;
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    _ = tokio::time::sleep(self.jittered_retry()) => {}
+                }
+            }
+            tracing::info!(lease = %self.lock.describe(), identity = %self.config.identity, "acquired the lease");
+            self.status.send_replace(LeaderStatus::Leading);
+            let leading = cancel.child_token();
+            on_started_leading(leading.clone());
+
+            // Renew.
+            let lost = 'renew: loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => break 'renew false,
+                    _ = tokio::time::sleep(self.config.retry_period) => {}
+                }
+                let deadline = Instant::now() + self.config.renew_deadline;
+                loop {
+                    let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew());
+                    let ok = tokio::select! {
+                        _ = cancel.cancelled() => break 'renew false,
+                        r = attempt => r.unwrap_or(false),
+                    };
+                    if ok {
+                        break;
+                    }
+                    if Instant::now() >= deadline {
+                        break 'renew true;
+                    }
+                    tokio::select! {
+                        _ = cancel.cancelled() => break 'renew false,
+                        _ = tokio::time::sleep_until(deadline.min(Instant::now() + self.config.retry_period)) => {}
+                    }
+                }
+            };
+            leading.cancel();
+            if lost {
+                tracing::warn!(lease = %self.lock.describe(), identity = %self.config.identity, "failed to renew the lease in time: leadership lost");
+            } else if self.config.release_on_cancel {
+                self.release().await;
+            }
+            self.status.send_replace(LeaderStatus::Stopped);
+            lost
+        };
+        match notify_task {
+            Some(task) => {
+                let mut task = std::pin::pin!(task);
+                let mut election = std::pin::pin!(election);
+                tokio::select! {
+                    lost = &mut election => lost,
+                    _ = &mut task => election.await,
+                }
+            }
+            None => election.await,
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The reconcile loop for Kubernetes controllers on kcache informers:
+//! client-go's sample-controller loop and controller-runtime's builder,
+//! with leader election, events, finalizers, metrics and health.
+//!
+//! A [`Controller`] watches a primary resource type through a shared
+//! informer factory, maps events of the types it owns (through `controller:
+//! true` ownerReferences) or watches (through a mapper) to primary keys,
+//! filters them with [`Predicate`]s evaluated on cached metadata, and feeds
+//! a rate-limited [`WorkQueue`](kcache_workqueue::WorkQueue) that N workers
+//! drain by calling your [`Reconciler`]:
+//!
+//! * the reconciler gets the object **read from the informer's cache** by
+//!   key and decoded to `K` for this reconcile only (`None` once deleted);
+//! * `Ok(Action::requeue_after(d))` reconciles again later,
+//!   `Ok(Action::await_change())` waits for the next event; either way the
+//!   key's backoff is forgotten;
+//! * an error (or a **panic**, which is caught) sends the key back through
+//!   the rate limiter (client-go's default controller rate limiter:
+//!   per-key exponential backoff from 5 ms to 1000 s, and 10 qps overall);
+//! * the same key is never reconciled by two workers at once;
+//! * keys from the initial list get a lower queue priority than live
+//!   changes, so a restart's full resync does not delay them;
+//! * at shutdown (a signal, a future, or [`ControllerHandle::stop`]) no new
+//!   key is taken, running reconciles get a deadline to finish, the queue
+//!   shuts down and the lease is released.
+//!
+//! With [`leader_election`](Controller::leader_election) only the replica
+//! holding a `coordination.k8s.io/v1` Lease runs workers ([`leader`]);
+//! [`events::Recorder`] publishes `events.k8s.io/v1` events folded into
+//! series; [`finalizer::finalizer`] runs cleanup before deletion;
+//! [`MetricsRegistry`] and the endpoint ([`MetricsServer`]) serve
+//! `/metrics`, `/healthz` and `/readyz`. Every reconcile runs in a tracing
+//! span `reconcile` with the controller name, key, trigger and retry count.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use kcache_controller::{Action, Config, Controller, MetricsRegistry, Predicate, Request};
+//! use kcache_informer::SharedInformerFactory;
+//!
+//! struct Ctx {
+//!     client: kube::Client,
+//! }
+//!
+//! async fn reconcile(req: Request<Deployment>, ctx: Arc<Ctx>) -> Result<Action, kube::Error> {
+//!     let Some(deployment) = req.object else {
+//!         return Ok(Action::await_change()); // deleted
+//!     };
+//!     // ... compare deployment.spec with the world, write with ctx.client ...
+//!     let _ = (deployment, &ctx.client);
+//!     Ok(Action::requeue_after(Duration::from_secs(300)))
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = kube::Client::try_default().await?;
+//! let factory = SharedInformerFactory::new(client.clone());
+//! let metrics = MetricsRegistry::new();
+//! Controller::<Deployment>::new(&factory, Config::default().name("deployments").workers(4))
+//!     .owns::<ReplicaSet>()
+//!     .watches::<ConfigMap>(|cm| {
+//!         // the Deployments named by the config map's "app" label
+//!         let ns = cm.namespace().unwrap_or_default();
+//!         cm.labels().get("app").map(|app| vec![format!("{ns}/{app}")]).unwrap_or_default()
+//!     })
+//!     .with_predicate(Predicate::generation_changed() | Predicate::labels_changed())
+//!     .metrics(metrics)
+//!     .serve_metrics("0.0.0.0:8080".parse()?)
+//!     .shutdown_on_signal()
+//!     .run(reconcile, Arc::new(Ctx { client }))
+//!     .await?;
+//! factory.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod action;
+mod controller;
+mod error;
+pub mod events;
+pub mod finalizer;
+pub mod leader;
+pub mod metrics;
+mod predicate;
+mod reconciler;
+mod server;
+
+pub use action::Action;
+pub use controller::{
+    Config, Controller, ControllerHandle, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY,
+    owner_key,
+};
+pub use error::ControllerError;
+pub use leader::{
+    InMemoryLeaseLock, KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError,
+    LeaderElector, LeaderStatus, LeaseLock,
+};
+pub use metrics::MetricsRegistry;
+pub use predicate::{Predicate, PredicateEvent};
+pub use reconciler::{Reconciler, Request, Trigger};
+pub use server::{Health, MetricsServer};

@@ -1,0 +1,187 @@
+//! The reconciler: what a controller runs for each key.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kcache_core::CachedObject;
+
+use crate::action::Action;
+
+/// Why a key was queued (the first cause since it was last handed out).
+/// Shown in the reconcile's tracing span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Trigger {
+    /// The object was in the informer's initial list (or a late handler's
+    /// replay of the cache).
+    InitialList,
+    /// The object was added.
+    Added,
+    /// The object changed.
+    Updated,
+    /// A periodic resync (the object did not change).
+    Resync,
+    /// The object was deleted.
+    Deleted,
+    /// An object it controls (through its `controller: true`
+    /// ownerReference) changed.
+    Owned {
+        /// Kind of the owned object.
+        kind: String,
+        /// Key of the owned object.
+        key: String,
+    },
+    /// A watched object mapped to it changed.
+    Watched {
+        /// Kind of the watched object.
+        kind: String,
+        /// Key of the watched object.
+        key: String,
+    },
+    /// The previous reconcile asked for it ([`Action::requeue_after`]).
+    Requeue,
+    /// The previous reconcile failed; retried through the rate limiter.
+    Retry,
+    /// Queued by hand through [`ControllerHandle::enqueue`](crate::ControllerHandle::enqueue).
+    Manual,
+}
+
+impl fmt::Display for Trigger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Trigger::InitialList => f.write_str("initial list"),
+            Trigger::Added => f.write_str("added"),
+            Trigger::Updated => f.write_str("updated"),
+            Trigger::Resync => f.write_str("resync"),
+            Trigger::Deleted => f.write_str("deleted"),
+            Trigger::Owned { kind, key } => write!(f, "owned {kind} {key}"),
+            Trigger::Watched { kind, key } => write!(f, "watched {kind} {key}"),
+            Trigger::Requeue => f.write_str("requeue"),
+            Trigger::Retry => f.write_str("retry"),
+            Trigger::Manual => f.write_str("manual"),
+        }
+    }
+}
+
+/// One reconcile request: the key, the object as the informer's cache holds
+/// it (decoded for this reconcile only), and why it was queued.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Request<K> {
+    /// The object's key: `namespace/name`, or `name` for cluster-scoped
+    /// objects.
+    pub key: String,
+    /// The namespace part of the key (`None` for cluster-scoped objects).
+    pub namespace: Option<String>,
+    /// The name part of the key.
+    pub name: String,
+    /// The object, decoded from the cache; `None` when the cache does not
+    /// hold it (it was deleted).
+    pub object: Option<K>,
+    /// The cached object (bytes + metadata) the typed object was decoded
+    /// from.
+    pub cached: Option<CachedObject<K>>,
+    /// Why the key was queued.
+    pub trigger: Trigger,
+    /// How many times this key has been retried through the rate limiter
+    /// since its last success.
+    pub retries: u32,
+}
+
+impl<K> Request<K> {
+    /// A request built by hand (for unit tests of reconcilers).
+    pub fn new(key: impl Into<String>, object: Option<K>) -> Self {
+        let key = key.into();
+        let (namespace, name) = split_key(&key);
+        Self {
+            key,
+            namespace,
+            name,
+            object,
+            cached: None,
+            trigger: Trigger::Manual,
+            retries: 0,
+        }
+    }
+
+    /// Sets the cached object, trigger and retry count (used by the
+    /// controller).
+    pub(crate) fn with_details(
+        mut self,
+        cached: Option<CachedObject<K>>,
+        trigger: Trigger,
+        retries: u32,
+    ) -> Self {
+        self.cached = cached;
+        self.trigger = trigger;
+        self.retries = retries;
+        self
+    }
+}
+
+pub(crate) fn split_key(key: &str) -> (Option<String>, String) {
+    match key.split_once('/') {
+        Some((ns, name)) => (Some(ns.to_owned()), name.to_owned()),
+        None => (None, key.to_owned()),
+    }
+}
+
+/// Reconciles one object: reads the desired state from the object (and
+/// other caches), changes the world to match, returns an [`Action`] or an
+/// error.
+///
+/// An error sends the key back through the rate limiter (exponential
+/// backoff per key); a success forgets its backoff. A panic is caught and
+/// counted as an error. The same key is never reconciled by two workers at
+/// once.
+///
+/// Any `Fn(Request<K>, Arc<C>) -> impl Future<Output = Result<Action, E>>`
+/// is a reconciler, so a closure or an `async fn` works:
+///
+/// ```
+/// use std::sync::Arc;
+/// use kcache_controller::{Action, Request};
+/// use k8s_openapi::api::core::v1::ConfigMap;
+///
+/// struct Ctx;
+///
+/// async fn reconcile(req: Request<ConfigMap>, _ctx: Arc<Ctx>) -> Result<Action, std::io::Error> {
+///     match req.object {
+///         Some(cm) => println!("{} has {} keys", req.key, cm.data.map_or(0, |d| d.len())),
+///         None => println!("{} is gone", req.key),
+///     }
+///     Ok(Action::await_change())
+/// }
+/// # fn check<R: kcache_controller::Reconciler<ConfigMap, Ctx>>(_: R) {}
+/// # check(reconcile);
+/// ```
+#[async_trait]
+pub trait Reconciler<K, C>: Send + Sync + 'static
+where
+    K: Send + 'static,
+    C: Send + Sync + 'static,
+{
+    /// The reconcile error (logged, counted, retried).
+    type Error: fmt::Display + fmt::Debug + Send + 'static;
+
+    /// Reconciles one object.
+    async fn reconcile(&self, request: Request<K>, ctx: Arc<C>) -> Result<Action, Self::Error>;
+}
+
+#[async_trait]
+impl<K, C, F, Fut, E> Reconciler<K, C> for F
+where
+    K: Send + 'static,
+    C: Send + Sync + 'static,
+    F: Fn(Request<K>, Arc<C>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: fmt::Display + fmt::Debug + Send + 'static,
+{
+    type Error = E;
+
+    async fn reconcile(&self, request: Request<K>, ctx: Arc<C>) -> Result<Action, E> {
+        (self)(request, ctx).await
+    }
+}

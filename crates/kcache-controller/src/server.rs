@@ -1,0 +1,255 @@
+//! The HTTP endpoint: `/metrics`, `/healthz` and `/readyz`, nothing else.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::leader::LeaderStatus;
+use crate::metrics::MetricsRegistry;
+
+/// Readiness of one controller: caches synced and, with leader election,
+/// the candidate leading or standing by. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Health {
+    inner: Arc<HealthInner>,
+}
+
+#[derive(Default)]
+struct HealthInner {
+    name: Mutex<String>,
+    synced: AtomicBool,
+    stopped: AtomicBool,
+    leader: Mutex<Option<watch::Receiver<LeaderStatus>>>,
+}
+
+impl fmt::Debug for Health {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (ready, reason) = self.readiness();
+        f.debug_struct("Health")
+            .field("ready", &ready)
+            .field("reason", &reason)
+            .finish()
+    }
+}
+
+impl Health {
+    /// A health state for the controller `name` (not ready yet).
+    pub fn new(name: impl Into<String>) -> Self {
+        let h = Self::default();
+        *h.inner.name.lock() = name.into();
+        h
+    }
+    pub(crate) fn set_name(&self, name: &str) {
+        *self.inner.name.lock() = name.to_owned();
+    }
+    pub(crate) fn set_synced(&self, synced: bool) {
+        self.inner.synced.store(synced, Ordering::SeqCst);
+    }
+    pub(crate) fn set_stopped(&self) {
+        self.inner.stopped.store(true, Ordering::SeqCst);
+    }
+    pub(crate) fn set_leader(&self, rx: watch::Receiver<LeaderStatus>) {
+        *self.inner.leader.lock() = Some(rx);
+    }
+
+    /// Whether the controller is ready, and why not.
+    pub fn readiness(&self) -> (bool, String) {
+        let name = self.inner.name.lock().clone();
+        if self.inner.stopped.load(Ordering::SeqCst) {
+            return (false, format!("{name}: stopped"));
+        }
+        if !self.inner.synced.load(Ordering::SeqCst) {
+            return (false, format!("{name}: caches not synced"));
+        }
+        if let Some(rx) = &*self.inner.leader.lock() {
+            return match &*rx.borrow() {
+                LeaderStatus::Leading => (true, format!("{name}: ok (leading)")),
+                LeaderStatus::StandingBy { .. } => (true, format!("{name}: ok (standing by)")),
+                LeaderStatus::NotStarted => (false, format!("{name}: leader election not started")),
+                LeaderStatus::Stopped => (false, format!("{name}: leader election stopped")),
+            };
+        }
+        (true, format!("{name}: ok"))
+    }
+}
+
+/// A running metrics and health endpoint; stops when dropped or on
+/// [`shutdown`](Self::shutdown).
+pub struct MetricsServer {
+    addr: SocketAddr,
+    cancel: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl fmt::Debug for MetricsServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MetricsServer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    resp
+}
+
+fn handle(
+    req: &Request<Incoming>,
+    registry: &MetricsRegistry,
+    health: &[Health],
+) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain; charset=utf-8",
+            "method not allowed\n".into(),
+        );
+    }
+    match req.uri().path() {
+        "/metrics" => text(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            registry.encode(),
+        ),
+        "/healthz" | "/livez" => text(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()),
+        "/readyz" => {
+            let mut ready = true;
+            let mut body = String::new();
+            for h in health {
+                let (ok, reason) = h.readiness();
+                ready &= ok;
+                body.push_str(&reason);
+                body.push('\n');
+            }
+            let status = if ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            text(status, "text/plain; charset=utf-8", body)
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "not found\n".into(),
+        ),
+    }
+}
+
+impl MetricsServer {
+    /// Serves on `listener` (already bound; a std listener is made
+    /// non-blocking). Needs a tokio runtime.
+    pub fn serve(
+        listener: std::net::TcpListener,
+        registry: MetricsRegistry,
+        health: Vec<Health>,
+    ) -> std::io::Result<Self> {
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        let addr = listener.local_addr()?;
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(accept_loop(listener, registry, health, cancel.clone()));
+        tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+        Ok(Self {
+            addr,
+            cancel,
+            task: Some(task),
+        })
+    }
+
+    /// Binds `addr` and serves on it.
+    pub async fn bind(
+        addr: SocketAddr,
+        registry: MetricsRegistry,
+        health: Vec<Health>,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        Self::serve(listener.into_std()?, registry, health)
+    }
+
+    /// The address served.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, closes open connections and waits for the server's
+    /// tasks to end.
+    pub async fn shutdown(mut self) {
+        self.cancel.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    registry: MetricsRegistry,
+    health: Vec<Health>,
+    cancel: CancellationToken,
+) {
+    let health: Arc<[Health]> = health.into();
+    let mut conns = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = cancel.cancelled() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            a = listener.accept() => a,
+        };
+        let (stream, _peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e, "accepting a metrics connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let registry = registry.clone();
+        let health = health.clone();
+        let cancel = cancel.clone();
+        conns.spawn(async move {
+            let service = service_fn(move |req: Request<Incoming>| {
+                let resp = handle(&req, &registry, &health);
+                async move { Ok::<_, Infallible>(resp) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                r = conn.as_mut() => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "metrics connection ended with an error");
+                    }
+                }
+                _ = cancel.cancelled() => {}
+            }
+        });
+    }
+    conns.shutdown().await;
+}

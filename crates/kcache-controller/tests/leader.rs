@@ -1,0 +1,313 @@
+//! Leader election against the in-memory lease store, on tokio's paused
+//! clock: validation, acquire, renew, expiry-based takeover, release,
+//! losing the lease.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use kcache_controller::leader::{LeaderCallbacks, LeaderElectionRecord};
+use kcache_controller::{
+    InMemoryLeaseLock, LeaderElectionConfig, LeaderElectionConfigError, LeaderElector, LeaderStatus,
+};
+use tokio_util::sync::CancellationToken;
+
+fn cfg(id: &str) -> LeaderElectionConfig {
+    LeaderElectionConfig::new(id)
+}
+
+#[test]
+fn validation_follows_client_go() {
+    assert_eq!(cfg("a").validate(), Ok(()));
+    let d = LeaderElectionConfig::new("a");
+    assert_eq!(
+        (d.lease_duration, d.renew_deadline, d.retry_period),
+        (
+            Duration::from_secs(15),
+            Duration::from_secs(10),
+            Duration::from_secs(2)
+        )
+    );
+    let e = cfg("a")
+        .renew_deadline(Duration::from_secs(15))
+        .validate()
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        LeaderElectionConfigError::LeaseDurationNotGreaterThanRenewDeadline { .. }
+    ));
+    assert!(
+        e.to_string()
+            .contains("leaseDuration (15s) must be greater than renewDeadline (15s)"),
+        "{e}"
+    );
+    // 1.2 * 2s = 2.4s >= 2.4s
+    let e = cfg("a")
+        .renew_deadline(Duration::from_millis(2400))
+        .validate()
+        .unwrap_err();
+    assert!(
+        matches!(e, LeaderElectionConfigError::RenewDeadlineTooShort { .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("retryPeriod*JitterFactor"), "{e}");
+    assert!(
+        cfg("a")
+            .renew_deadline(Duration::from_millis(2500))
+            .validate()
+            .is_ok()
+    );
+    let e = cfg("a")
+        .lease_duration(Duration::ZERO)
+        .renew_deadline(Duration::ZERO)
+        .validate()
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        LeaderElectionConfigError::LeaseDurationNotGreaterThanRenewDeadline { .. }
+    ));
+    let e = cfg("a")
+        .retry_period(Duration::ZERO)
+        .validate()
+        .unwrap_err();
+    assert_eq!(e, LeaderElectionConfigError::ZeroDuration("retryPeriod"));
+    assert_eq!(
+        cfg("").validate(),
+        Err(LeaderElectionConfigError::EmptyIdentity)
+    );
+    assert!(LeaderElector::new(cfg(""), Arc::new(InMemoryLeaseLock::new())).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquire_renew_expire_takeover() {
+    let store = InMemoryLeaseLock::new();
+    let a = LeaderElector::new(cfg("a"), Arc::new(store.clone())).unwrap();
+    let b = LeaderElector::new(cfg("b"), Arc::new(store.clone())).unwrap();
+
+    // a creates the lease
+    assert!(a.try_acquire_or_renew().await);
+    let r1 = store.record().unwrap();
+    assert_eq!(r1.holder_identity, "a");
+    assert_eq!(r1.lease_duration_seconds, 15);
+    assert_eq!(r1.leader_transitions, 0);
+    assert!(a.is_leader());
+
+    // b sees a valid lease held by a
+    assert!(!b.try_acquire_or_renew().await);
+    assert_eq!(b.leader().as_deref(), Some("a"));
+    assert!(!b.is_leader());
+
+    // a renews: acquire time and transitions kept
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(a.try_acquire_or_renew().await);
+    let r2 = store.record().unwrap();
+    assert_eq!(r2.acquire_time, r1.acquire_time);
+    assert_eq!(r2.leader_transitions, 0);
+
+    // b observes the renewal: the expiry clock restarts at b's observation
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert!(!b.try_acquire_or_renew().await);
+    // 14 s after b's last observation of a change: still valid
+    tokio::time::advance(Duration::from_secs(14)).await;
+    assert!(!b.try_acquire_or_renew().await);
+    // a stops renewing; 15 s after b saw the last change it expires
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(b.try_acquire_or_renew().await);
+    let r3 = store.record().unwrap();
+    assert_eq!(r3.holder_identity, "b");
+    assert_eq!(r3.leader_transitions, 1, "a takeover counts a transition");
+
+    // a comes back: it sees b's fresh record and does not take it
+    assert!(!a.try_acquire_or_renew().await);
+    assert!(!a.is_leader());
+    assert_eq!(a.leader().as_deref(), Some("b"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_lets_a_standby_take_over_at_once() {
+    let store = InMemoryLeaseLock::new();
+    let a = LeaderElector::new(cfg("a"), Arc::new(store.clone())).unwrap();
+    let b = LeaderElector::new(cfg("b"), Arc::new(store.clone())).unwrap();
+    assert!(a.try_acquire_or_renew().await);
+    assert!(!b.try_acquire_or_renew().await);
+    assert!(a.release().await);
+    let r = store.record().unwrap();
+    assert_eq!(r.holder_identity, "");
+    assert_eq!(r.lease_duration_seconds, 1);
+    // an empty holder is free, whatever the observed time
+    assert!(b.try_acquire_or_renew().await);
+    assert_eq!(store.record().unwrap().holder_identity, "b");
+    assert_eq!(store.record().unwrap().leader_transitions, 1);
+    // releasing when not leading is a no-op
+    assert!(a.release().await);
+    assert_eq!(store.record().unwrap().holder_identity, "b");
+}
+
+#[tokio::test(start_paused = true)]
+async fn conflicting_writer_wins_and_is_observed() {
+    let store = InMemoryLeaseLock::new();
+    let a = LeaderElector::new(cfg("a"), Arc::new(store.clone())).unwrap();
+    assert!(a.try_acquire_or_renew().await);
+    // someone else writes the lease behind a's back (a newer record)
+    store.set_record(LeaderElectionRecord {
+        holder_identity: "x".into(),
+        lease_duration_seconds: 15,
+        leader_transitions: 5,
+        ..LeaderElectionRecord::default()
+    });
+    // the optimistic renewal conflicts, the slow path reads x's record
+    assert!(!a.try_acquire_or_renew().await);
+    assert_eq!(a.leader().as_deref(), Some("x"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_leads_renews_and_releases_on_cancel() {
+    let store = InMemoryLeaseLock::new();
+    let a = Arc::new(LeaderElector::new(cfg("a"), Arc::new(store.clone())).unwrap());
+    let started = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::new(AtomicBool::new(false));
+    let leaders = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+    let cancel = CancellationToken::new();
+    let leading_token = Arc::new(parking_lot::Mutex::new(None));
+    let task = tokio::spawn({
+        let (a, cancel) = (a.clone(), cancel.clone());
+        let (started, stopped, leaders, leading_token) = (
+            started.clone(),
+            stopped.clone(),
+            leaders.clone(),
+            leading_token.clone(),
+        );
+        async move {
+            a.run(
+                cancel,
+                LeaderCallbacks {
+                    on_started_leading: Box::new(move |t| {
+                        started.store(true, Ordering::SeqCst);
+                        *leading_token.lock() = Some(t);
+                    }),
+                    on_stopped_leading: Box::new(move || stopped.store(true, Ordering::SeqCst)),
+                    on_new_leader: Some(Box::new(move |l| leaders.lock().push(l.to_owned()))),
+                },
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(started.load(Ordering::SeqCst));
+    assert_eq!(a.status(), LeaderStatus::Leading);
+    let first_renew = store.record().unwrap().renew_time;
+    // renewals every retry period
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(store.record().unwrap().holder_identity, "a");
+    assert!(store.record().unwrap().renew_time >= first_renew);
+    cancel.cancel();
+    let lost = task.await.unwrap();
+    assert!(!lost);
+    assert!(stopped.load(Ordering::SeqCst));
+    assert!(leading_token.lock().as_ref().unwrap().is_cancelled());
+    assert_eq!(
+        store.record().unwrap().holder_identity,
+        "",
+        "released on cancel"
+    );
+    assert_eq!(a.status(), LeaderStatus::Stopped);
+    assert_eq!(leaders.lock().first().map(String::as_str), Some("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_renewals_lose_leadership_and_a_standby_takes_over() {
+    let store = InMemoryLeaseLock::new();
+    let a_lock = store.handle();
+    let a = Arc::new(LeaderElector::new(cfg("a"), Arc::new(a_lock.clone())).unwrap());
+    let b = Arc::new(LeaderElector::new(cfg("b"), Arc::new(store.clone())).unwrap());
+    let stops = Arc::new(AtomicUsize::new(0));
+    let cancel = CancellationToken::new();
+    let run = |e: Arc<LeaderElector>| {
+        let cancel = cancel.clone();
+        let stops = stops.clone();
+        tokio::spawn(async move {
+            e.run(
+                cancel,
+                LeaderCallbacks {
+                    on_stopped_leading: Box::new(move || {
+                        stops.fetch_add(1, Ordering::SeqCst);
+                    }),
+                    ..LeaderCallbacks::default()
+                },
+            )
+            .await
+        })
+    };
+    let ta = run(a.clone());
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(a.status(), LeaderStatus::Leading);
+    let tb = run(b.clone());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        b.status(),
+        LeaderStatus::StandingBy {
+            leader: Some("a".into())
+        }
+    );
+
+    // a is cut off from the apiserver
+    a_lock.set_failing(true);
+    let cut = tokio::time::Instant::now();
+    let lost = ta.await.unwrap();
+    assert!(lost, "a gave up after the renew deadline");
+    let waited = cut.elapsed();
+    assert!(
+        waited <= Duration::from_secs(10) + Duration::from_secs(2) + Duration::from_millis(100),
+        "{waited:?}"
+    );
+    assert_eq!(a.status(), LeaderStatus::Stopped);
+    assert_eq!(stops.load(Ordering::SeqCst), 1);
+
+    // b takes over within about one lease duration (+ retry jitter)
+    let deadline = cut + Duration::from_secs(15 + 5);
+    while b.status() != LeaderStatus::Leading {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "b did not take over"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = store.record().unwrap();
+    assert_eq!(r.holder_identity, "b");
+    assert_eq!(r.leader_transitions, 1);
+    cancel.cancel();
+    assert!(!tb.await.unwrap());
+    assert_eq!(stops.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_stopped_leading_runs_even_if_never_leading() {
+    let store = InMemoryLeaseLock::new();
+    store.set_record(LeaderElectionRecord {
+        holder_identity: "other".into(),
+        lease_duration_seconds: 15,
+        ..LeaderElectionRecord::default()
+    });
+    let a = LeaderElector::new(cfg("a"), Arc::new(store.clone())).unwrap();
+    let stopped = Arc::new(AtomicBool::new(false));
+    let cancel = CancellationToken::new();
+    let s = stopped.clone();
+    let c = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        c.cancel();
+    });
+    let lost = a
+        .run(
+            cancel,
+            LeaderCallbacks {
+                on_started_leading: Box::new(|_| panic!("must not lead")),
+                on_stopped_leading: Box::new(move || s.store(true, Ordering::SeqCst)),
+                on_new_leader: None,
+            },
+        )
+        .await;
+    assert!(!lost);
+    assert!(stopped.load(Ordering::SeqCst));
+    assert_eq!(store.record().unwrap().holder_identity, "other");
+}

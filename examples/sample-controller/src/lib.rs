@@ -1,0 +1,1 @@
+//! A port of k8s.io/sample-controller on kcache (in progress).

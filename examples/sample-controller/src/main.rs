@@ -1,0 +1,3 @@
+//! The sample controller binary (in progress).
+
+fn main() {}
