@@ -34,4 +34,4 @@ pub use index::{
     meta_namespace_index_func, owner_uid_index_func,
 };
 pub use indexer::{IndexError, Indexer};
-pub use lister::{Lister, NamespacedLister, NotFound, list_all, list_all_by_namespace};
+pub use lister::{GetError, Lister, NamespacedLister, NotFound, list_all, list_all_by_namespace};

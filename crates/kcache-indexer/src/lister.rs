@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use kcache_core::{CachedObject, Selector};
+use kcache_core::{CachedObject, DecodeError, Selector};
+use serde::de::DeserializeOwned;
 
 use crate::index::NAMESPACE_INDEX;
 use crate::indexer::Indexer;
@@ -13,6 +14,22 @@ use crate::indexer::Indexer;
 pub struct NotFound {
     /// The key that was looked up (`namespace/name` or `name`).
     pub key: String,
+}
+
+/// A typed `get` that failed: nothing under the key, or the cached bytes did
+/// not decode to `K`.
+#[derive(Debug, thiserror::Error)]
+pub enum GetError {
+    /// Nothing is cached under the key.
+    #[error(transparent)]
+    NotFound(#[from] NotFound),
+    /// The cached object did not decode to the requested type.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+}
+
+fn decode_all<K: DeserializeOwned>(objs: Vec<CachedObject<K>>) -> Result<Vec<K>, DecodeError> {
+    objs.iter().map(CachedObject::decode).collect()
 }
 
 /// Objects of the store matching `selector` (client-go's `ListAll`):
@@ -112,6 +129,18 @@ impl<K> Lister<K> {
     }
 }
 
+impl<K: DeserializeOwned> Lister<K> {
+    /// [`Lister::get`], decoded to `K` (a full typed decode: prefer the
+    /// cached object's metadata where it is enough).
+    pub fn get_decoded(&self, name: &str) -> Result<K, GetError> {
+        Ok(self.get(name)?.decode()?)
+    }
+    /// [`Lister::list`], each object decoded to `K`.
+    pub fn list_decoded(&self, selector: &Selector) -> Result<Vec<K>, DecodeError> {
+        decode_all(self.list(selector))
+    }
+}
+
 /// A lister restricted to one namespace.
 pub struct NamespacedLister<K> {
     indexer: Arc<Indexer<K>>,
@@ -140,5 +169,16 @@ impl<K> NamespacedLister<K> {
     pub fn get(&self, name: &str) -> Result<CachedObject<K>, NotFound> {
         let key = format!("{}/{}", self.namespace, name);
         self.indexer.get_by_key(&key).ok_or(NotFound { key })
+    }
+}
+
+impl<K: DeserializeOwned> NamespacedLister<K> {
+    /// [`NamespacedLister::get`], decoded to `K`.
+    pub fn get_decoded(&self, name: &str) -> Result<K, GetError> {
+        Ok(self.get(name)?.decode()?)
+    }
+    /// [`NamespacedLister::list`], each object decoded to `K`.
+    pub fn list_decoded(&self, selector: &Selector) -> Result<Vec<K>, DecodeError> {
+        decode_all(self.list(selector))
     }
 }

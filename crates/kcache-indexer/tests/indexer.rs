@@ -535,6 +535,48 @@ fn lister_get_list_namespaced_not_found() {
 }
 
 #[test]
+fn lister_typed_convenience_decodes() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let idx = Arc::new(Indexer::<ConfigMap>::new());
+    let cm = |name: &str| {
+        kcache_core::CachedObject::<ConfigMap>::from_bytes(
+            format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"a","labels":{{"app":"web"}}}},"data":{{"k":"{name}"}}}}"#)
+                .into_bytes(),
+        )
+        .unwrap()
+    };
+    idx.add(cm("x")).unwrap();
+    idx.add(cm("y")).unwrap();
+    // an object whose bytes do not fit the type: `data` must be strings
+    idx.add(
+        kcache_core::CachedObject::<ConfigMap>::from_bytes(
+            &br#"{"metadata":{"name":"bad","namespace":"b"},"data":{"k":1}}"#[..],
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let l = Lister::new(idx);
+    let x: ConfigMap = l.namespaced("a").get_decoded("x").unwrap();
+    assert_eq!(x.data.unwrap()["k"], "x");
+    assert_eq!(
+        l.namespaced("a")
+            .list_decoded(&Selector::everything())
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(matches!(
+        l.namespaced("a").get_decoded("zz"),
+        Err(kcache_indexer::GetError::NotFound(_))
+    ));
+    assert!(matches!(
+        l.namespaced("b").get_decoded("bad"),
+        Err(kcache_indexer::GetError::Decode(_))
+    ));
+    assert!(l.list_decoded(&Selector::everything()).is_err());
+}
+
+#[test]
 fn store_and_key_lister_getter_traits() {
     let idx = Arc::new(Indexer::<Value>::new());
     let store: Arc<dyn Store<Value>> = idx.clone();
