@@ -1,0 +1,348 @@
+//! The controller against the local control plane (ConfigMaps as the
+//! primary type): retries with growing delays, panics caught, graceful
+//! shutdown, leader election between two replicas with takeover, and the
+//! metrics endpoint.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kcache_controller::{
+    Action, Config, Controller, ControllerError, KubeLeaseLock, LeaderElectionConfig,
+    MetricsRegistry, Request,
+};
+use kcache_envtest::ControlPlane;
+use kcache_informer::SharedInformerFactory;
+use kcache_workqueue::ItemExponentialFailureRateLimiter;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+async fn setup(prefix: &str) -> (Client, String) {
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let ns = cp.create_namespace(prefix).await.expect("namespace");
+    (cp.client().expect("client"), ns)
+}
+
+fn factory(client: &Client, ns: &str) -> SharedInformerFactory {
+    SharedInformerFactory::builder(client.clone())
+        .namespace(ns)
+        .build()
+}
+
+async fn create_cm(client: &Client, ns: &str, name: &str) {
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name}, "data": {"k": "v"}
+    }))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !f() {
+        assert!(started.elapsed() < timeout, "{what}: not after {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[derive(Default)]
+struct Attempts {
+    at: Mutex<HashMap<String, Vec<Instant>>>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_retried_with_growing_delay_then_succeed() {
+    let (client, ns) = setup("ctrl-retry").await;
+    let factory = factory(&client, &ns);
+    let attempts = Arc::new(Attempts::default());
+    let successes = Arc::new(Mutex::new(Vec::<String>::new()));
+    let controller = Controller::<ConfigMap>::new(
+        &factory,
+        Config::default()
+            .name("retry")
+            .rate_limiter(ItemExponentialFailureRateLimiter::new(
+                Duration::from_millis(200),
+                Duration::from_secs(10),
+            )),
+    );
+    let handle = controller.handle();
+    let ok = successes.clone();
+    let task = tokio::spawn(controller.run(
+        move |req: Request<ConfigMap>, attempts: Arc<Attempts>| {
+            let ok = ok.clone();
+            async move {
+                let n = {
+                    let mut at = attempts.at.lock();
+                    let v = at.entry(req.key.clone()).or_default();
+                    v.push(Instant::now());
+                    v.len()
+                };
+                assert!(req.object.is_some(), "the object comes from the cache");
+                match n {
+                    1 | 2 => Err(format!("attempt {n} fails")),
+                    3 => panic!("attempt 3 panics"),
+                    _ => {
+                        assert_eq!(req.retries, 3, "three rate-limited retries so far");
+                        ok.lock().push(req.key.clone());
+                        Ok(Action::await_change())
+                    }
+                }
+            }
+        },
+        attempts.clone(),
+    ));
+    create_cm(&client, &ns, "flaky").await;
+    let key = format!("{ns}/flaky");
+    wait_until("success after retries", Duration::from_secs(20), || {
+        successes.lock().contains(&key)
+    })
+    .await;
+    let times = attempts.at.lock()[&key].clone();
+    assert_eq!(times.len(), 4);
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    // 200 ms, 400 ms, 800 ms (base * 2^failures), each at least that long
+    for (i, gap) in gaps.iter().enumerate() {
+        let want = Duration::from_millis(200 << i);
+        assert!(
+            *gap >= want.mul_f64(0.95),
+            "retry {i}: waited {gap:?}, want >= {want:?} ({gaps:?})"
+        );
+    }
+    assert!(gaps[2] > gaps[0], "delays grow: {gaps:?}");
+    handle.stop();
+    task.await.unwrap().unwrap();
+    factory.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_a_running_reconcile_finish() {
+    let (client, ns) = setup("ctrl-shutdown").await;
+    let factory = factory(&client, &ns);
+    let started = Arc::new(Mutex::new(false));
+    let finished = Arc::new(Mutex::new(false));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let controller = Controller::<ConfigMap>::new(&factory, Config::default().name("slow"))
+        .shutdown_on(async move {
+            let _ = rx.await;
+        });
+    let (s, f) = (started.clone(), finished.clone());
+    let task = tokio::spawn(controller.run(
+        move |_req: Request<ConfigMap>, _ctx: Arc<()>| {
+            let (s, f) = (s.clone(), f.clone());
+            async move {
+                *s.lock() = true;
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                *f.lock() = true;
+                Ok::<_, std::io::Error>(Action::await_change())
+            }
+        },
+        Arc::new(()),
+    ));
+    create_cm(&client, &ns, "slow").await;
+    wait_until("reconcile started", Duration::from_secs(20), || {
+        *started.lock()
+    })
+    .await;
+    let _ = tx.send(());
+    let stopped_at = Instant::now();
+    task.await.unwrap().unwrap();
+    assert!(
+        *finished.lock(),
+        "the running reconcile finished before run returned"
+    );
+    assert!(stopped_at.elapsed() < Duration::from_secs(5));
+    factory.shutdown().await;
+}
+
+type Log = Arc<Mutex<Vec<(String, String)>>>;
+
+fn replica(
+    client: &Client,
+    ns: &str,
+    id: &str,
+    log: &Log,
+) -> (
+    SharedInformerFactory,
+    kcache_controller::ControllerHandle,
+    tokio::task::JoinHandle<Result<(), ControllerError>>,
+) {
+    let factory = factory(client, ns);
+    let le = LeaderElectionConfig::new(id)
+        .lease_duration(Duration::from_secs(2))
+        .renew_deadline(Duration::from_millis(1500))
+        .retry_period(Duration::from_millis(300))
+        // a killed leader does not get to release its lease
+        .release_on_cancel(false);
+    let controller =
+        Controller::<ConfigMap>::new(&factory, Config::default().name("le").workers(2))
+            .leader_election(le, KubeLeaseLock::new(client.clone(), ns, "le-test"));
+    let handle = controller.handle();
+    let id = id.to_owned();
+    let log = log.clone();
+    let task = tokio::spawn(controller.run(
+        move |req: Request<ConfigMap>, _ctx: Arc<()>| {
+            let (id, log) = (id.clone(), log.clone());
+            async move {
+                log.lock().push((id, req.name.clone()));
+                Ok::<_, std::io::Error>(Action::await_change())
+            }
+        },
+        Arc::new(()),
+    ));
+    (factory, handle, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_reconciles_and_a_standby_takes_over() {
+    let (client, ns) = setup("ctrl-le").await;
+    let log: Log = Arc::default();
+    let (fa, ha, ta) = replica(&client, &ns, "replica-a", &log);
+    // let a lead first
+    wait_until("a leads", Duration::from_secs(20), || {
+        ha.health().readiness().1.contains("leading")
+    })
+    .await;
+    let (fb, hb, tb) = replica(&client, &ns, "replica-b", &log);
+    wait_until("b stands by", Duration::from_secs(20), || {
+        hb.health().readiness().1.contains("standing by")
+    })
+    .await;
+    for i in 0..5 {
+        create_cm(&client, &ns, &format!("first-{i}")).await;
+    }
+    wait_until(
+        "a reconciled the first batch",
+        Duration::from_secs(20),
+        || {
+            log.lock()
+                .iter()
+                .filter(|(_, n)| n.starts_with("first-"))
+                .count()
+                >= 5
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        log.lock().iter().all(|(id, _)| id == "replica-a"),
+        "only the leader reconciles: {:?}",
+        log.lock()
+    );
+
+    // kill the leader: it stops without releasing the lease
+    let killed = Instant::now();
+    ha.stop();
+    ta.await.unwrap().unwrap();
+    fa.shutdown().await;
+    wait_until("b takes over", Duration::from_secs(15), || {
+        hb.health().readiness().1.contains("leading")
+    })
+    .await;
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(8), "took over in {took:?}");
+    // b reconciles everything it has in its warm cache, and new objects
+    create_cm(&client, &ns, "second-0").await;
+    wait_until("b reconciles", Duration::from_secs(20), || {
+        log.lock()
+            .iter()
+            .any(|(id, n)| id == "replica-b" && n == "second-0")
+    })
+    .await;
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &ns)
+        .get("le-test")
+        .await
+        .unwrap();
+    let spec = lease.spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
+    assert_eq!(spec.lease_transitions, Some(1));
+    hb.stop();
+    tb.await.unwrap().unwrap();
+    fb.shutdown().await;
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_serves_reconcile_and_workqueue_metrics() {
+    let (client, ns) = setup("ctrl-metrics").await;
+    let factory = factory(&client, &ns);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let metrics = MetricsRegistry::new();
+    let controller = Controller::<ConfigMap>::new(&factory, Config::default().name("metrics-test"))
+        .metrics(metrics.clone())
+        .serve_metrics_on(listener);
+    let handle = controller.handle();
+    let done = Arc::new(Mutex::new(0usize));
+    let d = done.clone();
+    let task = tokio::spawn(controller.run(
+        move |req: Request<ConfigMap>, _ctx: Arc<()>| {
+            let d = d.clone();
+            async move {
+                *d.lock() += 1;
+                if req.name == "bad" {
+                    return Err("bad config map");
+                }
+                Ok(Action::await_change())
+            }
+        },
+        Arc::new(()),
+    ));
+    create_cm(&client, &ns, "good").await;
+    create_cm(&client, &ns, "bad").await;
+    wait_until("reconciled", Duration::from_secs(20), || *done.lock() >= 3).await;
+    wait_until("ready", Duration::from_secs(20), || {
+        handle.health().readiness().0
+    })
+    .await;
+
+    let (status, body) = http_get(addr, "/metrics").await;
+    assert_eq!(status, 200);
+    for needle in [
+        "controller_runtime_reconcile_total{controller=\"metrics-test\",result=\"success\"} 1",
+        "controller_runtime_reconcile_errors_total{controller=\"metrics-test\"}",
+        "controller_runtime_reconcile_time_seconds_bucket{",
+        "controller_runtime_max_concurrent_reconciles{controller=\"metrics-test\"} 1",
+        "workqueue_adds_total{name=\"metrics-test\"}",
+        "workqueue_depth{name=\"metrics-test\"}",
+        "workqueue_retries_total{name=\"metrics-test\"}",
+        "workqueue_work_duration_seconds_bucket{",
+        "kcache_informer_synced{informer=\"configmaps\"} 1",
+        "kcache_informer_cached_objects{informer=\"configmaps\"} ",
+    ] {
+        assert!(body.contains(needle), "missing {needle:?} in\n{body}");
+    }
+    assert_eq!(http_get(addr, "/healthz").await.0, 200);
+    let (status, body) = http_get(addr, "/readyz").await;
+    assert_eq!((status, body.trim()), (200, "metrics-test: ok"));
+    assert_eq!(http_get(addr, "/debug/pprof").await.0, 404);
+
+    handle.stop();
+    task.await.unwrap().unwrap();
+    // the endpoint is gone with the controller
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    factory.shutdown().await;
+}

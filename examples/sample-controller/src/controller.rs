@@ -1,0 +1,240 @@
+//! The Foo controller: reconcile, context and wiring.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kcache_controller::events::{Event, Recorder, Reporter};
+use kcache_controller::finalizer::{FinalizerError, FinalizerEvent, finalizer};
+use kcache_controller::{Action, Config, Controller, Predicate, Request};
+use kcache_informer::{SharedIndexInformer, SharedInformerFactory};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, Resource, ResourceExt};
+
+use crate::crd::Foo;
+
+/// The finalizer that deletes a Foo's Deployment before the Foo goes away.
+pub const FINALIZER: &str = "samplecontroller.k8s.io/deployment-cleanup";
+
+/// The controller name (events' reportingController, metrics label).
+pub const CONTROLLER_NAME: &str = "foo-controller";
+
+/// What a reconcile can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API request failed.
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    /// The Deployment name is taken by a Deployment the Foo does not control.
+    #[error("Resource {0:?} already exists and is not managed by Foo")]
+    ResourceExists(String),
+    /// A cached Deployment could not be decoded.
+    #[error("{0}")]
+    Decode(#[from] kcache_core::DecodeError),
+    /// Finalizer handling failed.
+    #[error("{0}")]
+    Finalizer(Box<FinalizerError<Error>>),
+}
+
+/// What every reconcile shares.
+#[derive(Clone)]
+pub struct Context {
+    /// The client to write with.
+    pub client: Client,
+    /// The Deployments cache (shared informer).
+    pub deployments: SharedIndexInformer<Deployment>,
+    /// Events about Foos.
+    pub recorder: Recorder,
+}
+
+/// Builds the Foo controller (owning Deployments) and its context on
+/// `factory`. Add leader election, metrics or shutdown hooks to the
+/// returned controller, then `.run(reconcile, ctx)`.
+pub fn build_controller(
+    factory: &SharedInformerFactory,
+    client: Client,
+    config: Config,
+) -> (Controller<Foo>, Arc<Context>) {
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        deployments: factory.informer::<Deployment>(),
+        recorder: Recorder::new(client, Reporter::new(CONTROLLER_NAME)),
+    });
+    let controller = Controller::<Foo>::new(factory, config.name(CONTROLLER_NAME))
+        .owns::<Deployment>()
+        // Our own status writes do not change the generation: skip them.
+        .with_predicate(Predicate::generation_changed() | Predicate::labels_changed());
+    (controller, ctx)
+}
+
+fn labels(foo: &Foo) -> std::collections::BTreeMap<String, String> {
+    [
+        ("app".to_owned(), "nginx".to_owned()),
+        ("controller".to_owned(), foo.name_any()),
+    ]
+    .into()
+}
+
+/// The Deployment a Foo wants (sample-controller's `newDeployment`).
+pub fn new_deployment(foo: &Foo) -> Deployment {
+    let labels = labels(foo);
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(foo.spec.deployment_name.clone()),
+            namespace: foo.namespace(),
+            owner_references: foo.controller_owner_ref(&()).map(|r| vec![r]),
+            ..ObjectMeta::default()
+        },
+        spec: DeploymentSpec {
+            replicas: Some(foo.spec.replicas.unwrap_or(1)),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: "nginx".to_owned(),
+                        image: Some("nginx:latest".to_owned()),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        status: None,
+    }
+}
+
+async fn publish(ctx: &Context, foo: &Foo, event: Event) {
+    if let Err(e) = ctx.recorder.publish_for(foo, &event).await {
+        tracing::warn!(foo = %foo.name_any(), error = %e, "publishing an event failed");
+    }
+}
+
+/// Reconciles one Foo (sample-controller's `syncHandler`, plus the
+/// finalizer).
+pub async fn reconcile(req: Request<Foo>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Some(foo) = req.object else {
+        // Deleted: the finalizer already removed its Deployment.
+        return Ok(Action::await_change());
+    };
+    let ns = req.namespace.clone().unwrap_or_default();
+    let foos: Api<Foo> = Api::namespaced(ctx.client.clone(), &ns);
+    finalizer(&foos, FINALIZER, foo, |event| async {
+        match event {
+            FinalizerEvent::Apply(foo) => apply(foo, &ns, &ctx).await,
+            FinalizerEvent::Cleanup(foo) => cleanup(foo, &ns, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn controlled_by(meta: &kcache_core::Metadata, foo: &Foo) -> bool {
+    meta.controller_ref()
+        .is_some_and(|r| Some(r.uid.as_str()) == foo.metadata.uid.as_deref())
+}
+
+async fn apply(foo: Foo, ns: &str, ctx: &Context) -> Result<Action, Error> {
+    let name = foo.spec.deployment_name.clone();
+    if name.is_empty() {
+        publish(
+            ctx,
+            &foo,
+            Event::warning("InvalidSpec", "spec.deploymentName must be specified"),
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    let mut changed = false;
+    let key = format!("{ns}/{name}");
+    let deployment = match ctx.deployments.indexer().get_by_key(&key) {
+        None => {
+            let created = deployments
+                .create(&PostParams::default(), &new_deployment(&foo))
+                .await?;
+            tracing::info!(deployment = %key, "created deployment");
+            changed = true;
+            created
+        }
+        Some(cached) => {
+            if !controlled_by(cached.meta(), &foo) {
+                let msg = format!("Resource {name:?} already exists and is not managed by Foo");
+                publish(ctx, &foo, Event::warning("ErrResourceExists", msg)).await;
+                return Err(Error::ResourceExists(name));
+            }
+            let current: Deployment = cached.decode()?;
+            let want = foo.spec.replicas.unwrap_or(1);
+            let have = current.spec.replicas;
+            if have != Some(want) {
+                tracing::info!(deployment = %key, ?have, want, "updating deployment replicas");
+                let patch = serde_json::json!({ "spec": { "replicas": want } });
+                changed = true;
+                deployments
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?
+            } else {
+                current
+            }
+        }
+    };
+    let available = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    let current = foo.status.as_ref().map(|s| s.available_replicas);
+    if current != Some(available) {
+        let patch = serde_json::json!({ "status": { "availableReplicas": available } });
+        Api::<Foo>::namespaced(ctx.client.clone(), ns)
+            .patch_status(
+                &foo.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        changed = true;
+    }
+    if changed {
+        publish(
+            ctx,
+            &foo,
+            Event::normal("Synced", "Foo synced successfully"),
+        )
+        .await;
+    }
+    Ok(Action::await_change())
+}
+
+async fn cleanup(foo: Foo, ns: &str, ctx: &Context) -> Result<Action, Error> {
+    let name = foo.spec.deployment_name.clone();
+    let key = format!("{ns}/{name}");
+    let controlled = ctx
+        .deployments
+        .indexer()
+        .get_by_key(&key)
+        .is_some_and(|d| controlled_by(d.meta(), &foo));
+    if controlled {
+        let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+        match deployments.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(deployment = %key, "deleted deployment"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        publish(
+            ctx,
+            &foo,
+            Event::normal("Deleted", format!("Deployment {name:?} deleted")).action("Cleanup"),
+        )
+        .await;
+    }
+    Ok(Action::await_change())
+}
