@@ -63,6 +63,25 @@ impl ResourceEventHandler<ConfigMap> for Recorder {
     }
 }
 
+/// A closed gate that handler threads wait on until the test opens it.
+#[derive(Clone, Default)]
+struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    fn wait(&self) {
+        let (m, cv) = &*self.0;
+        let mut open = m.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+    }
+    fn open(&self) {
+        let (m, cv) = &*self.0;
+        *m.lock().unwrap() = true;
+        cv.notify_all();
+    }
+}
+
 struct Running {
     informer: SharedIndexInformer<ConfigMap>,
     cancel: CancellationToken,
@@ -404,16 +423,10 @@ async fn a_panicking_handler_keeps_receiving_and_others_are_unaffected() {
 async fn a_stuck_handler_does_not_delay_the_others_or_the_cache() {
     let api = FakeApi::new();
     let informer = api.informer().build();
-    let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let gate = Gate::default();
     let g2 = gate.clone();
     let stuck = informer
-        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| {
-            let (m, cv) = &*g2;
-            let mut open = m.lock().unwrap();
-            while !*open {
-                open = cv.wait(open).unwrap();
-            }
-        }))
+        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| g2.wait()))
         .unwrap();
     let fast = Recorder::default();
     informer.add_event_handler(fast.clone()).unwrap();
@@ -427,11 +440,7 @@ async fn a_stuck_handler_does_not_delay_the_others_or_the_cache() {
     assert!(stuck.backlog() >= 98, "backlog {}", stuck.backlog());
     let backlogs = informer.listener_backlogs();
     assert!(backlogs.iter().any(|(_, n)| *n >= 98), "{backlogs:?}");
-    {
-        let (m, cv) = &*gate;
-        *m.lock().unwrap() = true;
-        cv.notify_all();
-    }
+    gate.open();
     eventually("stuck handler drained", || stuck.backlog() == 0).await;
     run.stop().await;
 }
@@ -441,16 +450,10 @@ async fn registration_syncs_only_after_its_initial_adds_returned() {
     let api = FakeApi::new();
     api.create("ns", "a", "1");
     let informer = api.informer().build();
-    let release = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let release = Gate::default();
     let r2 = release.clone();
     let reg = informer
-        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| {
-            let (m, cv) = &*r2;
-            let mut open = m.lock().unwrap();
-            while !*open {
-                open = cv.wait(open).unwrap();
-            }
-        }))
+        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| r2.wait()))
         .unwrap();
     let run = Running::start(informer.clone());
     run.synced().await;
@@ -460,11 +463,7 @@ async fn registration_syncs_only_after_its_initial_adds_returned() {
         !reg.has_synced(),
         "the handler has not returned from its initial add"
     );
-    {
-        let (m, cv) = &*release;
-        *m.lock().unwrap() = true;
-        cv.notify_all();
-    }
+    release.open();
     eventually("registration synced", || reg.has_synced()).await;
     run.stop().await;
 }
@@ -551,16 +550,10 @@ async fn real_fifo_informer_behaves_the_same() {
 async fn listener_backlog_and_panics_are_exported_to_prometheus() {
     let api = FakeApi::new();
     let informer = api.informer().build();
-    let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let gate = Gate::default();
     let g2 = gate.clone();
     informer
-        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| {
-            let (m, cv) = &*g2;
-            let mut open = m.lock().unwrap();
-            while !*open {
-                open = cv.wait(open).unwrap();
-            }
-        }))
+        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| g2.wait()))
         .unwrap();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = kcache_informer::prometheus::InformerMetrics::register(&mut registry);
@@ -592,10 +585,6 @@ async fn listener_backlog_and_panics_are_exported_to_prometheus() {
         text.contains("kcache_informer_handler_panics_total"),
         "{text}"
     );
-    {
-        let (m, cv) = &*gate;
-        *m.lock().unwrap() = true;
-        cv.notify_all();
-    }
+    gate.open();
     run.stop().await;
 }
