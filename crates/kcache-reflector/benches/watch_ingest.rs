@@ -79,7 +79,16 @@ fn pod(i: usize) -> serde_json::Value {
             "creationTimestamp": "2026-01-01T00:00:00Z",
             "labels": {"app": "web", "pod-template-hash": "7f9c8d6b5", "tier": "frontend", "team": "payments", "version": "v1"},
             "annotations": {"kubernetes.io/psp": "restricted", "prometheus.io/scrape": "true",
-                            "checksum/config": "3f5a8e1c9b7d2f4e6a8c0b1d3e5f7a9c2b4d6e8f0a1c3e5b7d9f1a3c5e7b9d1f"},
+                            "checksum/config": "3f5a8e1c9b7d2f4e6a8c0b1d3e5f7a9c2b4d6e8f0a1c3e5b7d9f1a3c5e7b9d1f",
+                            "deployment.example.com/spec": json!({"replicas": 3, "strategy": {"type": "RollingUpdate",
+                                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}},
+                                "template": {"metadata": {"labels": {"app": "web", "tier": "frontend", "team": "payments"}},
+                                "spec": {"containers": [{"name": "app", "image": "registry.example.com/team/app:v1",
+                                "args": ["--port=8080", "--log-level=info", "--config=/etc/config/app.yaml", "--metrics-addr=:9090"],
+                                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 5},
+                                "livenessProbe": {"httpGet": {"path": "/livez", "port": 8080}, "periodSeconds": 10}},
+                                {"name": "sidecar", "image": "registry.example.com/team/sidecar:v1",
+                                "args": ["--upstream=127.0.0.1:8080", "--tls-cert=/etc/tls/tls.crt", "--tls-key=/etc/tls/tls.key"]}]}}}).to_string()},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7f9c8d6b5",
                                  "uid": format!("{i}"), "controller": true, "blockOwnerDeletion": true}],
             "managedFields": [
@@ -115,11 +124,11 @@ fn pod(i: usize) -> serde_json::Value {
                 {"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-01-01T00:00:00Z"}
             ],
             "hostIP": "192.168.1.10", "podIP": "10.0.0.1", "podIPs": [{"ip": "10.0.0.1"}], "startTime": "2026-01-01T00:00:01Z",
-            "containerStatuses": ["app", "sidecar"].iter().map(|c| json!({
+            "containerStatuses": (["app", "sidecar"].iter().map(|c| json!({
                 "name": c, "state": {"running": {"startedAt": "2026-01-01T00:00:04Z"}}, "lastState": {}, "ready": true,
                 "restartCount": 0, "image": format!("registry.example.com/team/{c}:v1"),
                 "imageID": format!("registry.example.com/team/{c}@sha256:4c1e5f3b2a7d9e8f6a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f"),
-                "containerID": format!("containerd://{i:064}"), "started": true})).collect::<Vec<_>>(),
+                "containerID": format!("containerd://{i:064}"), "started": true})).collect::<Vec<_>>()),
             "qosClass": "Burstable"
         }
     })

@@ -43,6 +43,9 @@ pub const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 /// A watch that ends faster than this without any event is an error.
 const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 
+/// How often a slow streaming list is reported.
+const WATCH_LIST_PROGRESS: Duration = Duration::from_secs(10);
+
 /// Largest error body read.
 const MAX_ERROR_BODY: usize = 1 << 20;
 
@@ -717,13 +720,13 @@ impl<K> Reflector<K> {
         limit: Option<u32>,
         cont: Option<&str>,
     ) -> Result<(Vec<CachedObject<K>>, String, Option<String>), ReflectorError> {
-        let mut lp = ListParams::default();
-        lp.label_selector = self.label_selector.clone();
-        lp.field_selector = self.field_selector.clone();
-        lp.continue_token = cont.map(str::to_owned);
-        if cont.is_none() && !rv.is_empty() {
-            lp.resource_version = Some(rv.to_owned());
-        }
+        let mut lp = ListParams {
+            label_selector: self.label_selector.clone(),
+            field_selector: self.field_selector.clone(),
+            continue_token: cont.map(str::to_owned),
+            resource_version: (cont.is_none() && !rv.is_empty()).then(|| rv.to_owned()),
+            ..Default::default()
+        };
         // kube drops resourceVersion=0 when a limit is set; client-go sends
         // both, so the limit is appended by hand in that case.
         let manual_limit = if lp.resource_version.as_deref() == Some("0") {
@@ -933,6 +936,13 @@ impl<K> Reflector<K> {
         mut mode: Mode<'_, K>,
         mut resync: Option<&mut Interval>,
     ) -> Result<Option<String>, ReflectorError> {
+        // client-go warns every 10 s while a streaming list is not done
+        let mut progress = matches!(mode, Mode::Initial(_)).then(|| {
+            let mut i =
+                tokio::time::interval_at(Instant::now() + WATCH_LIST_PROGRESS, WATCH_LIST_PROGRESS);
+            i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            i
+        });
         loop {
             loop {
                 match w.framer.next_frame() {
@@ -955,6 +965,16 @@ impl<K> Reflector<K> {
                 chunk = w.body.next() => chunk,
                 _ = tick(resync.as_deref_mut()) => {
                     self.resync();
+                    continue;
+                }
+                _ = tick(progress.as_mut()) => {
+                    if let Mode::Initial(buf) = &mode {
+                        warn!(
+                            objects = buf.items.len(),
+                            elapsed_s = w.start.elapsed().as_secs(),
+                            "the streaming list has not sent its initial-events-end bookmark yet"
+                        );
+                    }
                     continue;
                 }
             };
