@@ -7,12 +7,17 @@
 //!   kube-apiserver + etcd, by hand.
 //! - `cargo xtask e2e [--kubeconfig PATH | --kind]`: the integration suite
 //!   against the local control plane, any cluster, or a new kind cluster.
+//! - `cargo xtask codegen [--check]`: the CRD YAML of every custom resource
+//!   type, under `examples/crds/`.
+//! - `cargo xtask demo`: the sample controller on a local control plane.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod codegen;
 mod controlplane;
+mod demo;
 mod e2e;
 mod run;
 mod test;
@@ -37,21 +42,35 @@ enum Task {
     /// Run the integration suite against the local control plane, a cluster
     /// given by a kubeconfig, or a new kind cluster.
     E2e(e2e::E2eArgs),
+    /// Write the CRD YAML of every custom resource type into examples/crds/
+    /// (`--check`: fail when it is stale).
+    Codegen(codegen::CodegenArgs),
+    /// Run the sample controller on a local control plane: create, scale and
+    /// delete Foos, show what happened, stop everything.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The demo prints its own story; the controller's retry warnings (and
+    // the client's errors while the apiserver starts) would only repeat it.
+    let default_filter = match cli.command {
+        Task::Demo(_) => "error,kube_client=off",
+        _ => "warn",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let result = match cli.command {
         Task::Test(args) => test::run(args),
         Task::Controlplane { action } => controlplane::run(action),
         Task::E2e(args) => e2e::run(args),
+        Task::Codegen(args) => codegen::run(args),
+        Task::Demo(args) => demo::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -41,6 +41,12 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
             )?,
         ));
     }
+    // Generated files must match their sources.
+    eprintln!("\n==> cargo xtask codegen --check");
+    let t = Instant::now();
+    crate::codegen::check()?;
+    timings.push(("codegen --check", t.elapsed().as_secs_f64()));
+
     // Build the control plane up front, with progress, so that the first
     // integration test does not sit silently through a cold Go build.
     eprintln!(

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "Foo",
     plural = "foos",
+    doc = "A Foo asks for a Deployment of a given name with a given number of replicas (k8s.io/sample-controller).",
     namespaced,
     status = "FooStatus",
     printcolumn = r#"{"name":"Deployment","type":"string","jsonPath":".spec.deploymentName"}"#,

@@ -6,7 +6,6 @@
 #![allow(clippy::disallowed_names)]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -280,6 +279,5 @@ async fn a_deployment_it_does_not_own_gets_a_warning_event() {
     let d = deps.get("taken").await.unwrap();
     assert_eq!(d.spec.replicas, Some(1));
     assert!(d.metadata.owner_references.is_none());
-    let _ = Arc::new(());
     running.stop().await;
 }

@@ -1,0 +1,373 @@
+//! `cargo xtask demo`: the sample controller on a fresh local control plane.
+//!
+//! Builds (first time only) and starts kube-apiserver + etcd in this
+//! process, installs the Foo CRD, runs the sample controller (and a stand-in
+//! for the Deployment controller, which the local control plane lacks),
+//! creates a few Foos, scales one, deletes one, points one at a Deployment
+//! it does not own, prints what happened, and stops everything.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::events::v1::Event;
+use kcache_controller::{Config, ControllerHandle, MetricsRegistry};
+use kcache_envtest::{Binaries, ControlPlane};
+use kcache_informer::SharedInformerFactory;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use sample_controller::simulator;
+use sample_controller::{Foo, FooSpec};
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// How long to wait for each step before giving up, in seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout: u64,
+}
+
+pub fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(demo(Duration::from_secs(args.timeout)))
+}
+
+struct Clock(Instant);
+
+impl Clock {
+    fn say(&self, msg: impl AsRef<str>) {
+        println!(
+            "[{:>6.2}s] {}",
+            self.0.elapsed().as_secs_f64(),
+            msg.as_ref()
+        );
+    }
+}
+
+fn new_foo(name: &str, deployment: &str, replicas: i32) -> Foo {
+    Foo::new(
+        name,
+        FooSpec {
+            deployment_name: deployment.to_owned(),
+            replicas: Some(replicas),
+        },
+    )
+}
+
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let started = Instant::now();
+    loop {
+        if check().await? {
+            return Ok(());
+        }
+        if started.elapsed() > timeout {
+            bail!("{what}: not done after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A Foo is converged when its Deployment has its replicas and its status
+/// reports them available.
+async fn converged(
+    foos: &Api<Foo>,
+    deps: &Api<Deployment>,
+    name: &str,
+    replicas: i32,
+) -> anyhow::Result<bool> {
+    let Some(f) = foos.get_opt(name).await? else {
+        return Ok(false);
+    };
+    let Some(dep) = deps.get_opt(&f.spec.deployment_name).await? else {
+        return Ok(false);
+    };
+    Ok(dep.spec.replicas == Some(replicas)
+        && f.status.map(|s| s.available_replicas) == Some(replicas))
+}
+
+struct Running {
+    factory: SharedInformerFactory,
+    handles: Vec<ControllerHandle>,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+fn start_controllers(
+    client: &Client,
+    ns: &str,
+    metrics: &MetricsRegistry,
+    listener: std::net::TcpListener,
+) -> Running {
+    let factory = SharedInformerFactory::builder(client.clone())
+        .namespace(ns)
+        .strip_managed_fields(true)
+        .build();
+    let (controller, ctx) =
+        sample_controller::build_controller(&factory, client.clone(), Config::default().workers(2));
+    let controller = controller
+        .metrics(metrics.clone())
+        .serve_metrics_on(listener);
+    let (sim, sim_ctx) = simulator::build_simulator(&factory, client.clone());
+    let sim = sim.metrics(metrics.clone());
+    let handles = vec![controller.handle(), sim.handle()];
+    let tasks = vec![
+        tokio::spawn(async move {
+            controller
+                .run(sample_controller::reconcile, ctx)
+                .await
+                .context("foo controller")
+        }),
+        tokio::spawn(async move {
+            sim.run(simulator::reconcile, sim_ctx)
+                .await
+                .context("deployment simulator")
+        }),
+    ];
+    Running {
+        factory,
+        handles,
+        tasks,
+    }
+}
+
+fn table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let s: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        println!("  {}", s.join("   ").trim_end());
+    };
+    line(headers.iter().map(|h| h.to_string()).collect());
+    for row in rows {
+        line(row.clone());
+    }
+}
+
+async fn demo(timeout: Duration) -> anyhow::Result<()> {
+    let clock = Clock(Instant::now());
+    println!("kcache demo: k8s.io/sample-controller, ported to kcache, on a local control plane\n");
+
+    clock.say(format!(
+        "control plane: kube-apiserver {} + etcd {} (the first run builds them from the pinned Go modules: ~5 min)",
+        kcache_envtest::KUBERNETES_VERSION,
+        kcache_envtest::ETCD_VERSION
+    ));
+    Binaries::ensure_async().await?;
+    let cp = ControlPlane::start()
+        .await
+        .context("starting the control plane")?;
+    clock.say(format!("control plane up at {}", cp.server_url()));
+    let client = cp.client()?;
+
+    cp.install_crds(&[sample_controller::foo_crd()]).await?;
+    clock.say("installed CRD foos.samplecontroller.k8s.io (examples/crds/samplecontroller.k8s.io_foos.yaml)");
+    let ns = cp.create_namespace("demo").await?;
+    clock.say(format!("namespace {ns}"));
+
+    let metrics = MetricsRegistry::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let metrics_addr = listener.local_addr()?;
+    let running = start_controllers(&client, &ns, &metrics, listener);
+    clock.say(format!(
+        "started foo-controller (owns Deployments, finalizer, events) and deployment-simulator; metrics on http://{metrics_addr}/metrics"
+    ));
+
+    let health = running.handles[0].health();
+    wait_for("caches synced", timeout, || {
+        let ready = health.readiness().0;
+        async move { Ok(ready) }
+    })
+    .await?;
+    clock.say("caches synced (Foos, Deployments: one shared informer each); controllers ready");
+
+    let foos: Api<Foo> = Api::namespaced(client.clone(), &ns);
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let wanted = [
+        ("alpha", "alpha-web", 1),
+        ("beta", "beta-web", 2),
+        ("gamma", "gamma-web", 3),
+    ];
+    for (name, dep, replicas) in wanted {
+        foos.create(&PostParams::default(), &new_foo(name, dep, replicas))
+            .await?;
+        clock.say(format!(
+            "created Foo {name} (deploymentName {dep}, replicas {replicas})"
+        ));
+    }
+    for (name, dep, replicas) in wanted {
+        wait_for(&format!("Foo {name}"), timeout, || {
+            converged(&foos, &deps, name, replicas)
+        })
+        .await?;
+        clock.say(format!("  Foo {name}: Deployment {dep} has {replicas} replica(s), status.availableReplicas = {replicas}"));
+    }
+
+    foos.patch(
+        "beta",
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!({"spec": {"replicas": 4}})),
+    )
+    .await?;
+    clock.say("scaled Foo beta to 4 replicas");
+    wait_for("Foo beta scaled", timeout, || {
+        converged(&foos, &deps, "beta", 4)
+    })
+    .await?;
+    clock.say("  Foo beta: Deployment beta-web scaled to 4, status updated");
+
+    foos.delete("gamma", &DeleteParams::default()).await?;
+    clock.say("deleted Foo gamma");
+    wait_for("Foo gamma gone", timeout, || {
+        let (foos, deps) = (foos.clone(), deps.clone());
+        async move {
+            Ok(
+                deps.get_opt("gamma-web").await?.is_none()
+                    && foos.get_opt("gamma").await?.is_none(),
+            )
+        }
+    })
+    .await?;
+    clock.say("  Deployment gamma-web deleted by the finalizer, then Foo gamma went away (no garbage collector needed)");
+
+    let mut stranger =
+        sample_controller::controller::new_deployment(&new_foo("x", "legacy-web", 1));
+    stranger.metadata.owner_references = None;
+    deps.create(&PostParams::default(), &stranger).await?;
+    foos.create(&PostParams::default(), &new_foo("delta", "legacy-web", 2))
+        .await?;
+    clock.say("created Deployment legacy-web (not owned by any Foo) and Foo delta pointing at it");
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    wait_for("warning event", timeout, || {
+        let events = events.clone();
+        async move {
+            Ok(events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("ErrResourceExists")))
+        }
+    })
+    .await?;
+    clock.say("  Foo delta: Warning ErrResourceExists; legacy-web left untouched, delta retried with backoff");
+
+    // What the cluster holds now.
+    println!("\nFoos");
+    let foo_rows: Vec<Vec<String>> = foos
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|f| {
+            vec![
+                f.name_any(),
+                f.spec.deployment_name.clone(),
+                f.spec.replicas.map_or("-".into(), |r| r.to_string()),
+                f.status
+                    .as_ref()
+                    .map_or("-".into(), |s| s.available_replicas.to_string()),
+            ]
+        })
+        .collect();
+    table(&["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE"], &foo_rows);
+
+    println!("\nDeployments");
+    let dep_rows: Vec<Vec<String>> = deps
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|d| {
+            let owner = d
+                .metadata
+                .owner_references
+                .as_ref()
+                .and_then(|o| o.iter().find(|r| r.controller == Some(true)))
+                .map_or("<none>".to_owned(), |r| format!("{}/{}", r.kind, r.name));
+            vec![
+                d.name_any(),
+                d.spec.replicas.map_or("-".into(), |r| r.to_string()),
+                d.status
+                    .as_ref()
+                    .and_then(|s| s.available_replicas)
+                    .map_or("-".into(), |r| r.to_string()),
+                owner,
+            ]
+        })
+        .collect();
+    table(
+        &["NAME", "REPLICAS", "AVAILABLE", "CONTROLLED BY"],
+        &dep_rows,
+    );
+
+    println!("\nEvents (events.k8s.io/v1; repeats folded into a series)");
+    let mut evs = events.list(&ListParams::default()).await?.items;
+    evs.sort_by_key(|e| e.event_time.clone());
+    let ev_rows: Vec<Vec<String>> = evs
+        .iter()
+        .map(|e| {
+            let regarding = e
+                .regarding
+                .as_ref()
+                .map(|r| {
+                    format!(
+                        "{}/{}",
+                        r.kind.clone().unwrap_or_default(),
+                        r.name.clone().unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
+            vec![
+                e.type_.clone().unwrap_or_default(),
+                e.reason.clone().unwrap_or_default(),
+                regarding,
+                e.series.as_ref().map_or(1, |s| s.count).to_string(),
+                e.note.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(&["TYPE", "REASON", "OBJECT", "COUNT", "NOTE"], &ev_rows);
+
+    println!("\nMetrics (excerpt of http://{metrics_addr}/metrics)");
+    let text = metrics.encode();
+    let mut shown: BTreeMap<&str, ()> = BTreeMap::new();
+    for line in text.lines() {
+        if (line.starts_with("controller_runtime_reconcile_total")
+            || line.starts_with("controller_runtime_reconcile_errors_total")
+            || line.starts_with("workqueue_adds_total")
+            || line.starts_with("kcache_informer_cached_objects"))
+            && shown.insert(line, ()).is_none()
+        {
+            println!("  {line}");
+        }
+    }
+
+    println!();
+    for h in &running.handles {
+        h.stop();
+    }
+    for t in running.tasks {
+        t.await.context("controller task")??;
+    }
+    running.factory.shutdown().await;
+    clock.say("controllers stopped (graceful shutdown, queue drained, informers stopped)");
+    drop(cp);
+    clock.say("control plane stopped");
+    Ok(())
+}
