@@ -16,6 +16,7 @@ use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
 };
 use kube::client::ClientBuilder;
+use kube::core::PartialObjectMeta;
 use kube::{Client, Resource};
 use parking_lot::Mutex;
 use serde_json::json;
@@ -248,6 +249,49 @@ async fn config_maps_list_then_watch() {
     assert!(!uris[1].contains("sendInitialEvents"), "{uris:#?}");
     assert_eq!(store.state(), fresh_state(&api).await);
     run.stop().await;
+}
+
+/// Metadata-only (`PartialObjectMeta<ConfigMap>`), streaming list and
+/// classic list + watch: the server's PartialObjectMetadata objects and
+/// bookmarks are accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_config_maps() {
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("refl-meta").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    api.create(&PostParams::default(), &config_map("m1", "0"))
+        .await
+        .unwrap();
+    type Meta = PartialObjectMeta<ConfigMap>;
+    for streaming in [true, false] {
+        let store = Arc::new(RecordingStore::<Meta>::default());
+        let run = start(
+            Reflector::<Meta>::builder(cp.client().unwrap(), store.clone())
+                .namespace(&ns)
+                .use_watch_list(streaming),
+        );
+        let calls = store.wait_calls(1).await;
+        assert!(
+            matches!(&calls[0], Call::Replace(k, _) if k.len() >= 1),
+            "{calls:?}"
+        );
+        let name = format!("m-{streaming}");
+        api.create(&PostParams::default(), &config_map(&name, "1"))
+            .await
+            .unwrap();
+        let key = format!("{ns}/{name}");
+        store
+            .wait_until(Duration::from_secs(30), |c| {
+                c.iter().any(|c| matches!(c, Call::Add(k, _) if *k == key))
+            })
+            .await;
+        let m = store.object(&key).unwrap();
+        assert!(!String::from_utf8_lossy(m.bytes()).contains("\"data\""));
+        let typed = m.decode().unwrap();
+        assert_eq!(typed.metadata.name.as_deref(), Some(name.as_str()));
+        assert!(run.reasons().is_empty(), "{:?}", run.seen.lock());
+        run.stop().await;
+    }
 }
 
 fn widget_crd() -> CustomResourceDefinition {
