@@ -239,6 +239,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             max_event_size: self.max_event_size,
             shared: Mutex::new(Shared::default()),
             fallback_logged: AtomicBool::new(false),
+            running: AtomicBool::new(false),
         }
     }
 }
@@ -278,6 +279,7 @@ pub struct Reflector<K> {
     max_event_size: usize,
     shared: Mutex<Shared>,
     fallback_logged: AtomicBool,
+    running: AtomicBool,
 }
 
 impl<K> fmt::Debug for Reflector<K> {
@@ -449,7 +451,21 @@ impl<K> Reflector<K> {
     }
 
     /// Runs until `stop` completes.
+    ///
+    /// A second concurrent call on the same reflector returns at once (with
+    /// an error log): one reflector drives one watch.
     pub async fn run_until<F: Future>(&self, stop: F) {
+        if self.running.swap(true, Ordering::SeqCst) {
+            tracing::error!(name = %self.name, "this reflector is already running; ignoring the second run");
+            return;
+        }
+        struct Running<'a>(&'a AtomicBool);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::SeqCst);
+            }
+        }
+        let _running = Running(&self.running);
         let span = info_span!("reflector", name = %self.name, resource = %self.resource);
         let run = async {
             let mut st = RunState::default();

@@ -1259,3 +1259,33 @@ async fn watch_list_without_end_bookmark_is_not_synced() {
     assert_eq!(fake.requests().len(), 1);
     run.stop().await;
 }
+
+/// One reflector drives one watch: a second concurrent `run` returns at
+/// once; after the first ends, running again works.
+#[tokio::test(start_paused = true)]
+async fn a_second_concurrent_run_returns_at_once() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, _) => list("1", "", vec![]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    fake.wait_requests(2).await;
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        run.reflector.run(CancellationToken::new()),
+    )
+    .await
+    .expect("the second run returned at once");
+    assert_eq!(fake.requests().len(), 2);
+    let r = run.reflector.clone();
+    run.stop().await;
+    let cancel = CancellationToken::new();
+    let again = tokio::spawn({
+        let c = cancel.clone();
+        async move { r.run(c).await }
+    });
+    fake.wait_requests(4).await;
+    cancel.cancel();
+    again.await.unwrap();
+}
