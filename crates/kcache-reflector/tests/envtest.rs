@@ -272,7 +272,7 @@ async fn metadata_only_config_maps() {
         );
         let calls = store.wait_calls(1).await;
         assert!(
-            matches!(&calls[0], Call::Replace(k, _) if k.len() >= 1),
+            matches!(&calls[0], Call::Replace(k, _) if !k.is_empty()),
             "{calls:?}"
         );
         let name = format!("m-{streaming}");
