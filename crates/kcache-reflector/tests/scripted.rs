@@ -1289,3 +1289,27 @@ async fn a_second_concurrent_run_returns_at_once() {
     cancel.cancel();
     again.await.unwrap();
 }
+
+/// An event over `max_event_size` ends the watch with a typed error and a
+/// relist; nothing is buffered without bound.
+#[tokio::test(start_paused = true)]
+async fn event_over_the_size_limit_relists() {
+    let mut big = cm("big", "3");
+    big["data"]["k"] = json!("x".repeat(4096));
+    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (false, _) => list("1", "", vec![]),
+        (true, 0) => Reply::Stream(
+            vec![ev("ADDED", cm("a", "2")), ev("ADDED", big.clone())],
+            End::Hang,
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).max_event_size(1024));
+    fake.wait_requests(4).await;
+    assert_eq!(run.reasons(), [ErrorReason::EventTooLarge]);
+    assert!(run.seen()[0].1.contains("max_event_size"));
+    let lists = fake.lists();
+    assert_eq!(lists[1].rv(), Some("2"));
+    run.stop().await;
+}
