@@ -142,9 +142,18 @@ impl Enqueuer {
         if self.queue.shutting_down() {
             return false;
         }
+        let own = |t: &Trigger| matches!(t, Trigger::Requeue | Trigger::Retry);
+        let new_is_own = own(&trigger);
         self.triggers
             .lock()
             .entry(key.to_owned())
+            .and_modify(|t| {
+                // A change that comes while a requeue or retry waits is the
+                // better explanation of the next reconcile.
+                if own(t) && !new_is_own {
+                    *t = trigger.clone();
+                }
+            })
             .or_insert(trigger);
         true
     }
@@ -1024,7 +1033,9 @@ where
                 Err(e) => Outcome::Failed(format!("decoding the cached object: {e}")),
                 Ok(object) => {
                     let req = Request::new(key, object).with_details(cached, trigger, retries);
-                    let fut = self.reconciler.reconcile(req, self.ctx.clone());
+                    // Creating the future is inside the guard too: a
+                    // hand-written reconciler may panic before returning it.
+                    let fut = async { self.reconciler.reconcile(req, self.ctx.clone()).await };
                     match AssertUnwindSafe(fut).catch_unwind().await {
                         Ok(Ok(action)) => Outcome::Done(action),
                         Ok(Err(e)) => Outcome::Failed(e.to_string()),
@@ -1345,6 +1356,18 @@ mod tests {
         ResourceEventHandler::<Obj>::on_delete(&h, &ObjectOrTombstone::Object(foo("a", "5", 2)));
         assert_eq!(drain(&q).await, ["ns/a"]);
         assert_eq!(enq.take_trigger("ns/a"), Some(Trigger::Deleted));
+    }
+
+    #[tokio::test]
+    async fn a_live_change_replaces_a_requeue_as_trigger() {
+        let (enq, _q) = enqueuer();
+        enq.requeue_after("ns/a".into(), Duration::from_secs(60));
+        enq.enqueue("ns/a".into(), Trigger::Updated, false);
+        enq.retry("ns/a".into());
+        assert_eq!(enq.take_trigger("ns/a"), Some(Trigger::Updated));
+        enq.enqueue("ns/b".into(), Trigger::Added, false);
+        enq.enqueue("ns/b".into(), Trigger::Updated, false);
+        assert_eq!(enq.take_trigger("ns/b"), Some(Trigger::Added), "the first cause stays");
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! | `kcache_informer_cached_objects` | gauge | `informer` |
 //! | `kcache_informer_handler_backlog` | gauge | `informer` |
 //! | `workqueue_*` | client-go's workqueue metrics | `name` |
+//! | `reflector_*` | kcache-reflector's metrics, for reflectors given [`MetricsRegistry::reflector_provider`] | `name` |
 //!
 //! The reconcile names are controller-runtime's, so existing dashboards
 //! work. Informer gauges are read from the informers when `/metrics` is
@@ -69,6 +70,7 @@ struct Inner {
     registry: Mutex<Registry>,
     families: Families,
     workqueue: PrometheusMetricsProvider,
+    reflector: kcache_reflector::PrometheusMetricsProvider,
     refreshers: Mutex<Vec<(u64, Refresher)>>,
     next_refresher: std::sync::atomic::AtomicU64,
 }
@@ -162,11 +164,13 @@ impl MetricsRegistry {
             families.informer_backlog.clone(),
         );
         let workqueue = PrometheusMetricsProvider::new(&mut registry);
+        let reflector = kcache_reflector::PrometheusMetricsProvider::new(&mut registry);
         Self {
             inner: Arc::new(Inner {
                 registry: Mutex::new(registry),
                 families,
                 workqueue,
+                reflector,
                 refreshers: Mutex::new(Vec::new()),
                 next_refresher: std::sync::atomic::AtomicU64::new(0),
             }),
@@ -182,6 +186,14 @@ impl MetricsRegistry {
     /// for its own queue).
     pub fn workqueue_provider(&self) -> PrometheusMetricsProvider {
         self.inner.workqueue.clone()
+    }
+
+    /// The reflector metrics provider, for reflectors built by hand
+    /// (`ReflectorBuilder::metrics`). The informer factory does not take a
+    /// reflector metrics provider yet, so informers' reflectors are not
+    /// covered; the informer gauges above are.
+    pub fn reflector_provider(&self) -> Arc<dyn kcache_reflector::MetricsProvider> {
+        Arc::new(self.inner.reflector.clone())
     }
 
     pub(crate) fn families(&self) -> &Families {
