@@ -1367,7 +1367,11 @@ mod tests {
         assert_eq!(enq.take_trigger("ns/a"), Some(Trigger::Updated));
         enq.enqueue("ns/b".into(), Trigger::Added, false);
         enq.enqueue("ns/b".into(), Trigger::Updated, false);
-        assert_eq!(enq.take_trigger("ns/b"), Some(Trigger::Added), "the first cause stays");
+        assert_eq!(
+            enq.take_trigger("ns/b"),
+            Some(Trigger::Added),
+            "the first cause stays"
+        );
     }
 
     #[test]
