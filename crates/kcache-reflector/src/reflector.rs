@@ -310,6 +310,10 @@ struct OpenWatch {
     start: Instant,
     events: usize,
     op: Operation,
+    /// Whether ADDED events move the RV: not for a watch from "" or "0",
+    /// whose synthetic ADDED events are not ordered, until another event
+    /// type arrives (client-go's `propagateRVFromStart`).
+    propagate_rv: bool,
 }
 
 /// Initial events of a streaming list, by key, in arrival order.
@@ -638,6 +642,8 @@ impl<K> Reflector<K> {
             {
                 Ok(Some(rv)) => {
                     st.rv_unavailable = false;
+                    // from here on the stream carries ordered events
+                    w.propagate_rv = true;
                     self.replace(buffer.into_items(), rv, Operation::WatchList)?;
                     return Ok(w);
                 }
@@ -874,6 +880,7 @@ impl<K> Reflector<K> {
             start,
             events: 0,
             op,
+            propagate_rv: !(rv.is_empty() || rv == "0"),
         })
     }
 
@@ -980,7 +987,14 @@ impl<K> Reflector<K> {
             let next = tokio::select! {
                 chunk = w.body.next() => chunk,
                 _ = tick(resync.as_deref_mut()) => {
-                    self.resync();
+                    // client-go: a failed resync ends the watch (relist)
+                    if let Err(source) = self.store.resync() {
+                        return Err(ReflectorError::Store {
+                            op: Operation::Resync,
+                            resource: self.resource.clone(),
+                            source,
+                        });
+                    }
                     continue;
                 }
                 _ = tick(progress.as_mut()) => {
@@ -1068,9 +1082,12 @@ impl<K> Reflector<K> {
                     Mode::Normal => self.store_result(op, self.store.add(obj)),
                     Mode::Initial(buf) => buf.upsert(obj),
                 }
-                self.event_rv(mode, keep.resource_version());
+                if w.propagate_rv {
+                    self.event_rv(mode, keep.resource_version());
+                }
             }
             WatchEvent::Modified(obj) => {
+                w.propagate_rv = true;
                 let keep = obj.clone();
                 match mode {
                     Mode::Normal => self.store_result(op, self.store.update(obj)),
@@ -1080,6 +1097,7 @@ impl<K> Reflector<K> {
             }
             WatchEvent::Deleted(obj) => match mode {
                 Mode::Normal => {
+                    w.propagate_rv = true;
                     let keep = obj.clone();
                     self.store_result(op, self.store.delete(obj.into()));
                     self.event_rv(mode, keep.resource_version());
@@ -1091,6 +1109,7 @@ impl<K> Reflector<K> {
             },
             WatchEvent::Bookmark(b) => match mode {
                 Mode::Normal => {
+                    w.propagate_rv = true;
                     self.set_last_sync_rv(&b.resource_version);
                     self.store_result(op, self.store.bookmark(&b.resource_version));
                 }

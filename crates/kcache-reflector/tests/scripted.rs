@@ -1313,3 +1313,88 @@ async fn event_over_the_size_limit_relists() {
     assert_eq!(lists[1].rv(), Some("2"));
     run.stop().await;
 }
+
+/// A watch from "" (a list without a resourceVersion) gets synthetic ADDED
+/// events in no order: they do not move the RV until another event type
+/// arrives (client-go's propagateRVFromStart).
+#[tokio::test(start_paused = true)]
+async fn synthetic_added_events_do_not_move_the_rv() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("", "", vec![]),
+        (true, 0) => Reply::Stream(
+            vec![ev("ADDED", cm("a", "5")), ev("ADDED", cm("b", "3"))],
+            End::Close,
+        ),
+        (true, 1) => Reply::Stream(
+            vec![
+                ev("ADDED", cm("a", "5")),
+                ev("MODIFIED", cm("b", "6")),
+                ev("ADDED", cm("c", "7")),
+            ],
+            End::Close,
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    let reqs = fake.wait_requests(4).await;
+    assert_eq!(reqs[1].rv().unwrap_or(""), "");
+    assert_eq!(reqs[2].rv().unwrap_or(""), "");
+    assert_eq!(reqs[3].rv(), Some("7"));
+    run.stop().await;
+}
+
+/// A failing `resync` ends the watch and relists (client-go).
+#[tokio::test(start_paused = true)]
+async fn failing_resync_relists() {
+    struct FailingResync(Store);
+    impl kcache_core::Store<ConfigMap> for FailingResync {
+        fn add(
+            &self,
+            o: kcache_core::CachedObject<ConfigMap>,
+        ) -> Result<(), kcache_core::StoreError> {
+            self.0.add(o)
+        }
+        fn update(
+            &self,
+            o: kcache_core::CachedObject<ConfigMap>,
+        ) -> Result<(), kcache_core::StoreError> {
+            self.0.update(o)
+        }
+        fn delete(
+            &self,
+            o: kcache_core::ObjectOrTombstone<ConfigMap>,
+        ) -> Result<(), kcache_core::StoreError> {
+            self.0.delete(o)
+        }
+        fn replace(
+            &self,
+            items: Vec<kcache_core::CachedObject<ConfigMap>>,
+            rv: String,
+        ) -> Result<(), kcache_core::StoreError> {
+            self.0.replace(items, rv)
+        }
+        fn resync(&self) -> Result<(), kcache_core::StoreError> {
+            Err(kcache_core::StoreError::Other("resync refused".into()))
+        }
+    }
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, _) => list("1", "", vec![]),
+        (true, 0) => Reply::Stream(vec![bookmark("2", false)], End::Hang),
+        _ => hang(),
+    });
+    let store = Arc::new(FailingResync(Store::default()));
+    let run = start(
+        Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
+            .namespace("ns")
+            .use_watch_list(false)
+            .backoff(no_jitter())
+            .resync_period(Duration::from_secs(30)),
+    );
+    let reqs = fake.wait_requests(3).await;
+    assert!(!reqs[2].is_watch());
+    assert_eq!(reqs[2].rv(), Some("2"));
+    assert_eq!(reqs[2].at, Duration::from_millis(30_800));
+    assert_eq!(run.reasons(), [ErrorReason::Store]);
+    run.stop().await;
+}
