@@ -633,6 +633,11 @@ impl<K> Reflector<K> {
                     self.sleep_backoff(backoff, None).await;
                     continue;
                 }
+                Err(e) if e.is_expired() || e.is_too_large_resource_version() => {
+                    self.report(&e);
+                    st.rv_unavailable = true;
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             let mut buffer = InitialBuffer::new();

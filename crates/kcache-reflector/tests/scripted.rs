@@ -1398,3 +1398,30 @@ async fn failing_resync_relists() {
     assert_eq!(run.reasons(), [ErrorReason::Store]);
     run.stop().await;
 }
+
+/// "Too large resource version" answered when opening a streaming list:
+/// retried at once at "".
+#[tokio::test(start_paused = true)]
+async fn watch_list_too_large_on_open_retries_at_empty_rv() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Stream(
+            vec![bookmark("20", true), error_event(410, "Expired")],
+            End::Close,
+        ),
+        (true, 1) => too_large(),
+        (true, 2) => Reply::Stream(vec![bookmark("21", true)], End::Hang),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(wl_builder(&fake, &store));
+    store.wait_calls(2).await;
+    let reqs = fake.requests();
+    let rvs: Vec<_> = reqs
+        .iter()
+        .map(|r| r.rv().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(rvs, ["", "20", ""]);
+    assert!(reqs.iter().all(is_watch_list));
+    assert!(fake.lists().is_empty());
+    run.stop().await;
+}
