@@ -472,6 +472,8 @@ pub struct Controller<K: Resource> {
     factory: SharedInformerFactory,
     primary: SharedIndexInformer<K>,
     primary_namespaced: bool,
+    primary_group: String,
+    primary_kind: String,
     primary_predicate: Option<Predicate>,
     sources: Vec<SourceFn>,
     leader: Option<(LeaderElectionConfig, Arc<dyn LeaseLock>)>,
@@ -504,11 +506,41 @@ where
     {
         let namespaced =
             TypeId::of::<K::Scope>() != TypeId::of::<k8s_openapi::ClusterResourceScope>();
+        Self::for_informer(
+            factory,
+            factory.informer::<K>(),
+            &K::DynamicType::default(),
+            config,
+        )
+        .cluster_scoped(!namespaced)
+    }
+}
+
+impl<K> Controller<K>
+where
+    K: Resource + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    /// A controller whose primary informer is given: a `DynamicObject`
+    /// informer (`factory.dynamic_informer(&api_resource)`, with the
+    /// `ApiResource` as `dyntype`), or an informer with its own indexes or
+    /// selectors. Owned and watched types still come from `factory`. An
+    /// informer nobody started is run by the controller (and stopped with
+    /// it). The primary is taken as namespaced: call
+    /// [`cluster_scoped`](Self::cluster_scoped) for a cluster-scoped one.
+    pub fn for_informer(
+        factory: &SharedInformerFactory,
+        informer: SharedIndexInformer<K>,
+        dyntype: &K::DynamicType,
+        config: Config,
+    ) -> Self {
         Self {
             config,
             factory: factory.clone(),
-            primary: factory.informer::<K>(),
-            primary_namespaced: namespaced,
+            primary: informer,
+            primary_namespaced: true,
+            primary_group: K::group(dyntype).into_owned(),
+            primary_kind: K::kind(dyntype).into_owned(),
             primary_predicate: None,
             sources: Vec::new(),
             leader: None,
@@ -521,6 +553,14 @@ where
                 health: Health::default(),
             },
         }
+    }
+
+    /// Whether the primary resource is cluster-scoped (keys are names, and
+    /// owned objects map to `name` rather than `namespace/name`). Set
+    /// before [`owns`](Self::owns).
+    pub fn cluster_scoped(mut self, cluster_scoped: bool) -> Self {
+        self.primary_namespaced = !cluster_scoped;
+        self
     }
 
     /// The primary informer (its lister is the reconciler's cache).
@@ -567,9 +607,8 @@ where
         C::DynamicType: Default + Clone + Send + Sync + 'static,
     {
         let informer = self.factory.informer::<C>();
-        let dt = K::DynamicType::default();
-        let owner_group = K::group(&dt).into_owned();
-        let owner_kind = K::kind(&dt).into_owned();
+        let owner_group = self.primary_group.clone();
+        let owner_kind = self.primary_kind.clone();
         let kind = C::kind(&C::DynamicType::default()).into_owned();
         let owner_namespaced = self.primary_namespaced;
         let predicate = predicate.into();
@@ -714,6 +753,8 @@ where
             factory,
             primary,
             primary_namespaced: _,
+            primary_group: _,
+            primary_kind,
             primary_predicate,
             sources,
             leader,
@@ -728,7 +769,7 @@ where
         let name = config
             .name
             .clone()
-            .unwrap_or_else(|| K::kind(&K::DynamicType::default()).to_lowercase());
+            .unwrap_or_else(|| primary_kind.to_lowercase());
         handle.health.set_name(&name);
 
         let metrics = match (&metrics, &metrics_bind) {
@@ -745,6 +786,8 @@ where
         let queue = qb.build()?;
         let enq = Enqueuer::new(queue.clone(), config.initial_list_priority);
         let _ = handle.enqueuer.set(enq.clone());
+
+        let stop = handle.stop.clone();
 
         // Event handlers, then the informers.
         let mut handles: Vec<SourceHandle> = Vec::new();
@@ -767,6 +810,20 @@ where
             }
         }
         factory.start();
+        if !primary.has_started() {
+            let informer = primary.clone();
+            // Not a child of `stop`: the cache stays live while running
+            // reconciles finish.
+            let token = CancellationToken::new();
+            cleanup.primary = Some((
+                token.clone(),
+                tokio::spawn(async move {
+                    if let Err(e) = informer.run(token).await {
+                        tracing::error!(informer = %informer.name(), error = %e, "primary informer did not run");
+                    }
+                }),
+            ));
+        }
 
         // Metrics and the endpoint.
         let worker_metrics = metrics.as_ref().map(|m| {
@@ -835,7 +892,6 @@ where
         cleanup.server = server;
 
         // The stop signal: the handle, or any shutdown future.
-        let stop = handle.stop.clone();
         let watcher = (!shutdown.is_empty()).then(|| {
             let stop = stop.clone();
             tokio::spawn(async move {
@@ -942,6 +998,7 @@ where
 
 #[derive(Default)]
 struct Cleanup {
+    primary: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
     refresher: Option<(MetricsRegistry, u64)>,
     server: Option<MetricsServer>,
     watcher: Option<tokio::task::JoinHandle<()>>,
@@ -962,6 +1019,10 @@ impl Cleanup {
         if let Some(w) = self.watcher {
             w.abort();
             let _ = w.await;
+        }
+        if let Some((token, task)) = self.primary {
+            token.cancel();
+            let _ = task.await;
         }
     }
 }

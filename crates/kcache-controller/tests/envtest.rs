@@ -346,3 +346,52 @@ async fn metrics_endpoint_serves_reconcile_and_workqueue_metrics() {
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     factory.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dynamic_primary_informer_works_and_is_run_by_the_controller() {
+    use kube::api::{ApiResource, DynamicObject};
+    let (client, ns) = setup("ctrl-dynamic").await;
+    let factory = factory(&client, &ns);
+    let ar = ApiResource::erase::<ConfigMap>(&());
+    // built by hand, not by the factory: nobody starts it but the controller
+    let informer = kcache_informer::SharedIndexInformer::<DynamicObject>::builder_with(
+        client.clone(),
+        ar.clone(),
+    )
+    .namespace(ns.clone())
+    .build();
+    let seen = Arc::new(Mutex::new(Vec::<(String, Option<String>)>::new()));
+    let controller = Controller::for_informer(&factory, informer.clone(), &ar, Config::default());
+    let handle = controller.handle();
+    let s = seen.clone();
+    let task = tokio::spawn(controller.run(
+        move |req: Request<DynamicObject>, _ctx: Arc<()>| {
+            let s = s.clone();
+            async move {
+                let data = req
+                    .object
+                    .and_then(|o| o.data.get("data").and_then(|d| d.get("k")).cloned())
+                    .and_then(|v| v.as_str().map(str::to_owned));
+                s.lock().push((req.key.clone(), data));
+                Ok::<_, std::io::Error>(Action::await_change())
+            }
+        },
+        Arc::new(()),
+    ));
+    create_cm(&client, &ns, "dyn").await;
+    let key = format!("{ns}/dyn");
+    wait_until("dynamic reconcile", Duration::from_secs(20), || {
+        seen.lock()
+            .iter()
+            .any(|(k, d)| *k == key && d.as_deref() == Some("v"))
+    })
+    .await;
+    assert!(informer.has_started());
+    handle.stop();
+    task.await.unwrap().unwrap();
+    assert!(
+        informer.is_stopped(),
+        "the controller stopped the informer it ran"
+    );
+    factory.shutdown().await;
+}
