@@ -395,3 +395,112 @@ async fn a_dynamic_primary_informer_works_and_is_run_by_the_controller() {
     );
     factory.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_events_fold_into_a_series() {
+    use k8s_openapi::api::events::v1::Event as KubeEvent;
+    use kcache_controller::events::{Event, Recorder, Reporter};
+    use kube::Resource as _;
+    let (client, ns) = setup("ctrl-events").await;
+    create_cm(&client, &ns, "subject").await;
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get("subject")
+        .await
+        .unwrap();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter::new("events-test").instance("test-0"),
+    );
+    let warn = Event::warning("Broken", "the subject is broken");
+    for _ in 0..3 {
+        recorder.publish(&cm.object_ref(&()), &warn).await.unwrap();
+    }
+    recorder
+        .publish_for(&cm, &Event::normal("Fixed", "fixed"))
+        .await
+        .unwrap();
+    let events = Api::<KubeEvent>::namespaced(client.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(events.len(), 2, "{events:?}");
+    let broken = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("Broken"))
+        .unwrap();
+    assert_eq!(broken.type_.as_deref(), Some("Warning"));
+    assert_eq!(broken.series.as_ref().map(|s| s.count), Some(3));
+    assert_eq!(broken.reporting_controller.as_deref(), Some("events-test"));
+    assert_eq!(broken.reporting_instance.as_deref(), Some("test-0"));
+    assert_eq!(
+        broken.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("subject")
+    );
+    let fixed = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("Fixed"))
+        .unwrap();
+    assert!(fixed.series.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizer_is_added_removed_and_conflict_safe() {
+    use kcache_controller::finalizer::{FinalizerError, FinalizerEvent, finalizer, has_finalizer};
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    const F: &str = "kcache.dev/test-cleanup";
+    let (client, ns) = setup("ctrl-finalizer").await;
+    let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    create_cm(&client, &ns, "guarded").await;
+    let stale = api.get("guarded").await.unwrap();
+
+    // someone else changes the object: a write based on `stale` must fail
+    api.patch(
+        "guarded",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"data": {"k": "changed"}})),
+    )
+    .await
+    .unwrap();
+    let r = finalizer(&api, F, stale, |_| async {
+        Ok::<_, std::io::Error>(Action::await_change())
+    })
+    .await;
+    match r {
+        Err(FinalizerError::AddFinalizer(kube::Error::Api(s))) => assert_eq!(s.code, 409),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(!has_finalizer(&api.get("guarded").await.unwrap(), F));
+
+    // fresh object: added, then Apply runs
+    let fresh = api.get("guarded").await.unwrap();
+    let applied = Arc::new(Mutex::new(false));
+    let a = applied.clone();
+    finalizer(&api, F, fresh, |ev| async move {
+        assert!(matches!(ev, FinalizerEvent::Apply(ref cm) if has_finalizer(cm, F)));
+        *a.lock() = true;
+        Ok::<_, std::io::Error>(Action::await_change())
+    })
+    .await
+    .unwrap();
+    assert!(*applied.lock());
+    assert!(has_finalizer(&api.get("guarded").await.unwrap(), F));
+
+    // deletion waits for the finalizer; Cleanup removes it and the object goes
+    api.delete("guarded", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleting = api.get("guarded").await.unwrap();
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    let cleaned = Arc::new(Mutex::new(false));
+    let c = cleaned.clone();
+    finalizer(&api, F, deleting, |ev| async move {
+        assert!(matches!(ev, FinalizerEvent::Cleanup(_)));
+        *c.lock() = true;
+        Ok::<_, std::io::Error>(Action::await_change())
+    })
+    .await
+    .unwrap();
+    assert!(*cleaned.lock());
+    assert!(api.get_opt("guarded").await.unwrap().is_none());
+}
