@@ -828,7 +828,11 @@ impl LeaderElector {
                     self.status.send_replace(LeaderStatus::Stopped);
                     return false;
                 }
-                if self.try_acquire_or_renew().await {
+                let acquired = tokio::select! {
+                    _ = cancel.cancelled() => false,
+                    ok = self.try_acquire_or_renew() => ok,
+                };
+                if acquired {
                     break;
                 }
                 tokio::select! {
@@ -870,7 +874,12 @@ impl LeaderElector {
             if lost {
                 tracing::warn!(lease = %self.lock.describe(), identity = %self.config.identity, "failed to renew the lease in time: leadership lost");
             } else if self.config.release_on_cancel {
-                self.release().await;
+                // Bounded: a shutdown never hangs on an unreachable apiserver.
+                let released =
+                    tokio::time::timeout(self.config.renew_deadline, self.release()).await;
+                if released.is_err() {
+                    tracing::warn!(lease = %self.lock.describe(), "releasing the lease timed out");
+                }
             }
             self.status.send_replace(LeaderStatus::Stopped);
             lost
