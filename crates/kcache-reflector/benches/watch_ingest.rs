@@ -224,6 +224,87 @@ fn typed(chunks: &[Bytes]) -> usize {
     })
 }
 
+/// A sink that counts events and cancels the reflector after `N` updates.
+struct CountingSink {
+    latest: LatestByKey,
+    seen: std::sync::atomic::AtomicUsize,
+    done: tokio_util::sync::CancellationToken,
+}
+
+impl Store<Pod> for CountingSink {
+    fn add(&self, obj: CachedObject<Pod>) -> Result<(), StoreError> {
+        self.update(obj)
+    }
+    fn update(&self, obj: CachedObject<Pod>) -> Result<(), StoreError> {
+        self.latest.update(obj)?;
+        if self.seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 == N {
+            self.done.cancel();
+        }
+        Ok(())
+    }
+    fn delete(&self, obj: ObjectOrTombstone<Pod>) -> Result<(), StoreError> {
+        self.latest.delete(obj)
+    }
+    fn replace(&self, _items: Vec<CachedObject<Pod>>, _rv: String) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn resync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+type FakeBody = http_body_util::StreamBody<
+    futures::stream::BoxStream<'static, Result<http_body::Frame<Bytes>, std::io::Error>>,
+>;
+
+/// A `kube::Client` on an in-memory service: lists are empty, the watch
+/// replays the recorded chunks then stays open.
+fn replay_client(chunks: Vec<Bytes>) -> kube::Client {
+    use futures::StreamExt;
+    let chunks = std::sync::Arc::new(chunks);
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let chunks = chunks.clone();
+        async move {
+            let watch = req.uri().query().unwrap_or("").contains("watch=true");
+            let body: FakeBody = if watch {
+                let s = futures::stream::iter(
+                    (0..chunks.len()).map(move |i| Ok(http_body::Frame::data(chunks[i].clone()))),
+                )
+                .chain(futures::stream::pending());
+                http_body_util::StreamBody::new(s.boxed())
+            } else {
+                let list = Bytes::from_static(br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}"#);
+                http_body_util::StreamBody::new(
+                    futures::stream::iter([Ok(http_body::Frame::data(list))]).boxed(),
+                )
+            };
+            Ok::<_, std::convert::Infallible>(http::Response::new(body))
+        }
+    });
+    kube::Client::new(svc, "default")
+}
+
+/// One full reflector run (list, then the watch of N events) through
+/// `kube::Client`, until the sink has seen every event.
+fn reflector_run(rt: &tokio::runtime::Runtime, chunks: &[Bytes]) -> usize {
+    rt.block_on(async {
+        let done = tokio_util::sync::CancellationToken::new();
+        let sink = std::sync::Arc::new(CountingSink {
+            latest: LatestByKey::default(),
+            seen: Default::default(),
+            done: done.clone(),
+        });
+        let reflector = kcache_reflector::Reflector::<Pod>::builder(
+            replay_client(chunks.to_vec()),
+            sink.clone(),
+        )
+        .use_watch_list(false)
+        .build();
+        reflector.run(done).await;
+        sink.seen.load(std::sync::atomic::Ordering::Relaxed)
+    })
+}
+
 fn report(name: &str, bytes: usize, mut f: impl FnMut() -> usize) {
     // one warm-up pass, then the best of three
     f();
@@ -263,6 +344,13 @@ fn main() {
     report("reflector ingest, managedFields stripped", total, || {
         ingest(&chunks, &strip, &sink)
     });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    report("full Reflector::run via kube::Client", total, || {
+        reflector_run(&rt, &chunks)
+    });
     report("serde_json IgnoredAny scan (frame+scan)", total, || {
         scan(&chunks)
     });
@@ -279,6 +367,9 @@ fn main() {
     });
     g.bench_function("reflector_ingest_strip_managed_fields", |b| {
         b.iter(|| ingest(&chunks, &strip, &sink))
+    });
+    g.bench_function("reflector_run_via_kube_client", |b| {
+        b.iter(|| reflector_run(&rt, &chunks))
     });
     g.bench_function("serde_json_ignored_any", |b| b.iter(|| scan(&chunks)));
     g.bench_function("typed_pod", |b| b.iter(|| typed(&chunks)));
