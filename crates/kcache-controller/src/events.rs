@@ -309,8 +309,9 @@ impl Recorder {
             if series.len() >= SERIES_CACHE_SIZE {
                 let mut ages: Vec<Instant> = series.values().map(|e| e.last_seen).collect();
                 ages.sort_unstable();
-                let cutoff = ages[ages.len() / 2];
-                series.retain(|_, e| e.last_seen > cutoff);
+                if let Some(cutoff) = ages.get(ages.len() / 2).copied() {
+                    series.retain(|_, e| e.last_seen > cutoff);
+                }
             }
         }
         series.insert(

@@ -504,3 +504,61 @@ async fn finalizer_is_added_removed_and_conflict_safe() {
     assert!(*cleaned.lock());
     assert!(api.get_opt("guarded").await.unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_is_never_reconciled_twice_at_once() {
+    use kube::api::{Patch, PatchParams};
+    let (client, ns) = setup("ctrl-serial").await;
+    let factory = factory(&client, &ns);
+    #[derive(Default)]
+    struct Seen {
+        running: Mutex<HashMap<String, usize>>,
+        max: Mutex<usize>,
+        total: Mutex<usize>,
+    }
+    let seen = Arc::new(Seen::default());
+    let controller = Controller::<ConfigMap>::new(&factory, Config::default().workers(4));
+    let handle = controller.handle();
+    let task = tokio::spawn(controller.run(
+        |req: Request<ConfigMap>, seen: Arc<Seen>| async move {
+            {
+                let mut r = seen.running.lock();
+                let n = r.entry(req.key.clone()).or_default();
+                *n += 1;
+                let mut max = seen.max.lock();
+                *max = (*max).max(*n);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            *seen.running.lock().get_mut(&req.key).unwrap() -= 1;
+            *seen.total.lock() += 1;
+            Ok::<_, std::io::Error>(Action::await_change())
+        },
+        seen.clone(),
+    ));
+    create_cm(&client, &ns, "hot").await;
+    let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    for i in 0..20 {
+        api.patch(
+            "hot",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"data": {"i": i.to_string()}})),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        *seen.max.lock(),
+        1,
+        "never two reconciles of one key at once"
+    );
+    let total = *seen.total.lock();
+    assert!(
+        (2..=21).contains(&total),
+        "events were coalesced: {total} reconciles for 21 changes"
+    );
+    handle.stop();
+    task.await.unwrap().unwrap();
+    factory.shutdown().await;
+}
