@@ -329,13 +329,17 @@ impl<K> EventDecoder<K> {
     /// Splits a list body into items without decoding them, then builds
     /// each item's cached object. Items that fail are skipped and returned
     /// in [`ListPage::skipped`].
+    ///
+    /// Each item gets an exact-size copy of its bytes, so that one
+    /// long-lived object does not keep a whole page (up to 500 objects) in
+    /// memory.
     pub fn decode_list(&self, body: &Bytes) -> Result<ListPage<K>, serde_json::Error> {
         let wire: ListWire<'_> = serde_json::from_slice(body)?;
         let raw_items = wire.items.unwrap_or_default();
         let mut items = Vec::with_capacity(raw_items.len());
         let mut skipped = Vec::new();
         for raw in raw_items {
-            match self.decode_object(subslice(body, raw.get().as_bytes())) {
+            match self.decode_object(Bytes::copy_from_slice(raw.get().as_bytes())) {
                 Ok(o) => items.push(o),
                 Err(e) => skipped.push(e),
             }
@@ -443,7 +447,7 @@ mod tests {
     }
 
     #[test]
-    fn list_items_are_zero_copy_slices() {
+    fn list_items_are_exact_size_copies() {
         let body = Bytes::from_static(br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"9","continue":"abc"},"items":[{"metadata":{"name":"a","namespace":"n"}},{"metadata":{}},{"metadata":{"name":"b"}}]}"#);
         let page = dec().decode_list(&body).unwrap();
         assert_eq!(page.resource_version, "9");
@@ -451,7 +455,11 @@ mod tests {
         assert_eq!(page.items.len(), 2);
         assert_eq!(page.skipped.len(), 1);
         let p = page.items[0].bytes().as_ptr() as usize;
-        assert!(p > body.as_ptr() as usize && p < body.as_ptr() as usize + body.len());
+        assert!(!(p > body.as_ptr() as usize && p < body.as_ptr() as usize + body.len()));
+        assert_eq!(
+            page.items[0].bytes().as_ref(),
+            br#"{"metadata":{"name":"a","namespace":"n"}}"#
+        );
         let empty = dec()
             .decode_list(&Bytes::from_static(
                 br#"{"metadata":{"resourceVersion":"1","continue":""},"items":null}"#,

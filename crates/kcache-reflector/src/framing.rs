@@ -14,10 +14,12 @@ pub struct FrameTooLarge {
 /// per line), whatever the chunk boundaries: an event split across chunks,
 /// several events in one chunk, very large events.
 ///
-/// A frame that lies inside one chunk is handed out without copying (a
-/// [`Bytes`] slice of the chunk); only a frame that spans chunks is copied
-/// once into a buffer. Empty and whitespace-only lines are skipped, and a
-/// trailing `\r` is removed.
+/// By default every frame is an exact-size buffer of its own (a frame that
+/// is a whole chunk is kept as is, any other is copied once), so that a
+/// long-lived object never pins the rest of a network chunk in memory.
+/// [`zero_copy`](Self::zero_copy) hands out slices of the chunks instead.
+/// Empty and whitespace-only lines are skipped, and a trailing `\r` is
+/// removed.
 ///
 /// ```
 /// use bytes::Bytes;
@@ -38,7 +40,10 @@ pub struct LineFramer {
     pending: BytesMut,
     /// The part of the last chunk not framed yet.
     current: Bytes,
+    /// Length of the last chunk pushed.
+    chunk_len: usize,
     max_frame: usize,
+    exact: bool,
 }
 
 impl Default for LineFramer {
@@ -61,13 +66,23 @@ impl LineFramer {
         LineFramer {
             pending: BytesMut::new(),
             current: Bytes::new(),
+            chunk_len: 0,
             max_frame,
+            exact: true,
         }
+    }
+
+    /// Hands out frames as slices of the chunks (no copy), which keeps a
+    /// whole chunk alive as long as any frame of it is.
+    pub fn zero_copy(mut self) -> Self {
+        self.exact = false;
+        self
     }
 
     /// Adds a chunk. Call [`next_frame`](Self::next_frame) until it returns
     /// `None` before pushing the next chunk.
     pub fn push(&mut self, chunk: Bytes) {
+        self.chunk_len = chunk.len();
         if self.current.is_empty() {
             self.current = chunk;
         } else {
@@ -88,7 +103,11 @@ impl LineFramer {
                     let mut line = self.current.split_to(pos + 1);
                     line.truncate(pos);
                     let frame = if self.pending.is_empty() {
-                        line
+                        if self.exact && pos + 1 != self.chunk_len {
+                            Bytes::copy_from_slice(&line)
+                        } else {
+                            line
+                        }
                     } else {
                         if self.pending.len() + line.len() > self.max_frame {
                             self.pending.clear();
@@ -97,7 +116,14 @@ impl LineFramer {
                             });
                         }
                         self.pending.extend_from_slice(&line);
-                        self.pending.split().freeze()
+                        if self.exact {
+                            // exact size; the buffer is reused for the next frame
+                            let f = Bytes::copy_from_slice(&self.pending);
+                            self.pending.clear();
+                            f
+                        } else {
+                            self.pending.split().freeze()
+                        }
                     };
                     if let Some(frame) = trim(frame) {
                         if frame.len() > self.max_frame {
@@ -221,11 +247,38 @@ mod tests {
     }
 
     #[test]
-    fn frames_within_a_chunk_are_not_copied() {
+    fn copies_unless_zero_copy_or_whole_chunk() {
         let chunk = Bytes::from_static(b"abc\ndef\n");
-        let mut f = LineFramer::new();
+        let mut f = LineFramer::new().zero_copy();
         f.push(chunk.clone());
         let a = f.next_frame().unwrap().unwrap();
         assert_eq!(a.as_ptr(), chunk.as_ptr());
+        // exact (default): a part of a chunk is copied
+        let mut f = LineFramer::new();
+        f.push(chunk.clone());
+        let a = f.next_frame().unwrap().unwrap();
+        assert_ne!(a.as_ptr(), chunk.as_ptr());
+        assert_eq!(&a[..], b"abc");
+        // ... a whole chunk is not
+        let whole = Bytes::from(b"{\"one\":1}\n".to_vec());
+        let mut f = LineFramer::new();
+        f.push(whole.clone());
+        assert_eq!(f.next_frame().unwrap().unwrap().as_ptr(), whole.as_ptr());
+    }
+
+    #[test]
+    fn zero_copy_frames_agree() {
+        let stream = b"{\"x\":1}\n{\"y\":[1,2,3]}\n\n{\"z\":\"\\n\"}\n";
+        for i in 0..stream.len() {
+            let mut f = LineFramer::new().zero_copy();
+            let mut out = Vec::new();
+            for c in [&stream[..i], &stream[i..]] {
+                f.push(Bytes::copy_from_slice(c));
+                while let Some(fr) = f.next_frame().unwrap() {
+                    out.push(fr.to_vec());
+                }
+            }
+            assert_eq!(out.len(), 3, "split {i}");
+        }
     }
 }
