@@ -1,0 +1,43 @@
+//! The replay apiserver: `replay --pods N --events M [--gone-once]`.
+//! Generates the data set, listens on 127.0.0.1 and prints one JSON line
+//! (`{"addr": ..., "avg_pod_bytes": ...}`) once it accepts connections.
+
+use clap::Parser;
+use kcache_bench_compare::{ServerOptions, generate, serve};
+
+#[derive(Parser)]
+struct Args {
+    /// Pods in the list.
+    #[arg(long, default_value_t = 10_000)]
+    pods: usize,
+    /// Watch events after the list.
+    #[arg(long, default_value_t = 10_000)]
+    events: usize,
+    /// Answer the first watch with 410 Gone (forces a relist).
+    #[arg(long)]
+    gone_once: bool,
+    /// Port on 127.0.0.1 (0: any free port).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let data = generate(args.pods, args.events);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
+    let info = serde_json::json!({
+        "addr": listener.local_addr()?.to_string(),
+        "avg_pod_bytes": data.avg_pod_bytes,
+        "avg_pod_bytes_stripped": data.avg_pod_bytes_stripped,
+        "list_bytes": data.pods.iter().map(|p| p.len()).sum::<usize>(),
+        "watch_bytes": data.watch.len(),
+    });
+    println!("{info}");
+    let opts = ServerOptions {
+        gone_once: args.gone_once,
+        hold: None,
+    };
+    serve(listener, data, opts).await?;
+    Ok(())
+}

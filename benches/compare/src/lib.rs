@@ -1,0 +1,514 @@
+//! The side-by-side comparison harness of `cargo xtask bench-compare`.
+//!
+//! - [`generate`] builds a deterministic data set of realistic Pods (about
+//!   5 KB of JSON each, managedFields included) and a watch stream of updates
+//!   and deletes that ends with the [`END_MARKER`] Pod and a bookmark.
+//! - [`serve`] is a minimal loopback Kubernetes apiserver for
+//!   `/api/v1/pods`: paged lists (`limit`/`continue`, `resourceVersion`) and a
+//!   chunked watch (JSON lines, `allowWatchBookmarks`), optionally answering
+//!   the first watch with `410 Gone` to force a relist. Plain HTTP, no auth:
+//!   kube-rs and client-go both accept `server: http://127.0.0.1:PORT`.
+//! - [`Report`] is the one JSON line every client prints.
+//!
+//! The binaries: `replay` (the server), `kcache-client`, `kube-runtime-client`
+//! and `decode-ceiling`. The client-go client is the Go module in
+//! `benches/compare/client-go`.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{
+    AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader, BufWriter,
+};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The name of the Pod the watch stream adds after its last event: every
+/// client stops counting when its handler sees it.
+pub const END_MARKER: &str = "bench-end-marker";
+
+/// The namespaces Pods are spread over.
+const NAMESPACES: usize = 40;
+
+/// One Pod of the data set: `i` is its index, `rv` its resourceVersion,
+/// `generation` how many times it was updated (changes status and an
+/// annotation, as a kubelet status update would).
+pub fn pod(i: usize, rv: u64, generation: usize) -> Value {
+    let ns = format!("tenant-{:02}", i % NAMESPACES);
+    let rs = format!("checkout-{:x}", 0x5f00_0000u64 + (i / 25) as u64);
+    let name = format!("{rs}-{:05x}", i);
+    let uid = format!(
+        "{:08x}-7c1d-4e8a-9b2f-{:012x}",
+        i as u64 * 2_654_435_761 % 0xffff_ffff,
+        i
+    );
+    let rs_uid = format!("{:08x}-1a2b-4c3d-8e4f-{:012x}", i / 25, i / 25);
+    let ip = format!("10.{}.{}.{}", 32 + i / 65_536 % 200, i / 256 % 256, i % 256);
+    let node = format!("worker-{:03}", i % 97);
+    let ready = if generation % 7 == 3 { "False" } else { "True" };
+    let image = "ghcr.io/example/shop/checkout:v2.18.4";
+    let managed = json!([
+        {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+         "time": "2026-11-28T08:14:03Z", "fieldsType": "FieldsV1", "fieldsV1": {
+            "f:metadata": {"f:generateName": {}, "f:labels": {".": {}, "f:app.kubernetes.io/name": {},
+                "f:app.kubernetes.io/part-of": {}, "f:pod-template-hash": {}, "f:version": {}},
+                "f:ownerReferences": {".": {}, format!("k:{{\"uid\":\"{rs_uid}\"}}"): {}}},
+            "f:spec": {"f:containers": {
+                "k:{\"name\":\"checkout\"}": {".": {}, "f:env": {".": {},
+                    "k:{\"name\":\"GOMAXPROCS\"}": {".": {}, "f:name": {}, "f:valueFrom": {}},
+                    "k:{\"name\":\"OTEL_EXPORTER_OTLP_ENDPOINT\"}": {".": {}, "f:name": {}, "f:value": {}}},
+                    "f:image": {}, "f:imagePullPolicy": {}, "f:livenessProbe": {}, "f:name": {},
+                    "f:ports": {".": {}, "k:{\"containerPort\":8443,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}, "f:name": {}, "f:protocol": {}}},
+                    "f:readinessProbe": {}, "f:resources": {".": {}, "f:limits": {}, "f:requests": {}},
+                    "f:securityContext": {}, "f:terminationMessagePath": {}, "f:volumeMounts": {}},
+                "k:{\"name\":\"envoy\"}": {".": {}, "f:args": {}, "f:image": {}, "f:name": {}, "f:resources": {}}},
+                "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:priorityClassName": {}, "f:restartPolicy": {},
+                "f:schedulerName": {}, "f:securityContext": {}, "f:serviceAccountName": {},
+                "f:terminationGracePeriodSeconds": {}, "f:topologySpreadConstraints": {}, "f:volumes": {}}}},
+        {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "subresource": "status",
+         "time": "2026-11-28T08:14:09Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {
+            "f:conditions": {"k:{\"type\":\"ContainersReady\"}": {".": {}, "f:lastProbeTime": {}, "f:lastTransitionTime": {}, "f:status": {}, "f:type": {}},
+                "k:{\"type\":\"Initialized\"}": {".": {}, "f:lastProbeTime": {}, "f:lastTransitionTime": {}, "f:status": {}, "f:type": {}},
+                "k:{\"type\":\"Ready\"}": {".": {}, "f:lastProbeTime": {}, "f:lastTransitionTime": {}, "f:status": {}, "f:type": {}}},
+            "f:containerStatuses": {}, "f:hostIP": {}, "f:hostIPs": {}, "f:phase": {}, "f:podIP": {},
+            "f:podIPs": {".": {}, format!("k:{{\"ip\":\"{ip}\"}}"): {".": {}, "f:ip": {}}}, "f:startTime": {}}}}
+    ]);
+    json!({
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {
+            "name": name, "generateName": format!("{rs}-"), "namespace": ns, "uid": uid,
+            "resourceVersion": rv.to_string(), "creationTimestamp": "2026-11-28T08:14:03Z",
+            "labels": {"app.kubernetes.io/name": "checkout", "app.kubernetes.io/part-of": "shop",
+                "pod-template-hash": rs.trim_start_matches("checkout-"), "version": "v2.18.4"},
+            "annotations": {"kubectl.kubernetes.io/default-container": "checkout",
+                "prometheus.io/path": "/metrics", "bench.kcache.dev/status-updates": generation.to_string()},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": rs_uid,
+                "controller": true, "blockOwnerDeletion": true}],
+            "managedFields": managed
+        },
+        "spec": {
+            "serviceAccountName": "checkout", "nodeName": node, "priorityClassName": "tier-1",
+            "restartPolicy": "Always", "dnsPolicy": "ClusterFirst", "schedulerName": "default-scheduler",
+            "terminationGracePeriodSeconds": 45, "enableServiceLinks": false,
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {"name": "checkout", "image": image, "imagePullPolicy": "IfNotPresent",
+                 "ports": [{"name": "https", "containerPort": 8443, "protocol": "TCP"}],
+                 "env": [{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector.observability:4317"},
+                         {"name": "GOMAXPROCS", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}}],
+                 "resources": {"limits": {"cpu": "2", "memory": "1Gi"}, "requests": {"cpu": "250m", "memory": "256Mi"}},
+                 "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8443, "scheme": "HTTPS"}, "periodSeconds": 10, "failureThreshold": 3},
+                 "readinessProbe": {"httpGet": {"path": "/ready", "port": 8443, "scheme": "HTTPS"}, "periodSeconds": 5},
+                 "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+                 "volumeMounts": [{"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}],
+                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"},
+                {"name": "envoy", "image": "docker.io/envoyproxy/envoy:v1.33.2", "args": ["--config-path", "/etc/envoy/envoy.yaml"],
+                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
+                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}
+            ],
+            "volumes": [{"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}],
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "checkout"}}}]
+        },
+        "status": {
+            "phase": "Running", "hostIP": "192.168.7.21", "hostIPs": [{"ip": "192.168.7.21"}], "podIP": ip, "podIPs": [{"ip": ip}],
+            "startTime": "2026-11-28T08:14:04Z", "qosClass": "Burstable",
+            "conditions": [
+                {"type": "Initialized", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-28T08:14:04Z"},
+                {"type": "Ready", "status": ready, "lastProbeTime": null, "lastTransitionTime": "2026-11-28T08:14:09Z"},
+                {"type": "ContainersReady", "status": ready, "lastProbeTime": null, "lastTransitionTime": "2026-11-28T08:14:09Z"},
+                {"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-28T08:14:03Z"}],
+            "containerStatuses": [
+                {"name": "checkout", "ready": ready == "True", "restartCount": generation / 7, "started": true, "image": image,
+                 "imageID": "ghcr.io/example/shop/checkout@sha256:9c3f1e0b7a5d4c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b",
+                 "containerID": format!("containerd://{:064x}", i as u128 * 0x9e37_79b9_7f4a_7c15),
+                 "state": {"running": {"startedAt": "2026-11-28T08:14:08Z"}}, "lastState": {}},
+                {"name": "envoy", "ready": true, "restartCount": 0, "started": true, "image": "docker.io/envoyproxy/envoy:v1.33.2",
+                 "imageID": "docker.io/envoyproxy/envoy@sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9",
+                 "containerID": format!("containerd://{:064x}", i as u128 * 0x85eb_ca6b_c2b2_ae35),
+                 "state": {"running": {"startedAt": "2026-11-28T08:14:07Z"}}, "lastState": {}}]
+        }
+    })
+}
+
+/// A generated data set, serialized once and served as bytes.
+pub struct DataSet {
+    /// The N Pods of the list, one JSON document each.
+    pub pods: Vec<Bytes>,
+    /// The resourceVersion of the list.
+    pub list_rv: u64,
+    /// The watch stream from `list_rv`: M events, then the end marker, as
+    /// JSON lines.
+    pub watch: Bytes,
+    /// The bookmark sent after `watch` when the client allows bookmarks.
+    pub bookmark: Bytes,
+    /// Number of events in `watch`, end marker included.
+    pub watch_events: usize,
+    /// Mean size of a listed Pod's JSON, bytes.
+    pub avg_pod_bytes: usize,
+    /// Mean size of a listed Pod's JSON without managedFields, bytes.
+    pub avg_pod_bytes_stripped: usize,
+}
+
+/// Generates N Pods (resourceVersions 1..=N) and M watch events
+/// (resourceVersions N+1..): each event updates Pod `j % N`, the last tenth
+/// of them (at most N) delete instead. Deterministic.
+pub fn generate(n: usize, m: usize) -> DataSet {
+    let mut pods = Vec::with_capacity(n);
+    let (mut total, mut stripped) = (0usize, 0usize);
+    for i in 0..n {
+        let mut p = pod(i, i as u64 + 1, 0);
+        let bytes = serde_json::to_vec(&p).expect("serialize");
+        total += bytes.len();
+        if i % 64 == 0 {
+            p["metadata"]
+                .as_object_mut()
+                .map(|m| m.remove("managedFields"));
+            stripped += serde_json::to_vec(&p).expect("serialize").len() * 64;
+        }
+        pods.push(Bytes::from(bytes));
+    }
+    let list_rv = n as u64;
+    let deletes = (m / 10).min(n);
+    let mut watch = Vec::with_capacity(m * 5200 + 6000);
+    let mut rv = list_rv;
+    for j in 0..m {
+        rv += 1;
+        let kind = if j >= m - deletes {
+            "DELETED"
+        } else {
+            "MODIFIED"
+        };
+        let ev = json!({"type": kind, "object": pod(j % n.max(1), rv, j / n.max(1) + 1)});
+        serde_json::to_writer(&mut watch, &ev).expect("serialize");
+        watch.push(b'\n');
+    }
+    rv += 1;
+    let mut end = pod(n, rv, 0);
+    end["metadata"]["name"] = json!(END_MARKER);
+    serde_json::to_writer(&mut watch, &json!({"type": "ADDED", "object": end})).expect("serialize");
+    watch.push(b'\n');
+    rv += 1;
+    let bookmark = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+        "metadata": {"resourceVersion": rv.to_string()}}});
+    let mut bookmark = serde_json::to_vec(&bookmark).expect("serialize");
+    bookmark.push(b'\n');
+    DataSet {
+        pods,
+        list_rv,
+        watch: Bytes::from(watch),
+        bookmark: Bytes::from(bookmark),
+        watch_events: m + 1,
+        avg_pod_bytes: total / n.max(1),
+        avg_pod_bytes_stripped: stripped / n.max(1),
+    }
+}
+
+/// How the replay server behaves.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerOptions {
+    /// Answer the first watch with a `410 Gone` error event, forcing a relist.
+    pub gone_once: bool,
+    /// How long a watch is held open after its last event (the client
+    /// normally hangs up first).
+    pub hold: Option<Duration>,
+}
+
+struct Shared {
+    data: DataSet,
+    opts: ServerOptions,
+    watches: AtomicUsize,
+}
+
+/// Serves `data` on `listener` until the process ends.
+pub async fn serve(listener: TcpListener, data: DataSet, opts: ServerOptions) -> io::Result<()> {
+    let shared = Arc::new(Shared {
+        data,
+        opts,
+        watches: AtomicUsize::new(0),
+    });
+    loop {
+        let (sock, _) = listener.accept().await?;
+        let _ = sock.set_nodelay(true);
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            let _ = connection(sock, &shared).await;
+        });
+    }
+}
+
+/// One parsed request: path and query pairs.
+struct Request {
+    path: String,
+    query: Vec<(String, String)>,
+}
+
+impl Request {
+    fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn read_request(
+    reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+) -> io::Result<Option<Request>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).await? == 0 {
+        return Ok(None);
+    }
+    let target = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let mut content_length = 0usize;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).await? == 0 {
+            return Ok(None);
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            content_length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    if content_length > 0 {
+        let mut body = vec![0u8; content_length];
+        reader.read_exact(&mut body).await?;
+    }
+    let (path, q) = target.split_once('?').unwrap_or((&target, ""));
+    let query = q
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect();
+    Ok(Some(Request {
+        path: path.to_string(),
+        query,
+    }))
+}
+
+fn status_json(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
+    let (r, w) = sock.into_split();
+    let mut reader = BufReader::new(r);
+    let mut writer = BufWriter::with_capacity(256 * 1024, w);
+    while let Some(req) = read_request(&mut reader).await? {
+        if req.path != "/api/v1/pods" {
+            let body = serde_json::to_vec(&status_json(
+                404,
+                "NotFound",
+                "the replay server serves /api/v1/pods only",
+            ))?;
+            respond(&mut writer, 404, "Not Found", &body).await?;
+            continue;
+        }
+        let watch = matches!(req.param("watch"), Some("true" | "1"));
+        if !watch {
+            list(&mut writer, shared, &req).await?;
+            continue;
+        }
+        if req.param("sendInitialEvents") == Some("true") {
+            let body = serde_json::to_vec(&status_json(
+                400,
+                "BadRequest",
+                "streaming lists are not served here",
+            ))?;
+            respond(&mut writer, 400, "Bad Request", &body).await?;
+            continue;
+        }
+        writer
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .await?;
+        let nth = shared.watches.fetch_add(1, Ordering::SeqCst);
+        if shared.opts.gone_once && nth == 0 {
+            let mut ev = serde_json::to_vec(&json!({"type": "ERROR",
+                "object": status_json(410, "Expired", "too old resource version (replay server: forced once)")}))?;
+            ev.push(b'\n');
+            chunk(&mut writer, &ev).await?;
+            writer.write_all(b"0\r\n\r\n").await?;
+            writer.flush().await?;
+            continue;
+        }
+        let rv: Option<u64> = req.param("resourceVersion").and_then(|v| v.parse().ok());
+        let data = &shared.data;
+        if rv.is_none_or(|rv| rv <= data.list_rv) {
+            for part in data.watch.chunks(64 * 1024) {
+                chunk(&mut writer, part).await?;
+            }
+            if req.param("allowWatchBookmarks") == Some("true") {
+                chunk(&mut writer, &data.bookmark).await?;
+            }
+        }
+        writer.flush().await?;
+        // Hold the watch open until the client hangs up.
+        let hold = shared.opts.hold.unwrap_or(Duration::from_secs(3600));
+        let mut buf = [0u8; 1024];
+        let _ = tokio::time::timeout(hold, async {
+            loop {
+                match reader.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        return Ok(());
+    }
+    Ok(())
+}
+
+async fn chunk<W: tokio::io::AsyncWrite + Unpin>(w: &mut W, data: &[u8]) -> io::Result<()> {
+    w.write_all(format!("{:x}\r\n", data.len()).as_bytes())
+        .await?;
+    w.write_all(data).await?;
+    w.write_all(b"\r\n").await
+}
+
+async fn respond<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    code: u16,
+    reason: &str,
+    body: &[u8],
+) -> io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    w.write_all(head.as_bytes()).await?;
+    w.write_all(body).await?;
+    w.flush().await
+}
+
+async fn list<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    shared: &Shared,
+    req: &Request,
+) -> io::Result<()> {
+    let data = &shared.data;
+    let n = data.pods.len();
+    let start: usize = match req.param("continue").filter(|c| !c.is_empty()) {
+        Some(c) => match c.parse() {
+            Ok(s) => s,
+            Err(_) => {
+                let body =
+                    serde_json::to_vec(&status_json(400, "BadRequest", "bad continue token"))?;
+                return respond(w, 400, "Bad Request", &body).await;
+            }
+        },
+        None => 0,
+    };
+    let limit = req
+        .param("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|&l| l > 0)
+        .unwrap_or(usize::MAX);
+    let end = start.saturating_add(limit).min(n);
+    let start = start.min(end);
+    let mut meta = json!({"resourceVersion": data.list_rv.to_string()});
+    if end < n {
+        meta["continue"] = json!(end.to_string());
+        meta["remainingItemCount"] = json!(n - end);
+    }
+    let mut head =
+        format!(r#"{{"kind":"PodList","apiVersion":"v1","metadata":{meta},"items":["#).into_bytes();
+    let items: usize = data.pods[start..end].iter().map(|p| p.len() + 1).sum();
+    let len = head.len() + items.saturating_sub(1) + 2;
+    let http_head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n"
+    );
+    w.write_all(http_head.as_bytes()).await?;
+    w.write_all(&head).await?;
+    head.clear();
+    for (k, p) in data.pods[start..end].iter().enumerate() {
+        if k > 0 {
+            w.write_all(b",").await?;
+        }
+        w.write_all(p).await?;
+    }
+    w.write_all(b"]}").await?;
+    w.flush().await
+}
+
+/// A kubeconfig for the replay server at `addr` (plain HTTP, no auth).
+pub fn kubeconfig(addr: std::net::SocketAddr) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: replay\n  cluster:\n    server: http://{addr}\n\
+         contexts:\n- name: replay\n  context:\n    cluster: replay\n    user: replay\n\
+         current-context: replay\nusers:\n- name: replay\n  user: {{}}\n"
+    )
+}
+
+/// What every client prints, as one JSON line on stdout.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Report {
+    /// Which client.
+    pub client: String,
+    /// Events (or workqueue items) handled.
+    pub events: u64,
+    /// Seconds from start to the end marker.
+    pub secs: f64,
+    /// `events / secs`.
+    pub events_per_sec: f64,
+    /// Peak RSS (VmHWM), KiB.
+    pub peak_rss_kb: u64,
+    /// RSS after the run settled, KiB.
+    pub steady_rss_kb: u64,
+    /// RSS before the informer started, KiB.
+    pub baseline_rss_kb: u64,
+    /// Objects in the cache at the end.
+    pub cached: usize,
+}
+
+/// A field of `/proc/self/status` (`VmHWM`, `VmRSS`), in KiB; 0 if unknown.
+pub fn proc_status_kb(field: &str) -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
