@@ -68,7 +68,7 @@ pub fn pod(i: usize, rv: u64, generation: usize) -> Value {
                 "k:{\"name\":\"envoy\"}": {".": {}, "f:args": {}, "f:image": {}, "f:name": {}, "f:resources": {}}},
                 "f:dnsPolicy": {}, "f:enableServiceLinks": {}, "f:priorityClassName": {}, "f:restartPolicy": {},
                 "f:schedulerName": {}, "f:securityContext": {}, "f:serviceAccountName": {},
-                "f:terminationGracePeriodSeconds": {}, "f:topologySpreadConstraints": {}, "f:volumes": {}}}},
+                "f:terminationGracePeriodSeconds": {}, "f:volumes": {}}}},
         {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "subresource": "status",
          "time": "2026-11-28T08:14:09Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {
             "f:conditions": {"k:{\"type\":\"ContainersReady\"}": {".": {}, "f:lastProbeTime": {}, "f:lastTransitionTime": {}, "f:status": {}, "f:type": {}},
@@ -112,9 +112,7 @@ pub fn pod(i: usize, rv: u64, generation: usize) -> Value {
             ],
             "volumes": [{"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
                 {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
-                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}],
-            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
-                "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "checkout"}}}]
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}]
         },
         "status": {
             "phase": "Running", "hostIP": "192.168.7.21", "hostIPs": [{"ip": "192.168.7.21"}], "podIP": ip, "podIPs": [{"ip": ip}],
@@ -128,11 +126,7 @@ pub fn pod(i: usize, rv: u64, generation: usize) -> Value {
                 {"name": "checkout", "ready": ready == "True", "restartCount": generation / 7, "started": true, "image": image,
                  "imageID": "ghcr.io/example/shop/checkout@sha256:9c3f1e0b7a5d4c2b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b",
                  "containerID": format!("containerd://{:064x}", i as u128 * 0x9e37_79b9_7f4a_7c15),
-                 "state": {"running": {"startedAt": "2026-11-28T08:14:08Z"}}, "lastState": {}},
-                {"name": "envoy", "ready": true, "restartCount": 0, "started": true, "image": "docker.io/envoyproxy/envoy:v1.33.2",
-                 "imageID": "docker.io/envoyproxy/envoy@sha256:0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9",
-                 "containerID": format!("containerd://{:064x}", i as u128 * 0x85eb_ca6b_c2b2_ae35),
-                 "state": {"running": {"startedAt": "2026-11-28T08:14:07Z"}}, "lastState": {}}]
+                 "state": {"running": {"startedAt": "2026-11-28T08:14:08Z"}}, "lastState": {}}]
         }
     })
 }
@@ -213,7 +207,10 @@ pub fn generate(n: usize, m: usize) -> DataSet {
 /// How the replay server behaves.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ServerOptions {
-    /// Answer the first watch with a `410 Gone` error event, forcing a relist.
+    /// Answer the first watch of every client with a `410 Gone` error event,
+    /// forcing one relist: the 1st, 3rd, 5th... watch requests get it (each
+    /// client run makes two watches: the refused one and the one after its
+    /// relist, so clients run one after the other each see it once).
     pub gone_once: bool,
     /// How long a watch is held open after its last event (the client
     /// normally hangs up first).
@@ -363,7 +360,7 @@ async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
             .await?;
         let nth = shared.watches.fetch_add(1, Ordering::SeqCst);
-        if shared.opts.gone_once && nth == 0 {
+        if shared.opts.gone_once && nth % 2 == 0 {
             let mut ev = serde_json::to_vec(&json!({"type": "ERROR",
                 "object": status_json(410, "Expired", "too old resource version (replay server: forced once)")}))?;
             ev.push(b'\n');

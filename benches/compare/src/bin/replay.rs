@@ -13,7 +13,7 @@ struct Args {
     /// Watch events after the list.
     #[arg(long, default_value_t = 10_000)]
     events: usize,
-    /// Answer the first watch with 410 Gone (forces a relist).
+    /// Answer the first watch of each client run with 410 Gone (forces a relist).
     #[arg(long)]
     gone_once: bool,
     /// Port on 127.0.0.1 (0: any free port).

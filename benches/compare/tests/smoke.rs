@@ -1,0 +1,78 @@
+//! The replay server serves a paged list and a watch that kube's client
+//! reads through a kubeconfig (plain HTTP), and a 410 when asked.
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::Pod;
+use kcache_bench_compare::{END_MARKER, ServerOptions, generate, kubeconfig, serve};
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config, ResourceExt as _};
+
+async fn start(n: usize, m: usize, gone_once: bool) -> Client {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let opts = ServerOptions {
+        gone_once,
+        hold: Some(std::time::Duration::from_secs(5)),
+    };
+    tokio::spawn(serve(listener, generate(n, m), opts));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubeconfig");
+    std::fs::write(&path, kubeconfig(addr)).unwrap();
+    let kc = Kubeconfig::read_from(&path).unwrap();
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+#[tokio::test]
+async fn kube_client_lists_pages_and_watches_to_the_end_marker() {
+    let api: Api<Pod> = Api::all(start(25, 12, false).await);
+    let mut names = Vec::new();
+    let mut lp = ListParams::default().limit(10);
+    let rv = loop {
+        let page = api.list(&lp).await.unwrap();
+        names.extend(page.items.iter().map(|p| p.name_any()));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => lp = lp.continue_token(&c),
+            None => break page.metadata.resource_version.unwrap(),
+        }
+    };
+    assert_eq!(names.len(), 25);
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 25, "pages do not overlap");
+    assert_eq!(rv, "25");
+
+    let wp = WatchParams::default();
+    let mut stream = api.watch(&wp, &rv).await.unwrap().boxed();
+    let (mut modified, mut deleted, mut bookmark) = (0, 0, false);
+    while let Some(ev) = stream.try_next().await.unwrap() {
+        match ev {
+            WatchEvent::Modified(_) => modified += 1,
+            WatchEvent::Deleted(_) => deleted += 1,
+            WatchEvent::Added(p) => assert_eq!(p.name_any(), END_MARKER),
+            WatchEvent::Bookmark(_) => {
+                bookmark = true;
+                break;
+            }
+            WatchEvent::Error(e) => panic!("unexpected error event {e:?}"),
+        }
+    }
+    assert_eq!((modified, deleted, bookmark), (11, 1, true));
+}
+
+#[tokio::test]
+async fn first_watch_is_gone_when_asked() {
+    let api: Api<Pod> = Api::all(start(3, 0, true).await);
+    let mut stream = api
+        .watch(&WatchParams::default(), "3")
+        .await
+        .unwrap()
+        .boxed();
+    match stream.next().await {
+        Some(Ok(WatchEvent::Error(e))) => assert_eq!(e.code, 410),
+        other => panic!("expected a 410 error event, got {other:?}"),
+    }
+}
