@@ -9,6 +9,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
 type Source = Arc<dyn Fn() -> Vec<ListenerStats> + Send + Sync>;
+type SizeSource = Arc<dyn Fn() -> (String, usize) + Send + Sync>;
 
 /// One handler's numbers at scrape time.
 #[derive(Debug, Clone)]
@@ -42,7 +43,7 @@ pub struct ListenerStats {
 /// ```
 #[derive(Clone, Default)]
 pub struct InformerMetrics {
-    sources: Arc<Mutex<Vec<(Source, Arc<dyn Fn() -> (String, usize) + Send + Sync>)>>>,
+    sources: Arc<Mutex<Vec<(Source, SizeSource)>>>,
 }
 
 impl std::fmt::Debug for InformerMetrics {
@@ -68,7 +69,7 @@ impl InformerMetrics {
         let stats = informer.clone();
         let size = informer.clone();
         let source: Source = Arc::new(move || stats.listener_stats());
-        let cached = Arc::new(move || (size.name().to_string(), size.indexer().len()));
+        let cached: SizeSource = Arc::new(move || (size.name().to_string(), size.indexer().len()));
         self.sources
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

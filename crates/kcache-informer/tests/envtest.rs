@@ -34,12 +34,15 @@ fn cm(name: &str, v: &str) -> ConfigMap {
     serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": v } })).unwrap()
 }
 
-/// Records (kind, key, resourceVersion, tombstone?) per notification.
+/// One notification: (kind, key, resourceVersion, tombstone?).
+type Seen = (String, String, String, bool);
+
+/// Records every notification.
 #[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<(String, String, String, bool)>>>);
+struct Recorder(Arc<Mutex<Vec<Seen>>>);
 
 impl Recorder {
-    fn all(&self) -> Vec<(String, String, String, bool)> {
+    fn all(&self) -> Vec<Seen> {
         self.0.lock().unwrap().clone()
     }
     fn keys(&self, kind: &str) -> BTreeSet<String> {
