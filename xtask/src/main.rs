@@ -10,11 +10,17 @@
 //! - `cargo xtask codegen [--check]`: the CRD YAML of every custom resource
 //!   type, under `examples/crds/`.
 //! - `cargo xtask demo`: the sample controller on a local control plane.
+//! - `cargo xtask bench [--quick]`: every crate's criterion benchmarks and a
+//!   Markdown summary.
+//! - `cargo xtask bench-compare [--quick]`: kcache against kube-runtime and
+//!   client-go on the same replayed data (docs/performance.md).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod bench_compare;
 mod codegen;
 mod controlplane;
 mod demo;
@@ -48,6 +54,11 @@ enum Task {
     /// Run the sample controller on a local control plane: create, scale and
     /// delete Foos, show what happened, stop everything.
     Demo(demo::DemoArgs),
+    /// Run every crate's criterion benchmarks and print a Markdown summary.
+    Bench(bench::BenchArgs),
+    /// Compare kcache with kube-runtime and client-go on a replayed data set
+    /// (ingest, memory, relist, workqueue); prints medians and ratios.
+    BenchCompare(bench_compare::CompareArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,6 +82,8 @@ fn main() -> ExitCode {
         Task::E2e(args) => e2e::run(args),
         Task::Codegen(args) => codegen::run(args),
         Task::Demo(args) => demo::run(args),
+        Task::Bench(args) => bench::run(args),
+        Task::BenchCompare(args) => bench_compare::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

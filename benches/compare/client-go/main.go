@@ -62,7 +62,7 @@ func status(field string) uint64 {
 func main() {
 	scenario := flag.String("scenario", "ingest", "ingest | workqueue")
 	strip := flag.Bool("strip-managed-fields", false, "transform: drop metadata.managedFields")
-	settle := flag.Duration("settle", time.Second, "wait before reading the steady-state RSS")
+	settleMs := flag.Int("settle-ms", 1000, "milliseconds to wait before reading the steady-state RSS")
 	keys := flag.Int("keys", 1000000, "workqueue: number of keys")
 	workers := flag.Int("workers", 1, "workqueue: number of workers")
 	flag.Parse()
@@ -71,7 +71,7 @@ func main() {
 	case "workqueue":
 		r = runWorkqueue(*keys, *workers)
 	default:
-		r = runInformer(*strip, *settle)
+		r = runInformer(*strip, time.Duration(*settleMs)*time.Millisecond)
 	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))

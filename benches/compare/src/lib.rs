@@ -160,7 +160,7 @@ pub fn generate(n: usize, m: usize) -> DataSet {
         let mut p = pod(i, i as u64 + 1, 0);
         let bytes = serde_json::to_vec(&p).expect("serialize");
         total += bytes.len();
-        if i % 64 == 0 {
+        if i.is_multiple_of(64) {
             p["metadata"]
                 .as_object_mut()
                 .map(|m| m.remove("managedFields"));
@@ -360,7 +360,7 @@ async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
             .await?;
         let nth = shared.watches.fetch_add(1, Ordering::SeqCst);
-        if shared.opts.gone_once && nth % 2 == 0 {
+        if shared.opts.gone_once && nth.is_multiple_of(2) {
             let mut ev = serde_json::to_vec(&json!({"type": "ERROR",
                 "object": status_json(410, "Expired", "too old resource version (replay server: forced once)")}))?;
             ev.push(b'\n');

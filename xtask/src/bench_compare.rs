@@ -1,0 +1,923 @@
+//! `cargo xtask bench-compare [--quick]`: kcache against kube-runtime and
+//! client-go on the same data, same machine, run alternately.
+//!
+//! Builds the harness (`benches/compare`: the replay apiserver, the kcache,
+//! kube-runtime and ceiling clients, and the client-go client, a Go module
+//! built into `target/bench-compare/`), then runs the scenarios of issue 8:
+//!
+//! - (a) ingest: a paged list of N Pods then M watch events;
+//! - (b) steady-state RSS with N Pods cached, without and with a
+//!   managedFields-stripping transform in every client;
+//! - (c) relist: the first watch answers 410 Gone, forcing a relist of N;
+//! - (d) workqueue add/get/done of distinct keys, 1 and 8 workers, kcache
+//!   against client-go's workqueue;
+//!
+//! plus bare serde_json decoding of the same bytes as the ceiling. Prints a
+//! Markdown table of medians and ratios, writes it with the raw runs and an
+//! SVG plot under `target/bench-compare/`, and with `--write-docs` into
+//! `docs/performance.md` and `docs/performance-compare.svg`.
+
+use std::fmt::Write as _;
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::bench::{fmt_rate, target_dir};
+use crate::run::{cargo, step, workspace_root};
+
+/// Options of `cargo xtask bench-compare`.
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Small data set and fewer repetitions: under 5 minutes on 2 cores.
+    #[arg(long)]
+    quick: bool,
+    /// Pods in the list (quick: 10,000; full: 100,000).
+    #[arg(long)]
+    pods: Option<usize>,
+    /// Watch events after the list (default: as many as Pods).
+    #[arg(long)]
+    events: Option<usize>,
+    /// Repetitions of each client in scenario (a) and (d) (quick: 3; full: 5).
+    #[arg(long)]
+    reps: Option<usize>,
+    /// Workqueue keys in scenario (d) (default 1,000,000).
+    #[arg(long)]
+    keys: Option<usize>,
+    /// Use the binaries already built.
+    #[arg(long)]
+    no_build: bool,
+    /// Also write the table into docs/performance.md and the plot into
+    /// docs/performance-compare.svg.
+    #[arg(long)]
+    write_docs: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Settings {
+    pods: usize,
+    events: usize,
+    reps: usize,
+    mem_reps: usize,
+    keys: usize,
+    quick: bool,
+    #[serde(skip)]
+    timeout: Duration,
+}
+
+/// What every client prints (the `Report` of `benches/compare`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Report {
+    client: String,
+    events: u64,
+    secs: f64,
+    events_per_sec: f64,
+    peak_rss_kb: u64,
+    steady_rss_kb: u64,
+    baseline_rss_kb: u64,
+    cached: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Impl {
+    Kcache,
+    KubeRuntime,
+    ClientGo,
+}
+
+const CLIENTS: [Impl; 3] = [Impl::Kcache, Impl::KubeRuntime, Impl::ClientGo];
+
+impl Impl {
+    fn name(self) -> &'static str {
+        match self {
+            Impl::Kcache => "kcache",
+            Impl::KubeRuntime => "kube-runtime",
+            Impl::ClientGo => "client-go",
+        }
+    }
+}
+
+struct Bins {
+    release: PathBuf,
+    client_go: PathBuf,
+}
+
+impl Bins {
+    fn command(&self, client: Impl) -> Command {
+        let mut cmd = match client {
+            Impl::Kcache => Command::new(self.release.join("kcache-client")),
+            Impl::KubeRuntime => Command::new(self.release.join("kube-runtime-client")),
+            Impl::ClientGo => {
+                let mut c = Command::new(&self.client_go);
+                // Classic paged LIST + WATCH, like the two Rust clients (the
+                // replay server does not serve streaming lists).
+                c.env("KUBE_FEATURE_WatchListClient", "false");
+                c
+            }
+        };
+        cmd.env_remove("RUST_LOG");
+        cmd
+    }
+}
+
+/// A flag in the syntax of each client (Go's `flag` takes `-name=value`).
+fn flag(client: Impl, name: &str, value: Option<&str>) -> String {
+    let dash = if client == Impl::ClientGo { "-" } else { "--" };
+    match value {
+        Some(v) => format!("{dash}{name}={v}"),
+        None => format!("{dash}{name}"),
+    }
+}
+
+/// A running replay server; killed on drop.
+struct Server {
+    child: Child,
+    kubeconfig: PathBuf,
+    info: Value,
+}
+
+impl Server {
+    fn start(
+        bins: &Bins,
+        out: &Path,
+        pods: usize,
+        events: usize,
+        gone_once: bool,
+    ) -> anyhow::Result<Server> {
+        let mut cmd = Command::new(bins.release.join("replay"));
+        cmd.args(["--pods", &pods.to_string(), "--events", &events.to_string()]);
+        if gone_once {
+            cmd.arg("--gone-once");
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting the replay server")?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().context("replay stdout")?)
+            .read_line(&mut line)
+            .context("reading the replay server's address")?;
+        let info: Value = serde_json::from_str(line.trim())
+            .with_context(|| format!("the replay server printed {line:?}"))?;
+        let addr = info["addr"].as_str().context("no addr")?.to_string();
+        let kubeconfig = out.join(format!("kubeconfig-{}.yaml", addr.replace([':', '.'], "-")));
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: replay\n  cluster:\n    server: http://{addr}\n\
+                 contexts:\n- name: replay\n  context:\n    cluster: replay\n    user: replay\n\
+                 current-context: replay\nusers:\n- name: replay\n  user: {{}}\n"
+            ),
+        )?;
+        Ok(Server {
+            child,
+            kubeconfig,
+            info,
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs one client to completion (or kills it at the timeout) and parses
+/// its report. Its stderr goes to `log`.
+fn run_client(mut cmd: Command, timeout: Duration, log: &Path) -> anyhow::Result<Report> {
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log_file))
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
+        s
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{cmd:?} did not finish in {timeout:?} (stderr in {})",
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = reader.join().unwrap_or_default();
+    if !status.success() {
+        bail!("{cmd:?} failed ({status}); stderr in {}", log.display());
+    }
+    let last = out
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .unwrap_or("");
+    serde_json::from_str(last).with_context(|| format!("{cmd:?} printed {out:?}"))
+}
+
+struct Progress {
+    done: usize,
+    total: usize,
+    started: Instant,
+}
+
+impl Progress {
+    fn tick(&mut self, what: &str, r: &Report, extra: &str) {
+        self.done += 1;
+        eprintln!(
+            "[{:>2}/{}] {:>5.0}s  {what:<38} {:>10}/s  peak {:>7.1} MiB  steady {:>7.1} MiB{extra}",
+            self.done,
+            self.total,
+            self.started.elapsed().as_secs_f64(),
+            fmt_rate(r.events_per_sec),
+            r.peak_rss_kb as f64 / 1024.0,
+            r.steady_rss_kb as f64 / 1024.0,
+        );
+    }
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Results {
+    settings: Option<Settings>,
+    machine: Vec<(String, String)>,
+    server: Value,
+    ceiling: Value,
+    ingest: Vec<Report>,
+    memory: Vec<Report>,
+    memory_stripped: Vec<Report>,
+    relist: Vec<Report>,
+    workqueue_1: Vec<Report>,
+    workqueue_8: Vec<Report>,
+    total_secs: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn med(runs: &[Report], client: Impl, f: impl Fn(&Report) -> f64) -> f64 {
+    median(
+        runs.iter()
+            .filter(|r| r.client == client.name())
+            .map(f)
+            .collect(),
+    )
+}
+
+/// Runs the comparison.
+pub fn run(args: CompareArgs) -> anyhow::Result<()> {
+    let pods = args
+        .pods
+        .unwrap_or(if args.quick { 10_000 } else { 100_000 });
+    let s = Settings {
+        pods,
+        events: args.events.unwrap_or(pods),
+        reps: args.reps.unwrap_or(if args.quick { 3 } else { 5 }),
+        mem_reps: if args.quick { 1 } else { 3 },
+        keys: args.keys.unwrap_or(1_000_000),
+        quick: args.quick,
+        timeout: Duration::from_secs(if args.quick { 120 } else { 1200 }),
+    };
+    let out = target_dir().join("bench-compare");
+    std::fs::create_dir_all(&out)?;
+    let bins = build(&out, args.no_build)?;
+    let log = out.join("clients.log");
+    let _ = std::fs::remove_file(&log);
+    let mut res = Results {
+        machine: machine(),
+        ..Results::default()
+    };
+    let total = 1 + 3 * s.reps + 3 * 3 * s.mem_reps + 2 * 2 * s.reps;
+    let mut p = Progress {
+        done: 0,
+        total,
+        started: Instant::now(),
+    };
+    eprintln!(
+        "\n==> bench-compare: N={} Pods, M={} watch events, {} reps ({}), clients' stderr in {}",
+        s.pods,
+        s.events,
+        s.reps,
+        if s.quick { "quick" } else { "full" },
+        log.display()
+    );
+
+    // The ceiling: serde_json on the same bytes.
+    let mut cmd = Command::new(bins.release.join("decode-ceiling"));
+    cmd.args([
+        "--pods",
+        &s.pods.to_string(),
+        "--events",
+        &s.events.to_string(),
+    ]);
+    let o = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .context("decode-ceiling")?;
+    res.ceiling = serde_json::from_slice(&o.stdout).context("decode-ceiling output")?;
+    p.tick(
+        "ceiling: serde_json IgnoredAny",
+        &Report {
+            events_per_sec: res.ceiling["ignored_any_per_sec"].as_f64().unwrap_or(0.0),
+            ..Report::default()
+        },
+        "",
+    );
+
+    // (a) ingest.
+    {
+        let server = Server::start(&bins, &out, s.pods, s.events, false)?;
+        res.server = server.info.clone();
+        for rep in 0..s.reps {
+            for c in CLIENTS {
+                let mut cmd = bins.command(c);
+                cmd.env("KUBECONFIG", &server.kubeconfig)
+                    .arg(flag(c, "settle-ms", Some("0")));
+                let r = run_client(cmd, s.timeout, &log)?;
+                p.tick(&format!("(a) ingest {} #{}", c.name(), rep + 1), &r, "");
+                res.ingest.push(r);
+            }
+        }
+    }
+    // (b) steady-state memory, without and with the transform.
+    {
+        let server = Server::start(&bins, &out, s.pods, 0, false)?;
+        for strip in [false, true] {
+            for rep in 0..s.mem_reps {
+                for c in CLIENTS {
+                    let mut cmd = bins.command(c);
+                    cmd.env("KUBECONFIG", &server.kubeconfig);
+                    if strip {
+                        cmd.arg(flag(c, "strip-managed-fields", None));
+                    }
+                    let r = run_client(cmd, s.timeout, &log)?;
+                    let per = per_pod_kib(&r, s.pods);
+                    let what = format!(
+                        "(b) memory{} {} #{}",
+                        if strip { " stripped" } else { "" },
+                        c.name(),
+                        rep + 1
+                    );
+                    p.tick(&what, &r, &format!("  {per:.2} KiB/Pod"));
+                    if strip {
+                        res.memory_stripped.push(r);
+                    } else {
+                        res.memory.push(r);
+                    }
+                }
+            }
+        }
+    }
+    // (c) relist after a 410.
+    {
+        let server = Server::start(&bins, &out, s.pods, 0, true)?;
+        for rep in 0..s.mem_reps {
+            for c in CLIENTS {
+                let mut cmd = bins.command(c);
+                cmd.env("KUBECONFIG", &server.kubeconfig);
+                let r = run_client(cmd, s.timeout, &log)?;
+                p.tick(&format!("(c) relist {} #{}", c.name(), rep + 1), &r, "");
+                res.relist.push(r);
+            }
+        }
+    }
+    // (d) workqueue.
+    for workers in [1usize, 8] {
+        for rep in 0..s.reps {
+            for c in [Impl::Kcache, Impl::ClientGo] {
+                let mut cmd = bins.command(c);
+                cmd.args([
+                    flag(c, "scenario", Some("workqueue")),
+                    flag(c, "keys", Some(&s.keys.to_string())),
+                    flag(c, "workers", Some(&workers.to_string())),
+                ]);
+                let r = run_client(cmd, s.timeout, &log)?;
+                p.tick(
+                    &format!("(d) workqueue {workers}w {} #{}", c.name(), rep + 1),
+                    &r,
+                    "",
+                );
+                if workers == 1 {
+                    res.workqueue_1.push(r);
+                } else {
+                    res.workqueue_8.push(r);
+                }
+            }
+        }
+    }
+    res.total_secs = p.started.elapsed().as_secs_f64();
+    res.settings = Some(s.clone());
+    res.machine
+        .push(("load average at the end".into(), loadavg()));
+
+    let md = markdown(&res, &s);
+    println!("\n{md}");
+    std::fs::write(out.join("results.md"), &md)?;
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&res)?,
+    )?;
+    let svg = plot(&res, &s);
+    std::fs::write(out.join("compare.svg"), &svg)?;
+    eprintln!(
+        "==> bench-compare: done in {:.0}s; results.md, results.json and compare.svg in {}",
+        res.total_secs,
+        out.display()
+    );
+    if args.write_docs {
+        write_docs(&md, &svg)?;
+    }
+    Ok(())
+}
+
+fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
+    let bins = Bins {
+        release: target_dir().join("release"),
+        client_go: out.join("client-go-bench"),
+    };
+    if no_build {
+        return Ok(bins);
+    }
+    let mut cmd = cargo();
+    cmd.args([
+        "build",
+        "--release",
+        "-j",
+        "2",
+        "-p",
+        "kcache-bench-compare",
+    ]);
+    step(
+        "build the Rust clients and the replay server (release)",
+        cmd,
+    )?;
+    let mut go = Command::new("go");
+    go.current_dir(workspace_root().join("benches/compare/client-go"))
+        .args(["build", "-mod=readonly", "-o"])
+        .arg(&bins.client_go)
+        .arg(".");
+    step("build the client-go client (Go, client-go v0.37.2)", go)?;
+    Ok(bins)
+}
+
+fn per_pod_kib(r: &Report, pods: usize) -> f64 {
+    (r.steady_rss_kb.saturating_sub(r.baseline_rss_kb)) as f64 / pods.max(1) as f64
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn command_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+fn machine() -> Vec<(String, String)> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_default();
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:").map(|v| v.trim().to_string()))
+        .unwrap_or_default();
+    vec![
+        (
+            "cpu".into(),
+            format!(
+                "{model} × {}",
+                std::thread::available_parallelism().map_or(0, |n| n.get())
+            ),
+        ),
+        ("memory".into(), mem),
+        ("kernel".into(), command_line("uname", &["-sr"])),
+        ("rustc".into(), command_line("rustc", &["-V"])),
+        ("go".into(), command_line("go", &["version"])),
+        ("load average at the start".into(), loadavg()),
+    ]
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if a.is_finite() && b.is_finite() && b > 0.0 {
+        format!("{:.2}x", a / b)
+    } else {
+        "n/a".into()
+    }
+}
+
+fn cell(v: f64, fmt: impl Fn(f64) -> String) -> String {
+    if v.is_finite() { fmt(v) } else { "n/a".into() }
+}
+
+fn markdown(res: &Results, s: &Settings) -> String {
+    let mib = |kb: u64| kb as f64 / 1024.0;
+    let pods = s.pods;
+    let ev = |r: &Report| r.events_per_sec;
+    let json_kib = res.server["avg_pod_bytes"].as_f64().unwrap_or(f64::NAN) / 1024.0;
+    let json_stripped_kib = res.server["avg_pod_bytes_stripped"]
+        .as_f64()
+        .unwrap_or(f64::NAN)
+        / 1024.0;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "N = {} Pods (mean {:.0} bytes of JSON each, {:.0} without managedFields), M = {} watch events; \
+         {} runs per client in (a) and (d), {} in (b) and (c); medians. Total {:.0}s.\n",
+        s.pods,
+        json_kib * 1024.0,
+        json_stripped_kib * 1024.0,
+        s.events,
+        s.reps,
+        s.mem_reps,
+        res.total_secs
+    );
+    t.push_str("| scenario | kcache | kube-runtime | client-go | kcache / kube-runtime | kcache / client-go | goal |\n");
+    t.push_str("|---|---:|---:|---:|---:|---:|---|\n");
+    let row = |t: &mut String,
+               name: &str,
+               runs: &[Report],
+               f: &dyn Fn(&Report) -> f64,
+               fmt: &dyn Fn(f64) -> String,
+               goal: &str| {
+        let v: Vec<f64> = CLIENTS.iter().map(|&c| med(runs, c, f)).collect();
+        let _ = writeln!(
+            t,
+            "| {name} | {} | {} | {} | {} | {} | {goal} |",
+            cell(v[0], fmt),
+            cell(v[1], fmt),
+            cell(v[2], fmt),
+            ratio(v[0], v[1]),
+            ratio(v[0], v[2])
+        );
+        v
+    };
+    let rate = |v: f64| format!("{}/s", fmt_rate(v));
+    let mibf = |v: f64| format!("{v:.1} MiB");
+    let kibf = |v: f64| format!("{v:.2} KiB");
+    row(
+        &mut t,
+        "(a) ingest N + M events, events/s",
+        &res.ingest,
+        &ev,
+        &rate,
+        "≥ 5x both",
+    );
+    row(
+        &mut t,
+        "(a) ingest: peak RSS",
+        &res.ingest,
+        &|r| mib(r.peak_rss_kb),
+        &mibf,
+        "",
+    );
+    let b = row(
+        &mut t,
+        "(b) steady RSS per cached Pod",
+        &res.memory,
+        &|r| per_pod_kib(r, pods),
+        &kibf,
+        "≤ 0.25x both",
+    );
+    let bs = row(
+        &mut t,
+        "(b) same, managedFields stripped",
+        &res.memory_stripped,
+        &|r| per_pod_kib(r, pods),
+        &kibf,
+        "≤ 0.25x both",
+    );
+    row(
+        &mut t,
+        "(b) steady RSS, N cached",
+        &res.memory,
+        &|r| mib(r.steady_rss_kb),
+        &mibf,
+        "",
+    );
+    let steady: Vec<f64> = CLIENTS
+        .iter()
+        .map(|&c| med(&res.memory, c, |r| mib(r.steady_rss_kb)))
+        .collect();
+    row(
+        &mut t,
+        "(c) relist after 410: peak RSS",
+        &res.relist,
+        &|r| mib(r.peak_rss_kb),
+        &mibf,
+        "",
+    );
+    let peaks: Vec<f64> = CLIENTS
+        .iter()
+        .map(|&c| med(&res.relist, c, |r| mib(r.peak_rss_kb)))
+        .collect();
+    let pr: Vec<f64> = peaks.iter().zip(&steady).map(|(p, s)| p / s).collect();
+    let _ = writeln!(
+        t,
+        "| (c) relist peak / (b) steady RSS | {:.2}x | {:.2}x | {:.2}x | | | kcache ≤ 1.5x |",
+        pr[0], pr[1], pr[2]
+    );
+    row(
+        &mut t,
+        "(d) workqueue, 1 worker, items/s",
+        &res.workqueue_1,
+        &ev,
+        &rate,
+        "≥ 2x client-go",
+    );
+    row(
+        &mut t,
+        "(d) workqueue, 8 workers, items/s",
+        &res.workqueue_8,
+        &ev,
+        &rate,
+        "≥ 2x client-go",
+    );
+    let c = &res.ceiling;
+    let _ = writeln!(
+        t,
+        "\nkcache memory per cached Pod vs its JSON: {:.2}x ({:.2} KiB / {:.2} KiB; goal ≤ 1.3x); stripped: {:.2}x ({:.2} KiB / {:.2} KiB).",
+        b[0] / json_kib,
+        b[0],
+        json_kib,
+        bs[0] / json_stripped_kib,
+        bs[0],
+        json_stripped_kib
+    );
+    let _ = writeln!(
+        t,
+        "\nCeiling, serde_json on the same bytes (1 thread, no network, no cache): parse only (IgnoredAny) {}/s, \
+         serde_json::Value {}/s, k8s-openapi Pod {}/s.",
+        fmt_rate(c["ignored_any_per_sec"].as_f64().unwrap_or(f64::NAN)),
+        fmt_rate(c["value_per_sec"].as_f64().unwrap_or(f64::NAN)),
+        fmt_rate(c["pod_per_sec"].as_f64().unwrap_or(f64::NAN)),
+    );
+    t.push_str("\nMachine:");
+    for (k, v) in &res.machine {
+        let _ = write!(t, " {k}: {v};");
+    }
+    t.push('\n');
+    t
+}
+
+/// A hand-written SVG: events/s of (a), and RSS of (a), (b) and (c), for
+/// the three clients.
+fn plot(res: &Results, s: &Settings) -> String {
+    const COLORS: [&str; 3] = ["#d9480f", "#1971c2", "#2f9e44"];
+    let mib = |kb: u64| kb as f64 / 1024.0;
+    let rates: Vec<f64> = CLIENTS
+        .iter()
+        .map(|&c| med(&res.ingest, c, |r| r.events_per_sec))
+        .collect();
+    let groups: Vec<(&str, Vec<f64>)> = vec![
+        (
+            "(a) ingest peak",
+            CLIENTS
+                .iter()
+                .map(|&c| med(&res.ingest, c, |r| mib(r.peak_rss_kb)))
+                .collect(),
+        ),
+        (
+            "(b) steady",
+            CLIENTS
+                .iter()
+                .map(|&c| med(&res.memory, c, |r| mib(r.steady_rss_kb)))
+                .collect(),
+        ),
+        (
+            "(b) steady, stripped",
+            CLIENTS
+                .iter()
+                .map(|&c| med(&res.memory_stripped, c, |r| mib(r.steady_rss_kb)))
+                .collect(),
+        ),
+        (
+            "(c) relist peak",
+            CLIENTS
+                .iter()
+                .map(|&c| med(&res.relist, c, |r| mib(r.peak_rss_kb)))
+                .collect(),
+        ),
+    ];
+    let (w, h) = (960.0, 420.0);
+    let mut svg = String::new();
+    let _ = writeln!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(svg, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        svg,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">kcache vs kube-runtime vs client-go: {} Pods listed + {} watch events (medians)</text>"#,
+        w / 2.0,
+        s.pods,
+        s.events
+    );
+    // Legend.
+    for (i, c) in CLIENTS.iter().enumerate() {
+        let x = 330.0 + i as f64 * 120.0;
+        let _ = writeln!(
+            svg,
+            r#"<rect x="{x}" y="34" width="12" height="12" fill="{}"/><text x="{}" y="45">{}</text>"#,
+            COLORS[i],
+            x + 16.0,
+            c.name()
+        );
+    }
+    let panel = |svg: &mut String,
+                 x0: f64,
+                 pw: f64,
+                 title: &str,
+                 groups: &[(&str, Vec<f64>)],
+                 fmt: &dyn Fn(f64) -> String| {
+        let (y0, ph) = (80.0, 280.0);
+        let max = groups
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, f64::max)
+            .max(1e-9);
+        let _ = writeln!(
+            svg,
+            r#"<text x="{}" y="{}" text-anchor="middle" font-size="13">{title}</text>"#,
+            x0 + pw / 2.0,
+            y0 - 12.0
+        );
+        let _ = writeln!(
+            svg,
+            r##"<line x1="{x0}" y1="{}" x2="{}" y2="{}" stroke="#333"/>"##,
+            y0 + ph,
+            x0 + pw,
+            y0 + ph
+        );
+        let gw = pw / groups.len() as f64;
+        for (g, (label, vals)) in groups.iter().enumerate() {
+            let gx = x0 + g as f64 * gw;
+            let bw = (gw * 0.8) / 3.0;
+            for (i, v) in vals.iter().enumerate() {
+                let v = if v.is_finite() { *v } else { 0.0 };
+                let bh = ph * v / max;
+                let x = gx + gw * 0.1 + i as f64 * bw;
+                let y = y0 + ph - bh;
+                let _ = writeln!(
+                    svg,
+                    r#"<rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{bh:.1}" fill="{}"/>"#,
+                    bw - 2.0,
+                    COLORS[i]
+                );
+                let _ = writeln!(
+                    svg,
+                    r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"#,
+                    x + bw / 2.0 - 1.0,
+                    y - 3.0,
+                    fmt(v)
+                );
+            }
+            let _ = writeln!(
+                svg,
+                r#"<text x="{:.1}" y="{}" text-anchor="middle">{label}</text>"#,
+                gx + gw / 2.0,
+                y0 + ph + 18.0
+            );
+        }
+    };
+    panel(
+        &mut svg,
+        40.0,
+        280.0,
+        "(a) ingest, events/s (higher is better)",
+        &[("events/s", rates)],
+        &|v| fmt_rate(v).trim().to_string(),
+    );
+    panel(
+        &mut svg,
+        380.0,
+        550.0,
+        "RSS, MiB (lower is better)",
+        &groups,
+        &|v| format!("{v:.0}"),
+    );
+    let _ = writeln!(
+        svg,
+        r##"<text x="{}" y="{}" text-anchor="middle" font-size="10" fill="#555">cargo xtask bench-compare{}; machine and method: docs/performance.md</text>"##,
+        w / 2.0,
+        h - 12.0,
+        if s.quick { " --quick" } else { "" }
+    );
+    svg.push_str("</svg>\n");
+    svg
+}
+
+const BEGIN: &str = "<!-- bench-compare:begin -->";
+const END: &str = "<!-- bench-compare:end -->";
+
+fn write_docs(md: &str, svg: &str) -> anyhow::Result<()> {
+    let docs = workspace_root().join("docs");
+    let path = docs.join("performance.md");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
+        bail!("{} has no {BEGIN} ... {END} block", path.display());
+    };
+    let new = format!("{}{BEGIN}\n{md}{}", &text[..a], &text[b..]);
+    std::fs::write(&path, new)?;
+    std::fs::write(docs.join("performance-compare.svg"), svg)?;
+    eprintln!(
+        "==> wrote {} and docs/performance-compare.svg",
+        path.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(vec![]).is_nan());
+    }
+
+    #[test]
+    fn table_and_plot_render() {
+        let s = Settings {
+            pods: 10,
+            events: 10,
+            reps: 1,
+            mem_reps: 1,
+            keys: 10,
+            quick: true,
+            timeout: Duration::from_secs(1),
+        };
+        let mk = |c: Impl, ev: f64| Report {
+            client: c.name().into(),
+            events: 21,
+            secs: 1.0,
+            events_per_sec: ev,
+            peak_rss_kb: 4096,
+            steady_rss_kb: 2048,
+            baseline_rss_kb: 1024,
+            cached: 10,
+        };
+        let runs: Vec<Report> = CLIENTS.iter().map(|&c| mk(c, 100.0)).collect();
+        let res = Results {
+            server: serde_json::json!({"avg_pod_bytes": 5000, "avg_pod_bytes_stripped": 3500}),
+            ingest: runs.clone(),
+            memory: runs.clone(),
+            memory_stripped: runs.clone(),
+            relist: runs.clone(),
+            workqueue_1: vec![mk(Impl::Kcache, 200.0), mk(Impl::ClientGo, 100.0)],
+            workqueue_8: vec![mk(Impl::Kcache, 200.0), mk(Impl::ClientGo, 100.0)],
+            ..Results::default()
+        };
+        let md = markdown(&res, &s);
+        assert!(
+            md.contains(
+                "| (d) workqueue, 1 worker, items/s | 200.0 /s | n/a | 100.0 /s | n/a | 2.00x |"
+            ),
+            "{md}"
+        );
+        let svg = plot(&res, &s);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
+}
