@@ -81,6 +81,8 @@ struct Report {
     steady_rss_kb: u64,
     baseline_rss_kb: u64,
     cached: usize,
+    #[serde(default)]
+    object_heap_bytes: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -671,6 +673,28 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &rate,
         "≥ 2x client-go",
     );
+    let heap = median(
+        res.memory
+            .iter()
+            .filter(|r| r.client == "kcache" && r.cached > 0)
+            .map(|r| r.object_heap_bytes as f64 / r.cached as f64 / 1024.0)
+            .collect(),
+    );
+    let heap_stripped = median(
+        res.memory_stripped
+            .iter()
+            .filter(|r| r.client == "kcache" && r.cached > 0)
+            .map(|r| r.object_heap_bytes as f64 / r.cached as f64 / 1024.0)
+            .collect(),
+    );
+    let _ = writeln!(
+        t,
+        "\nkcache's own accounting of a cached object (`CachedObject::heap_size`: bytes + extracted metadata): \
+         {heap:.2} KiB = {:.2}x its JSON; stripped {heap_stripped:.2} KiB = {:.2}x. The rest of the RSS per Pod is \
+         the cache's maps and indexes, allocator overhead and buffers.",
+        heap / json_kib,
+        heap_stripped / json_stripped_kib
+    );
     let c = &res.ceiling;
     let _ = writeln!(
         t,
@@ -898,6 +922,7 @@ mod tests {
             steady_rss_kb: 2048,
             baseline_rss_kb: 1024,
             cached: 10,
+            object_heap_bytes: 10 * 4096,
         };
         let runs: Vec<Report> = CLIENTS.iter().map(|&c| mk(c, 100.0)).collect();
         let res = Results {

@@ -497,6 +497,10 @@ pub struct Report {
     pub baseline_rss_kb: u64,
     /// Objects in the cache at the end.
     pub cached: usize,
+    /// Heap bytes the cache's objects account for, by their own count
+    /// (kcache only: `CachedObject::heap_size`), 0 if unknown.
+    #[serde(default)]
+    pub object_heap_bytes: u64,
 }
 
 /// A field of `/proc/self/status` (`VmHWM`, `VmRSS`), in KiB; 0 if unknown.

@@ -95,6 +95,12 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
         steady_rss_kb: proc_status_kb("VmRSS"),
         baseline_rss_kb: baseline,
         cached: informer.indexer().len(),
+        object_heap_bytes: informer
+            .indexer()
+            .list()
+            .iter()
+            .map(|o| o.heap_size() as u64)
+            .sum(),
     };
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), task).await;

@@ -72,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
         steady_rss_kb: proc_status_kb("VmRSS"),
         baseline_rss_kb: baseline,
         cached: store.state().len(),
+        ..Report::default()
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
