@@ -109,6 +109,7 @@ fn start_controllers(
     let factory = SharedInformerFactory::builder(client.clone())
         .namespace(ns)
         .strip_managed_fields(true)
+        .reflector_metrics(metrics.reflector_provider())
         .build();
     let (controller, ctx) =
         sample_controller::build_controller(&factory, client.clone(), Config::default().workers(2));

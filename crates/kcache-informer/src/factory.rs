@@ -62,6 +62,7 @@ struct Entry {
 
 struct Config {
     list_options: ListOptions,
+    reflector_metrics: Option<Arc<dyn kcache_reflector::MetricsProvider>>,
     tweak: Option<Tweak>,
     default_resync: Duration,
     resync_for: HashMap<TypeId, Duration>,
@@ -157,6 +158,14 @@ impl SharedInformerFactoryBuilder {
         self.config.list_options.object_options = opts.strip_managed_fields(strip);
         self
     }
+    /// Every informer's reflector reports its metrics here.
+    pub fn reflector_metrics(
+        mut self,
+        provider: Arc<dyn kcache_reflector::MetricsProvider>,
+    ) -> Self {
+        self.config.reflector_metrics = Some(provider);
+        self
+    }
     /// A transform for the informer of `K`.
     pub fn transform_for<K: 'static>(mut self, transform: TransformFunc<K>) -> Self {
         self.config
@@ -190,6 +199,7 @@ impl SharedInformerFactory {
             client,
             config: Config {
                 list_options: ListOptions::default(),
+                reflector_metrics: None,
                 tweak: None,
                 default_resync: Duration::ZERO,
                 resync_for: HashMap::new(),
@@ -254,10 +264,14 @@ impl SharedInformerFactory {
             .get(&TypeId::of::<K>())
             .copied()
             .unwrap_or(cfg.default_resync);
-        let informer = SharedIndexInformer::<K>::builder_with(self.inner.client.clone(), dyntype)
-            .list_options(options)
-            .resync_period(resync)
-            .build();
+        let mut builder =
+            SharedIndexInformer::<K>::builder_with(self.inner.client.clone(), dyntype)
+                .list_options(options)
+                .resync_period(resync);
+        if let Some(m) = &cfg.reflector_metrics {
+            builder = builder.reflector_metrics(m.clone());
+        }
+        let informer = builder.build();
         if let Some(t) = cfg
             .transforms
             .get(&TypeId::of::<K>())

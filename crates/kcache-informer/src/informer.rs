@@ -8,7 +8,7 @@ use std::time::Duration;
 use kcache_core::{BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
-use kcache_reflector::{Reflector, ReflectorError};
+use kcache_reflector::{MetricsProvider, Reflector, ReflectorError};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
@@ -113,6 +113,7 @@ pub(crate) struct Inner<K: Resource> {
     list_options: ListOptions,
     fifo_kind: FifoKind,
     default_handler_resync: Duration,
+    reflector_metrics: Option<Arc<dyn MetricsProvider>>,
     indexer: Arc<Indexer<K>>,
     processor: SharedProcessor<K>,
     lifecycle: Mutex<Lifecycle<K>>,
@@ -162,6 +163,7 @@ pub struct SharedIndexInformerBuilder<K: Resource> {
     indexers: Indexers<K>,
     fifo_kind: FifoKind,
     name: Option<String>,
+    reflector_metrics: Option<Arc<dyn MetricsProvider>>,
 }
 
 impl<K: Resource + 'static> SharedIndexInformerBuilder<K>
@@ -204,6 +206,13 @@ where
         self.fifo_kind = kind;
         self
     }
+    /// Where the reflector reports its metrics (lists, watches, events,
+    /// relists, errors, last resourceVersion), e.g. kcache-reflector's
+    /// `PrometheusMetricsProvider` or kcache-controller's registry.
+    pub fn reflector_metrics(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+        self.reflector_metrics = Some(provider);
+        self
+    }
     /// Name for logs and metrics (default: the resource's plural).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
@@ -231,6 +240,7 @@ where
                 list_options: self.list_options,
                 fifo_kind: self.fifo_kind,
                 default_handler_resync: self.resync,
+                reflector_metrics: self.reflector_metrics,
                 indexer,
                 processor: SharedProcessor::new(),
                 lifecycle: Mutex::new(Lifecycle {
@@ -274,6 +284,7 @@ where
             indexers: Indexers::new(),
             fifo_kind: FifoKind::default(),
             name: None,
+            reflector_metrics: None,
         }
     }
 
@@ -555,6 +566,9 @@ where
         }
         if lc.resync_check_period > Duration::ZERO {
             rb = rb.resync_period(lc.resync_check_period);
+        }
+        if let Some(m) = &self.inner.reflector_metrics {
+            rb = rb.metrics(m.clone());
         }
         if let Some(h) = &lc.watch_error_handler {
             let h = h.clone();

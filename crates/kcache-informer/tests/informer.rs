@@ -549,13 +549,17 @@ async fn real_fifo_informer_behaves_the_same() {
 #[tokio::test]
 async fn listener_backlog_and_panics_are_exported_to_prometheus() {
     let api = FakeApi::new();
-    let informer = api.informer().build();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let reflector_metrics = kcache_reflector::PrometheusMetricsProvider::new(&mut registry);
+    let informer = api
+        .informer()
+        .reflector_metrics(Arc::new(reflector_metrics))
+        .build();
     let gate = Gate::default();
     let g2 = gate.clone();
     informer
         .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| g2.wait()))
         .unwrap();
-    let mut registry = prometheus_client::registry::Registry::default();
     let metrics = kcache_informer::prometheus::InformerMetrics::register(&mut registry);
     metrics.add(&informer);
     let run = Running::start(informer.clone());

@@ -68,12 +68,14 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("no cluster (set KUBECONFIG)")?;
-    let mut fb = SharedInformerFactory::builder(client.clone()).strip_managed_fields(true);
+    let metrics = MetricsRegistry::new();
+    let mut fb = SharedInformerFactory::builder(client.clone())
+        .strip_managed_fields(true)
+        .reflector_metrics(metrics.reflector_provider());
     if let Some(ns) = &args.namespace {
         fb = fb.namespace(ns.clone());
     }
     let factory = fb.build();
-    let metrics = MetricsRegistry::new();
     let (mut controller, ctx) = sample_controller::build_controller(
         &factory,
         client.clone(),
