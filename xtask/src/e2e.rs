@@ -59,7 +59,7 @@ fn suite(kubeconfig: Option<PathBuf>, rest: &[String]) -> anyhow::Result<()> {
     }
     let (_, counts) = cargo_test("integration suite", cmd)?;
     println!(
-        "xtask e2e: {} passed, {} failed, {} skipped",
+        "e2e: {} passed, {} failed, {} skipped",
         counts.passed, counts.failed, counts.ignored
     );
     Ok(())

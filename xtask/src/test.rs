@@ -81,7 +81,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     println!(
-        "xtask test: {} passed, {} failed, {} skipped",
+        "tests: {} passed, {} failed, {} skipped",
         counts.passed, counts.failed, counts.ignored
     );
     Ok(())
