@@ -53,6 +53,7 @@ mod certs;
 mod control_plane;
 mod error;
 mod kubeconfig;
+pub mod proxy;
 mod raw_http;
 
 pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION, cache_dir};
