@@ -1,0 +1,167 @@
+//! The fault proxy against a local echo server (no control plane needed).
+
+use std::time::{Duration, Instant};
+
+use kcache_envtest::proxy::FaultProxy;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// An echo server; returns its address.
+async fn echo() -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                loop {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if s.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn roundtrip(s: &mut TcpStream, msg: &[u8], within: Duration) -> std::io::Result<Vec<u8>> {
+    s.write_all(msg).await?;
+    let mut got = vec![0u8; msg.len()];
+    match tokio::time::timeout(within, s.read_exact(&mut got)).await {
+        Ok(r) => r.map(|_| got),
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "timed out",
+        )),
+    }
+}
+
+#[tokio::test]
+async fn forwards_and_cuts() {
+    let proxy = FaultProxy::start(echo().await).await.unwrap();
+    let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+    assert_eq!(
+        roundtrip(&mut s, b"hello", Duration::from_secs(5))
+            .await
+            .unwrap(),
+        b"hello"
+    );
+    proxy.cut_all();
+    let mut buf = [0u8; 8];
+    let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("a cut connection must end at once");
+    // a reset (error) or at least an end of stream; never data
+    assert!(matches!(r, Err(_) | Ok(0)), "{r:?}");
+    assert_eq!(proxy.stats().cut, 1);
+    // new connections work after a cut
+    let mut s2 = TcpStream::connect(proxy.addr()).await.unwrap();
+    assert_eq!(
+        roundtrip(&mut s2, b"again", Duration::from_secs(5))
+            .await
+            .unwrap(),
+        b"again"
+    );
+}
+
+#[tokio::test]
+async fn stall_holds_bytes_without_closing() {
+    let proxy = FaultProxy::start(echo().await).await.unwrap();
+    let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+    roundtrip(&mut s, b"warm", Duration::from_secs(5))
+        .await
+        .unwrap();
+    proxy.stall(true);
+    let r = roundtrip(&mut s, b"held", Duration::from_millis(500)).await;
+    assert_eq!(
+        r.unwrap_err().kind(),
+        std::io::ErrorKind::TimedOut,
+        "bytes passed a stalled proxy"
+    );
+    proxy.stall(false);
+    let mut got = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&got, b"held");
+}
+
+#[tokio::test]
+async fn blackhole_stalls_open_connections_only() {
+    let proxy = FaultProxy::start(echo().await).await.unwrap();
+    let mut old = TcpStream::connect(proxy.addr()).await.unwrap();
+    roundtrip(&mut old, b"warm", Duration::from_secs(5))
+        .await
+        .unwrap();
+    proxy.blackhole_open();
+    assert!(
+        roundtrip(&mut old, b"lost", Duration::from_millis(500))
+            .await
+            .is_err()
+    );
+    let mut new = TcpStream::connect(proxy.addr()).await.unwrap();
+    assert_eq!(
+        roundtrip(&mut new, b"fresh", Duration::from_secs(5))
+            .await
+            .unwrap(),
+        b"fresh"
+    );
+}
+
+#[tokio::test]
+async fn delay_and_refuse() {
+    let proxy = FaultProxy::start(echo().await).await.unwrap();
+    let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+    proxy.delay(Duration::from_millis(200));
+    let t = Instant::now();
+    roundtrip(&mut s, b"slow", Duration::from_secs(5))
+        .await
+        .unwrap();
+    // delayed once each way
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+    proxy.delay(Duration::ZERO);
+
+    proxy.refuse(true);
+    let mut r = TcpStream::connect(proxy.addr()).await.unwrap();
+    let res = roundtrip(&mut r, b"no", Duration::from_secs(5)).await;
+    assert!(res.is_err(), "a refused connection echoed: {res:?}");
+    assert!(proxy.stats().refused >= 1);
+    proxy.refuse(false);
+    let mut ok = TcpStream::connect(proxy.addr()).await.unwrap();
+    roundtrip(&mut ok, b"yes", Duration::from_secs(5))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn dropping_the_proxy_closes_everything() {
+    let proxy = FaultProxy::start(echo().await).await.unwrap();
+    let addr = proxy.addr();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    roundtrip(&mut s, b"warm", Duration::from_secs(5))
+        .await
+        .unwrap();
+    drop(proxy);
+    let mut buf = [0u8; 4];
+    let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("open connections end when the proxy is dropped");
+    assert!(matches!(r, Err(_) | Ok(0)), "{r:?}");
+    // the listener is gone too
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(TcpStream::connect(addr).await.is_err());
+}
