@@ -81,6 +81,72 @@ async fn connection_cuts() {
     stop_informer(cancel, task).await;
 }
 
+/// Fault 1, mixed: at random intervals, one of: reset every connection;
+/// stall every connection for 0.5-2 s (then resume: the held bytes flow);
+/// delay every chunk by 100 ms for 1 s; refuse new connections and reset
+/// the open ones for 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_chaos() {
+    let seed = seed("network_chaos");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (faults, ops) = if full() { (20, 600) } else { (6, 200) };
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let ns = cp.create_namespace("fault-chaos").await.expect("namespace");
+    let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
+    let informer =
+        SharedIndexInformer::<ConfigMap>::builder(proxy.client(cp.config()).expect("client"))
+            .namespace(&ns)
+            .build();
+    let rec = Recorder::default();
+    informer.add_event_handler(rec.clone()).expect("handler");
+    let (cancel, task) = spawn_informer(&informer);
+    synced(&informer, Duration::from_secs(30)).await;
+
+    let driver = Driver::start(
+        cp.client().expect("client"),
+        &ns,
+        "c",
+        seed,
+        ops,
+        Duration::from_millis(20),
+    );
+    let mut kinds = [0u32; 4];
+    for _ in 0..faults {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(200..1000))).await;
+        let kind = rng.random_range(0..4usize);
+        kinds[kind] += 1;
+        match kind {
+            0 => proxy.cut_all(),
+            1 => {
+                proxy.stall(true);
+                tokio::time::sleep(Duration::from_millis(rng.random_range(500..2000))).await;
+                proxy.stall(false);
+            }
+            2 => {
+                proxy.delay(Duration::from_millis(100));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                proxy.delay(Duration::ZERO);
+            }
+            _ => {
+                proxy.refuse(true);
+                proxy.cut_all();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                proxy.refuse(false);
+            }
+        }
+    }
+    eprintln!(
+        "network_chaos: cuts {}, stalls {}, delays {}, refusals {}",
+        kinds[0], kinds[1], kinds[2], kinds[3]
+    );
+    let done = driver.stop().await;
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
+    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
+    assert!(out.deletes > 0, "no delete exercised");
+    report("network_chaos", faults, &done, &out);
+    stop_informer(cancel, task).await;
+}
+
 /// Fault 2: the apiserver is restarted (etcd kept) during the informer's
 /// initial list, then again while the driver runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
