@@ -315,10 +315,11 @@ async fn connection(
     }
 }
 
-/// Sets SO_LINGER 0 on the socket of `w` (so that dropping it sends RST).
+/// Sets SO_LINGER 0 on the socket of `w` and gives the half up without a
+/// FIN: the socket is closed with an RST once its read half is dropped.
 fn reset(w: tokio::net::tcp::OwnedWriteHalf) {
     let _ = w.as_ref().set_zero_linger();
-    drop(w);
+    w.forget();
 }
 
 /// Copies `from` to `to` under the current faults. Returns how it ended and
