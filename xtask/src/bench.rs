@@ -39,10 +39,35 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
+/// `cargo` without the package variables `cargo run` gave this xtask
+/// process (`CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`...): build scripts that
+/// track them (ring's does) would otherwise see them change between
+/// `cargo build` and `cargo xtask`, and rebuild half of the tree each time.
+pub fn clean_cargo() -> std::process::Command {
+    let mut cmd = cargo();
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        if key.starts_with("CARGO_PKG_")
+            || matches!(
+                key,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_MANIFEST_LINKS"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+            )
+        {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
 /// Runs the benchmarks and prints the summary.
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if !args.summary_only {
-        let mut cmd = cargo();
+        let mut cmd = clean_cargo();
         cmd.args(["bench", "-j", "2"]);
         if args.package.is_empty() {
             cmd.arg("--workspace");

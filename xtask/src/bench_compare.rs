@@ -28,8 +28,8 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::bench::{fmt_rate, target_dir};
-use crate::run::{cargo, step, workspace_root};
+use crate::bench::{clean_cargo, fmt_rate, target_dir};
+use crate::run::{step, workspace_root};
 
 /// Options of `cargo xtask bench-compare`.
 #[derive(Args, Debug)]
@@ -469,7 +469,7 @@ fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
     if no_build {
         return Ok(bins);
     }
-    let mut cmd = cargo();
+    let mut cmd = clean_cargo();
     cmd.args([
         "build",
         "--release",
