@@ -14,6 +14,7 @@
 //!   Markdown summary.
 //! - `cargo xtask bench-compare [--quick]`: kcache against kube-runtime and
 //!   client-go on the same replayed data (docs/performance.md).
+//! - `cargo xtask fuzz [--seconds N]`: the cargo-fuzz targets, N seconds each.
 
 use std::process::ExitCode;
 
@@ -24,7 +25,9 @@ mod bench_compare;
 mod codegen;
 mod controlplane;
 mod demo;
+mod deny;
 mod e2e;
+mod fuzz;
 mod run;
 mod test;
 
@@ -59,6 +62,9 @@ enum Task {
     /// Compare kcache with kube-runtime and client-go on a replayed data set
     /// (ingest, memory, relist, workqueue); prints medians and ratios.
     BenchCompare(bench_compare::CompareArgs),
+    /// Build the cargo-fuzz targets (fuzz/) and run each for N seconds
+    /// (default 60); fails on a crash.
+    Fuzz(fuzz::FuzzArgs),
 }
 
 fn main() -> ExitCode {
@@ -84,6 +90,7 @@ fn main() -> ExitCode {
         Task::Demo(args) => demo::run(args),
         Task::Bench(args) => bench::run(args),
         Task::BenchCompare(args) => bench_compare::run(args),
+        Task::Fuzz(args) => fuzz::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -47,6 +47,10 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
     crate::codegen::check()?;
     timings.push(("codegen --check", t.elapsed().as_secs_f64()));
 
+    // --- dependency policy (deny.toml; see xtask/src/deny.rs) ---
+    timings.push(("cargo deny (licenses bans sources)", crate::deny::check()?));
+    // --- end dependency policy ---
+
     // Build the control plane up front, with progress, so that the first
     // integration test does not sit silently through a cold Go build.
     eprintln!(
