@@ -421,8 +421,16 @@ impl<K> CachedObject<K> {
             Some(f) => vec![None; f.len()],
             None => Vec::new(),
         };
+        // serde_json skips the strings it does not decode (everything but
+        // metadata) without checking their UTF-8: check the whole document
+        // here, so that only valid JSON enters the cache (found by fuzzing).
+        let text = std::str::from_utf8(&bytes).map_err(|e| {
+            ObjectError::Json(<serde_json::Error as serde::de::Error>::custom(
+                format_args!("invalid UTF-8 at byte {}", e.valid_up_to()),
+            ))
+        })?;
         let (meta, managed_span) = {
-            let mut de = serde_json::Deserializer::from_slice(&bytes);
+            let mut de = serde_json::Deserializer::from_str(text);
             let top = de
                 .deserialize_map(TopVisitor {
                     trie,
