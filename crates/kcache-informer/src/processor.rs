@@ -65,9 +65,13 @@ impl<K: 'static> SharedProcessor<K> {
         if state.started {
             listener.start()?;
         }
+        // As in client-go, a new listener counts as syncing until the first
+        // resync check says otherwise: an informer without resync (which
+        // never checks) delivers relisted, unchanged objects to every
+        // handler as `on_update(old, new)` with equal resourceVersions.
         state.listeners.push(Entry {
             listener,
-            syncing: false,
+            syncing: true,
         });
         Ok(())
     }
