@@ -60,6 +60,10 @@ pub struct ListOptions {
     /// How objects are built from the apiserver's bytes (field paths for
     /// field indexes; managedFields cutting).
     pub object_options: ObjectOptions,
+    /// Abandon a watch that received no byte for this long (a stalled
+    /// connection) and open a new one; `None`: the reflector's default, the
+    /// watch's server-side timeout plus 30 s.
+    pub watch_idle_timeout: Option<Duration>,
 }
 
 impl Default for ListOptions {
@@ -71,6 +75,7 @@ impl Default for ListOptions {
             page_size: 0,
             use_watch_list: true,
             object_options: ObjectOptions::default(),
+            watch_idle_timeout: None,
         }
     }
 }
@@ -183,6 +188,12 @@ where
     /// Field selector (Kubernetes syntax), applied by the server.
     pub fn field_selector(mut self, s: impl Into<String>) -> Self {
         self.list_options.field_selector = Some(s.into());
+        self
+    }
+    /// Abandon a watch that received no byte for this long (see
+    /// [`ListOptions::watch_idle_timeout`]).
+    pub fn watch_idle_timeout(mut self, idle: Duration) -> Self {
+        self.list_options.watch_idle_timeout = Some(idle);
         self
     }
     /// Replaces all list options at once.
@@ -566,6 +577,9 @@ where
         }
         if lc.resync_check_period > Duration::ZERO {
             rb = rb.resync_period(lc.resync_check_period);
+        }
+        if let Some(idle) = o.watch_idle_timeout {
+            rb = rb.watch_idle_timeout(idle);
         }
         if let Some(m) = &self.inner.reflector_metrics {
             rb = rb.metrics(m.clone());

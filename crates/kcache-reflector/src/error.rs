@@ -292,6 +292,20 @@ pub enum ReflectorError {
         /// The resource.
         resource: String,
     },
+    /// No byte arrived on a watch for longer than the idle limit (a
+    /// stalled connection): the watch was abandoned and is re-opened from
+    /// the last resourceVersion.
+    #[error(
+        "{op} {resource}: no data for {idle:?}: the watch connection stalled (the reflector opens a new watch; set `watch_idle_timeout` to detect this sooner)"
+    )]
+    WatchStalled {
+        /// What was being done.
+        op: Operation,
+        /// The resource.
+        resource: String,
+        /// The idle limit that was exceeded.
+        idle: std::time::Duration,
+    },
     /// A watch line exceeded the maximum event size.
     #[error(
         "{op} {resource}: watch event larger than {limit} bytes (raise `max_event_size`; the reflector relists)"
@@ -341,6 +355,8 @@ pub enum ErrorReason {
     Store,
     /// Very short watch.
     VeryShortWatch,
+    /// A watch stalled (no data past the idle limit).
+    WatchStalled,
     /// Event too large.
     EventTooLarge,
     /// Request build failure.
@@ -349,7 +365,7 @@ pub enum ErrorReason {
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 13] = [
+    pub const ALL: [ErrorReason; 14] = [
         ErrorReason::Expired,
         ErrorReason::TooLargeResourceVersion,
         ErrorReason::TooManyRequests,
@@ -361,6 +377,7 @@ impl ErrorReason {
         ErrorReason::BadEvent,
         ErrorReason::Store,
         ErrorReason::VeryShortWatch,
+        ErrorReason::WatchStalled,
         ErrorReason::EventTooLarge,
         ErrorReason::Request,
     ];
@@ -379,6 +396,7 @@ impl ErrorReason {
             ErrorReason::BadEvent => "bad_event",
             ErrorReason::Store => "store",
             ErrorReason::VeryShortWatch => "very_short_watch",
+            ErrorReason::WatchStalled => "watch_stalled",
             ErrorReason::EventTooLarge => "event_too_large",
             ErrorReason::Request => "request",
         }
@@ -420,6 +438,7 @@ impl ReflectorError {
             ReflectorError::BadEvent { .. } => ErrorReason::BadEvent,
             ReflectorError::Store { .. } => ErrorReason::Store,
             ReflectorError::VeryShortWatch { .. } => ErrorReason::VeryShortWatch,
+            ReflectorError::WatchStalled { .. } => ErrorReason::WatchStalled,
             ReflectorError::EventTooLarge { .. } => ErrorReason::EventTooLarge,
             ReflectorError::Request { .. } => ErrorReason::Request,
         }

@@ -114,5 +114,6 @@ pub use metrics::{
 #[cfg(feature = "prometheus")]
 pub use prometheus::PrometheusMetricsProvider;
 pub use reflector::{
-    DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, Reflector, ReflectorBuilder, WatchErrorHandler,
+    DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, Reflector, ReflectorBuilder, WATCH_IDLE_MARGIN,
+    WatchErrorHandler,
 };

@@ -40,6 +40,10 @@ pub const DEFAULT_PAGE_SIZE: u32 = 500;
 /// timeout in `[min, 2 * min)`.
 pub const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Added to a watch's requested server-side timeout to get the default
+/// client-side idle limit (see [`ReflectorBuilder::watch_idle_timeout`]).
+pub const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(30);
+
 /// A watch that ends faster than this without any event is an error.
 const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 
@@ -64,6 +68,7 @@ pub struct ReflectorBuilder<K: Resource> {
     use_watch_list: bool,
     resync_period: Option<Duration>,
     min_watch_timeout: Duration,
+    watch_idle_timeout: Option<Duration>,
     backoff: BackoffConfig,
     object_options: ObjectOptions,
     name: Option<String>,
@@ -135,6 +140,18 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// minutes only; so does this (default: 5 minutes).
     pub fn min_watch_timeout(mut self, min: Duration) -> Self {
         self.min_watch_timeout = min.max(DEFAULT_MIN_WATCH_TIMEOUT);
+        self
+    }
+
+    /// Abandon a watch on which no byte has arrived for this long, and open
+    /// a new one from the last resourceVersion (a stalled connection: no
+    /// data, no FIN). Default: the watch's requested server-side timeout
+    /// plus [`WATCH_IDLE_MARGIN`], which a healthy server never exceeds.
+    /// With bookmarks flowing (about one a minute from the apiserver's
+    /// watch cache) a shorter limit, e.g. 2-3 minutes, detects stalls
+    /// sooner.
+    pub fn watch_idle_timeout(mut self, idle: Duration) -> Self {
+        self.watch_idle_timeout = Some(idle);
         self
     }
 
@@ -233,6 +250,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             use_watch_list: self.use_watch_list,
             resync_period: self.resync_period,
             min_watch_timeout: self.min_watch_timeout,
+            watch_idle_timeout: self.watch_idle_timeout,
             backoff: self.backoff,
             handler: self.handler,
             max_internal_error_retry_duration: self.max_internal_error_retry_duration,
@@ -272,6 +290,7 @@ pub struct Reflector<K> {
     use_watch_list: bool,
     resync_period: Option<Duration>,
     min_watch_timeout: Duration,
+    watch_idle_timeout: Option<Duration>,
     backoff: BackoffConfig,
     handler: Option<WatchErrorHandler>,
     metrics: ReflectorMetrics,
@@ -306,6 +325,8 @@ struct RunState {
 /// An open watch response and its framing state.
 struct OpenWatch {
     body: DataStream,
+    /// No byte for this long: the watch is abandoned as stalled.
+    idle_limit: Duration,
     framer: LineFramer,
     start: Instant,
     events: usize,
@@ -420,6 +441,7 @@ impl<K: Resource + 'static> Reflector<K> {
             use_watch_list: true,
             resync_period: None,
             min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
+            watch_idle_timeout: None,
             backoff: BackoffConfig::default(),
             object_options: ObjectOptions::default(),
             name: None,
@@ -879,8 +901,12 @@ impl<K> Reflector<K> {
         debug!(uri = %req.uri(), "watch");
         self.metrics.watches.inc();
         let resp = self.send(op, req).await?;
+        let idle_limit = self
+            .watch_idle_timeout
+            .unwrap_or(Duration::from_secs(u64::from(timeout_secs)) + WATCH_IDLE_MARGIN);
         Ok(OpenWatch {
             body: Box::pin(resp.into_body().into_data_stream()),
+            idle_limit,
             framer: LineFramer::with_max_frame(self.max_event_size),
             start,
             events: 0,
@@ -971,6 +997,7 @@ impl<K> Reflector<K> {
             i.set_missed_tick_behavior(MissedTickBehavior::Delay);
             i
         });
+        let mut idle_deadline = Instant::now() + w.idle_limit;
         loop {
             loop {
                 match w.framer.next_frame() {
@@ -991,6 +1018,17 @@ impl<K> Reflector<K> {
             }
             let next = tokio::select! {
                 chunk = w.body.next() => chunk,
+                _ = tokio::time::sleep_until(idle_deadline) => {
+                    // No byte (not even a bookmark) for longer than the
+                    // server may keep a watch open: the connection stalled
+                    // without a FIN. Open a new watch from the last RV.
+                    self.report(&ReflectorError::WatchStalled {
+                        op: w.op,
+                        resource: self.resource.clone(),
+                        idle: w.idle_limit,
+                    });
+                    return Ok(None);
+                }
                 _ = tick(resync.as_deref_mut()) => {
                     // client-go: a failed resync ends the watch (relist)
                     if let Err(source) = self.store.resync() {
@@ -1014,7 +1052,10 @@ impl<K> Reflector<K> {
                 }
             };
             match next {
-                Some(Ok(chunk)) => w.framer.push(chunk),
+                Some(Ok(chunk)) => {
+                    idle_deadline = Instant::now() + w.idle_limit;
+                    w.framer.push(chunk)
+                }
                 Some(Err(e)) => {
                     if is_probable_eof(&e) {
                         debug!(error = %e, "watch stream ended");

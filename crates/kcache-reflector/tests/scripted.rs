@@ -589,6 +589,42 @@ async fn very_short_watch_relists_but_a_quiet_close_does_not() {
     run.stop().await;
 }
 
+/// A stalled watch (no byte, no FIN) is abandoned after the idle limit and
+/// re-opened from the last RV, without a relist; by default the limit is
+/// the requested server timeout plus a margin.
+#[tokio::test(start_paused = true)]
+async fn stalled_watch_is_abandoned_after_the_idle_limit() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        (true, 0) => Reply::Stream(vec![bookmark("5", false)], End::Hang),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).watch_idle_timeout(Duration::from_secs(20)));
+    let reqs = fake.wait_requests(3).await;
+    assert!(
+        reqs[2].is_watch(),
+        "a stalled watch re-watches without relisting"
+    );
+    assert_eq!(reqs[2].rv(), Some("5"));
+    assert_eq!(reqs[2].at - reqs[1].at, Duration::from_secs(20));
+    assert_eq!(run.reasons(), [ErrorReason::WatchStalled]);
+    run.stop().await;
+
+    // default: timeoutSeconds + 30 s
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    let reqs = fake.wait_requests(3).await;
+    let timeout: u64 = reqs[1].q("timeoutSeconds").unwrap().parse().unwrap();
+    assert_eq!(reqs[2].at - reqs[1].at, Duration::from_secs(timeout + 30));
+    assert_eq!(run.reasons(), [ErrorReason::WatchStalled]);
+    run.stop().await;
+}
+
 /// Bookmarks only move the RV (and reach `store.bookmark`).
 #[tokio::test(start_paused = true)]
 async fn bookmarks_move_the_resource_version_only() {
