@@ -2,8 +2,9 @@
 //! `cargo deny check licenses bans sources` (policy in `deny.toml`).
 //!
 //! cargo-deny is used from `PATH` when installed; otherwise it is installed
-//! once into `target/tools/` (`cargo install cargo-deny --locked`, about
-//! 5 minutes on 2 cores, shown as it goes) and reused from there.
+//! once into cargo's own bin folder (`$CARGO_HOME/bin`, `cargo install
+//! cargo-deny --locked`, about 5 minutes on 2 cores, shown as it goes), so
+//! later runs and other clones on the same machine reuse it.
 //!
 //! The advisories check is not run here: it clones the RustSec database
 //! from GitHub, which the offline test machines cannot reach. Run
@@ -16,11 +17,13 @@ use anyhow::Context as _;
 
 use crate::run::{cargo, step, workspace_root};
 
+/// cargo's home (`$CARGO_HOME`, else `~/.cargo`): where `cargo install`
+/// puts binaries by default.
 fn tools_root() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
+    std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-        .join("tools")
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+        .unwrap_or_else(|| workspace_root().join("target").join("tools"))
 }
 
 fn works(cmd: &mut Command) -> bool {
@@ -31,8 +34,8 @@ fn works(cmd: &mut Command) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// A `cargo-deny` command: the installed one, the one in `target/tools/`,
-/// or a fresh install there.
+/// A `cargo-deny` command: the one on `PATH`, the one in cargo's bin
+/// folder, or a fresh install there.
 fn cargo_deny() -> anyhow::Result<Command> {
     if works(cargo().arg("deny")) {
         let mut c = cargo();
