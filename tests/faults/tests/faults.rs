@@ -329,57 +329,6 @@ async fn stalled_watch_is_abandoned() {
     stop_informer(cancel, task).await;
 }
 
-/// Fault 5 with the only stall detection available today: the user sets
-/// kube's `Config::read_timeout` on the informer's client. The blackholed
-/// watch then fails after the read timeout, the informer opens a new
-/// connection and converges. (Without it, see `stalled_watch_is_abandoned`.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stalled_watch_recovers_with_a_client_read_timeout() {
-    let seed = seed("stalled_watch_recovers_with_a_client_read_timeout");
-    let cp = ControlPlane::shared().await.expect("control plane");
-    let ns = cp
-        .create_namespace("fault-stall-rt")
-        .await
-        .expect("namespace");
-    let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
-    let mut config = proxy.config(cp.config()).expect("config");
-    config.read_timeout = Some(Duration::from_secs(5));
-    config.reset_reader_on_write = true;
-    let client = kube::Client::try_from(config).expect("client");
-    let informer = SharedIndexInformer::<ConfigMap>::builder(client)
-        .namespace(&ns)
-        .build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).expect("handler");
-    let (cancel, task) = spawn_informer(&informer);
-    synced(&informer, Duration::from_secs(30)).await;
-    let accepted = proxy.stats().accepted;
-    proxy.blackhole_open();
-    let done = Driver::start(
-        cp.client().expect("client"),
-        &ns,
-        "c",
-        seed,
-        100,
-        Duration::from_millis(10),
-    )
-    .finish()
-    .await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
-    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
-    assert!(
-        proxy.stats().accepted > accepted,
-        "no new connection after the blackhole"
-    );
-    report(
-        "stalled_watch_recovers_with_a_client_read_timeout",
-        1,
-        &done,
-        &out,
-    );
-    stop_informer(cancel, task).await;
-}
-
 /// Fault 3: while the informer is cut off, objects are created and
 /// deleted, the apiserver restarts (emptying its watch cache) and etcd is
 /// compacted past the informer's resourceVersion: the re-watch gets
