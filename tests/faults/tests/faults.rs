@@ -34,15 +34,19 @@ async fn synced(informer: &SharedIndexInformer<ConfigMap>, within: Duration) {
     );
 }
 
-/// Fault 1: every connection through the proxy is reset at random intervals
-/// while the driver runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connection_cuts() {
-    let seed = seed("connection_cuts");
-    let mut rng = StdRng::seed_from_u64(seed);
-    let (cuts, ops) = if full() { (15, 600) } else { (4, 200) };
-    let cp = ControlPlane::shared().await.expect("control plane");
-    let ns = cp.create_namespace("fault-cuts").await.expect("namespace");
+/// A fresh namespace, a fault proxy in front of `cp`'s apiserver, and a
+/// synced informer on that namespace through the proxy, with a recorder.
+struct Proxied {
+    ns: String,
+    proxy: FaultProxy,
+    informer: SharedIndexInformer<ConfigMap>,
+    rec: Recorder,
+    cancel: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), String>>,
+}
+
+async fn proxied(cp: &ControlPlane, ns_prefix: &str) -> Proxied {
+    let ns = cp.create_namespace(ns_prefix).await.expect("namespace");
     let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
     let informer =
         SharedIndexInformer::<ConfigMap>::builder(proxy.client(cp.config()).expect("client"))
@@ -52,6 +56,32 @@ async fn connection_cuts() {
     informer.add_event_handler(rec.clone()).expect("handler");
     let (cancel, task) = spawn_informer(&informer);
     synced(&informer, Duration::from_secs(30)).await;
+    Proxied {
+        ns,
+        proxy,
+        informer,
+        rec,
+        cancel,
+        task,
+    }
+}
+
+/// Fault 1: every connection through the proxy is reset at random intervals
+/// while the driver runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cuts() {
+    let seed = seed("connection_cuts");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (cuts, ops) = if full() { (15, 600) } else { (4, 200) };
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let Proxied {
+        ns,
+        proxy,
+        informer,
+        rec,
+        cancel,
+        task,
+    } = proxied(cp, "fault-cuts").await;
 
     let driver = Driver::start(
         cp.client().expect("client"),
@@ -91,16 +121,14 @@ async fn network_chaos() {
     let mut rng = StdRng::seed_from_u64(seed);
     let (faults, ops) = if full() { (20, 600) } else { (6, 200) };
     let cp = ControlPlane::shared().await.expect("control plane");
-    let ns = cp.create_namespace("fault-chaos").await.expect("namespace");
-    let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
-    let informer =
-        SharedIndexInformer::<ConfigMap>::builder(proxy.client(cp.config()).expect("client"))
-            .namespace(&ns)
-            .build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).expect("handler");
-    let (cancel, task) = spawn_informer(&informer);
-    synced(&informer, Duration::from_secs(30)).await;
+    let Proxied {
+        ns,
+        proxy,
+        informer,
+        rec,
+        cancel,
+        task,
+    } = proxied(cp, "fault-chaos").await;
 
     let driver = Driver::start(
         cp.client().expect("client"),
@@ -339,19 +367,14 @@ async fn compaction_while_disconnected() {
     let seed = seed("compaction_while_disconnected");
     let ops = if full() { 400 } else { 150 };
     let cp = ControlPlane::start().await.expect("control plane");
-    let ns = cp
-        .create_namespace("fault-compact")
-        .await
-        .expect("namespace");
-    let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
-    let informer =
-        SharedIndexInformer::<ConfigMap>::builder(proxy.client(cp.config()).expect("client"))
-            .namespace(&ns)
-            .build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).expect("handler");
-    let (cancel, task) = spawn_informer(&informer);
-    synced(&informer, Duration::from_secs(30)).await;
+    let Proxied {
+        ns,
+        proxy,
+        informer,
+        rec,
+        cancel,
+        task,
+    } = proxied(&cp, "fault-compact").await;
 
     // phase 1: connected churn, so the informer knows some keys
     let before = Driver::start(
