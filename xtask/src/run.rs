@@ -22,6 +22,44 @@ pub fn cargo() -> Command {
     cmd
 }
 
+/// Prints the free space of the file system holding `target/` (one line,
+/// best effort): a full disk is the usual cause of a compile dying with
+/// "No space left on device", and this line tells so up front.
+pub fn report_free_disk() {
+    let target = workspace_root().join("target");
+    let probe = if target.exists() {
+        target
+    } else {
+        workspace_root()
+    };
+    let Ok(out) = Command::new("df")
+        .args(["-Pk"])
+        .arg(&probe)
+        .stderr(Stdio::null())
+        .output()
+    else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "Filesystem 1024-blocks Used Available Capacity Mounted on" then one row
+    let Some(avail_kib) = text
+        .lines()
+        .nth(1)
+        .and_then(|row| row.split_whitespace().nth(3))
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    let gib = avail_kib as f64 / (1024.0 * 1024.0);
+    eprintln!("==> free disk at {}: {gib:.1} GiB", probe.display());
+    if gib < 8.0 {
+        eprintln!(
+            "    warning: a clean `cargo xtask test` needs about 8 GiB (Rust test binaries, \
+             the Go build of the control plane); free some space if the build fails"
+        );
+    }
+}
+
 /// Prints a step header, runs the command, fails on a non-zero exit.
 pub fn step(name: &str, mut cmd: Command) -> anyhow::Result<f64> {
     eprintln!("\n==> {name}");

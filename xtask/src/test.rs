@@ -18,12 +18,13 @@ pub struct TestArgs {
 
 pub fn run(args: TestArgs) -> anyhow::Result<()> {
     let started = Instant::now();
+    crate::run::report_free_disk();
     let mut timings: Vec<(&str, f64)> = Vec::new();
     if !args.no_lint {
         let mut fmt = cargo();
         fmt.args(["fmt", "--all", "--", "--check"]);
         timings.push(("fmt --check", step("cargo fmt --all -- --check", fmt)?));
-        let mut clippy = cargo();
+        let mut clippy = full_run_cargo();
         clippy.args([
             "clippy",
             "--workspace",
@@ -67,7 +68,7 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
     );
     timings.push(("control plane build", secs));
 
-    let mut test = cargo();
+    let mut test = full_run_cargo();
     test.args(["test", "--workspace", "--all-features", "--no-fail-fast"]);
     if !args.rest.is_empty() {
         test.arg("--").args(&args.rest);
@@ -89,4 +90,15 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
         counts.passed, counts.failed, counts.ignored
     );
     Ok(())
+}
+
+/// `cargo` for the one-shot full run: incremental-compilation caches add
+/// gigabytes across the test binaries and buy nothing here (unless the
+/// caller set `CARGO_INCREMENTAL` explicitly).
+fn full_run_cargo() -> std::process::Command {
+    let mut cmd = cargo();
+    if std::env::var_os("CARGO_INCREMENTAL").is_none() {
+        cmd.env("CARGO_INCREMENTAL", "0");
+    }
+    cmd
 }
