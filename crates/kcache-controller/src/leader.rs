@@ -10,9 +10,13 @@
 //!   by someone else is valid while `observed_time + leaseDurationSeconds >
 //!   now`, where `observed_time` is when *this* candidate last saw the
 //!   record change. Clocks of different machines are never compared.
-//! * **Renew** every retry period; when renewals keep failing for the renew
-//!   deadline, leadership is lost: the leading token is cancelled and
-//!   `on_stopped_leading` runs.
+//! * **Renew** every retry period; when no renewal succeeded within the
+//!   renew deadline, counted from the start of the last successful one,
+//!   leadership is lost: the leading token is cancelled and
+//!   `on_stopped_leading` runs. Since a standby waits a whole lease
+//!   duration (> renew deadline) after it saw that renewal, the old leader
+//!   has stopped before anyone can take over, whatever the latency of the
+//!   requests.
 //! * **Takeover** increments `leaseTransitions`; a renewal keeps the
 //!   acquire time and the transitions.
 //! * **Release on cancel**: the holder is cleared (and the duration set to
@@ -336,8 +340,9 @@ pub struct LeaderElectionConfig {
     /// How long a lease lasts without renewal; a standby waits this long
     /// (on its own clock) after the last change it saw before taking over.
     pub lease_duration: Duration,
-    /// How long the leader keeps retrying a failing renewal before giving
-    /// up leadership.
+    /// How long after the start of its last successful renewal the leader
+    /// gives up leadership when renewals keep failing (less than the lease
+    /// duration: the leader stops acting before a standby may take over).
     pub renew_deadline: Duration,
     /// How long to wait between attempts.
     pub retry_period: Duration,
@@ -601,7 +606,11 @@ impl LeaderElector {
     /// `tryAcquireOrRenew`); `true` when this candidate holds it afterwards.
     pub async fn try_acquire_or_renew(&self) -> bool {
         let now_wall = now_timestamp();
-        let lease_secs = i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+        // Whole seconds on the wire, rounded up: a standby must never wait
+        // less than the duration this leader's renew deadline assumes.
+        let ld = self.config.lease_duration;
+        let secs = ld.as_secs() + u64::from(ld.subsec_nanos() > 0);
+        let lease_secs = i32::try_from(secs).unwrap_or(i32::MAX);
         let mut record = LeaderElectionRecord {
             holder_identity: self.config.identity.clone(),
             lease_duration_seconds: lease_secs.max(1),
@@ -823,16 +832,19 @@ impl LeaderElector {
             });
             // Acquire.
             tracing::info!(lease = %self.lock.describe(), identity = %self.config.identity, "attempting to acquire the lease");
+            let mut last_ok;
             loop {
                 if cancel.is_cancelled() {
                     self.status.send_replace(LeaderStatus::Stopped);
                     return false;
                 }
+                let started = Instant::now();
                 let acquired = tokio::select! {
                     _ = cancel.cancelled() => false,
                     ok = self.try_acquire_or_renew() => ok,
                 };
                 if acquired {
+                    last_ok = started;
                     break;
                 }
                 tokio::select! {
@@ -845,20 +857,37 @@ impl LeaderElector {
             let leading = cancel.child_token();
             on_started_leading(leading.clone());
 
-            // Renew.
+            // Renew. The renew deadline runs from the *start* of the last
+            // successful write (the acquire, at first), not from when its
+            // answer came back nor from the next attempt: a standby that
+            // saw that write waits a whole lease duration after seeing it,
+            // so a leader that gives up at `last_ok + renew_deadline` has
+            // stopped before any standby can take over, whatever the
+            // retry period and the request latency (client-go starts the
+            // deadline at the next attempt, one retry period after the
+            // last success returned: with a renew deadline close to the
+            // lease duration two leaders could act at once).
             let lost = 'renew: loop {
+                let deadline = last_ok + self.config.renew_deadline;
+                // never sleep past the deadline (a slow last answer may
+                // leave less than a retry period)
+                let next = deadline.min(Instant::now() + self.config.retry_period);
                 tokio::select! {
                     _ = cancel.cancelled() => break 'renew false,
-                    _ = tokio::time::sleep(self.config.retry_period) => {}
+                    _ = tokio::time::sleep_until(next) => {}
                 }
-                let deadline = Instant::now() + self.config.renew_deadline;
                 loop {
+                    let started = Instant::now();
+                    if started >= deadline {
+                        break 'renew true;
+                    }
                     let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew());
                     let ok = tokio::select! {
                         _ = cancel.cancelled() => break 'renew false,
                         r = attempt => r.unwrap_or(false),
                     };
                     if ok {
+                        last_ok = started;
                         break;
                     }
                     if Instant::now() >= deadline {

@@ -311,3 +311,124 @@ async fn on_stopped_leading_runs_even_if_never_leading() {
     assert!(stopped.load(Ordering::SeqCst));
     assert_eq!(store.record().unwrap().holder_identity, "other");
 }
+
+/// A lease store whose writes take effect when sent but answer `latency`
+/// later (a slow apiserver), and that fails every request once `ok_updates`
+/// updates succeeded (the leader is then cut off). Records when the last
+/// successful update was sent.
+struct SlowThenCut {
+    store: InMemoryLeaseLock,
+    latency: Duration,
+    ok_updates: usize,
+    updates: AtomicUsize,
+    last_write: parking_lot::Mutex<Option<tokio::time::Instant>>,
+}
+
+#[async_trait::async_trait]
+impl kcache_controller::leader::LeaseLock for SlowThenCut {
+    async fn get(
+        &self,
+    ) -> Result<Option<(LeaderElectionRecord, String)>, kcache_controller::leader::LeaseError> {
+        if self.updates.load(Ordering::SeqCst) >= self.ok_updates {
+            return Err(kcache_controller::leader::LeaseError::Other(
+                "cut off".into(),
+            ));
+        }
+        self.store.get().await
+    }
+    async fn create(
+        &self,
+        record: &LeaderElectionRecord,
+    ) -> Result<String, kcache_controller::leader::LeaseError> {
+        let sent = tokio::time::Instant::now();
+        let rv = self.store.create(record).await?;
+        *self.last_write.lock() = Some(sent);
+        tokio::time::sleep(self.latency).await;
+        Ok(rv)
+    }
+    async fn update(
+        &self,
+        record: &LeaderElectionRecord,
+        rv: &str,
+    ) -> Result<String, kcache_controller::leader::LeaseError> {
+        if self.updates.load(Ordering::SeqCst) >= self.ok_updates {
+            return Err(kcache_controller::leader::LeaseError::Other(
+                "cut off".into(),
+            ));
+        }
+        let sent = tokio::time::Instant::now();
+        let rv = self.store.update(record, rv).await?;
+        self.updates.fetch_add(1, Ordering::SeqCst);
+        *self.last_write.lock() = Some(sent);
+        tokio::time::sleep(self.latency).await;
+        Ok(rv)
+    }
+    fn describe(&self) -> String {
+        "slow, then cut off".into()
+    }
+}
+
+/// The safety property behind leader election: a leader whose renewals
+/// fail stops acting (its token is cancelled) before its lease can be taken,
+/// i.e. before `last successful write + lease duration` (a standby that saw
+/// that write at once may take over then), for any valid configuration and
+/// request latency. A configuration client-go accepts (4 s lease, 3 s renew
+/// deadline, 1 s retry period) with 600 ms answers: counting the deadline
+/// from the next attempt (as client-go does) kept the leader acting until
+/// write + 0.6 + 1 + 3 = 4.6 s > 4 s.
+#[tokio::test(start_paused = true)]
+async fn a_leader_stops_acting_before_its_lease_can_be_taken() {
+    for (latency_ms, retry_ms, renew_ms, lease_s) in [
+        (600, 1000, 3000, 4),
+        (0, 1000, 3000, 4),
+        (900, 2000, 2500, 3),
+        (100, 2000, 10_000, 15),
+    ] {
+        let store = InMemoryLeaseLock::new();
+        let lock = Arc::new(SlowThenCut {
+            store: store.clone(),
+            latency: Duration::from_millis(latency_ms),
+            ok_updates: 3,
+            updates: AtomicUsize::new(0),
+            last_write: parking_lot::Mutex::new(None),
+        });
+        let config = cfg("a")
+            .lease_duration(Duration::from_secs(lease_s))
+            .renew_deadline(Duration::from_millis(renew_ms))
+            .retry_period(Duration::from_millis(retry_ms));
+        let a = LeaderElector::new(config, lock.clone()).unwrap();
+        let stopped_at = Arc::new(parking_lot::Mutex::new(None));
+        let s = stopped_at.clone();
+        let lost = a
+            .run(
+                CancellationToken::new(),
+                LeaderCallbacks {
+                    on_started_leading: Box::new(move |token| {
+                        tokio::spawn(async move {
+                            token.cancelled().await;
+                            *s.lock() = Some(tokio::time::Instant::now());
+                        });
+                    }),
+                    ..LeaderCallbacks::default()
+                },
+            )
+            .await;
+        assert!(lost);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let stopped = stopped_at.lock().expect("the leading token was cancelled");
+        let last_write = lock.last_write.lock().expect("a write");
+        let takeover = last_write + Duration::from_secs(lease_s);
+        assert!(
+            stopped < takeover,
+            "latency {latency_ms} ms, retry {retry_ms} ms, renew deadline {renew_ms} ms, \
+             lease {lease_s} s: the leader acted until {:?} after its last write, \
+             a standby may take over {lease_s} s after it",
+            stopped - last_write
+        );
+        assert!(
+            stopped - last_write <= Duration::from_millis(renew_ms) + Duration::from_millis(10),
+            "latency {latency_ms} ms: stopped {:?} after the last write",
+            stopped - last_write
+        );
+    }
+}
