@@ -35,6 +35,7 @@ use crate::metrics::{MetricsRegistry, label};
 use crate::predicate::{Predicate, PredicateEvent};
 use crate::reconciler::{Reconciler, Request, Trigger};
 use crate::server::{Health, MetricsServer};
+use crate::shard::{MembershipStore, Shard, ShardConfig, ShardError, ShardHooks, ShardMetrics};
 
 /// The priority of keys queued from an informer's initial list: below live
 /// changes (priority 0), so that a restart's full list does not delay them
@@ -127,6 +128,8 @@ pub(crate) struct Enqueuer {
     queue: WorkQueue<String>,
     triggers: Arc<Mutex<HashMap<String, Trigger>>>,
     low_priority: i32,
+    /// Sharded: keys this replica does not own are not queued.
+    shard: Option<Shard>,
 }
 
 impl Enqueuer {
@@ -135,11 +138,20 @@ impl Enqueuer {
             queue,
             triggers: Arc::new(Mutex::new(HashMap::new())),
             low_priority,
+            shard: None,
         }
+    }
+
+    pub(crate) fn with_shard(mut self, shard: Option<Shard>) -> Self {
+        self.shard = shard;
+        self
     }
 
     fn note(&self, key: &str, trigger: Trigger) -> bool {
         if self.queue.shutting_down() {
+            return false;
+        }
+        if self.shard.as_ref().is_some_and(|s| !s.owns(key)) {
             return false;
         }
         let own = |t: &Trigger| matches!(t, Trigger::Requeue | Trigger::Retry);
@@ -477,6 +489,7 @@ pub struct Controller<K: Resource> {
     primary_predicate: Option<Predicate>,
     sources: Vec<SourceFn>,
     leader: Option<(LeaderElectionConfig, Arc<dyn LeaseLock>)>,
+    shard: Option<Shard>,
     metrics: Option<MetricsRegistry>,
     metrics_bind: Option<MetricsBind>,
     shutdown: Vec<ShutdownFuture>,
@@ -489,6 +502,7 @@ impl<K: Resource> fmt::Debug for Controller<K> {
             .field("config", &self.config)
             .field("sources", &self.sources.len())
             .field("leader_election", &self.leader.as_ref().map(|(c, _)| c))
+            .field("shard", &self.shard)
             .finish_non_exhaustive()
     }
 }
@@ -544,6 +558,7 @@ where
             primary_predicate: None,
             sources: Vec::new(),
             leader: None,
+            shard: None,
             metrics: None,
             metrics_bind: None,
             shutdown: Vec::new(),
@@ -680,6 +695,24 @@ where
         self
     }
 
+    /// Runs as one replica of the shard group `config.group`: every
+    /// replica is active and reconciles only the keys it owns, handed over
+    /// through membership Leases in `store` so that a key is never
+    /// reconciled by two replicas at once (see [`shard`](crate::shard)).
+    /// Keys it does not own are not queued; keys it gains are queued from
+    /// the cache. Cannot be combined with
+    /// [`leader_election`](Self::leader_election).
+    pub fn sharded(mut self, config: ShardConfig, store: impl MembershipStore) -> Self {
+        self.shard = Some(Shard::new(config, store));
+        self
+    }
+
+    /// The shard membership of a [`sharded`](Self::sharded) controller:
+    /// its state and the keys it owns.
+    pub fn shard(&self) -> Option<&Shard> {
+        self.shard.as_ref()
+    }
+
     /// Records reconcile, workqueue, informer and leader metrics in
     /// `registry`.
     pub fn metrics(mut self, registry: MetricsRegistry) -> Self {
@@ -758,6 +791,7 @@ where
             primary_predicate,
             sources,
             leader,
+            shard,
             metrics,
             metrics_bind,
             shutdown,
@@ -765,6 +799,12 @@ where
         } = self;
         if let Some((cfg, _)) = &leader {
             cfg.validate()?;
+        }
+        if let Some(s) = &shard {
+            if leader.is_some() {
+                return Err(ShardError::WithLeaderElection.into());
+            }
+            s.config().validate().map_err(ShardError::from)?;
         }
         let name = config
             .name
@@ -784,7 +824,8 @@ where
             qb = qb.metrics(m.workqueue_provider());
         }
         let queue = qb.build()?;
-        let enq = Enqueuer::new(queue.clone(), config.initial_list_priority);
+        let enq =
+            Enqueuer::new(queue.clone(), config.initial_list_priority).with_shard(shard.clone());
         let _ = handle.enqueuer.set(enq.clone());
 
         let stop = handle.stop.clone();
@@ -868,6 +909,9 @@ where
             });
             cleanup.refresher = Some((m.clone(), id));
         }
+        if let (Some(m), Some(s)) = (&metrics, &shard) {
+            cleanup.shard_refresher = Some((m.clone(), shard_metrics(m, s, &name, &primary)));
+        }
         let server = match metrics_bind {
             None => None,
             Some(bind) => {
@@ -927,9 +971,15 @@ where
             reconciler,
             ctx,
             metrics: worker_metrics,
+            shard: shard.clone(),
         });
         let mut result = Ok(());
         match leader {
+            None if shard.is_some() => {
+                if let Some(s) = &shard {
+                    result = run_sharded(s, &shared, &config, &stop).await;
+                }
+            }
             None => {
                 let workers = start_workers(&shared, config.workers);
                 stop.cancelled().await;
@@ -996,10 +1046,108 @@ where
     }
 }
 
+/// Registers the shard metrics of controller `name`; returns the id of the
+/// refresher that counts owned keys at scrape time.
+fn shard_metrics<K>(
+    m: &MetricsRegistry,
+    shard: &Shard,
+    name: &str,
+    primary: &SharedIndexInformer<K>,
+) -> u64
+where
+    K: Resource + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    let f = m.families();
+    let labels = vec![
+        ("controller".to_owned(), name.to_owned()),
+        ("group".to_owned(), shard.config().group.clone()),
+    ];
+    let direction = |d: &str| {
+        let mut l = labels.clone();
+        l.push(("direction".to_owned(), d.to_owned()));
+        f.shard_handovers.get_or_create(&l).clone()
+    };
+    shard.set_metrics(ShardMetrics {
+        members: f.shard_members.get_or_create(&labels).clone(),
+        gained: direction("gained"),
+        released: direction("released"),
+    });
+    let owned = f.shard_owned_keys.get_or_create(&labels).clone();
+    let (shard, primary) = (shard.clone(), primary.clone());
+    m.add_refresher(move || {
+        let n = primary
+            .indexer()
+            .list_keys()
+            .iter()
+            .filter(|k| shard.owns(k))
+            .count();
+        owned.set(i64::try_from(n).unwrap_or(i64::MAX));
+    })
+}
+
+/// Runs the workers of a sharded replica with its membership until `stop`
+/// (or until the membership fails), then stops the workers before the
+/// membership, so that a key is released only after its reconcile ended.
+async fn run_sharded<K, C, R>(
+    shard: &Shard,
+    shared: &Arc<Shared<K, C, R>>,
+    config: &Config,
+    stop: &CancellationToken,
+) -> Result<(), ControllerError>
+where
+    K: Resource + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    R: Reconciler<K, C>,
+{
+    let hooks = ShardHooks {
+        keys: {
+            let primary = shared.primary.clone();
+            Box::new(move || primary.indexer().list_keys())
+        },
+        gained: {
+            let enq = shared.enq.clone();
+            Box::new(move |keys| {
+                for k in keys {
+                    enq.enqueue(k, Trigger::Handover, false);
+                }
+            })
+        },
+    };
+    let shard_stop = CancellationToken::new();
+    let mut task = tokio::spawn({
+        let (shard, shard_stop) = (shard.clone(), shard_stop.clone());
+        async move { shard.run(shard_stop, hooks).await }
+    });
+    tracing::info!(controller = %shared.name, group = %shard.config().group, identity = %shard.config().identity, "sharded: starting workers");
+    let workers = start_workers(shared, config.workers);
+    let ended = tokio::select! {
+        _ = stop.cancelled() => None,
+        r = &mut task => Some(r),
+    };
+    workers.stop(shared, config).await;
+    let outcome = match ended {
+        Some(r) => r,
+        None => {
+            shard_stop.cancel();
+            task.await
+        }
+    };
+    match outcome {
+        Ok(r) => r.map_err(ControllerError::from),
+        Err(e) => {
+            tracing::error!(controller = %shared.name, error = %e, "the shard membership task failed");
+            Ok(())
+        }
+    }
+}
+
 #[derive(Default)]
 struct Cleanup {
     primary: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
     refresher: Option<(MetricsRegistry, u64)>,
+    shard_refresher: Option<(MetricsRegistry, u64)>,
     server: Option<MetricsServer>,
     watcher: Option<tokio::task::JoinHandle<()>>,
 }
@@ -1011,6 +1159,9 @@ impl Cleanup {
             (h.remove)();
         }
         if let Some((m, id)) = self.refresher {
+            m.remove_refresher(id);
+        }
+        if let Some((m, id)) = self.shard_refresher {
             m.remove_refresher(id);
         }
         if let Some(s) = self.server {
@@ -1045,6 +1196,7 @@ struct Shared<K: Resource, C, R> {
     reconciler: R,
     ctx: Arc<C>,
     metrics: Option<WorkerMetrics>,
+    shard: Option<Shard>,
 }
 
 enum Outcome {
@@ -1179,7 +1331,23 @@ where
                         None => return,
                     },
                 };
+                // Sharded: a key is reconciled only while this replica owns
+                // it; the guard tells a release to wait for the reconcile.
+                let guard = match &shared.shard {
+                    None => None,
+                    Some(s) => match s.try_begin(&key) {
+                        Some(g) => Some(g),
+                        None => {
+                            shared.enq.take_trigger(&key);
+                            shared.queue.forget(&key);
+                            shared.queue.done(&key);
+                            tracing::debug!(controller = %shared.name, key = %key, "not owned by this shard: dropped");
+                            continue;
+                        }
+                    },
+                };
                 shared.process(&key).await;
+                drop(guard);
                 shared.queue.done(&key);
             }
         });

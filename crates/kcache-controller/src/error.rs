@@ -21,4 +21,8 @@ pub enum ControllerError {
     /// This replica lost the lease; its workers were stopped.
     #[error("leader election lost")]
     LeadershipLost,
+    /// Sharding is misconfigured, or this replica's membership failed; its
+    /// workers were stopped.
+    #[error("sharding: {0}")]
+    Shard(#[from] crate::shard::ShardError),
 }

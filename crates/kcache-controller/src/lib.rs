@@ -88,6 +88,7 @@ pub mod metrics;
 mod predicate;
 mod reconciler;
 mod server;
+pub mod shard;
 
 pub use action::Action;
 pub use controller::{

@@ -16,6 +16,9 @@
 //! | `kcache_informer_synced` | gauge (1 synced) | `informer` |
 //! | `kcache_informer_cached_objects` | gauge | `informer` |
 //! | `kcache_informer_handler_backlog` | gauge | `informer` |
+//! | `kcache_shard_members` | gauge (members in the view being worked towards) | `controller`, `group` |
+//! | `kcache_shard_owned_keys` | gauge (cached keys this replica may reconcile) | `controller`, `group` |
+//! | `kcache_shard_handovers_total` | counter (keys) | `controller`, `group`, `direction` (`gained`, `released`) |
 //! | `workqueue_*` | client-go's workqueue metrics | `name` |
 //! | `reflector_*` | kcache-reflector's metrics, for reflectors given [`MetricsRegistry::reflector_provider`] | `name` |
 //!
@@ -62,6 +65,9 @@ pub(crate) struct Families {
     pub(crate) informer_synced: Family<Labels, Gauge>,
     pub(crate) informer_objects: Family<Labels, Gauge>,
     pub(crate) informer_backlog: Family<Labels, Gauge>,
+    pub(crate) shard_members: Family<Labels, Gauge>,
+    pub(crate) shard_owned_keys: Family<Labels, Gauge>,
+    pub(crate) shard_handovers: Family<Labels, Counter>,
 }
 
 type Refresher = Box<dyn Fn() + Send + Sync>;
@@ -111,6 +117,9 @@ impl MetricsRegistry {
             informer_synced: Family::default(),
             informer_objects: Family::default(),
             informer_backlog: Family::default(),
+            shard_members: Family::default(),
+            shard_owned_keys: Family::default(),
+            shard_handovers: Family::default(),
         };
         // prometheus-client appends `_total` to counters.
         registry.register(
@@ -162,6 +171,21 @@ impl MetricsRegistry {
             "kcache_informer_handler_backlog",
             "Notifications waiting in the informer's handler buffers",
             families.informer_backlog.clone(),
+        );
+        registry.register(
+            "kcache_shard_members",
+            "Members of the shard group in the view this replica works towards",
+            families.shard_members.clone(),
+        );
+        registry.register(
+            "kcache_shard_owned_keys",
+            "Cached keys this replica of a sharded controller may reconcile",
+            families.shard_owned_keys.clone(),
+        );
+        registry.register(
+            "kcache_shard_handovers",
+            "Keys this replica gained or released in shard handovers",
+            families.shard_handovers.clone(),
         );
         let workqueue = PrometheusMetricsProvider::new(&mut registry);
         let reflector = kcache_reflector::PrometheusMetricsProvider::new(&mut registry);

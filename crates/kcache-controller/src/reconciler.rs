@@ -46,6 +46,9 @@ pub enum Trigger {
     Retry,
     /// Queued by hand through [`ControllerHandle::enqueue`](crate::ControllerHandle::enqueue).
     Manual,
+    /// This replica of a sharded controller gained the key in a handover
+    /// (see [`shard`](crate::shard)).
+    Handover,
 }
 
 impl fmt::Display for Trigger {
@@ -61,6 +64,7 @@ impl fmt::Display for Trigger {
             Trigger::Requeue => f.write_str("requeue"),
             Trigger::Retry => f.write_str("retry"),
             Trigger::Manual => f.write_str("manual"),
+            Trigger::Handover => f.write_str("shard handover"),
         }
     }
 }
