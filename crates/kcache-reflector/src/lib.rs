@@ -114,6 +114,6 @@ pub use metrics::{
 #[cfg(feature = "prometheus")]
 pub use prometheus::PrometheusMetricsProvider;
 pub use reflector::{
-    DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, Reflector, ReflectorBuilder, WATCH_IDLE_MARGIN,
-    WatchErrorHandler,
+    DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, RESUME_WATCH_TIMEOUT, Reflector,
+    ReflectorBuilder, WATCH_IDLE_MARGIN, WatchErrorHandler,
 };

@@ -47,6 +47,14 @@ pub const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(30);
 /// A watch that ends faster than this without any event is an error.
 const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 
+/// Server-side timeout of the watches opened by a resuming reflector until
+/// the resume is confirmed (see [`ReflectorBuilder::resume_from`]). The
+/// apiserver's watch cache sends a bookmark 2 s before a watch's deadline
+/// when its next periodic one (every minute) would come later, so a short
+/// timeout makes the confirming bookmark arrive within a few seconds even
+/// when nothing changes.
+pub const RESUME_WATCH_TIMEOUT: Duration = Duration::from_secs(4);
+
 /// How often a slow streaming list is reported.
 const WATCH_LIST_PROGRESS: Duration = Duration::from_secs(10);
 
@@ -76,6 +84,7 @@ pub struct ReflectorBuilder<K: Resource> {
     metrics: Arc<dyn MetricsProvider>,
     max_internal_error_retry_duration: Duration,
     max_event_size: usize,
+    resume_from: Option<String>,
 }
 
 impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
@@ -204,6 +213,25 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         self
     }
 
+    /// Start from a known resourceVersion instead of listing (a warm
+    /// restart): the store must already hold the state as of `rv`.
+    ///
+    /// The first cycle does no list: it watches from `rv` (with a server
+    /// timeout of [`RESUME_WATCH_TIMEOUT`] until confirmed). The resume is
+    /// confirmed, and [`Reflector::has_synced`] turns true, when that watch
+    /// delivers a bookmark (every change up to the bookmark's
+    /// resourceVersion has then been handed to the store) or ends cleanly
+    /// at its timeout (the server accepted `rv` and sent what followed it).
+    /// If the server no longer has `rv` (`410 Gone` / `Expired`), the
+    /// reflector relists exactly as after any expired watch; the list's
+    /// `replace` corrects the store, and the list confirms the sync. All
+    /// other errors follow the normal rules. An empty `rv` is ignored.
+    pub fn resume_from(mut self, rv: impl Into<String>) -> Self {
+        let rv = rv.into();
+        self.resume_from = (!rv.is_empty()).then_some(rv);
+        self
+    }
+
     /// Builds the reflector.
     pub fn build(self) -> Reflector<K> {
         let dt = &self.dyntype;
@@ -255,7 +283,12 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             handler: self.handler,
             max_internal_error_retry_duration: self.max_internal_error_retry_duration,
             max_event_size: self.max_event_size,
-            shared: Mutex::new(Shared::default()),
+            shared: Mutex::new(Shared {
+                last_sync_rv: self.resume_from.clone().unwrap_or_default(),
+                synced: false,
+            }),
+            synced_notify: tokio::sync::Notify::new(),
+            resume_from: self.resume_from,
             fallback_logged: AtomicBool::new(false),
             running: AtomicBool::new(false),
         }
@@ -297,6 +330,8 @@ pub struct Reflector<K> {
     max_internal_error_retry_duration: Duration,
     max_event_size: usize,
     shared: Mutex<Shared>,
+    synced_notify: tokio::sync::Notify,
+    resume_from: Option<String>,
     fallback_logged: AtomicBool,
     running: AtomicBool,
 }
@@ -320,6 +355,8 @@ struct RunState {
     paginated_result: bool,
     /// The server rejected streaming lists.
     watch_list_unsupported: bool,
+    /// The next cycle watches from the resume resourceVersion, no list.
+    resume: bool,
 }
 
 /// An open watch response and its framing state.
@@ -331,6 +368,8 @@ struct OpenWatch {
     start: Instant,
     events: usize,
     op: Operation,
+    /// Abandoned for lack of bytes (not a clean end).
+    stalled: bool,
     /// Whether ADDED events move the RV: not for a watch from "" or "0",
     /// whose synthetic ADDED events are not ordered, until another event
     /// type arrives (client-go's `propagateRVFromStart`).
@@ -449,6 +488,7 @@ impl<K: Resource + 'static> Reflector<K> {
             metrics: Arc::new(NoopMetricsProvider),
             max_internal_error_retry_duration: Duration::ZERO,
             max_event_size: DEFAULT_MAX_FRAME,
+            resume_from: None,
         }
     }
 }
@@ -460,9 +500,25 @@ impl<K> Reflector<K> {
         self.shared.lock().last_sync_rv.clone()
     }
 
-    /// Whether a first complete list reached the store.
+    /// Whether a first complete list reached the store, or, for a reflector
+    /// built with [`resume_from`](ReflectorBuilder::resume_from), whether
+    /// the resume was confirmed (a bookmark or a clean end of the resumed
+    /// watch) or a list replaced the store.
     pub fn has_synced(&self) -> bool {
         self.shared.lock().synced
+    }
+
+    /// Waits until [`has_synced`](Self::has_synced) is true.
+    pub async fn wait_synced(&self) {
+        loop {
+            let notified = self.synced_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.has_synced() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// The reflector's name (logs, metrics label).
@@ -494,7 +550,10 @@ impl<K> Reflector<K> {
         let _running = Running(&self.running);
         let span = info_span!("reflector", name = %self.name, resource = %self.resource);
         let run = async {
-            let mut st = RunState::default();
+            let mut st = RunState {
+                resume: self.resume_from.is_some() && !self.has_synced(),
+                ..RunState::default()
+            };
             let mut backoff = Backoff::new(self.backoff.clone());
             loop {
                 if let Err(e) = self.list_and_watch(&mut st, &mut backoff).await {
@@ -532,6 +591,18 @@ impl<K> Reflector<K> {
             g.last_sync_rv.push_str(rv);
         }
         self.metrics.resource_version(rv);
+    }
+
+    /// Marks the store as synced (first time only: wakes `wait_synced`).
+    fn mark_synced(&self) -> bool {
+        let was = {
+            let mut g = self.shared.lock();
+            std::mem::replace(&mut g.synced, true)
+        };
+        if !was {
+            self.synced_notify.notify_waiters();
+        }
+        was
     }
 
     fn relist_resource_version(&self, st: &RunState) -> String {
@@ -593,11 +664,8 @@ impl<K> Reflector<K> {
             })?;
         self.set_last_sync_rv(&rv);
         self.metrics.lists.inc();
-        let relist = {
-            let mut g = self.shared.lock();
-            std::mem::replace(&mut g.synced, true)
-        };
-        if relist {
+        // after a resume, every list is a relist (the store was populated)
+        if self.mark_synced() || self.resume_from.is_some() {
             self.metrics.relists.inc();
         }
         info!(%op, items = count, resource_version = %rv, "caches populated");
@@ -609,6 +677,13 @@ impl<K> Reflector<K> {
         st: &mut RunState,
         backoff: &mut Backoff,
     ) -> Result<(), ReflectorError> {
+        if std::mem::take(&mut st.resume) {
+            info!(
+                resource_version = %self.last_sync_resource_version(),
+                "resuming: watching from a known resourceVersion without listing"
+            );
+            return self.watch_loop(backoff, None).await;
+        }
         let mut open = None;
         if self.use_watch_list && !st.watch_list_unsupported {
             match self.watch_list(st, backoff).await {
@@ -911,6 +986,7 @@ impl<K> Reflector<K> {
             start,
             events: 0,
             op,
+            stalled: false,
             propagate_rv: !(rv.is_empty() || rv == "0"),
         })
     }
@@ -937,10 +1013,14 @@ impl<K> Reflector<K> {
                 Some(w) => w,
                 None => {
                     let rv = self.last_sync_resource_version();
-                    match self
-                        .open_watch(Operation::Watch, &rv, self.watch_timeout_secs(), false)
-                        .await
-                    {
+                    // unsynced here means resuming: a short watch, so that
+                    // the confirming bookmark (or clean end) comes soon
+                    let timeout = if self.has_synced() {
+                        self.watch_timeout_secs()
+                    } else {
+                        RESUME_WATCH_TIMEOUT.as_secs() as u32
+                    };
+                    match self.open_watch(Operation::Watch, &rv, timeout, false).await {
                         Ok(w) => w,
                         Err(e) if e.is_watch_retriable() => {
                             self.report(&e);
@@ -956,9 +1036,13 @@ impl<K> Reflector<K> {
                 .handle_watch(&mut w, Mode::Normal, resync.as_mut())
                 .instrument(span)
                 .await;
+            let stalled = w.stalled;
             drop(w);
             match res {
                 Ok(_) => {
+                    if !stalled && !self.mark_synced() {
+                        info!("the resumed watch ended cleanly: resume confirmed");
+                    }
                     debug!("watch closed; watching again from the last resourceVersion");
                 }
                 Err(e) => {
@@ -1027,6 +1111,7 @@ impl<K> Reflector<K> {
                         resource: self.resource.clone(),
                         idle: w.idle_limit,
                     });
+                    w.stalled = true;
                     return Ok(None);
                 }
                 _ = tick(resync.as_deref_mut()) => {
@@ -1158,6 +1243,9 @@ impl<K> Reflector<K> {
                     w.propagate_rv = true;
                     self.set_last_sync_rv(&b.resource_version);
                     self.store_result(op, self.store.bookmark(&b.resource_version));
+                    if !self.mark_synced() {
+                        info!(resource_version = %b.resource_version, "bookmark on the resumed watch: resume confirmed");
+                    }
                 }
                 Mode::Initial(buf) => {
                     buf.resource_version.clone_from(&b.resource_version);

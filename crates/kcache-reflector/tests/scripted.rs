@@ -1461,3 +1461,160 @@ async fn watch_list_too_large_on_open_retries_at_empty_rv() {
     assert!(fake.lists().is_empty());
     run.stop().await;
 }
+
+// ---------------------------------------------------------------- resume (warm restart)
+
+/// `resume_from`: no list; the first watch opens at the given RV with the
+/// short resume timeout; events reach the store; the reflector has synced
+/// only once a bookmark arrives; later watches use the normal timeout.
+#[tokio::test(start_paused = true)]
+async fn resume_watches_from_the_given_rv_without_listing() {
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let rx = Mutex::new(Some(rx));
+    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).resume_from("10"));
+    assert_eq!(run.reflector.last_sync_resource_version(), "10");
+    let reqs = fake.wait_requests(1).await;
+    assert!(reqs[0].is_watch());
+    assert_eq!(reqs[0].rv(), Some("10"));
+    assert_eq!(reqs[0].q("timeoutSeconds"), Some("4"));
+    assert_eq!(reqs[0].q("allowWatchBookmarks"), Some("true"));
+    assert_eq!(reqs[0].q("sendInitialEvents"), None);
+    tx.send(Bytes::from(format!(
+        "{}\n{}\n",
+        ev("MODIFIED", cm("a", "12")),
+        ev("DELETED", cm("b", "13"))
+    )))
+    .unwrap();
+    store.wait_calls(2).await;
+    assert!(!run.reflector.has_synced(), "events alone do not confirm");
+    assert_eq!(run.reflector.last_sync_resource_version(), "13");
+    tx.send(Bytes::from(format!("{}\n", bookmark("15", false))))
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(1), run.reflector.wait_synced())
+        .await
+        .expect("synced after the bookmark");
+    assert_eq!(
+        store.calls(),
+        [
+            Call::Update("ns/a".into(), "12".into()),
+            Call::Delete("ns/b".into(), "13".into()),
+            Call::Bookmark("15".into()),
+        ]
+    );
+    drop(tx);
+    let reqs = fake.wait_requests(2).await;
+    assert!(reqs[1].is_watch(), "a clean close re-watches: {reqs:?}");
+    assert_eq!(reqs[1].rv(), Some("15"));
+    let t: u32 = reqs[1].q("timeoutSeconds").unwrap().parse().unwrap();
+    assert!(
+        (300..600).contains(&t),
+        "normal timeout after the resume: {t}"
+    );
+    assert!(fake.lists().is_empty());
+    assert!(run.seen().is_empty(), "{:?}", run.seen());
+    run.stop().await;
+}
+
+/// A resumed watch answered with 410 Gone relists at the resume RV (as
+/// client-go does after any expired watch); the list's replace syncs the
+/// reflector and counts as a relist.
+#[tokio::test(start_paused = true)]
+async fn resume_expired_relists_and_the_list_syncs() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (false, 0) => list("20", "", vec![cm("a", "18"), cm("c", "19")]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let provider = PrometheusMetricsProvider::new(&mut registry);
+    let run = start(
+        builder(&fake, &store)
+            .resume_from("10")
+            .metrics(Arc::new(provider)),
+    );
+    let calls = store.wait_calls(1).await;
+    assert_eq!(calls, [Call::Replace(keys(&["a", "c"]), "20".into())]);
+    assert!(run.reflector.has_synced());
+    let lists = fake.lists();
+    assert_eq!(lists.len(), 1);
+    assert_eq!(lists[0].rv(), Some("10"));
+    assert_eq!(
+        lists[0].q("limit"),
+        None,
+        "a list at an exact RV is unpaged"
+    );
+    assert_eq!(run.reasons(), [ErrorReason::Expired]);
+    let reqs = fake.wait_requests(3).await;
+    assert_eq!(reqs[2].rv(), Some("20"));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert!(
+        text.contains("reflector_relists_total{name=\"configmaps\"} 1"),
+        "{text}"
+    );
+    run.stop().await;
+}
+
+/// A resumed watch that ends cleanly (the server's timeout) without a
+/// bookmark confirms the resume; a stalled one does not.
+#[tokio::test(start_paused = true)]
+async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let rx = Mutex::new(Some(rx));
+    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).resume_from("10"));
+    fake.wait_requests(1).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!run.reflector.has_synced());
+    drop(tx);
+    tokio::time::timeout(Duration::from_secs(1), run.reflector.wait_synced())
+        .await
+        .expect("a clean end confirms");
+    assert!(fake.lists().is_empty());
+    run.stop().await;
+
+    // stalled: no byte until the idle limit
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Stream(vec![], End::Hang),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(
+        builder(&fake, &store)
+            .resume_from("10")
+            .watch_idle_timeout(Duration::from_secs(10)),
+    );
+    let reqs = fake.wait_requests(2).await;
+    assert_eq!(run.reasons(), [ErrorReason::WatchStalled]);
+    assert!(!run.reflector.has_synced(), "a stall is no confirmation");
+    assert_eq!(reqs[1].rv(), Some("10"));
+    assert_eq!(reqs[1].q("timeoutSeconds"), Some("4"), "still resuming");
+    assert!(fake.lists().is_empty());
+    run.stop().await;
+}
+
+/// Without `resume_from` nothing changes: an empty RV is ignored too.
+#[tokio::test(start_paused = true)]
+async fn resume_from_empty_rv_lists_as_usual() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).resume_from(""));
+    let reqs = fake.wait_requests(2).await;
+    assert!(!reqs[0].is_watch());
+    assert_eq!(reqs[0].rv(), Some("0"));
+    run.reflector.wait_synced().await;
+    run.stop().await;
+}
