@@ -19,17 +19,37 @@
 //! [`FaultProxy::client`] builds a [`kube::Client`] that goes through the
 //! proxy. Dropping the proxy stops its tasks and closes its connections.
 //!
-//! HTTP-level faults (429, 500) cannot be injected here since the bytes are
-//! encrypted; inject them with a client layer instead.
+//! In the default (TCP) mode the bytes are encrypted, so nothing can be
+//! inserted into a response. [`FaultProxy::start_http`] starts the **HTTP
+//! mode**: the proxy serves plain HTTP/1.1 to the client (its
+//! [`FaultProxy::config`] points at `http://127.0.0.1:<port>` and carries no
+//! credentials) and forwards every request to the apiserver through a
+//! [`kube::Client`] of the upstream configuration (TLS verified, the
+//! upstream's credentials). The TCP faults above still apply (on the
+//! client's side of the proxy), and [`FaultProxy::inject_watch`] inserts
+//! raw bytes into the next watch response of a matching path, at a line
+//! boundary (between two watch events), so that a test can feed an informer
+//! malformed frames from a live watch.
+//!
+//! 429 and 500 storms are injected with a client layer instead.
 
+use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body::Frame;
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
 use kube::{Client, Config};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -49,6 +69,9 @@ pub enum ProxyError {
     /// The client for the proxied address could not be built.
     #[error("building a client through the fault proxy failed: {0}")]
     Client(#[source] kube::Error),
+    /// The HTTP mode's upstream client could not be built.
+    #[error("building the HTTP mode's upstream client failed: {0}")]
+    Upstream(#[source] kube::Error),
 }
 
 /// What the proxy does right now; every connection task follows it.
@@ -71,6 +94,8 @@ struct Counters {
     refused: AtomicU64,
     cut: AtomicU64,
     upstream_failed: AtomicU64,
+    injected: AtomicU64,
+    http_requests: AtomicU64,
 }
 
 /// A snapshot of a proxy's counters.
@@ -84,6 +109,11 @@ pub struct ProxyStats {
     pub cut: u64,
     /// Connections whose upstream could not be reached.
     pub upstream_failed: u64,
+    /// HTTP mode: injections written into a watch response.
+    pub injected: u64,
+    /// HTTP mode: requests forwarded (or answered 502 when the upstream
+    /// failed).
+    pub http_requests: u64,
 }
 
 /// A loopback TCP proxy the test controls (see the [module docs](self)).
@@ -93,6 +123,8 @@ pub struct FaultProxy {
     faults: watch::Sender<Faults>,
     counters: Arc<Counters>,
     accept_task: JoinHandle<()>,
+    /// HTTP mode: the forwarder behind the TCP faults.
+    http: Option<HttpForwarder>,
 }
 
 impl FaultProxy {
@@ -110,7 +142,29 @@ impl FaultProxy {
             faults,
             counters,
             accept_task,
+            http: None,
         })
+    }
+
+    /// Starts a proxy in HTTP mode (see the [module docs](self)): plain
+    /// HTTP/1.1 towards the client, every request forwarded through a
+    /// client of `upstream` (normally [`crate::ControlPlane::config`]).
+    pub async fn start_http(upstream: Config) -> Result<FaultProxy, ProxyError> {
+        let client = Client::try_from(upstream).map_err(ProxyError::Upstream)?;
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(ProxyError::Bind)?;
+        let forwarder_addr = listener.local_addr().map_err(ProxyError::Bind)?;
+        let mut proxy = FaultProxy::start(forwarder_addr).await?;
+        let injector = Arc::new(Injector::default());
+        let task = tokio::spawn(serve_http(
+            listener,
+            client,
+            injector.clone(),
+            proxy.counters.clone(),
+        ));
+        proxy.http = Some(HttpForwarder { injector, task });
+        Ok(proxy)
     }
 
     /// Starts a proxy forwarding to the host and port of an `https://` URL
@@ -136,17 +190,48 @@ impl FaultProxy {
         self.addr
     }
 
-    /// `https://127.0.0.1:<proxy port>`.
+    /// `https://127.0.0.1:<proxy port>` (`http://` in HTTP mode).
     pub fn url(&self) -> String {
-        format!("https://{}", self.addr)
+        let scheme = if self.http.is_some() { "http" } else { "https" };
+        format!("{scheme}://{}", self.addr)
     }
 
-    /// `config` with its `cluster_url` pointed at the proxy. TLS still
-    /// verifies: the local serving certificate names `127.0.0.1`.
+    /// `config` with its `cluster_url` pointed at the proxy. In TCP mode TLS
+    /// still verifies (the local serving certificate names `127.0.0.1`); in
+    /// HTTP mode the credentials are removed (the proxy authenticates
+    /// upstream with its own).
     pub fn config(&self, mut config: Config) -> Result<Config, ProxyError> {
         let url = self.url();
         config.cluster_url = url.parse().map_err(|_| ProxyError::BadUrl(url))?;
+        if self.http.is_some() {
+            config.auth_info = kube::config::AuthInfo::default();
+            config.root_cert = None;
+        }
         Ok(config)
+    }
+
+    /// HTTP mode: inserts `bytes` into the next watch response (a request
+    /// with `watch=true`/`watch=1`) whose path contains `path_contains`, at
+    /// the next line boundary of its body (at once if the watch is idle
+    /// between events). Injections are used once each, in order. In TCP
+    /// mode this does nothing and returns `false`.
+    pub fn inject_watch(&self, path_contains: &str, bytes: impl Into<Bytes>) -> bool {
+        let Some(http) = &self.http else {
+            return false;
+        };
+        lock(&http.injector.queue).push_back(Injection {
+            path_contains: path_contains.to_owned(),
+            bytes: bytes.into(),
+        });
+        http.injector.wake.send_modify(|g| *g += 1);
+        true
+    }
+
+    /// HTTP mode: injections queued and not written yet.
+    pub fn pending_injections(&self) -> usize {
+        self.http
+            .as_ref()
+            .map_or(0, |h| lock(&h.injector.queue).len())
     }
 
     /// A client for `config` that goes through the proxy.
@@ -198,6 +283,8 @@ impl FaultProxy {
             refused: self.counters.refused.load(Ordering::Relaxed),
             cut: self.counters.cut.load(Ordering::Relaxed),
             upstream_failed: self.counters.upstream_failed.load(Ordering::Relaxed),
+            injected: self.counters.injected.load(Ordering::Relaxed),
+            http_requests: self.counters.http_requests.load(Ordering::Relaxed),
         }
     }
 }
@@ -206,6 +293,10 @@ impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.faults.send_modify(|f| f.shutdown = true);
         self.accept_task.abort();
+        if let Some(h) = &self.http {
+            h.task.abort();
+            h.injector.wake.send_modify(|g| *g = u64::MAX);
+        }
     }
 }
 
@@ -389,5 +480,235 @@ fn ending(f: &Faults, cut_at: u64) -> Option<End> {
         Some(End::Cut)
     } else {
         None
+    }
+}
+
+// ------------------------------------------------------------- HTTP mode
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[derive(Debug)]
+struct HttpForwarder {
+    injector: Arc<Injector>,
+    task: JoinHandle<()>,
+}
+
+#[derive(Debug)]
+struct Injection {
+    path_contains: String,
+    bytes: Bytes,
+}
+
+/// Queued injections; `wake` changes when one is queued (`u64::MAX`: the
+/// proxy is gone).
+#[derive(Debug)]
+struct Injector {
+    queue: Mutex<VecDeque<Injection>>,
+    wake: watch::Sender<u64>,
+}
+
+impl Default for Injector {
+    fn default() -> Self {
+        Injector {
+            queue: Mutex::new(VecDeque::new()),
+            wake: watch::Sender::new(0),
+        }
+    }
+}
+
+impl Injector {
+    fn take(&self, path: &str) -> Option<Bytes> {
+        let mut q = lock(&self.queue);
+        let pos = q.iter().position(|i| path.contains(&i.path_contains))?;
+        q.remove(pos).map(|i| i.bytes)
+    }
+}
+
+type ProxyBody = UnsyncBoxBody<Bytes, std::io::Error>;
+
+fn is_watch(uri: &http::Uri) -> bool {
+    uri.query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"))
+}
+
+async fn serve_http(
+    listener: TcpListener,
+    client: Client,
+    injector: Arc<Injector>,
+    counters: Arc<Counters>,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let (client, injector, counters) = (client.clone(), injector.clone(), counters.clone());
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                forward(req, client.clone(), injector.clone(), counters.clone())
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await
+            {
+                tracing::debug!(error = %e, "fault proxy: HTTP connection ended");
+            }
+        });
+    }
+}
+
+/// Hop-by-hop headers (and the client's own credentials, which the
+/// forwarding client replaces) are not forwarded.
+fn forwardable(name: &http::HeaderName) -> bool {
+    !matches!(
+        name.as_str(),
+        "host"
+            | "connection"
+            | "keep-alive"
+            | "transfer-encoding"
+            | "te"
+            | "trailer"
+            | "upgrade"
+            | "proxy-connection"
+            | "authorization"
+    )
+}
+
+fn status_response(code: u16, message: &str) -> http::Response<ProxyBody> {
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "code": code
+    })
+    .to_string();
+    let mut resp = http::Response::new(full(Bytes::from(body)));
+    *resp.status_mut() = http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::BAD_GATEWAY);
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn full(b: Bytes) -> ProxyBody {
+    http_body_util::Full::new(b)
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
+}
+
+async fn forward(
+    req: http::Request<hyper::body::Incoming>,
+    client: Client,
+    injector: Arc<Injector>,
+    counters: Arc<Counters>,
+) -> Result<http::Response<ProxyBody>, Infallible> {
+    counters.http_requests.fetch_add(1, Ordering::Relaxed);
+    let (parts, body) = req.into_parts();
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return Ok(status_response(400, &format!("reading the request: {e}"))),
+    };
+    let watch = is_watch(&parts.uri);
+    let path = parts.uri.path().to_owned();
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| "/".to_owned(), |pq| pq.as_str().to_owned());
+    let mut builder = http::Request::builder()
+        .method(parts.method.clone())
+        .uri(target);
+    for (name, value) in &parts.headers {
+        if forwardable(name) {
+            builder = builder.header(name, value);
+        }
+    }
+    let Ok(upstream_req) = builder.body(kube::client::Body::from(body)) else {
+        return Ok(status_response(400, "the request could not be rebuilt"));
+    };
+    let resp = match client.send(upstream_req).await {
+        Ok(r) => r,
+        Err(e) => {
+            counters.upstream_failed.fetch_add(1, Ordering::Relaxed);
+            return Ok(status_response(502, &format!("fault proxy: upstream: {e}")));
+        }
+    };
+    let (mut parts, upstream_body) = resp.into_parts();
+    for name in ["connection", "keep-alive", "transfer-encoding", "trailer"] {
+        parts.headers.remove(name);
+    }
+    let body = if watch && parts.status.is_success() {
+        // the body changes length: no content-length
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(pump_watch(upstream_body, tx, path, injector, counters));
+        ChannelBody(rx).boxed_unsync()
+    } else {
+        upstream_body.map_err(std::io::Error::other).boxed_unsync()
+    };
+    Ok(http::Response::from_parts(parts, body))
+}
+
+/// Copies a watch body, writing queued injections at line boundaries.
+async fn pump_watch(
+    mut upstream: kube::client::Body,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    path: String,
+    injector: Arc<Injector>,
+    counters: Arc<Counters>,
+) {
+    let mut wake = injector.wake.subscribe();
+    let mut at_boundary = true;
+    loop {
+        if *wake.borrow_and_update() == u64::MAX {
+            return;
+        }
+        if at_boundary {
+            while let Some(bytes) = injector.take(&path) {
+                counters.injected.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(path = %path, len = bytes.len(), "fault proxy: injecting into a watch");
+                if tx.send(Ok(bytes)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            frame = upstream.frame() => match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data()
+                        && !data.is_empty()
+                    {
+                        at_boundary = data.ends_with(b"\n");
+                        if tx.send(Ok(data)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    let _ = tx.send(Err(std::io::Error::other(e))).await;
+                    return;
+                }
+                None => return,
+            },
+            changed = wake.changed() => if changed.is_err() { return },
+            _ = tx.closed() => return,
+        }
+    }
+}
+
+/// A response body fed by a channel.
+struct ChannelBody(mpsc::Receiver<Result<Bytes, std::io::Error>>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
     }
 }

@@ -445,3 +445,680 @@ async fn compaction_while_disconnected() {
     report("compaction_while_disconnected", 1, &done, &out);
     stop_informer(cancel, task).await;
 }
+
+/// A watch event line (newline-terminated).
+fn frame(v: serde_json::Value) -> Vec<u8> {
+    let mut b = serde_json::to_vec(&v).expect("json");
+    b.push(b'\n');
+    b
+}
+
+/// Fault 6: malformed frames and objects injected into the live watch
+/// stream (the proxy in HTTP mode writes them between two real events):
+/// lines that are not JSON, truncated JSON, a JSON value that is not an
+/// event, an unknown event type, an object without metadata, an object
+/// without a name, objects of another kind (a Secret, a Pod) in the
+/// watched namespace, and one event larger than the reflector's limit
+/// (128 MiB). Each must be reported to
+/// the watch-error handler and skipped (the huge one ends the watch: the
+/// reflector re-lists); the informer keeps going and nothing else is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_watch_frames() {
+    let seed = seed("malformed_watch_frames");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (rounds, ops) = if full() { (6, 600) } else { (2, 200) };
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let ns = cp
+        .create_namespace("fault-malformed")
+        .await
+        .expect("namespace");
+    let proxy = FaultProxy::start_http(cp.config()).await.expect("proxy");
+    let informer =
+        SharedIndexInformer::<ConfigMap>::builder(proxy.client(cp.config()).expect("client"))
+            .namespace(&ns)
+            .build();
+    let errors = ErrorCounts::default();
+    informer
+        .set_watch_error_handler(errors.handler())
+        .expect("error handler");
+    let rec = Recorder::default();
+    informer.add_event_handler(rec.clone()).expect("handler");
+    let (cancel, task) = spawn_informer(&informer);
+    synced(&informer, Duration::from_secs(30)).await;
+
+    let path = format!("/api/v1/namespaces/{ns}/configmaps");
+    let meta =
+        |name: &str| serde_json::json!({ "name": name, "namespace": ns, "resourceVersion": "1" });
+    let bad: Vec<(&str, Vec<u8>)> = vec![
+        ("not json", b"this is not json\n".to_vec()),
+        (
+            "truncated",
+            br#"{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"na"#
+                .iter()
+                .copied()
+                .chain([b'\n'])
+                .collect(),
+        ),
+        ("not an event", b"[1,2,3]\n".to_vec()),
+        (
+            "unknown type",
+            frame(
+                serde_json::json!({ "type": "EXPLODED", "object": { "kind": "ConfigMap", "apiVersion": "v1", "metadata": meta("bad-type") } }),
+            ),
+        ),
+        ("no object", frame(serde_json::json!({ "type": "ADDED" }))),
+        (
+            "no metadata",
+            frame(
+                serde_json::json!({ "type": "ADDED", "object": { "kind": "ConfigMap", "apiVersion": "v1", "data": { "a": "b" } } }),
+            ),
+        ),
+        (
+            "no name",
+            frame(
+                serde_json::json!({ "type": "MODIFIED", "object": { "kind": "ConfigMap", "apiVersion": "v1", "metadata": { "namespace": ns, "resourceVersion": "5" } } }),
+            ),
+        ),
+        (
+            "wrong kind (Secret)",
+            frame(
+                serde_json::json!({ "type": "ADDED", "object": { "kind": "Secret", "apiVersion": "v1", "metadata": meta("intruder-secret") } }),
+            ),
+        ),
+        (
+            "wrong kind (Pod)",
+            frame(
+                serde_json::json!({ "type": "ADDED", "object": { "kind": "Pod", "apiVersion": "v1", "metadata": meta("intruder-pod") } }),
+            ),
+        ),
+        (
+            "wrong apiVersion",
+            frame(
+                serde_json::json!({ "type": "ADDED", "object": { "kind": "ConfigMap", "apiVersion": "v9", "metadata": meta("intruder-v9") } }),
+            ),
+        ),
+    ];
+
+    let driver = Driver::start(
+        cp.client().expect("client"),
+        &ns,
+        "c",
+        seed,
+        ops,
+        Duration::from_millis(20),
+    );
+    let mut injected = 0u64;
+    for _ in 0..rounds {
+        // a seeded order, one at a time, between the driver's events
+        let mut order: Vec<usize> = (0..bad.len()).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.random_range(0..=i));
+        }
+        for i in order {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(20..200))).await;
+            assert!(proxy.inject_watch(&path, bad[i].1.clone()));
+            injected += 1;
+        }
+    }
+    eventually(
+        "every injection was written into a watch",
+        Duration::from_secs(60),
+        || proxy.stats().injected >= injected,
+    )
+    .await;
+    eventually(
+        "every injection was reported",
+        Duration::from_secs(30),
+        || errors.get("bad_event") >= injected,
+    )
+    .await;
+    {
+        // one event over the reflector's max_event_size: the framer gives
+        // up, the watch ends and the reflector lists again
+        let limit = kcache_reflector::DEFAULT_MAX_FRAME;
+        let mut big = Vec::with_capacity(limit + 4096);
+        big.extend_from_slice(
+            format!(
+                r#"{{"type":"ADDED","object":{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"huge","namespace":"{ns}","resourceVersion":"1"}},"data":{{"x":""#
+            )
+            .as_bytes(),
+        );
+        big.resize(limit + 1024, b'x');
+        big.extend_from_slice(b"\"}}}\n");
+        let before = proxy.stats().injected;
+        let started = std::time::Instant::now();
+        assert!(proxy.inject_watch(&path, big));
+        injected += 1;
+        eventually(
+            "the huge event was written",
+            Duration::from_secs(60),
+            || proxy.stats().injected > before,
+        )
+        .await;
+        eventually(
+            "the huge event was reported",
+            Duration::from_secs(60),
+            || errors.get("event_too_large") >= 1,
+        )
+        .await;
+        eprintln!(
+            "huge event ({} MiB) reported after {:.1}s",
+            (limit + 1024) >> 20,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let done = driver.stop().await;
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
+    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
+    assert_eq!(
+        errors.get("bad_event"),
+        injected - 1,
+        "every malformed line reported exactly once: {:?}",
+        errors.all()
+    );
+    for name in [
+        "intruder-secret",
+        "intruder-pod",
+        "intruder-v9",
+        "bad-type",
+        "huge",
+    ] {
+        let key = format!("{ns}/{name}");
+        assert!(
+            rec.all().iter().all(|e| e.key != key),
+            "the handler was notified about the injected {key}"
+        );
+    }
+    eprintln!(
+        "malformed_watch_frames: watch errors reported {:?}",
+        errors.all()
+    );
+    report("malformed_watch_frames", injected, &done, &out);
+    stop_informer(cancel, task).await;
+}
+
+/// A handler that records every notification, then panics on some (chosen
+/// by the seed and the resourceVersion).
+struct Panicky {
+    rec: Recorder,
+    seed: u64,
+    panics: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Panicky {
+    fn maybe_panic(&self, rv: u64) {
+        if (rv ^ self.seed).is_multiple_of(4) {
+            self.panics
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            panic!("injected handler panic at rv {rv}");
+        }
+    }
+}
+
+fn rv(o: &kcache_core::CachedObject<ConfigMap>) -> u64 {
+    o.resource_version()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+impl kcache_informer::ResourceEventHandler<ConfigMap> for Panicky {
+    fn on_add(&self, o: &kcache_core::CachedObject<ConfigMap>, initial: bool) {
+        self.rec.on_add(o, initial);
+        self.maybe_panic(rv(o));
+    }
+    fn on_update(
+        &self,
+        old: &kcache_core::CachedObject<ConfigMap>,
+        o: &kcache_core::CachedObject<ConfigMap>,
+    ) {
+        self.rec.on_update(old, o);
+        self.maybe_panic(rv(o));
+    }
+    fn on_delete(&self, o: &kcache_core::ObjectOrTombstone<ConfigMap>) {
+        self.rec.on_delete(o);
+        self.maybe_panic(rv(o.object()));
+    }
+}
+
+/// A handler that records every notification and blocks for `block` on
+/// every `every`-th one (the first included).
+struct Blocking {
+    rec: Recorder,
+    block: Duration,
+    every: u64,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl Blocking {
+    fn maybe_block(&self) {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n.is_multiple_of(self.every) {
+            std::thread::sleep(self.block);
+        }
+    }
+}
+
+impl kcache_informer::ResourceEventHandler<ConfigMap> for Blocking {
+    fn on_add(&self, o: &kcache_core::CachedObject<ConfigMap>, initial: bool) {
+        self.rec.on_add(o, initial);
+        self.maybe_block();
+    }
+    fn on_update(
+        &self,
+        old: &kcache_core::CachedObject<ConfigMap>,
+        o: &kcache_core::CachedObject<ConfigMap>,
+    ) {
+        self.rec.on_update(old, o);
+        self.maybe_block();
+    }
+    fn on_delete(&self, o: &kcache_core::ObjectOrTombstone<ConfigMap>) {
+        self.rec.on_delete(o);
+        self.maybe_block();
+    }
+}
+
+/// Fault 7: on one informer under churn, a handler that panics on about a
+/// quarter of its events and a handler that blocks for seconds, beside a
+/// plain one. The cache and the plain handler keep pace (converged while
+/// the blocked handler still has a backlog); every panic is caught and
+/// counted, and the panicking handler keeps receiving later events (its
+/// view, notifications recorded before each panic, equals the LIST); the
+/// blocked handler catches up and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handler_panics_and_blocks() {
+    let seed = seed("handler_panics_and_blocks");
+    let (ops, block, every) = if full() {
+        (600, Duration::from_secs(3), 150)
+    } else {
+        (200, Duration::from_secs(2), 60)
+    };
+    // the injected panics are expected: keep their messages and backtraces
+    // out of the output (other panics still go to the default hook)
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let injected = info
+            .payload()
+            .downcast_ref::<String>()
+            .is_some_and(|m| m.starts_with("injected handler panic"));
+        if !injected {
+            default_hook(info);
+        }
+    }));
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let ns = cp
+        .create_namespace("fault-handlers")
+        .await
+        .expect("namespace");
+    let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().expect("client"))
+        .namespace(&ns)
+        .build();
+    let rec = Recorder::default();
+    let panicky = Panicky {
+        rec: Recorder::default(),
+        seed,
+        panics: Default::default(),
+    };
+    let (panicky_rec, panicky_count) = (panicky.rec.clone(), panicky.panics.clone());
+    let blocking = Blocking {
+        rec: Recorder::default(),
+        block,
+        every,
+        calls: Default::default(),
+    };
+    let blocking_rec = blocking.rec.clone();
+    let panicky_reg = informer.add_event_handler(panicky).expect("handler");
+    let blocking_reg = informer.add_event_handler(blocking).expect("handler");
+    informer.add_event_handler(rec.clone()).expect("handler");
+    let (cancel, task) = spawn_informer(&informer);
+    synced(&informer, Duration::from_secs(30)).await;
+
+    let done = Driver::start(
+        cp.client().expect("client"),
+        &ns,
+        "c",
+        seed,
+        ops,
+        Duration::from_millis(10),
+    )
+    .finish()
+    .await;
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
+    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
+    let blocked_backlog = blocking_reg.backlog();
+    let blocked_seen = blocking_rec.all().len();
+    eprintln!(
+        "handler_panics_and_blocks: cache and plain handler converged {:.1}s after the driver \
+         stopped; the blocking handler had seen {blocked_seen} of {} events, backlog {blocked_backlog}",
+        out.converged_in.as_secs_f64(),
+        out.events
+    );
+    assert!(
+        blocked_seen < out.events,
+        "the blocking handler was not behind: the fault did not bite"
+    );
+    let want = server_state(&api).await;
+    view_converges("panicking handler", &want, Duration::from_secs(30), || {
+        panicky_rec.all()
+    })
+    .await;
+    let panics = panicky_count.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(panics > 0, "the handler never panicked");
+    assert_eq!(
+        panicky_reg.panics(),
+        panics,
+        "every panic is counted on the registration"
+    );
+    // later events after the first panic reached it
+    assert!(panicky_rec.all().len() as u64 > panics);
+    let drain = block * (1 + out.events as u32 / every as u32) + Duration::from_secs(30);
+    let caught_up = view_converges("blocking handler", &want, drain, || blocking_rec.all()).await;
+    eprintln!(
+        "handler_panics_and_blocks: {panics} panics caught, the blocking handler caught up \
+         {:.1}s later",
+        caught_up.as_secs_f64()
+    );
+    assert_eq!(blocking_reg.backlog(), 0);
+    report(
+        "handler_panics_and_blocks",
+        panics + (out.events as u64).div_ceil(every),
+        &done,
+        &out,
+    );
+    stop_informer(cancel, task).await;
+}
+
+// ---------------------------------------------------------------- fault 8
+
+/// One leader-election candidate: a `fault-elector` child process behind a
+/// proxy of its own.
+struct Candidate {
+    identity: String,
+    log: std::path::PathBuf,
+    proxy: FaultProxy,
+    child: std::process::Child,
+}
+
+impl Drop for Candidate {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A leadership term of one candidate, from its own log.
+#[derive(Debug, Clone)]
+struct Term {
+    identity: String,
+    first_act: u128,
+    last_act: u128,
+}
+
+/// Parses a candidate's log into its terms (a term with no act is
+/// dropped: it never acted).
+fn terms_of(identity: &str, log: &std::path::Path) -> Vec<Term> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut terms = Vec::new();
+    let mut cur: Option<Term> = None;
+    for line in text.lines() {
+        let mut it = line.split(' ');
+        let (Some(what), Some(ts)) = (it.next(), it.next().and_then(|t| t.parse::<u128>().ok()))
+        else {
+            continue; // a line cut by SIGKILL
+        };
+        match what {
+            "lead" => {
+                terms.extend(cur.take());
+                let _ = ts;
+                cur = Some(Term {
+                    identity: identity.to_owned(),
+                    first_act: 0,
+                    last_act: 0,
+                });
+            }
+            "act" => {
+                if let Some(t) = cur.as_mut() {
+                    if t.first_act == 0 {
+                        t.first_act = ts;
+                    }
+                    t.last_act = ts;
+                }
+            }
+            "stop" | "lost" | "start" => terms.extend(cur.take()),
+            _ => {}
+        }
+    }
+    terms.extend(cur);
+    terms.retain(|t| t.first_act != 0);
+    terms
+}
+
+fn unix_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// Fault 8: leader election between candidate processes (3 at a time,
+/// each behind its own proxy) on a Lease of the real apiserver. The leader
+/// is killed with SIGKILL, or partitioned from the apiserver (its proxy
+/// refuses and resets, or stalls every connection) and healed after a
+/// takeover; seeded order. Checked from the candidates' own logs (each act
+/// stamped): at most one candidate acts at a time (the acting intervals of
+/// all terms never overlap), and after each fault a new leader acts within
+/// lease duration + 2 jittered retry periods + 2 s. Settings: 4 s lease,
+/// 3 s renew deadline, 1 s retry period (valid by client-go's rules, with
+/// a margin of only one retry period).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_kill_and_partition() {
+    let seed = seed("leader_election_kill_and_partition");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let rounds = if full() { 6 } else { 2 };
+    let (lease_ms, renew_ms, retry_ms) = (4000u64, 3000u64, 1000u64);
+    let takeover_bound =
+        Duration::from_millis(lease_ms + 2 * retry_ms * 22 / 10) + Duration::from_secs(2);
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let ns = cp
+        .create_namespace("fault-leader")
+        .await
+        .expect("namespace");
+    let dir =
+        std::env::temp_dir().join(format!("kcache-fault-leader-{}-{seed}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("log dir");
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    let lease_name = "fault-leader";
+    let spawn = |identity: String| {
+        let dir = dir.clone();
+        let kubeconfig = kubeconfig.clone();
+        let ns = ns.clone();
+        async move {
+            let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
+            let log = dir.join(format!("{identity}.log"));
+            let child = std::process::Command::new(env!("CARGO_BIN_EXE_fault-elector"))
+                .arg(&kubeconfig)
+                .arg(proxy.url())
+                .arg(&ns)
+                .arg(lease_name)
+                .arg(&identity)
+                .arg(&log)
+                .args([
+                    lease_ms.to_string(),
+                    renew_ms.to_string(),
+                    retry_ms.to_string(),
+                ])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn fault-elector");
+            Candidate {
+                identity,
+                log,
+                proxy,
+                child,
+            }
+        }
+    };
+    let mut candidates = Vec::new();
+    let mut next_id = 0;
+    for _ in 0..3 {
+        candidates.push(spawn(format!("cand-{next_id}")).await);
+        next_id += 1;
+    }
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(cp.client().expect("client"), &ns);
+    let acting = |c: &Candidate| {
+        terms_of(&c.identity, &c.log)
+            .last()
+            .is_some_and(|t| unix_nanos().saturating_sub(t.last_act) < 200_000_000)
+    };
+    // the candidate acting now (exactly one), waiting up to `within`
+    async fn leader_index(
+        candidates: &[Candidate],
+        acting: &dyn Fn(&Candidate) -> bool,
+        within: Duration,
+        not: Option<&str>,
+    ) -> usize {
+        let start = std::time::Instant::now();
+        loop {
+            let now: Vec<usize> = (0..candidates.len())
+                .filter(|&i| acting(&candidates[i]))
+                .filter(|&i| Some(candidates[i].identity.as_str()) != not)
+                .collect();
+            if now.len() == 1 {
+                return now[0];
+            }
+            assert!(
+                start.elapsed() < within,
+                "no single acting leader within {within:?} (acting: {now:?})"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let mut i = leader_index(&candidates, &acting, Duration::from_secs(30), None).await;
+    let mut takeovers = Vec::new();
+    let mut kinds = Vec::new();
+    for round in 0..rounds {
+        // let the leader renew a few times first
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1500..3000))).await;
+        let old = candidates[i].identity.clone();
+        let kind = if round % 2 == 0 { "kill" } else { "partition" };
+        let kind = if full() && rng.random_bool(0.5) {
+            if kind == "kill" { "partition" } else { "kill" }
+        } else {
+            kind
+        };
+        let stall = rng.random_bool(0.5);
+        let t0 = unix_nanos();
+        match kind {
+            "kill" => {
+                candidates[i].child.kill().expect("SIGKILL");
+                let _ = candidates[i].child.wait();
+            }
+            _ => {
+                if stall {
+                    candidates[i].proxy.stall(true);
+                } else {
+                    candidates[i].proxy.refuse(true);
+                    candidates[i].proxy.cut_all();
+                }
+            }
+        }
+        let j = leader_index(
+            &candidates,
+            &acting,
+            takeover_bound + Duration::from_secs(5),
+            Some(&old),
+        )
+        .await;
+        let new = &candidates[j];
+        let first = terms_of(&new.identity, &new.log)
+            .last()
+            .map_or(0, |t| t.first_act);
+        let takeover = Duration::from_nanos(first.saturating_sub(t0) as u64);
+        let label = match kind {
+            "kill" => "SIGKILL".to_owned(),
+            _ if stall => "partition (stall)".to_owned(),
+            _ => "partition (refuse + reset)".to_owned(),
+        };
+        eprintln!(
+            "round {round}: {label} of {old}: {} acts {:.2}s later",
+            new.identity,
+            takeover.as_secs_f64()
+        );
+        assert!(
+            takeover <= takeover_bound,
+            "{label}: takeover took {takeover:?} (bound {takeover_bound:?})"
+        );
+        takeovers.push(takeover);
+        kinds.push(label);
+        if kind == "kill" {
+            candidates.remove(i);
+            candidates.push(spawn(format!("cand-{next_id}")).await);
+            next_id += 1;
+        } else {
+            // heal: the old leader rejoins as a standby
+            let p = &candidates[i].proxy;
+            p.heal();
+            p.stall(false);
+            p.cut_all();
+        }
+        i = leader_index(&candidates, &acting, Duration::from_secs(10), None).await;
+        let holder = leases
+            .get(lease_name)
+            .await
+            .ok()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity);
+        assert_eq!(
+            holder.as_deref(),
+            Some(candidates[i].identity.as_str()),
+            "the acting candidate holds the Lease"
+        );
+    }
+    // the healed ex-leaders stand by for a while without acting
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    drop(candidates);
+    // every log written so far, killed candidates' included
+    let mut terms: Vec<Term> = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("log dir").flatten() {
+        let path = entry.path();
+        let identity = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        terms.extend(terms_of(&identity, &path));
+    }
+    terms.sort_by_key(|t| t.first_act);
+    let mut min_gap = u128::MAX;
+    let mut acts_end = 0u128;
+    let mut prev: Option<&Term> = None;
+    for t in &terms {
+        if let Some(p) = prev {
+            assert!(
+                t.first_act > acts_end,
+                "two leaders acted at once: {} ({p:?}) and {} ({t:?}) overlap by {:.3}s",
+                p.identity,
+                t.identity,
+                (acts_end - t.first_act) as f64 / 1e9
+            );
+            min_gap = min_gap.min(t.first_act - acts_end);
+        }
+        acts_end = acts_end.max(t.last_act);
+        prev = Some(t);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        terms.len() > rounds,
+        "{} terms for {rounds} faults",
+        terms.len()
+    );
+    let max = takeovers.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "RESULT leader_election_kill_and_partition: faults injected {rounds} ({}), terms {}, \
+         overlapping terms 0, smallest gap between two leaders' acts {:.2}s, takeover max {:.2}s \
+         (bound {:.1}s)",
+        kinds.join(", "),
+        terms.len(),
+        min_gap as f64 / 1e9,
+        max.as_secs_f64(),
+        takeover_bound.as_secs_f64()
+    );
+}

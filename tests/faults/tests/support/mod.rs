@@ -77,7 +77,8 @@ fn rv_of<K>(o: &CachedObject<K>) -> u64 {
 }
 
 impl Recorder {
-    fn push(&self, s: Seen) {
+    /// Records one notification.
+    pub fn push(&self, s: Seen) {
         self.events.lock().expect("recorder lock").push(s);
     }
     /// Every notification so far.
@@ -394,7 +395,7 @@ fn cache_state(i: &SharedIndexInformer<ConfigMap>) -> BTreeMap<String, u64> {
 }
 
 /// The handler's view: replaying its notifications, key -> last rv.
-fn handler_view(events: &[Seen]) -> BTreeMap<String, u64> {
+pub fn handler_view(events: &[Seen]) -> BTreeMap<String, u64> {
     let mut view = BTreeMap::new();
     for e in events {
         match e.kind {
@@ -410,7 +411,7 @@ fn handler_view(events: &[Seen]) -> BTreeMap<String, u64> {
 }
 
 /// Updates that went backwards in resourceVersion for a key.
-fn stale_updates(events: &[Seen]) -> Vec<String> {
+pub fn stale_updates(events: &[Seen]) -> Vec<String> {
     let mut last: BTreeMap<&str, u64> = BTreeMap::new();
     let mut bad = Vec::new();
     for e in events {
@@ -558,4 +559,73 @@ pub fn report(fault: &str, injected: u64, driver: &DriverReport, o: &Outcome) {
         o.tombstones,
         o.converged_in.as_secs_f64()
     );
+}
+
+/// Counts the reports of the watch-error handler by reason label.
+#[derive(Clone, Default)]
+pub struct ErrorCounts {
+    counts: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+}
+
+impl ErrorCounts {
+    /// A watch-error handler that counts into `self`.
+    pub fn handler(&self) -> kcache_informer::WatchErrorHandler {
+        let counts = self.counts.clone();
+        Arc::new(move |e: &kcache_reflector::ReflectorError| {
+            *counts
+                .lock()
+                .expect("error counts lock")
+                .entry(e.reason().as_str())
+                .or_default() += 1;
+        })
+    }
+    /// Reports with this reason label so far.
+    pub fn get(&self, reason: &str) -> u64 {
+        self.counts
+            .lock()
+            .expect("error counts lock")
+            .get(reason)
+            .copied()
+            .unwrap_or(0)
+    }
+    /// Every count.
+    pub fn all(&self) -> BTreeMap<&'static str, u64> {
+        self.counts.lock().expect("error counts lock").clone()
+    }
+}
+
+/// Waits until the handler view of `events()` equals `want` (every live key
+/// at its latest resourceVersion, every gone key deleted), up to `within`.
+pub async fn view_converges(
+    what: &str,
+    want: &BTreeMap<String, u64>,
+    within: Duration,
+    events: impl Fn() -> Vec<Seen>,
+) -> Duration {
+    let start = Instant::now();
+    loop {
+        let ev = events();
+        let view = handler_view(&ev);
+        if &view == want {
+            let stale = stale_updates(&ev);
+            assert!(
+                stale.is_empty(),
+                "{what}: updates went backwards: {stale:?}"
+            );
+            return start.elapsed();
+        }
+        if start.elapsed() > within {
+            let missing: Vec<_> = want.keys().filter(|k| !view.contains_key(*k)).collect();
+            let extra: Vec<_> = view.keys().filter(|k| !want.contains_key(*k)).collect();
+            let stale: Vec<_> = want
+                .iter()
+                .filter(|(k, rv)| view.get(*k).is_some_and(|v| v != *rv))
+                .collect();
+            panic!(
+                "{what}: handler view != LIST after {within:?}: missing {missing:?}, \
+                 never deleted {extra:?}, stale {stale:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -1,0 +1,114 @@
+//! A leader-election candidate for fault 8 (`leader_election_kill_and_partition`
+//! in `tests/faults/tests/faults.rs`), run as a child process so that the
+//! test can SIGKILL it.
+//!
+//! ```text
+//! fault-elector <kubeconfig> <server-url> <namespace> <lease> <identity> <log>
+//!               <lease-ms> <renew-ms> <retry-ms>
+//! ```
+//!
+//! It connects to `server-url` (normally a fault proxy) with the
+//! kubeconfig's credentials, runs a [`LeaderElector`] on the Lease
+//! `namespace/lease`, and while it leads "acts" every 20 ms. Each act, and
+//! each change of state, is appended to `log` as `<what> <unix nanos>`
+//! (`start`, `lead`, `act`, `stop` when the leading token is cancelled,
+//! `lost` when the election ended because renewals failed). After a loss
+//! it stands by again with the same identity.
+
+use std::io::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kcache_controller::leader::{KubeLeaseLock, LeaderCallbacks};
+use kcache_controller::{LeaderElectionConfig, LeaderElector};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio_util::sync::CancellationToken;
+
+type Log = Arc<Mutex<std::fs::File>>;
+
+fn note(log: &Log, what: &str) {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let line = format!("{what} {nanos}\n");
+    let mut f = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // one write per line, unbuffered: a SIGKILL loses nothing written
+    let _ = f.write_all(line.as_bytes());
+}
+
+fn ms(arg: Option<String>) -> Result<Duration, String> {
+    arg.and_then(|a| a.parse().ok())
+        .map(Duration::from_millis)
+        .ok_or_else(|| "a duration in milliseconds".to_owned())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    let mut next = |what: &str| args.next().ok_or_else(|| format!("missing {what}"));
+    let kubeconfig = next("kubeconfig")?;
+    let server = next("server url")?;
+    let namespace = next("namespace")?;
+    let lease = next("lease")?;
+    let identity = next("identity")?;
+    let log_path = next("log")?;
+    let lease_duration = ms(next("lease ms").ok())?;
+    let renew_deadline = ms(next("renew ms").ok())?;
+    let retry_period = ms(next("retry ms").ok())?;
+
+    let kc = Kubeconfig::read_from(&kubeconfig).map_err(|e| e.to_string())?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    config.cluster_url = server.parse().map_err(|e| format!("{e}"))?;
+    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+    let log: Log = Arc::new(Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| e.to_string())?,
+    ));
+    note(&log, "start");
+    let lock = Arc::new(KubeLeaseLock::new(client, &namespace, &lease));
+    let config = LeaderElectionConfig::new(identity)
+        .lease_duration(lease_duration)
+        .renew_deadline(renew_deadline)
+        .retry_period(retry_period);
+    let cancel = CancellationToken::new();
+    loop {
+        let elector =
+            LeaderElector::new(config.clone(), lock.clone()).map_err(|e| e.to_string())?;
+        let acting = log.clone();
+        let lost = elector
+            .run(
+                cancel.clone(),
+                LeaderCallbacks {
+                    on_started_leading: Box::new(move |token| {
+                        tokio::spawn(async move {
+                            note(&acting, "lead");
+                            loop {
+                                if token.is_cancelled() {
+                                    note(&acting, "stop");
+                                    return;
+                                }
+                                note(&acting, "act");
+                                tokio::select! {
+                                    _ = token.cancelled() => {}
+                                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                                }
+                            }
+                        });
+                    }),
+                    ..LeaderCallbacks::default()
+                },
+            )
+            .await;
+        if lost {
+            note(&log, "lost");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
