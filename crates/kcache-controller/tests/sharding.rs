@@ -21,7 +21,11 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kcache_controller::shard::{GROUP_LABEL, KubeMembershipStore, Shard, ShardConfig, View};
-use kcache_controller::{Config, ControllerError, ControllerHandle, MetricsRegistry, Request};
+use kcache_controller::shard::{ShardConfigError, ShardError};
+use kcache_controller::{
+    Action, Config, Controller, ControllerError, ControllerHandle, KubeLeaseLock,
+    LeaderElectionConfig, MetricsRegistry, Request, Trigger,
+};
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -44,10 +48,16 @@ struct Log {
     violations: Mutex<Vec<String>>,
     /// (start, replica, key) of every reconcile
     starts: Mutex<Vec<(Instant, String, String)>>,
+    /// (replica, key) -> trigger of its first reconcile by that replica
+    first_trigger: Mutex<HashMap<(String, String), Trigger>>,
 }
 
 impl Log {
-    fn begin(&self, id: &str, key: &str) {
+    fn begin(&self, id: &str, key: &str, trigger: &Trigger) {
+        self.first_trigger
+            .lock()
+            .entry((id.to_owned(), key.to_owned()))
+            .or_insert_with(|| trigger.clone());
         self.starts
             .lock()
             .push((Instant::now(), id.to_owned(), key.to_owned()));
@@ -149,7 +159,7 @@ async fn start_replica(
         move |req: Request<Foo>, ctx: Arc<Context>| {
             let (log, id) = (log2.clone(), id2.clone());
             async move {
-                log.begin(&id, &req.key);
+                log.begin(&id, &req.key, &req.trigger);
                 let _recorded = Recorded {
                     log,
                     id,
@@ -379,6 +389,13 @@ async fn sharded_replicas_split_hand_over_and_converge() {
         .cloned()
         .collect();
     assert_eq!(moved, expected, "r4 reconciled exactly the keys it gained");
+    for k in &moved {
+        assert_eq!(
+            log.first_trigger.lock()[&("r4".to_owned(), k.clone())],
+            Trigger::Handover,
+            "{k}: queued from r4's cache when gained"
+        );
+    }
     let frac = moved.len() as f64 / FOOS as f64;
     eprintln!(
         "r4 joined: {} keys moved ({:.1}%)",
@@ -504,4 +521,94 @@ async fn sharded_replicas_split_hand_over_and_converge() {
         .collect();
     assert!(left.iter().all(|h| h == "r3"), "left behind: {left:?}");
     eprintln!("sharding test took {:?}", test_started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharding_misuse_and_a_stolen_lease_stop_the_controller_with_an_error() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let ns = cp.create_namespace("shard-err").await.expect("namespace");
+    let client = cp.client().expect("client");
+    let factory = SharedInformerFactory::builder(client.clone())
+        .namespace(&ns)
+        .build();
+    let store = || KubeMembershipStore::new(client.clone(), &ns);
+    let noop = |_req: Request<ConfigMap>, _ctx: Arc<()>| async {
+        Ok::<_, std::io::Error>(Action::await_change())
+    };
+    let fast = |id: &str| {
+        ShardConfig::new("cm-shards", id)
+            .lease_duration(LEASE)
+            .renew_deadline(RENEW)
+            .retry_period(RETRY)
+    };
+
+    // sharded and leader-elected at once
+    let e = Controller::<ConfigMap>::new(&factory, Config::default())
+        .sharded(fast("a"), store())
+        .leader_election(
+            LeaderElectionConfig::new("a"),
+            KubeLeaseLock::new(client.clone(), &ns, "le"),
+        )
+        .run(noop, Arc::new(()))
+        .await
+        .expect_err("sharding and leader election");
+    assert!(
+        matches!(e, ControllerError::Shard(ShardError::WithLeaderElection)),
+        "{e}"
+    );
+    // an invalid configuration
+    let e = Controller::<ConfigMap>::new(&factory, Config::default())
+        .sharded(fast("a").renew_deadline(LEASE), store())
+        .run(noop, Arc::new(()))
+        .await
+        .expect_err("invalid timings");
+    assert!(
+        matches!(
+            e,
+            ControllerError::Shard(ShardError::Config(ShardConfigError::Timings { .. }))
+        ),
+        "{e}"
+    );
+
+    // a running replica whose Lease is taken by another process stops
+    let controller = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))
+        .sharded(fast("a"), store());
+    let shard = controller.shard().unwrap().clone();
+    let task = tokio::spawn(controller.run(noop, Arc::new(())));
+    wait_until("the replica settles", Duration::from_secs(20), || {
+        let st = shard.status();
+        if st.settled() {
+            Ok(())
+        } else {
+            Err(format!("{st:?}"))
+        }
+    })
+    .await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        kcache_controller::shard::INSTANCE_ANNOTATION: "another-process"
+    }}});
+    leases
+        .patch(
+            shard.lease_name(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("run returns")
+        .expect("task");
+    let e = r.expect_err("duplicate identity");
+    assert!(
+        matches!(
+            e,
+            ControllerError::Shard(ShardError::DuplicateIdentity { .. })
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("unique identity"), "{e}");
+    factory.shutdown().await;
 }
