@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::informer::{ListOptions, SharedIndexInformer, TransformFunc};
+use crate::snapshot::SnapshotOptions;
 
 type Tweak = Arc<dyn Fn(&mut ListOptions) + Send + Sync>;
 
@@ -67,6 +68,8 @@ struct Config {
     default_resync: Duration,
     resync_for: HashMap<TypeId, Duration>,
     transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    transform_ids: HashMap<TypeId, String>,
+    snapshots: Option<SnapshotOptions>,
 }
 
 struct Inner {
@@ -173,6 +176,28 @@ impl SharedInformerFactoryBuilder {
             .insert(TypeId::of::<K>(), Box::new(transform));
         self
     }
+    /// The id of the transform of `K`'s informer, recorded in its snapshots
+    /// (see [`SnapshotOptions::transform_id`]); needed for warm restarts of
+    /// an informer with a transform.
+    pub fn transform_id_for<K: 'static>(mut self, id: impl Into<String>) -> Self {
+        self.config
+            .transform_ids
+            .insert(TypeId::of::<K>(), id.into());
+        self
+    }
+    /// Warm restarts for every informer: each persists its cache in this
+    /// folder (one file per informer, named after what it caches) and
+    /// resumes from it on start (see [`SnapshotOptions`]).
+    pub fn snapshot_dir(self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.snapshots(SnapshotOptions::dir(dir))
+    }
+    /// Warm restarts for every informer with these options. The location
+    /// must be a folder ([`SnapshotOptions::dir`]): given a file, its
+    /// folder is used.
+    pub fn snapshots(mut self, options: SnapshotOptions) -> Self {
+        self.config.snapshots = Some(options);
+        self
+    }
     /// Builds the factory.
     pub fn build(self) -> SharedInformerFactory {
         SharedInformerFactory {
@@ -204,6 +229,8 @@ impl SharedInformerFactory {
                 default_resync: Duration::ZERO,
                 resync_for: HashMap::new(),
                 transforms: HashMap::new(),
+                transform_ids: HashMap::new(),
+                snapshots: None,
             },
         }
     }
@@ -270,6 +297,13 @@ impl SharedInformerFactory {
                 .resync_period(resync);
         if let Some(m) = &cfg.reflector_metrics {
             builder = builder.reflector_metrics(m.clone());
+        }
+        if let Some(s) = &cfg.snapshots {
+            let mut s = s.clone().into_dir();
+            if let Some(id) = cfg.transform_ids.get(&TypeId::of::<K>()) {
+                s = s.transform_id(id.clone());
+            }
+            builder = builder.snapshot(s);
         }
         let informer = builder.build();
         if let Some(t) = cfg

@@ -1,21 +1,29 @@
 //! The shared index informer.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use kcache_core::{BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
 use kcache_reflector::{MetricsProvider, Reflector, ReflectorError};
 use kube::{Client, Resource};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::InformerError;
 use crate::handler::ResourceEventHandler;
 use crate::listener::{Listener, Notification, SyncedFn};
 use crate::processor::{MINIMUM_RESYNC_PERIOD, SharedProcessor, determine_resync_period};
+use crate::snapshot::{
+    Fingerprint, Loaded, SnapshotError, SnapshotOptions, SnapshotStatus, StartKind, WriteStats,
+};
+
+/// How long the cluster identity GET may take before a cold start.
+const CLUSTER_ID_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Which queue sits between the reflector and the indexer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,6 +135,10 @@ pub(crate) struct Inner<K: Resource> {
     block_deltas: Mutex<()>,
     next_listener_id: AtomicU64,
     stopped: CancellationToken,
+    snapshot: Option<SnapshotOptions>,
+    /// False from a warm start until the cache is known current.
+    current: AtomicBool,
+    snapshot_status: Mutex<SnapshotStatus>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -169,6 +181,7 @@ pub struct SharedIndexInformerBuilder<K: Resource> {
     fifo_kind: FifoKind,
     name: Option<String>,
     reflector_metrics: Option<Arc<dyn MetricsProvider>>,
+    snapshot: Option<SnapshotOptions>,
 }
 
 impl<K: Resource + 'static> SharedIndexInformerBuilder<K>
@@ -229,6 +242,13 @@ where
         self.name = Some(name.into());
         self
     }
+    /// Warm restarts: persist the cache as configured and, on start, resume
+    /// from a matching snapshot instead of listing (see [`SnapshotOptions`]
+    /// and `docs/warm-restart.md`).
+    pub fn snapshot(mut self, options: SnapshotOptions) -> Self {
+        self.snapshot = Some(options);
+        self
+    }
 
     /// Builds the informer (nothing runs until [`SharedIndexInformer::run`]).
     pub fn build(self) -> SharedIndexInformer<K> {
@@ -266,6 +286,9 @@ where
                 block_deltas: Mutex::new(()),
                 next_listener_id: AtomicU64::new(1),
                 stopped: CancellationToken::new(),
+                snapshot: self.snapshot,
+                current: AtomicBool::new(true),
+                snapshot_status: Mutex::new(SnapshotStatus::default()),
             }),
         }
     }
@@ -296,6 +319,7 @@ where
             fifo_kind: FifoKind::default(),
             name: None,
             reflector_metrics: None,
+            snapshot: None,
         }
     }
 
@@ -342,10 +366,31 @@ where
         Ok(())
     }
 
-    /// Whether the first complete list has been processed into the cache
-    /// (and handed to every handler's listener).
+    /// Whether the cache is known current: the first complete list has
+    /// been processed into the cache (and handed to every handler's
+    /// listener). After a warm start: the snapshot's objects have been
+    /// processed, the resumed watch was confirmed by the apiserver (a
+    /// bookmark, or a clean end of the watch) or a relist replaced the
+    /// cache, and every change received up to that confirmation has been
+    /// processed.
     pub fn has_synced(&self) -> bool {
         self.inner.has_synced()
+    }
+
+    /// Warm-restart state: warm or cold start, objects loaded, snapshot
+    /// age, whether the resume needed a relist, writes.
+    pub fn snapshot_status(&self) -> SnapshotStatus {
+        let mut s = lock(&self.inner.snapshot_status).clone();
+        s.start = match s.start {
+            StartKind::NotStarted if self.has_started() => StartKind::Cold,
+            other => other,
+        };
+        s
+    }
+
+    /// Whether snapshots are configured.
+    pub fn snapshots_enabled(&self) -> bool {
+        self.inner.snapshot.is_some()
     }
 
     /// Whether [`run`](Self::run) was called.
@@ -493,30 +538,130 @@ where
     /// Runs the informer until `cancel` fires: lists and watches, keeps the
     /// cache, notifies handlers. Returns once everything it started has
     /// stopped (listener threads included). A second call is an error.
+    ///
+    /// With [snapshots](SharedIndexInformerBuilder::snapshot), a matching
+    /// snapshot is loaded first (warm start), snapshots are written while
+    /// synced, and a last one after cancellation (what is still queued is
+    /// processed first, so handlers may receive a few events after
+    /// `cancel`).
     pub async fn run(&self, cancel: CancellationToken) -> Result<(), InformerError> {
-        let (queue, reflector) = self.start()?;
+        let started_at = Instant::now();
+        {
+            let lc = lock(&self.inner.lifecycle);
+            if lc.started {
+                return Err(InformerError::AlreadyStarted("run"));
+            }
+            if lc.stopped {
+                return Err(InformerError::Stopped);
+            }
+        }
+        let plan = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => SnapshotPlan::default(),
+            p = self.prepare_snapshot() => p,
+        };
+        let writer = plan.writer;
+        let (queue, reflector, tracker) = self.start(plan.loaded)?;
+        let warm = !self.inner.current.load(Ordering::Acquire);
         let reflector_task = {
             let reflector = reflector.clone();
             let token = cancel.child_token();
             tokio::spawn(async move { reflector.run(token).await })
         };
         let inner = self.inner.clone();
+        let mut pops: u64 = 0;
+        let mut awaiting_confirmation = warm;
+        let mut confirm_target: Option<u64> = None;
+        let mut synced_recorded = false;
+        let mut snapshot_timer = writer
+            .as_ref()
+            .and_then(|w| (!w.interval.is_zero()).then_some(w.interval))
+            .map(|p| {
+                let mut i = tokio::time::interval_at(Instant::now() + p, p);
+                i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                i
+            });
+        let mut snapshot_due = false;
+        let mut write_task: Option<JoinHandle<Result<WriteStats, SnapshotError>>> = None;
         loop {
-            let popped = tokio::select! {
+            let step = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
-                r = queue.pop(Box::new(|deltas, initial| inner.handle_deltas(deltas, initial))) => r,
+                _ = reflector.wait_synced(), if awaiting_confirmation => Step::Confirmed,
+                r = join_write(&mut write_task), if write_task.is_some() => Step::Written(r),
+                _ = tick(snapshot_timer.as_mut()) => Step::SnapshotDue,
+                r = queue.pop(Box::new(|deltas, initial| inner.handle_deltas(deltas, initial))) => Step::Popped(r),
             };
-            match popped {
-                Ok(()) => {}
-                Err(PopError::Closed) => break,
-                Err(PopError::Process(e)) => {
+            match step {
+                Step::Confirmed => {
+                    awaiting_confirmation = false;
+                    // everything queued now arrived before the confirmation
+                    confirm_target = Some(pops + queue.len() as u64);
+                }
+                Step::Written(r) => {
+                    write_task = None;
+                    self.record_write(r);
+                }
+                Step::SnapshotDue => snapshot_due = true,
+                Step::Popped(Ok(())) => pops += 1,
+                Step::Popped(Err(PopError::Closed)) => break,
+                Step::Popped(Err(PopError::Process(e))) => {
+                    pops += 1;
                     tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
                 }
+            }
+            if let Some(target) = confirm_target
+                && (pops >= target || queue.is_empty())
+            {
+                confirm_target = None;
+                self.inner.current.store(true, Ordering::Release);
+                tracing::info!(informer = %self.inner.name, "warm start: the cache is current");
+            }
+            if !synced_recorded && self.has_synced() {
+                synced_recorded = true;
+                lock(&self.inner.snapshot_status).time_to_synced = Some(started_at.elapsed());
+            }
+            if snapshot_due
+                && write_task.is_none()
+                && self.has_synced()
+                && let (Some(w), Some(t)) = (&writer, &tracker)
+                && let Some((rv, items)) = self.capture(&queue, t)
+            {
+                snapshot_due = false;
+                write_task = Some(w.spawn_write(rv, items));
             }
         }
         queue.close();
         let _ = reflector_task.await;
+        if write_task.is_some() {
+            // an older snapshot must not land after the final one
+            let r = join_write(&mut write_task).await;
+            self.record_write(r);
+        }
+        if let (Some(w), Some(t)) = (&writer, &tracker)
+            && w.on_shutdown
+            && self.has_synced()
+        {
+            // apply what is still queued, so the cache matches the last RV
+            loop {
+                match queue
+                    .pop(Box::new(|deltas, initial| {
+                        inner.handle_deltas(deltas, initial)
+                    }))
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(PopError::Closed) => break,
+                    Err(PopError::Process(e)) => {
+                        tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
+                    }
+                }
+            }
+            if let Some((rv, items)) = self.capture(&queue, t) {
+                let r = join_write(&mut Some(w.spawn_write(rv, items))).await;
+                self.record_write(r);
+            }
+        }
         let listeners = self.inner.processor.stop();
         let _ = tokio::task::spawn_blocking(move || {
             for l in listeners {
@@ -530,13 +675,161 @@ where
         Ok(())
     }
 
+    /// The cache and the resourceVersion it reflects, taken while nothing
+    /// is queued (every change received has been applied) and no change
+    /// can be queued (the tracker's lock).
+    fn capture(
+        &self,
+        queue: &Arc<dyn Queue<K>>,
+        tracker: &PushTracker,
+    ) -> Option<(String, Vec<CachedObject<K>>)> {
+        let rv = lock(&tracker.last_rv);
+        if rv.is_empty() || !queue.is_empty() {
+            return None;
+        }
+        Some((rv.clone(), self.inner.indexer.list()))
+    }
+
+    fn record_write(&self, r: Result<WriteStats, SnapshotError>) {
+        let mut st = lock(&self.inner.snapshot_status);
+        match r {
+            Ok(stats) => {
+                tracing::info!(
+                    informer = %self.inner.name,
+                    objects = stats.objects,
+                    bytes = stats.bytes,
+                    took_ms = stats.duration.as_millis() as u64,
+                    resource_version = %stats.resource_version,
+                    "snapshot written"
+                );
+                st.writes += 1;
+                st.last_write = Some(stats);
+            }
+            Err(e) => {
+                tracing::warn!(informer = %self.inner.name, reason = e.reason(), "writing the snapshot failed: {e}");
+                st.write_failures += 1;
+            }
+        }
+    }
+
+    /// Works out the fingerprint and loads a matching snapshot, if
+    /// snapshots are configured. Never fails: a snapshot that cannot be
+    /// used is reported with one warning and the informer starts cold.
+    async fn prepare_snapshot(&self) -> SnapshotPlan<K> {
+        let Some(options) = self.inner.snapshot.clone() else {
+            return SnapshotPlan::default();
+        };
+        let has_transform = lock(&self.inner.lifecycle).transform.is_some();
+        let fingerprint = match self.fingerprint(&options, has_transform).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(
+                    informer = %self.inner.name,
+                    reason = e.reason(),
+                    "{e}; starting cold, and no snapshot is written by this run"
+                );
+                lock(&self.inner.snapshot_status).cold_reason = Some(e.to_string());
+                return SnapshotPlan::default();
+            }
+        };
+        let path = options.path_for(&fingerprint);
+        let writer = SnapshotWriter {
+            path: path.clone(),
+            fingerprint: fingerprint.clone(),
+            interval: options.interval,
+            on_shutdown: options.write_on_shutdown,
+        };
+        let object_options = self.inner.list_options.object_options.clone();
+        let read_path = path.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            crate::snapshot::read_file::<K>(&read_path, &fingerprint, &object_options)
+        })
+        .await;
+        let loaded = match read {
+            Ok(Ok(l)) => Some(l),
+            Ok(Err(e)) => {
+                tracing::warn!(
+                    informer = %self.inner.name,
+                    path = %path.display(),
+                    reason = e.reason(),
+                    "snapshot not used, starting cold: {e}"
+                );
+                lock(&self.inner.snapshot_status).cold_reason = Some(e.to_string());
+                None
+            }
+            Err(e) => {
+                tracing::warn!(informer = %self.inner.name, error = %e, "snapshot not used, starting cold: the loading task failed");
+                lock(&self.inner.snapshot_status).cold_reason = Some(e.to_string());
+                None
+            }
+        };
+        SnapshotPlan {
+            writer: Some(writer),
+            loaded,
+        }
+    }
+
+    async fn fingerprint(
+        &self,
+        options: &SnapshotOptions,
+        has_transform: bool,
+    ) -> Result<Fingerprint, SnapshotError> {
+        if has_transform && options.transform_id.is_none() {
+            return Err(SnapshotError::TransformWithoutId);
+        }
+        let cluster_uid = match &options.cluster_id {
+            Some(id) => id.clone(),
+            None => {
+                let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+                    kube::Api::all(self.inner.client.clone());
+                let got = tokio::time::timeout(CLUSTER_ID_TIMEOUT, api.get_metadata("kube-system"))
+                    .await
+                    .map_err(|_| SnapshotError::ClusterIdentity("timed out".to_owned()))?
+                    .map_err(|e| SnapshotError::ClusterIdentity(e.to_string()))?;
+                got.metadata.uid.ok_or_else(|| {
+                    SnapshotError::ClusterIdentity("the namespace has no uid".to_owned())
+                })?
+            }
+        };
+        let dt = &self.inner.dyntype;
+        let o = &self.inner.list_options;
+        let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+        Ok(Fingerprint {
+            cluster_uid,
+            server_url: options.server_url.clone(),
+            group: K::group(dt).into_owned(),
+            version: K::version(dt).into_owned(),
+            resource: K::plural(dt).into_owned(),
+            metadata_only: K::metadata_api(),
+            namespace: nonempty(&o.namespace),
+            label_selector: nonempty(&o.label_selector),
+            field_selector: nonempty(&o.field_selector),
+            transform_id: if has_transform {
+                options.transform_id.clone()
+            } else {
+                None
+            },
+            strip_managed_fields: o.object_options.strips_managed_fields(),
+        })
+    }
+
     /// Waits until the informer has stopped after its `run` was cancelled.
     pub async fn stopped(&self) {
         self.inner.stopped.cancelled().await
     }
 
     #[allow(clippy::type_complexity)]
-    fn start(&self) -> Result<(Arc<dyn Queue<K>>, Arc<Reflector<K>>), InformerError> {
+    fn start(
+        &self,
+        warm: Option<Loaded<K>>,
+    ) -> Result<
+        (
+            Arc<dyn Queue<K>>,
+            Arc<Reflector<K>>,
+            Option<Arc<PushTracker>>,
+        ),
+        InformerError,
+    > {
         let mut lc = lock(&self.inner.lifecycle);
         if lc.started {
             return Err(InformerError::AlreadyStarted("run"));
@@ -545,19 +838,75 @@ where
             return Err(InformerError::Stopped);
         }
         lc.started = true;
-        let mut fifo_options = FifoOptions::new()
-            .known_objects(self.inner.indexer.clone())
-            .emit_delta_type_replaced(true);
-        if let Some(t) = &lc.transform {
-            fifo_options = fifo_options.transformer(t.clone());
-        }
-        let queue: Arc<dyn Queue<K>> = match self.inner.fifo_kind {
-            FifoKind::DeltaFifo => Arc::new(DeltaFifo::new(fifo_options)),
-            FifoKind::RealFifo => Arc::new(RealFifo::new(fifo_options)),
+        // Snapshot objects were transformed before they were written: the
+        // transform is bypassed while they are queued.
+        let bypass = Arc::new(AtomicBool::new(false));
+        let make_queue = |lc: &Lifecycle<K>| -> Arc<dyn Queue<K>> {
+            let mut fifo_options = FifoOptions::new()
+                .known_objects(self.inner.indexer.clone())
+                .emit_delta_type_replaced(true);
+            if let Some(t) = &lc.transform {
+                let t = t.clone();
+                let bypass = bypass.clone();
+                let wrapped: TransformFunc<K> = Arc::new(move |o| {
+                    if bypass.load(Ordering::Relaxed) {
+                        Ok(o)
+                    } else {
+                        t(o)
+                    }
+                });
+                fifo_options = fifo_options.transformer(wrapped);
+            }
+            match self.inner.fifo_kind {
+                FifoKind::DeltaFifo => Arc::new(DeltaFifo::new(fifo_options)),
+                FifoKind::RealFifo => Arc::new(RealFifo::new(fifo_options)),
+            }
         };
+        let mut queue = make_queue(&lc);
+        let mut resume_rv = None;
+        {
+            let mut status = lock(&self.inner.snapshot_status);
+            status.start = StartKind::Cold;
+            if let Some(loaded) = warm {
+                let count = loaded.objects.len() as u64;
+                let age = SystemTime::now()
+                    .duration_since(loaded.written_at)
+                    .unwrap_or_default();
+                bypass.store(true, Ordering::Relaxed);
+                let queued = queue.replace(loaded.objects, loaded.resource_version.clone());
+                bypass.store(false, Ordering::Relaxed);
+                match queued {
+                    Ok(()) => {
+                        tracing::info!(
+                            informer = %self.inner.name,
+                            objects = count,
+                            age_s = age.as_secs(),
+                            resource_version = %loaded.resource_version,
+                            "warm start: snapshot loaded; resuming the watch without a list"
+                        );
+                        status.start = StartKind::Warm;
+                        status.objects_loaded = count;
+                        status.snapshot_age = Some(age);
+                        self.inner.current.store(false, Ordering::Release);
+                        resume_rv = Some(loaded.resource_version);
+                    }
+                    Err(e) => {
+                        tracing::warn!(informer = %self.inner.name, error = %e, "snapshot not used, starting cold: queueing its objects failed");
+                        status.cold_reason = Some(e.to_string());
+                        queue = make_queue(&lc);
+                    }
+                }
+            }
+        }
+        let tracker = self.inner.snapshot.as_ref().map(|_| {
+            Arc::new(PushTracker {
+                last_rv: Mutex::new(resume_rv.clone().unwrap_or_default()),
+            })
+        });
         let sink: Arc<dyn Store<K>> = Arc::new(ResyncGate {
             queue: queue.clone(),
             informer: Arc::downgrade(&self.inner),
+            tracker: tracker.clone(),
         });
         let o = &self.inner.list_options;
         let mut rb =
@@ -588,19 +937,97 @@ where
             let h = h.clone();
             rb = rb.watch_error_handler(move |e: &ReflectorError| h(e));
         }
+        if let Some(rv) = resume_rv {
+            rb = rb.resume_from(rv);
+        }
         let reflector = Arc::new(rb.build());
         lc.queue = Some(queue.clone());
         lc.reflector = Some(reflector.clone());
         self.inner.processor.run().map_err(InformerError::Thread)?;
-        Ok((queue, reflector))
+        Ok((queue, reflector, tracker))
     }
+}
+
+/// One wake-up of the informer's loop.
+enum Step {
+    Confirmed,
+    Written(Result<WriteStats, SnapshotError>),
+    SnapshotDue,
+    Popped(Result<(), PopError<BoxError>>),
+}
+
+async fn tick(timer: Option<&mut Interval>) {
+    match timer {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+async fn join_write(
+    task: &mut Option<JoinHandle<Result<WriteStats, SnapshotError>>>,
+) -> Result<WriteStats, SnapshotError> {
+    match task.as_mut() {
+        Some(t) => match t.await {
+            Ok(r) => r,
+            Err(e) => Err(SnapshotError::Io {
+                path: Default::default(),
+                source: std::io::Error::other(e.to_string()),
+            }),
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// What `run` loads and writes.
+struct SnapshotPlan<K> {
+    writer: Option<SnapshotWriter>,
+    loaded: Option<Loaded<K>>,
+}
+
+impl<K> Default for SnapshotPlan<K> {
+    fn default() -> Self {
+        SnapshotPlan {
+            writer: None,
+            loaded: None,
+        }
+    }
+}
+
+/// Where and when this run writes snapshots.
+struct SnapshotWriter {
+    path: std::path::PathBuf,
+    fingerprint: Fingerprint,
+    interval: Duration,
+    on_shutdown: bool,
+}
+
+impl SnapshotWriter {
+    fn spawn_write<K: 'static>(
+        &self,
+        rv: String,
+        items: Vec<CachedObject<K>>,
+    ) -> JoinHandle<Result<WriteStats, SnapshotError>> {
+        let path = self.path.clone();
+        let fingerprint = self.fingerprint.clone();
+        tokio::task::spawn_blocking(move || {
+            crate::snapshot::write_file(&path, &fingerprint, &rv, &items)
+        })
+    }
+}
+
+/// The resourceVersion of the last change queued (under its lock, so a
+/// snapshot sees the cache and the RV together).
+struct PushTracker {
+    last_rv: Mutex<String>,
 }
 
 impl<K: Resource> Inner<K> {
     fn has_synced(&self) -> bool {
         // Cloned out so the FIFO's lock is not taken under ours.
         let queue = lock(&self.lifecycle).queue.clone();
-        queue.is_some_and(|q| q.has_synced())
+        queue.is_some_and(|q| q.has_synced()) && self.current.load(Ordering::Acquire)
     }
 }
 
@@ -664,23 +1091,59 @@ impl<K: Resource + 'static> Inner<K> {
 
 /// The store the reflector writes into: the queue, with `resync` passed on
 /// only when some handler's resync is due (client-go's `ShouldResync`).
+///
+/// With snapshots, it also records the resourceVersion of the last change
+/// queued, under the tracker's lock, and notes a relist of a warm start.
 struct ResyncGate<K: Resource> {
     queue: Arc<dyn Queue<K>>,
     informer: Weak<Inner<K>>,
+    tracker: Option<Arc<PushTracker>>,
+}
+
+impl<K: Resource> ResyncGate<K> {
+    fn tracked(
+        &self,
+        rv: Option<&str>,
+        push: impl FnOnce() -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let Some(t) = &self.tracker else {
+            return push();
+        };
+        let mut last = lock(&t.last_rv);
+        let r = push();
+        if let Some(rv) = rv {
+            last.clear();
+            last.push_str(rv);
+        }
+        r
+    }
 }
 
 impl<K: Resource + 'static> Store<K> for ResyncGate<K> {
     fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
-        self.queue.add(obj)
+        let keep = obj.clone();
+        self.tracked(keep.resource_version(), || self.queue.add(obj))
     }
     fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
-        self.queue.update(obj)
+        let keep = obj.clone();
+        self.tracked(keep.resource_version(), || self.queue.update(obj))
     }
     fn delete(&self, obj: ObjectOrTombstone<K>) -> Result<(), StoreError> {
-        self.queue.delete(obj)
+        let keep = obj.object().clone();
+        self.tracked(keep.resource_version(), || self.queue.delete(obj))
     }
     fn replace(&self, items: Vec<CachedObject<K>>, rv: String) -> Result<(), StoreError> {
-        self.queue.replace(items, rv)
+        if let Some(i) = self.informer.upgrade()
+            && !i.current.load(Ordering::Acquire)
+        {
+            let mut st = lock(&i.snapshot_status);
+            if !st.resume_relisted {
+                st.resume_relisted = true;
+                tracing::info!(informer = %i.name, "warm start: the snapshot's resourceVersion is too old; relisted");
+            }
+        }
+        let keep = rv.clone();
+        self.tracked(Some(&keep), || self.queue.replace(items, rv))
     }
     fn resync(&self) -> Result<(), StoreError> {
         let due = self
@@ -690,7 +1153,7 @@ impl<K: Resource + 'static> Store<K> for ResyncGate<K> {
         if due { self.queue.resync() } else { Ok(()) }
     }
     fn bookmark(&self, rv: &str) -> Result<(), StoreError> {
-        self.queue.bookmark(rv)
+        self.tracked(Some(rv), || self.queue.bookmark(rv))
     }
     fn last_store_sync_resource_version(&self) -> Option<String> {
         self.queue.last_store_sync_resource_version()

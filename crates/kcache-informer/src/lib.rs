@@ -47,6 +47,43 @@
 //! Handlers are synchronous (like client-go's) and run on their listener's
 //! thread: keep them quick, typically computing a key and adding it to a
 //! work queue.
+//!
+//! # Warm restarts
+//!
+//! With [`SnapshotOptions`], an informer persists its cache (every few
+//! minutes while synced, and on graceful shutdown) and, when it starts
+//! again, loads it, hands its objects to handlers as initial-list adds and
+//! resumes the watch from the snapshot's resourceVersion instead of
+//! listing everything. If the apiserver no longer has that
+//! resourceVersion (410 Gone), the informer relists and the differences
+//! arrive as updates and tombstone deletes. See `docs/warm-restart.md`.
+//!
+//! ```no_run
+//! use k8s_openapi::api::core::v1::Pod;
+//! use kcache_informer::{SharedIndexInformer, SnapshotOptions, StartKind, wait_for_cache_sync};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn run(config: kube::Config) -> Result<(), Box<dyn std::error::Error>> {
+//! let server = config.cluster_url.to_string();
+//! let client = kube::Client::try_from(config)?;
+//! let informer = SharedIndexInformer::<Pod>::builder(client)
+//!     .snapshot(SnapshotOptions::dir("/var/lib/my-controller/cache").server_url(server))
+//!     .build();
+//! let cancel = CancellationToken::new();
+//! let run = tokio::spawn({
+//!     let (informer, cancel) = (informer.clone(), cancel.clone());
+//!     async move { informer.run(cancel).await }
+//! });
+//! wait_for_cache_sync(&cancel, &[&informer]).await;
+//! let status = informer.snapshot_status();
+//! if status.start == StartKind::Warm {
+//!     println!("resumed from {} cached objects", status.objects_loaded);
+//! }
+//! cancel.cancel(); // writes a last snapshot before `run` returns
+//! run.await??;
+//! # Ok(())
+//! # }
+//! ```
 
 mod error;
 mod factory;
@@ -56,6 +93,7 @@ mod listener;
 mod processor;
 #[cfg(feature = "prometheus")]
 pub mod prometheus;
+pub mod snapshot;
 
 pub use error::InformerError;
 pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};
@@ -65,3 +103,4 @@ pub use informer::{
     SharedIndexInformerBuilder, TransformFunc, WatchErrorHandler, strip_managed_fields,
     wait_for_cache_sync,
 };
+pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};

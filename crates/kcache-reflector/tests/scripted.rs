@@ -1481,7 +1481,7 @@ async fn resume_watches_from_the_given_rv_without_listing() {
     let reqs = fake.wait_requests(1).await;
     assert!(reqs[0].is_watch());
     assert_eq!(reqs[0].rv(), Some("10"));
-    assert_eq!(reqs[0].q("timeoutSeconds"), Some("4"));
+    assert_eq!(reqs[0].q("timeoutSeconds"), Some("2"));
     assert_eq!(reqs[0].q("allowWatchBookmarks"), Some("true"));
     assert_eq!(reqs[0].q("sendInitialEvents"), None);
     tx.send(Bytes::from(format!(
@@ -1598,7 +1598,7 @@ async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
     assert_eq!(run.reasons(), [ErrorReason::WatchStalled]);
     assert!(!run.reflector.has_synced(), "a stall is no confirmation");
     assert_eq!(reqs[1].rv(), Some("10"));
-    assert_eq!(reqs[1].q("timeoutSeconds"), Some("4"), "still resuming");
+    assert_eq!(reqs[1].q("timeoutSeconds"), Some("2"), "still resuming");
     assert!(fake.lists().is_empty());
     run.stop().await;
 }

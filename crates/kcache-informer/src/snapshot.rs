@@ -1,0 +1,1174 @@
+//! Warm restart: an informer's cache persisted to disk, and loaded back on
+//! start instead of a full relist.
+//!
+//! # The file format (version 1)
+//!
+//! All integers are little-endian.
+//!
+//! ```text
+//! magic            8 bytes  89 'K' 'C' 'S' 'N' 'A' 'P' '\n'
+//! format version   u32      1
+//! header length    u32      at most 1 MiB
+//! header           fields in a fixed order (strings: u32 length + UTF-8;
+//!                  optional strings: u8 0/1 then the string; booleans: u8):
+//!                  cluster uid, server url?, group, version, resource,
+//!                  metadata-only, namespace?, label selector?, field
+//!                  selector?, transform id?, strip managedFields,
+//!                  resourceVersion, written at (u64 ms since the Unix
+//!                  epoch), object count (u64)
+//! header checksum  u64      CRC-64/XZ of every byte before it
+//! objects          object count times: u32 length + the object's JSON
+//! end marker       8 bytes  'K' 'C' 'S' 'N' 'E' 'N' 'D' '\n'
+//! checksum         u64      CRC-64/XZ of every byte before it
+//! ```
+//!
+//! The header is checked (magic, version, header checksum, fingerprint)
+//! before any object is read, so a snapshot of something else is rejected
+//! without reading it all. The objects are exactly the JSON bytes the cache
+//! held (after the transform and the managedFields cut), so loading one is
+//! the same partial decode as a list, without the network. A file is written
+//! to a temporary file in the same folder, fsynced, renamed over the old one
+//! and the folder fsynced: a reader sees the old snapshot or the new one,
+//! never a mix. Files are created with mode 0600 on Unix (a cache may hold
+//! Secrets).
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use kcache_core::{CachedObject, ObjectOptions};
+
+/// The snapshot format this version of kcache reads and writes.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+
+/// How often a synced informer writes its snapshot by default.
+pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(300);
+
+/// File name extension of snapshots written into a folder.
+pub const SNAPSHOT_EXTENSION: &str = "kcsnap";
+
+const MAGIC: [u8; 8] = *b"\x89KCSNAP\n";
+const END: [u8; 8] = *b"KCSNEND\n";
+const MAX_HEADER: u32 = 1 << 20;
+
+// ------------------------------------------------------------------ CRC-64
+
+const POLY: u64 = 0xC96C_5795_D787_0F42; // CRC-64/XZ (ECMA-182), reflected
+
+const fn crc_tables() -> [[u64; 256]; 8] {
+    let mut t = [[0u64; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u64;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 256 {
+        let mut j = 1;
+        while j < 8 {
+            let prev = t[j - 1][i];
+            t[j][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+}
+
+static CRC_TABLES: [[u64; 256]; 8] = crc_tables();
+
+/// CRC-64/XZ, slicing by 8 (detects every burst of up to 64 flipped bits).
+#[derive(Clone, Copy)]
+struct Crc64(u64);
+
+impl Crc64 {
+    fn new() -> Self {
+        Crc64(!0)
+    }
+    fn update(&mut self, mut data: &[u8]) {
+        let t = &CRC_TABLES;
+        let mut crc = self.0;
+        while let Some((chunk, rest)) = data.split_first_chunk::<8>() {
+            let v = u64::from_le_bytes(*chunk) ^ crc;
+            crc = t[7][(v & 0xff) as usize]
+                ^ t[6][((v >> 8) & 0xff) as usize]
+                ^ t[5][((v >> 16) & 0xff) as usize]
+                ^ t[4][((v >> 24) & 0xff) as usize]
+                ^ t[3][((v >> 32) & 0xff) as usize]
+                ^ t[2][((v >> 40) & 0xff) as usize]
+                ^ t[1][((v >> 48) & 0xff) as usize]
+                ^ t[0][(v >> 56) as usize];
+            data = rest;
+        }
+        for &b in data {
+            crc = t[0][((crc ^ u64::from(b)) & 0xff) as usize] ^ (crc >> 8);
+        }
+        self.0 = crc;
+    }
+    fn finish(self) -> u64 {
+        !self.0
+    }
+}
+
+// ------------------------------------------------------------- fingerprint
+
+/// What a snapshot is a cache of. A snapshot is used only when every field
+/// equals the starting informer's.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Fingerprint {
+    /// The cluster: the `kube-system` namespace's UID, or the id given with
+    /// [`SnapshotOptions::cluster_id`].
+    pub cluster_uid: String,
+    /// The apiserver URL, when given ([`SnapshotOptions::server_url`]).
+    pub server_url: Option<String>,
+    /// API group (`""` for the core group).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Resource (plural).
+    pub resource: String,
+    /// Metadata-only objects (`PartialObjectMeta`).
+    pub metadata_only: bool,
+    /// The namespace watched (`None`: all).
+    pub namespace: Option<String>,
+    /// The label selector.
+    pub label_selector: Option<String>,
+    /// The field selector.
+    pub field_selector: Option<String>,
+    /// The transform's id (`None`: no transform).
+    pub transform_id: Option<String>,
+    /// Whether `managedFields` are cut from cached objects.
+    pub strip_managed_fields: bool,
+}
+
+fn show(v: &Option<String>) -> String {
+    match v {
+        Some(s) => format!("{s:?}"),
+        None => "none".to_owned(),
+    }
+}
+
+impl Fingerprint {
+    fn fields(&self) -> [(&'static str, String); 11] {
+        [
+            ("cluster", format!("{:?}", self.cluster_uid)),
+            ("server URL", show(&self.server_url)),
+            ("API group", format!("{:?}", self.group)),
+            ("API version", format!("{:?}", self.version)),
+            ("resource", format!("{:?}", self.resource)),
+            ("metadata-only", self.metadata_only.to_string()),
+            ("namespace", show(&self.namespace)),
+            ("label selector", show(&self.label_selector)),
+            ("field selector", show(&self.field_selector)),
+            ("transform id", show(&self.transform_id)),
+            ("strip managedFields", self.strip_managed_fields.to_string()),
+        ]
+    }
+
+    /// The first field that differs, as (name, found in the snapshot,
+    /// expected).
+    fn first_difference(&self, expected: &Fingerprint) -> Option<(&'static str, String, String)> {
+        self.fields()
+            .into_iter()
+            .zip(expected.fields())
+            .find(|(a, b)| a.1 != b.1)
+            .map(|(a, b)| (a.0, a.1, b.1))
+    }
+
+    /// A file name for this fingerprint's snapshot in a folder: resource,
+    /// group, version, namespace, and a hash of the rest (selectors,
+    /// transform, representation), so that two informers never share one.
+    pub fn file_name(&self) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut feed = |s: &str| {
+            for b in s.bytes().chain([0xff]) {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for (name, value) in self.fields().iter().skip(2) {
+            feed(name);
+            feed(value);
+        }
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        let mut name = format!("{}.{}.{}", self.resource, group, self.version);
+        if let Some(ns) = &self.namespace {
+            name.push_str(".ns-");
+            name.push_str(ns);
+        }
+        let mut name: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        name.push_str(&format!(".{:08x}.{SNAPSHOT_EXTENSION}", h as u32));
+        name
+    }
+}
+
+// ------------------------------------------------------------------ errors
+
+/// Why a snapshot could not be used (the informer then starts cold) or
+/// written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// There is no snapshot yet (first start, or snapshots were just
+    /// enabled): the informer lists, and writes one once synced.
+    #[error("no snapshot at {0} yet; it is written once the informer has synced")]
+    Missing(PathBuf),
+    /// The file could not be read or written.
+    #[error("snapshot I/O failed on {path}: {source}; check the folder exists and is writable")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// The file does not start with the snapshot magic bytes.
+    #[error("not a kcache snapshot (bad magic bytes); it will be replaced by the next snapshot")]
+    NotASnapshot,
+    /// Written by a kcache with another format version.
+    #[error(
+        "snapshot format version {found} is not supported (this kcache reads version {SNAPSHOT_FORMAT_VERSION}); it will be replaced by the next snapshot"
+    )]
+    UnsupportedVersion {
+        /// The file's version.
+        found: u32,
+    },
+    /// The file ends early (an interrupted copy, a full disk).
+    #[error("the snapshot is truncated ({0}); it will be replaced by the next snapshot")]
+    Truncated(&'static str),
+    /// A checksum or structure check failed.
+    #[error("the snapshot is corrupt ({0}); it will be replaced by the next snapshot")]
+    Corrupt(String),
+    /// The snapshot is a cache of something else.
+    #[error(
+        "the snapshot is of something else: its {field} is {found}, this informer's is {expected}; it will be replaced by the next snapshot"
+    )]
+    Mismatch {
+        /// The first differing field of the fingerprint.
+        field: &'static str,
+        /// The snapshot's value.
+        found: String,
+        /// The informer's value.
+        expected: String,
+    },
+    /// The cluster's identity could not be read.
+    #[error(
+        "the cluster identity (the kube-system namespace's UID) could not be read: {0}; grant `get` on namespaces/kube-system or set SnapshotOptions::cluster_id"
+    )]
+    ClusterIdentity(String),
+    /// The informer has a transform but no transform id.
+    #[error(
+        "the informer has a transform but no transform id, so a snapshot cannot be checked against it; set SnapshotOptions::transform_id (change it whenever the transform changes)"
+    )]
+    TransformWithoutId,
+}
+
+impl SnapshotError {
+    /// A short reason, e.g. for a metric label: `missing`, `io`,
+    /// `not_a_snapshot`, `version`, `truncated`, `corrupt`, `mismatch`,
+    /// `cluster_identity`, `transform_without_id`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SnapshotError::Missing(_) => "missing",
+            SnapshotError::Io { .. } => "io",
+            SnapshotError::NotASnapshot => "not_a_snapshot",
+            SnapshotError::UnsupportedVersion { .. } => "version",
+            SnapshotError::Truncated(_) => "truncated",
+            SnapshotError::Corrupt(_) => "corrupt",
+            SnapshotError::Mismatch { .. } => "mismatch",
+            SnapshotError::ClusterIdentity(_) => "cluster_identity",
+            SnapshotError::TransformWithoutId => "transform_without_id",
+        }
+    }
+}
+
+// ----------------------------------------------------------------- options
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Location {
+    File(PathBuf),
+    Dir(PathBuf),
+}
+
+/// Where and when an informer persists its cache for warm restarts.
+///
+/// On start, a matching snapshot is loaded into the cache, its objects are
+/// delivered to handlers as initial-list adds, and the watch resumes from
+/// the snapshot's resourceVersion instead of listing. A missing, foreign,
+/// truncated or corrupt snapshot is ignored with one warning. See
+/// `docs/warm-restart.md`.
+///
+/// ```
+/// use std::time::Duration;
+/// use kcache_informer::SnapshotOptions;
+///
+/// let options = SnapshotOptions::dir("/var/lib/my-controller/cache")
+///     .interval(Duration::from_secs(120))
+///     .server_url("https://10.0.0.1:6443");
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotOptions {
+    location: Location,
+    pub(crate) interval: Duration,
+    pub(crate) write_on_shutdown: bool,
+    pub(crate) transform_id: Option<String>,
+    pub(crate) cluster_id: Option<String>,
+    pub(crate) server_url: Option<String>,
+}
+
+impl SnapshotOptions {
+    /// Snapshots in this exact file.
+    pub fn file(path: impl Into<PathBuf>) -> Self {
+        Self::with_location(Location::File(path.into()))
+    }
+
+    /// Snapshots in this folder, one file per informer named after what it
+    /// caches ([`Fingerprint::file_name`]); what a factory needs.
+    pub fn dir(dir: impl Into<PathBuf>) -> Self {
+        Self::with_location(Location::Dir(dir.into()))
+    }
+
+    fn with_location(location: Location) -> Self {
+        SnapshotOptions {
+            location,
+            interval: DEFAULT_SNAPSHOT_INTERVAL,
+            write_on_shutdown: true,
+            transform_id: None,
+            cluster_id: None,
+            server_url: None,
+        }
+    }
+
+    /// How often a synced informer writes its snapshot (default: 5
+    /// minutes; zero: only on shutdown).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Write a snapshot when the informer stops gracefully (default: true).
+    pub fn write_on_shutdown(mut self, write: bool) -> Self {
+        self.write_on_shutdown = write;
+        self
+    }
+
+    /// The id of the informer's transform, recorded in the snapshot: change
+    /// it whenever the transform changes. An informer with a transform and
+    /// no id neither loads nor writes snapshots.
+    pub fn transform_id(mut self, id: impl Into<String>) -> Self {
+        self.transform_id = Some(id.into());
+        self
+    }
+
+    /// The cluster's identity, instead of the `kube-system` namespace's UID
+    /// (read with one GET at start, which needs `get` on that namespace).
+    pub fn cluster_id(mut self, id: impl Into<String>) -> Self {
+        self.cluster_id = Some(id.into());
+        self
+    }
+
+    /// The apiserver URL, recorded in the fingerprint (e.g.
+    /// `config.cluster_url.to_string()`): a snapshot taken through another
+    /// URL is then not used.
+    pub fn server_url(mut self, url: impl Into<String>) -> Self {
+        self.server_url = Some(url.into());
+        self
+    }
+
+    /// The file used for `fingerprint`.
+    pub fn path_for(&self, fingerprint: &Fingerprint) -> PathBuf {
+        match &self.location {
+            Location::File(p) => p.clone(),
+            Location::Dir(d) => d.join(fingerprint.file_name()),
+        }
+    }
+
+    /// Whether the location is a folder.
+    pub fn is_dir(&self) -> bool {
+        matches!(self.location, Location::Dir(_))
+    }
+
+    /// The same options with a folder location (a file's folder).
+    pub(crate) fn into_dir(mut self) -> Self {
+        if let Location::File(p) = &self.location {
+            let dir = p
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+            tracing::warn!(file = %p.display(), dir = %dir.display(), "a factory needs a snapshot folder, not a file; using the file's folder");
+            self.location = Location::Dir(dir);
+        }
+        self
+    }
+}
+
+// ------------------------------------------------------------------ status
+
+/// How an informer started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartKind {
+    /// Not started yet.
+    #[default]
+    NotStarted,
+    /// Listed from the apiserver (no usable snapshot, or none configured).
+    Cold,
+    /// Loaded a snapshot and resumed the watch from it.
+    Warm,
+}
+
+/// One snapshot write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Objects written.
+    pub objects: u64,
+    /// File size in bytes.
+    pub bytes: u64,
+    /// Time to encode, write, fsync and rename.
+    pub duration: Duration,
+    /// The resourceVersion the snapshot reflects.
+    pub resource_version: String,
+}
+
+/// Warm-restart state of an informer (see
+/// [`SharedIndexInformer::snapshot_status`](crate::SharedIndexInformer::snapshot_status)).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotStatus {
+    /// Warm or cold start.
+    pub start: StartKind,
+    /// Why the start was cold although snapshots are configured.
+    pub cold_reason: Option<String>,
+    /// Objects loaded from the snapshot.
+    pub objects_loaded: u64,
+    /// Age of the loaded snapshot when it was loaded.
+    pub snapshot_age: Option<Duration>,
+    /// The resumed watch was refused (410 Gone / Expired) and the informer
+    /// relisted.
+    pub resume_relisted: bool,
+    /// Time from the start of `run` until the informer had synced.
+    pub time_to_synced: Option<Duration>,
+    /// Snapshots written.
+    pub writes: u64,
+    /// Snapshot writes that failed.
+    pub write_failures: u64,
+    /// The last successful write.
+    pub last_write: Option<WriteStats>,
+}
+
+// ------------------------------------------------------------------ encode
+
+struct CrcWriter<W> {
+    inner: W,
+    crc: Crc64,
+    written: u64,
+}
+
+impl<W: Write> Write for CrcWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.crc.update(&buf[..n]);
+        self.written += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) -> io::Result<()> {
+    let len = u32::try_from(s.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "string too long"))?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+fn put_opt(out: &mut Vec<u8>, s: &Option<String>) -> io::Result<()> {
+    match s {
+        Some(s) => {
+            out.push(1);
+            put_str(out, s)
+        }
+        None => {
+            out.push(0);
+            Ok(())
+        }
+    }
+}
+
+fn unix_millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Writes a snapshot of `objects` (the state at `resource_version`) to `w`;
+/// returns the bytes written.
+pub(crate) fn encode<K, W: Write>(
+    w: W,
+    fingerprint: &Fingerprint,
+    resource_version: &str,
+    written_at: SystemTime,
+    objects: &[CachedObject<K>],
+) -> io::Result<u64> {
+    let f = fingerprint;
+    let mut header = Vec::with_capacity(256);
+    put_str(&mut header, &f.cluster_uid)?;
+    put_opt(&mut header, &f.server_url)?;
+    put_str(&mut header, &f.group)?;
+    put_str(&mut header, &f.version)?;
+    put_str(&mut header, &f.resource)?;
+    header.push(u8::from(f.metadata_only));
+    put_opt(&mut header, &f.namespace)?;
+    put_opt(&mut header, &f.label_selector)?;
+    put_opt(&mut header, &f.field_selector)?;
+    put_opt(&mut header, &f.transform_id)?;
+    header.push(u8::from(f.strip_managed_fields));
+    put_str(&mut header, resource_version)?;
+    header.extend_from_slice(&unix_millis(written_at).to_le_bytes());
+    header.extend_from_slice(&(objects.len() as u64).to_le_bytes());
+    let header_len = u32::try_from(header.len())
+        .ok()
+        .filter(|l| *l <= MAX_HEADER)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "snapshot header too large"))?;
+
+    let mut w = CrcWriter {
+        inner: w,
+        crc: Crc64::new(),
+        written: 0,
+    };
+    w.write_all(&MAGIC)?;
+    w.write_all(&SNAPSHOT_FORMAT_VERSION.to_le_bytes())?;
+    w.write_all(&header_len.to_le_bytes())?;
+    w.write_all(&header)?;
+    let header_crc = w.crc.finish();
+    w.write_all(&header_crc.to_le_bytes())?;
+    for o in objects {
+        let b = o.bytes();
+        let len = u32::try_from(b.len()).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("object {} is larger than 4 GiB", o.key()),
+            )
+        })?;
+        w.write_all(&len.to_le_bytes())?;
+        w.write_all(b)?;
+    }
+    w.write_all(&END)?;
+    let crc = w.crc.finish();
+    w.inner.write_all(&crc.to_le_bytes())?;
+    w.inner.flush()?;
+    Ok(w.written + 8)
+}
+
+// ------------------------------------------------------------------ decode
+
+/// A snapshot read back.
+pub(crate) struct Loaded<K> {
+    pub(crate) resource_version: String,
+    pub(crate) written_at: SystemTime,
+    pub(crate) objects: Vec<CachedObject<K>>,
+}
+
+impl<K> fmt::Debug for Loaded<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Loaded")
+            .field("resource_version", &self.resource_version)
+            .field("objects", &self.objects.len())
+            .finish()
+    }
+}
+
+struct CrcReader<R> {
+    inner: R,
+    crc: Crc64,
+    read: u64,
+    total: u64,
+}
+
+impl<R: Read> CrcReader<R> {
+    fn exact(&mut self, buf: &mut [u8], what: &'static str) -> Result<(), SnapshotError> {
+        if (buf.len() as u64) > self.total.saturating_sub(self.read) {
+            return Err(SnapshotError::Truncated(what));
+        }
+        self.inner.read_exact(buf).map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => SnapshotError::Truncated(what),
+            _ => SnapshotError::Io {
+                path: PathBuf::new(),
+                source: e,
+            },
+        })?;
+        self.crc.update(buf);
+        self.read += buf.len() as u64;
+        Ok(())
+    }
+    fn u32(&mut self, what: &'static str) -> Result<u32, SnapshotError> {
+        let mut b = [0u8; 4];
+        self.exact(&mut b, what)?;
+        Ok(u32::from_le_bytes(b))
+    }
+    fn u64(&mut self, what: &'static str) -> Result<u64, SnapshotError> {
+        let mut b = [0u8; 8];
+        self.exact(&mut b, what)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    fn remaining(&self) -> u64 {
+        self.total.saturating_sub(self.read)
+    }
+}
+
+struct HeaderCursor<'a>(&'a [u8]);
+
+fn bad_header() -> SnapshotError {
+    SnapshotError::Corrupt("malformed header".to_owned())
+}
+
+impl HeaderCursor<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], SnapshotError> {
+        if self.0.len() < n {
+            return Err(bad_header());
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, SnapshotError> {
+        Ok(self.take(1)?[0])
+    }
+    fn boolean(&mut self) -> Result<bool, SnapshotError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(bad_header()),
+        }
+    }
+    fn u64(&mut self) -> Result<u64, SnapshotError> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn string(&mut self) -> Result<String, SnapshotError> {
+        let b = self.take(4)?;
+        let mut a = [0u8; 4];
+        a.copy_from_slice(b);
+        let len = u32::from_le_bytes(a) as usize;
+        let s = self.take(len)?;
+        String::from_utf8(s.to_vec()).map_err(|_| bad_header())
+    }
+    fn opt(&mut self) -> Result<Option<String>, SnapshotError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => Ok(Some(self.string()?)),
+            _ => Err(bad_header()),
+        }
+    }
+}
+
+/// Reads and checks a snapshot of `total_len` bytes from `r`: format,
+/// checksums, and that it is a cache of `expected`. Objects are built with
+/// `options`.
+pub(crate) fn decode<K, R: Read>(
+    r: R,
+    total_len: u64,
+    expected: &Fingerprint,
+    options: &ObjectOptions,
+) -> Result<Loaded<K>, SnapshotError> {
+    let mut r = CrcReader {
+        inner: r,
+        crc: Crc64::new(),
+        read: 0,
+        total: total_len,
+    };
+    let mut magic = [0u8; 8];
+    let head = total_len.min(8) as usize;
+    r.exact(&mut magic[..head], "magic")?;
+    if magic[..head] != MAGIC[..head] {
+        return Err(SnapshotError::NotASnapshot);
+    }
+    if head < 8 {
+        return Err(SnapshotError::Truncated("magic"));
+    }
+    let version = r.u32("format version")?;
+    if version != SNAPSHOT_FORMAT_VERSION {
+        return Err(SnapshotError::UnsupportedVersion { found: version });
+    }
+    let header_len = r.u32("header length")?;
+    if header_len > MAX_HEADER {
+        return Err(SnapshotError::Corrupt(format!(
+            "header length {header_len} is over the limit"
+        )));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    r.exact(&mut header, "header")?;
+    let computed = r.crc.finish();
+    let stored = r.u64("header checksum")?;
+    if computed != stored {
+        return Err(SnapshotError::Corrupt(
+            "header checksum mismatch".to_owned(),
+        ));
+    }
+    let mut h = HeaderCursor(&header);
+    let found = Fingerprint {
+        cluster_uid: h.string()?,
+        server_url: h.opt()?,
+        group: h.string()?,
+        version: h.string()?,
+        resource: h.string()?,
+        metadata_only: h.boolean()?,
+        namespace: h.opt()?,
+        label_selector: h.opt()?,
+        field_selector: h.opt()?,
+        transform_id: h.opt()?,
+        strip_managed_fields: h.boolean()?,
+    };
+    let resource_version = h.string()?;
+    let written_at = UNIX_EPOCH + Duration::from_millis(h.u64()?);
+    let count = h.u64()?;
+    if !h.0.is_empty() {
+        return Err(bad_header());
+    }
+    if let Some((field, found, expected)) = found.first_difference(expected) {
+        return Err(SnapshotError::Mismatch {
+            field,
+            found,
+            expected,
+        });
+    }
+    if resource_version.is_empty() {
+        return Err(SnapshotError::Corrupt("empty resourceVersion".to_owned()));
+    }
+    // every object takes at least its 4-byte length
+    let capacity = count.min(r.remaining() / 4);
+    let mut objects = Vec::with_capacity(usize::try_from(capacity).unwrap_or(0));
+    for i in 0..count {
+        let len = r.u32("object length")?;
+        if u64::from(len) > r.remaining() {
+            return Err(SnapshotError::Truncated("object"));
+        }
+        let mut bytes = vec![0u8; len as usize];
+        r.exact(&mut bytes, "object")?;
+        let obj = CachedObject::from_bytes_with(bytes, options)
+            .map_err(|e| SnapshotError::Corrupt(format!("object {i}: {e}")))?;
+        objects.push(obj);
+    }
+    let mut end = [0u8; 8];
+    r.exact(&mut end, "end marker")?;
+    if end != END {
+        return Err(SnapshotError::Corrupt("bad end marker".to_owned()));
+    }
+    let computed = r.crc.finish();
+    let mut stored = [0u8; 8];
+    r.exact(&mut stored, "checksum")?;
+    if u64::from_le_bytes(stored) != computed {
+        return Err(SnapshotError::Corrupt("checksum mismatch".to_owned()));
+    }
+    if r.remaining() > 0 {
+        return Err(SnapshotError::Corrupt(
+            "bytes after the checksum".to_owned(),
+        ));
+    }
+    Ok(Loaded {
+        resource_version,
+        written_at,
+        objects,
+    })
+}
+
+// ------------------------------------------------------------------- files
+
+/// Reads and checks the snapshot at `path`.
+pub(crate) fn read_file<K>(
+    path: &Path,
+    expected: &Fingerprint,
+    options: &ObjectOptions,
+) -> Result<Loaded<K>, SnapshotError> {
+    let io_err = |source| SnapshotError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(SnapshotError::Missing(path.to_owned()));
+        }
+        Err(e) => return Err(io_err(e)),
+    };
+    let len = file.metadata().map_err(io_err)?.len();
+    decode(
+        BufReader::with_capacity(1 << 20, file),
+        len,
+        expected,
+        options,
+    )
+    .map_err(|e| match e {
+        SnapshotError::Io { source, .. } => io_err(source),
+        other => other,
+    })
+}
+
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Writes a snapshot atomically: a temporary file in the same folder,
+/// fsync, rename over `path`, fsync of the folder.
+pub(crate) fn write_file<K>(
+    path: &Path,
+    fingerprint: &Fingerprint,
+    resource_version: &str,
+    objects: &[CachedObject<K>],
+) -> Result<WriteStats, SnapshotError> {
+    let started = Instant::now();
+    let io_err = |p: &Path, source| SnapshotError::Io {
+        path: p.to_owned(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "snapshot".to_owned());
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut open = OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        open.mode(0o600);
+    }
+    let file = open.open(&tmp).map_err(|e| io_err(&tmp, e))?;
+    let written = (|| {
+        let mut w = BufWriter::with_capacity(1 << 20, &file);
+        let n = encode(
+            &mut w,
+            fingerprint,
+            resource_version,
+            SystemTime::now(),
+            objects,
+        )?;
+        w.flush()?;
+        drop(w);
+        file.sync_all()?;
+        Ok::<u64, io::Error>(n)
+    })();
+    drop(file);
+    let bytes = match written {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            return Err(io_err(&tmp, e));
+        }
+    };
+    if let Err(e) = fs::rename(&tmp, path) {
+        let _ = fs::remove_file(&tmp);
+        return Err(io_err(path, e));
+    }
+    // the rename itself is durable once the folder is synced
+    if let Err(e) = File::open(&dir).and_then(|d| d.sync_all()) {
+        tracing::debug!(dir = %dir.display(), error = %e, "could not fsync the snapshot folder");
+    }
+    Ok(WriteStats {
+        objects: objects.len() as u64,
+        bytes,
+        duration: started.elapsed(),
+        resource_version: resource_version.to_owned(),
+    })
+}
+
+// ------------------------------------------------------------------- tests
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Cm;
+
+    fn fp() -> Fingerprint {
+        Fingerprint {
+            cluster_uid: "uid-1".into(),
+            server_url: Some("https://127.0.0.1:6443".into()),
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+            metadata_only: false,
+            namespace: Some("ns".into()),
+            label_selector: Some("app=web".into()),
+            field_selector: None,
+            transform_id: None,
+            strip_managed_fields: true,
+        }
+    }
+
+    fn obj(name: &str, rv: u32) -> CachedObject<Cm> {
+        CachedObject::from_bytes(format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}},"data":{{"k":"v\u00e9"}}}}"#
+        ))
+        .unwrap()
+    }
+
+    fn sample() -> (Vec<u8>, Vec<CachedObject<Cm>>) {
+        let objects = vec![obj("a", 3), obj("b", 7), obj("c", 9)];
+        let mut out = Vec::new();
+        let n = encode(&mut out, &fp(), "42", SystemTime::now(), &objects).unwrap();
+        assert_eq!(n, out.len() as u64);
+        (out, objects)
+    }
+
+    fn load(bytes: &[u8], expected: &Fingerprint) -> Result<Loaded<Cm>, SnapshotError> {
+        decode(
+            bytes,
+            bytes.len() as u64,
+            expected,
+            &ObjectOptions::default(),
+        )
+    }
+
+    #[test]
+    fn crc64_check_value() {
+        let mut c = Crc64::new();
+        c.update(b"123456789");
+        assert_eq!(c.finish(), 0x995D_C9BB_DF19_39FA);
+        // split updates give the same result as one
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut one = Crc64::new();
+        one.update(&data);
+        let mut parts = Crc64::new();
+        for chunk in data.chunks(13) {
+            parts.update(chunk);
+        }
+        assert_eq!(one.finish(), parts.finish());
+    }
+
+    #[test]
+    fn round_trip() {
+        let (bytes, objects) = sample();
+        let before = SystemTime::now() - Duration::from_secs(1);
+        let loaded = load(&bytes, &fp()).unwrap();
+        assert_eq!(loaded.resource_version, "42");
+        assert!(loaded.written_at >= before);
+        assert_eq!(loaded.objects, objects);
+        let keys: Vec<_> = loaded.objects.iter().map(|o| o.key().to_owned()).collect();
+        assert_eq!(keys, ["ns/a", "ns/b", "ns/c"]);
+        assert_eq!(loaded.objects[1].resource_version(), Some("7"));
+    }
+
+    #[test]
+    fn empty_snapshot_round_trips() {
+        let mut out = Vec::new();
+        encode::<Cm, _>(&mut out, &fp(), "5", SystemTime::now(), &[]).unwrap();
+        let loaded = load(&out, &fp()).unwrap();
+        assert!(loaded.objects.is_empty());
+        assert_eq!(loaded.resource_version, "5");
+    }
+
+    #[test]
+    fn objects_are_rebuilt_with_the_informer_options() {
+        let with_mf: CachedObject<Cm> = CachedObject::from_bytes(
+            &br#"{"metadata":{"name":"a","namespace":"ns","resourceVersion":"1","managedFields":[{"manager":"x"}]}}"#[..],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        encode(&mut out, &fp(), "1", SystemTime::now(), &[with_mf]).unwrap();
+        let loaded: Loaded<Cm> = decode(
+            &out[..],
+            out.len() as u64,
+            &fp(),
+            &ObjectOptions::new().strip_managed_fields(true),
+        )
+        .unwrap();
+        assert!(!String::from_utf8_lossy(loaded.objects[0].bytes()).contains("managedFields"));
+    }
+
+    #[test]
+    fn truncation_at_every_byte_is_rejected() {
+        let (bytes, _) = sample();
+        for cut in 0..bytes.len() {
+            match load(&bytes[..cut], &fp()) {
+                Err(SnapshotError::Truncated(_)) => {}
+                // a cut inside the header is seen by the header length
+                // check before the read: still not a success
+                Err(e) => panic!("cut at {cut}: expected Truncated, got {e}"),
+                Ok(_) => panic!("cut at {cut} was accepted"),
+            }
+        }
+        // a file that claims more bytes than it has (size from metadata,
+        // shorter content) is truncated too
+        let short = &bytes[..bytes.len() - 3];
+        assert!(matches!(
+            decode::<Cm, _>(short, bytes.len() as u64, &fp(), &ObjectOptions::default()),
+            Err(SnapshotError::Truncated(_))
+        ));
+    }
+
+    #[test]
+    fn every_single_bit_flip_is_rejected() {
+        let (bytes, _) = sample();
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut b = bytes.clone();
+                b[i] ^= 1 << bit;
+                assert!(
+                    load(&b, &fp()).is_err(),
+                    "flip of bit {bit} of byte {i} was accepted"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn trailing_bytes_are_rejected() {
+        let (mut bytes, _) = sample();
+        bytes.push(0);
+        assert!(matches!(
+            load(&bytes, &fp()),
+            Err(SnapshotError::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn other_format_versions_are_rejected() {
+        let (mut bytes, _) = sample();
+        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        match load(&bytes, &fp()) {
+            Err(e @ SnapshotError::UnsupportedVersion { found: 2 }) => {
+                assert_eq!(e.reason(), "version");
+                assert!(e.to_string().contains("version 2"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            load(b"{\"not\":\"a snapshot\"}", &fp()),
+            Err(SnapshotError::NotASnapshot)
+        ));
+    }
+
+    #[test]
+    fn a_different_fingerprint_is_rejected_naming_the_field() {
+        let (bytes, _) = sample();
+        type Change = Box<dyn Fn(&mut Fingerprint)>;
+        let cases: Vec<(&str, Change)> = vec![
+            ("cluster", Box::new(|f| f.cluster_uid = "uid-2".into())),
+            ("server URL", Box::new(|f| f.server_url = None)),
+            ("API group", Box::new(|f| f.group = "apps".into())),
+            ("API version", Box::new(|f| f.version = "v2".into())),
+            ("resource", Box::new(|f| f.resource = "secrets".into())),
+            ("metadata-only", Box::new(|f| f.metadata_only = true)),
+            ("namespace", Box::new(|f| f.namespace = None)),
+            (
+                "label selector",
+                Box::new(|f| f.label_selector = Some("app=db".into())),
+            ),
+            (
+                "field selector",
+                Box::new(|f| f.field_selector = Some("metadata.name=a".into())),
+            ),
+            (
+                "transform id",
+                Box::new(|f| f.transform_id = Some("v1".into())),
+            ),
+            (
+                "strip managedFields",
+                Box::new(|f| f.strip_managed_fields = false),
+            ),
+        ];
+        for (name, change) in cases {
+            let mut expected = fp();
+            change(&mut expected);
+            match load(&bytes, &expected) {
+                Err(SnapshotError::Mismatch { field, .. }) => assert_eq!(field, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn file_names_differ_by_selector_and_are_safe() {
+        let a = fp();
+        let mut b = fp();
+        b.label_selector = Some("app=db".into());
+        assert_ne!(a.file_name(), b.file_name());
+        let mut c = fp();
+        c.cluster_uid = "another".into();
+        assert_eq!(
+            a.file_name(),
+            c.file_name(),
+            "the cluster is checked, not named"
+        );
+        let mut d = fp();
+        d.namespace = Some("../../etc".into());
+        d.group = "example.com".into();
+        let name = d.file_name();
+        assert!(!name.contains('/'), "{name}");
+        assert!(
+            name.starts_with("configmaps.example.com.v1.ns-.._.._etc."),
+            "{name}"
+        );
+        assert!(name.ends_with(".kcsnap"));
+    }
+
+    #[test]
+    fn atomic_write_and_read_back() {
+        let dir = std::env::temp_dir().join(format!(
+            "kcache-snapshot-unit-{}-{}",
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let path = dir.join("sub").join("cms.kcsnap");
+        assert!(matches!(
+            read_file::<Cm>(&path, &fp(), &ObjectOptions::default()),
+            Err(SnapshotError::Missing(_))
+        ));
+        let objects = vec![obj("a", 1), obj("b", 2)];
+        let stats = write_file(&path, &fp(), "2", &objects).unwrap();
+        assert_eq!(stats.objects, 2);
+        assert_eq!(stats.bytes, fs::metadata(&path).unwrap().len());
+        // overwritten in place, no temporary file left behind
+        let stats = write_file(&path, &fp(), "3", &objects[..1]).unwrap();
+        assert_eq!(stats.objects, 1);
+        let loaded = read_file::<Cm>(&path, &fp(), &ObjectOptions::default()).unwrap();
+        assert_eq!(loaded.resource_version, "3");
+        assert_eq!(loaded.objects.len(), 1);
+        let names: Vec<_> = fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["cms.kcsnap"]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,729 @@
+//! Warm restarts against a real kube-apiserver + etcd (kcache-envtest):
+//! an informer restarted with a fresh snapshot makes no list request and
+//! ends with the same cache as a fresh list; changes and deletes made while
+//! it was down are delivered; a snapshot older than the watch window gets
+//! 410 Gone and a relist whose deletes arrive as tombstones; a missing,
+//! corrupt, truncated or foreign snapshot gives a cold start with one
+//! warning naming the reason.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kcache_core::{CachedObject, ObjectOrTombstone};
+use kcache_envtest::ControlPlane;
+use kcache_informer::{
+    ResourceEventHandler, SharedIndexInformer, SharedInformerFactory, SnapshotOptions, StartKind,
+    wait_for_cache_sync,
+};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::client::ClientBuilder;
+use kube::{Client, Config};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+// ------------------------------------------------------------ log capture
+
+/// Every WARN (and above) event, as "message field=value ..." text.
+fn warnings() -> &'static Mutex<Vec<String>> {
+    static W: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    W.get_or_init(Default::default)
+}
+
+struct Capture;
+
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        let _ = write!(self.0, " {}={:?}", field.name(), value);
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        use std::fmt::Write;
+        let _ = write!(self.0, " {}={}", field.name(), value);
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        *m.level() <= tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        let mut f = Fields(String::new());
+        e.record(&mut f);
+        warnings().lock().unwrap().push(f.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn capture_logs() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let _ = tracing::subscriber::set_global_default(Capture);
+    });
+}
+
+/// The warnings that name this informer.
+fn warnings_of(informer: &str) -> Vec<String> {
+    let needle = format!("informer={informer}");
+    warnings()
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|w| w.split(' ').any(|f| f == needle))
+        .cloned()
+        .collect()
+}
+
+// ------------------------------------------------------------ helpers
+
+/// One notification: (kind, key, resourceVersion, initial list / tombstone).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Seen {
+    kind: &'static str,
+    key: String,
+    rv: String,
+    /// adds: in the initial list; deletes: a tombstone
+    flag: bool,
+}
+
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<Seen>>>);
+
+impl Recorder {
+    fn all(&self) -> Vec<Seen> {
+        self.0.lock().unwrap().clone()
+    }
+    fn of(&self, key: &str) -> Vec<Seen> {
+        self.all().into_iter().filter(|s| s.key == key).collect()
+    }
+    /// The state the handler saw: key -> rv after every notification.
+    fn view(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        for s in self.all() {
+            if s.kind == "delete" {
+                m.remove(&s.key);
+            } else {
+                m.insert(s.key, s.rv);
+            }
+        }
+        m
+    }
+    fn push(&self, kind: &'static str, key: &str, rv: Option<&str>, flag: bool) {
+        self.0.lock().unwrap().push(Seen {
+            kind,
+            key: key.to_owned(),
+            rv: rv.unwrap_or_default().to_owned(),
+            flag,
+        });
+    }
+}
+
+impl<K: 'static> ResourceEventHandler<K> for Recorder {
+    fn on_add(&self, o: &CachedObject<K>, initial: bool) {
+        self.push("add", o.key(), o.resource_version(), initial);
+    }
+    fn on_update(&self, _old: &CachedObject<K>, o: &CachedObject<K>) {
+        self.push("update", o.key(), o.resource_version(), false);
+    }
+    fn on_delete(&self, o: &ObjectOrTombstone<K>) {
+        self.push(
+            "delete",
+            o.key(),
+            o.object().resource_version(),
+            o.is_tombstone(),
+        );
+    }
+}
+
+/// A client that records every request (method and URI) it sends.
+fn recording_client(config: Config) -> (Client, Arc<Mutex<Vec<String>>>) {
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let l2 = log.clone();
+    let client = ClientBuilder::try_from(config)
+        .unwrap()
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |req: http::Request<kube::client::Body>| {
+                l2.lock()
+                    .unwrap()
+                    .push(format!("{} {}", req.method(), req.uri()));
+                req
+            },
+        ))
+        .build();
+    (client, log)
+}
+
+/// Requests that list ConfigMaps: a LIST, or a streaming list (a watch
+/// with `sendInitialEvents=true`).
+fn lists(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.contains("/configmaps"))
+        .filter(|r| !r.contains("watch=true") || r.contains("sendInitialEvents=true"))
+        .cloned()
+        .collect()
+}
+
+fn watches(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.contains("/configmaps") && r.contains("watch=true"))
+        .cloned()
+        .collect()
+}
+
+fn cm(name: &str, v: &str) -> ConfigMap {
+    serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": v } })).unwrap()
+}
+
+fn cache(i: &SharedIndexInformer<ConfigMap>) -> BTreeMap<String, String> {
+    i.indexer()
+        .list()
+        .iter()
+        .map(|o| {
+            (
+                o.key().to_string(),
+                o.resource_version().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+async fn server_list(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| {
+            let m = c.metadata;
+            (
+                format!("{}/{}", m.namespace.unwrap(), m.name.unwrap()),
+                m.resource_version.unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn temp_dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kcache-warm-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+struct Run {
+    informer: SharedIndexInformer<ConfigMap>,
+    rec: Recorder,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    started: Instant,
+}
+
+impl Run {
+    fn start(
+        client: Client,
+        ns: &str,
+        name: &str,
+        options: SnapshotOptions,
+        watch_list: bool,
+    ) -> Run {
+        let mut list_options = kcache_informer::ListOptions {
+            namespace: Some(ns.to_owned()),
+            use_watch_list: watch_list,
+            ..Default::default()
+        };
+        list_options.object_options = list_options.object_options.strip_managed_fields(true);
+        let informer = SharedIndexInformer::<ConfigMap>::builder(client)
+            .list_options(list_options)
+            .name(name)
+            .snapshot(options)
+            .build();
+        let rec = Recorder::default();
+        informer.add_event_handler(rec.clone()).unwrap();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn({
+            let (i, c) = (informer.clone(), cancel.clone());
+            async move { i.run(c).await.unwrap() }
+        });
+        Run {
+            informer,
+            rec,
+            cancel,
+            task,
+            started: Instant::now(),
+        }
+    }
+
+    /// Waits for the sync; returns the time it took.
+    async fn synced(&self) -> Duration {
+        let ok = tokio::time::timeout(
+            Duration::from_secs(30),
+            wait_for_cache_sync(&self.cancel, &[&self.informer]),
+        )
+        .await
+        .expect("synced within 30 s");
+        assert!(ok);
+        self.started.elapsed()
+    }
+
+    async fn stop(self) -> SharedIndexInformer<ConfigMap> {
+        self.cancel.cancel();
+        self.task.await.unwrap();
+        self.informer
+    }
+}
+
+async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) {
+    for _ in 0..300 {
+        if cond().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out after 15 s waiting for: {what}");
+}
+
+/// Creates `n` ConfigMaps `cm-0..` in `ns`.
+async fn populate(api: &Api<ConfigMap>, n: usize) {
+    for i in 0..n {
+        api.create(&PostParams::default(), &cm(&format!("cm-{i}"), "1"))
+            .await
+            .unwrap();
+    }
+}
+
+/// A first (cold) run that writes a snapshot on shutdown; returns the
+/// snapshot's resourceVersion.
+async fn first_run(client: Client, ns: &str, name: &str, options: SnapshotOptions) -> String {
+    let run = Run::start(client, ns, name, options, true);
+    run.synced().await;
+    let informer = run.stop().await;
+    let status = informer.snapshot_status();
+    assert_eq!(status.start, StartKind::Cold);
+    assert_eq!(status.writes, 1, "{status:?}");
+    assert_eq!(status.write_failures, 0);
+    status.last_write.unwrap().resource_version
+}
+
+// ------------------------------------------------------------------ tests
+
+/// A fresh snapshot: no list request at all (counted on the client), the
+/// watch resumes at the snapshot's resourceVersion, handlers get every
+/// object as an initial-list add, the cache equals a fresh list, and the
+/// metrics say warm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_snapshot_resumes_without_a_list() {
+    capture_logs();
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("warm-fresh").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    populate(&api, 30).await;
+    let dir = temp_dir("fresh");
+    let options = SnapshotOptions::file(dir.join("cms.kcsnap")).server_url(cp.server_url());
+    let rv = first_run(cp.client().unwrap(), &ns, "warm-fresh-1", options.clone()).await;
+
+    let (client, log) = recording_client(cp.config());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = kcache_informer::prometheus::InformerMetrics::register(&mut registry);
+    let run = Run::start(client, &ns, "warm-fresh-2", options, true);
+    metrics.add(&run.informer);
+    let took = run.synced().await;
+    eprintln!("warm start synced in {took:?}");
+    assert_eq!(
+        lists(&log),
+        Vec::<String>::new(),
+        "{:#?}",
+        log.lock().unwrap()
+    );
+    let w = watches(&log);
+    assert!(
+        w[0].contains(&format!("resourceVersion={rv}")),
+        "the watch resumes at the snapshot's RV {rv}: {w:?}"
+    );
+    assert_eq!(cache(&run.informer), server_list(&api).await);
+    let adds = run.rec.all();
+    assert_eq!(adds.len(), 30, "{adds:?}");
+    assert!(adds.iter().all(|s| s.kind == "add" && s.flag), "{adds:?}");
+    let status = run.informer.snapshot_status();
+    assert_eq!(status.start, StartKind::Warm);
+    assert_eq!(status.objects_loaded, 30);
+    assert!(!status.resume_relisted);
+    assert!(status.snapshot_age.is_some());
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    for line in [
+        "kcache_informer_warm_start{informer=\"warm-fresh-2\"} 1",
+        "kcache_informer_snapshot_objects_loaded{informer=\"warm-fresh-2\"} 30",
+        "kcache_informer_snapshot_resume_relisted{informer=\"warm-fresh-2\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    assert!(text.contains("kcache_informer_snapshot_age_seconds{informer=\"warm-fresh-2\"}"));
+    // after the sync the informer follows the watch as usual
+    api.create(&PostParams::default(), &cm("later", "1"))
+        .await
+        .unwrap();
+    let key = format!("{ns}/later");
+    eventually("the later add", async || {
+        run.rec.of(&key).iter().any(|s| s.kind == "add" && !s.flag)
+    })
+    .await;
+    run.stop().await;
+    assert!(warnings_of("warm-fresh-2").is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Changes and deletes made while the informer was down arrive after the
+/// snapshot's initial adds, as updates, adds and (watch) deletes; the cache
+/// converges to a fresh list; still no list request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_while_down_are_delivered() {
+    capture_logs();
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("warm-changes").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    populate(&api, 10).await;
+    let dir = temp_dir("changes");
+    let options = SnapshotOptions::file(dir.join("cms.kcsnap"));
+    first_run(cp.client().unwrap(), &ns, "warm-changes-1", options.clone()).await;
+
+    // while down
+    let updated = api
+        .patch(
+            "cm-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"v": "2"}})),
+        )
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    api.delete("cm-2", &DeleteParams::default()).await.unwrap();
+    api.create(&PostParams::default(), &cm("new", "1"))
+        .await
+        .unwrap();
+
+    let (client, log) = recording_client(cp.config());
+    let run = Run::start(client, &ns, "warm-changes-2", options, true);
+    run.synced().await;
+    assert_eq!(lists(&log), Vec::<String>::new());
+    assert_eq!(cache(&run.informer), server_list(&api).await);
+    assert_eq!(
+        run.rec.view(),
+        server_list(&api).await,
+        "the handler's view"
+    );
+    let kinds = |k: &str| -> Vec<(&'static str, bool)> {
+        run.rec
+            .of(&format!("{ns}/{k}"))
+            .iter()
+            .map(|s| (s.kind, s.flag))
+            .collect()
+    };
+    assert_eq!(kinds("cm-1"), [("add", true), ("update", false)]);
+    assert_eq!(run.rec.of(&format!("{ns}/cm-1"))[1].rv, updated);
+    assert_eq!(kinds("cm-2"), [("add", true), ("delete", false)]);
+    assert_eq!(kinds("new"), [("add", false)]);
+    assert_eq!(kinds("cm-3"), [("add", true)]);
+    assert!(!run.informer.snapshot_status().resume_relisted);
+    run.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A snapshot older than the apiserver's watch window (apiserver restarted,
+/// etcd compacted): the resumed watch gets 410, the informer relists, the
+/// objects deleted meanwhile arrive as tombstones, changed ones as updates,
+/// and the cache equals a fresh list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_snapshot_relists_with_tombstones() {
+    capture_logs();
+    let cp = ControlPlane::start().await.unwrap();
+    let ns = cp.create_namespace("warm-expired").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    populate(&api, 10).await;
+    let dir = temp_dir("expired");
+    let options = SnapshotOptions::file(dir.join("cms.kcsnap"));
+    first_run(cp.client().unwrap(), &ns, "warm-expired-1", options.clone()).await;
+
+    api.patch(
+        "cm-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"v": "2"}})),
+    )
+    .await
+    .unwrap();
+    api.delete("cm-2", &DeleteParams::default()).await.unwrap();
+    api.delete("cm-3", &DeleteParams::default()).await.unwrap();
+    api.create(&PostParams::default(), &cm("new", "1"))
+        .await
+        .unwrap();
+    // the watch cache starts again from now, and etcd forgets the past
+    cp.restart_apiserver().await.unwrap();
+    cp.compact_etcd().await.unwrap();
+
+    let (client, log) = recording_client(cp.config());
+    let run = Run::start(client, &ns, "warm-expired-2", options, false);
+    run.synced().await;
+    let status = run.informer.snapshot_status();
+    assert_eq!(status.start, StartKind::Warm);
+    assert!(status.resume_relisted, "{status:?}");
+    assert_eq!(
+        lists(&log).len(),
+        1,
+        "one relist: {:#?}",
+        log.lock().unwrap()
+    );
+    assert_eq!(cache(&run.informer), server_list(&api).await);
+    assert_eq!(
+        run.rec.view(),
+        server_list(&api).await,
+        "the handler's view"
+    );
+    for gone in ["cm-2", "cm-3"] {
+        let seen = run.rec.of(&format!("{ns}/{gone}"));
+        assert_eq!(seen.first().map(|s| (s.kind, s.flag)), Some(("add", true)));
+        let last = seen.last().unwrap();
+        assert_eq!(
+            (last.kind, last.flag),
+            ("delete", true),
+            "{gone}: tombstone {seen:?}"
+        );
+    }
+    let cm1 = run.rec.of(&format!("{ns}/cm-1"));
+    assert_eq!(cm1.last().unwrap().kind, "update", "{cm1:?}");
+    let new = run.rec.of(&format!("{ns}/new"));
+    assert_eq!(
+        new.iter().map(|s| (s.kind, s.flag)).collect::<Vec<_>>(),
+        [("add", false)]
+    );
+    run.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn corrupt_copy(src: &Path, dst: &Path, how: &str) {
+    let mut b = std::fs::read(src).unwrap();
+    match how {
+        "truncated" => b.truncate(b.len() / 2),
+        "corrupt" => {
+            let i = b.len() * 2 / 3;
+            b[i] ^= 0x20;
+        }
+        "version" => b[8] = 9,
+        _ => unreachable!(),
+    }
+    std::fs::write(dst, b).unwrap();
+}
+
+/// Missing, truncated, corrupt (one flipped bit), unknown-version and
+/// foreign (another cluster, another selector) snapshots: a cold start
+/// (one list), one warning naming the reason, a correct cache, and a new
+/// snapshot written on shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusable_snapshots_start_cold_with_one_warning() {
+    capture_logs();
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("warm-bad").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    populate(&api, 5).await;
+    let dir = temp_dir("bad");
+    let good = dir.join("good.kcsnap");
+    first_run(
+        cp.client().unwrap(),
+        &ns,
+        "warm-bad-0",
+        SnapshotOptions::file(&good),
+    )
+    .await;
+    // a snapshot of the same namespace written "by another cluster"
+    let foreign = dir.join("foreign.kcsnap");
+    first_run(
+        cp.client().unwrap(),
+        &ns,
+        "warm-bad-1",
+        SnapshotOptions::file(&foreign).cluster_id("another-cluster"),
+    )
+    .await;
+    for how in ["truncated", "corrupt", "version"] {
+        corrupt_copy(&good, &dir.join(format!("{how}.kcsnap")), how);
+    }
+    let cases: Vec<(&str, SnapshotOptions, &str)> = vec![
+        (
+            "missing",
+            SnapshotOptions::file(dir.join("missing.kcsnap")),
+            "no snapshot",
+        ),
+        (
+            "truncated",
+            SnapshotOptions::file(dir.join("truncated.kcsnap")),
+            "truncated",
+        ),
+        (
+            "corrupt",
+            SnapshotOptions::file(dir.join("corrupt.kcsnap")),
+            "corrupt",
+        ),
+        (
+            "version",
+            SnapshotOptions::file(dir.join("version.kcsnap")),
+            "format version 9",
+        ),
+        (
+            "cluster",
+            SnapshotOptions::file(&foreign),
+            "its cluster is \"another-cluster\"",
+        ),
+    ];
+    for (case, options, reason) in cases {
+        let name = format!("warm-bad-{case}");
+        let (client, log) = recording_client(cp.config());
+        let run = Run::start(client, &ns, &name, options, true);
+        run.synced().await;
+        assert_eq!(lists(&log).len(), 1, "{case}: one (streaming) list");
+        assert_eq!(cache(&run.informer), server_list(&api).await, "{case}");
+        let status = run.informer.snapshot_status();
+        assert_eq!(status.start, StartKind::Cold, "{case}");
+        assert!(
+            status.cold_reason.as_deref().unwrap_or("").contains(reason),
+            "{case}: {status:?}"
+        );
+        let adds = run.rec.all();
+        assert_eq!(adds.len(), 5, "{case}: {adds:?}");
+        let w = warnings_of(&name);
+        assert_eq!(w.len(), 1, "{case}: exactly one warning: {w:#?}");
+        assert!(w[0].contains(reason), "{case}: {}", w[0]);
+        let informer = run.stop().await;
+        assert_eq!(informer.snapshot_status().writes, 1, "{case}: rewritten");
+    }
+    // another label selector: the same file is not used
+    let list_options = kcache_informer::ListOptions {
+        namespace: Some(ns.clone()),
+        label_selector: Some("app=other".into()),
+        ..Default::default()
+    };
+    let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
+        .list_options(list_options)
+        .name("warm-bad-selector")
+        .snapshot(SnapshotOptions::file(&good).write_on_shutdown(false))
+        .build();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (i, c) = (informer.clone(), cancel.clone());
+        async move { i.run(c).await.unwrap() }
+    });
+    assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
+    assert!(informer.indexer().list().is_empty());
+    let w = warnings_of("warm-bad-selector");
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(w[0].contains("label selector"), "{}", w[0]);
+    cancel.cancel();
+    task.await.unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The factory: one snapshot per informer in a folder; the second factory
+/// starts warm from it without listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn factory_snapshots_every_informer() {
+    capture_logs();
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("warm-factory").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    populate(&api, 4).await;
+    let dir = temp_dir("factory");
+    let make = |client: Client| {
+        SharedInformerFactory::builder(client)
+            .namespace(&ns)
+            .snapshots(SnapshotOptions::dir(&dir).interval(Duration::ZERO))
+            .build()
+    };
+    let factory = make(cp.client().unwrap());
+    let first = factory.informer::<ConfigMap>();
+    factory.start();
+    assert!(factory.wait_for_cache_sync().await.values().all(|ok| *ok));
+    factory.shutdown().await;
+    assert_eq!(first.snapshot_status().writes, 1);
+    let files: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let file = files.iter().next().unwrap();
+    assert!(
+        file.starts_with(&format!("configmaps.core.v1.ns-{ns}.")) && file.ends_with(".kcsnap"),
+        "{file}"
+    );
+
+    let (client, log) = recording_client(cp.config());
+    let factory = make(client);
+    let second = factory.informer::<ConfigMap>();
+    factory.start();
+    assert!(factory.wait_for_cache_sync().await.values().all(|ok| *ok));
+    assert_eq!(second.snapshot_status().start, StartKind::Warm);
+    assert_eq!(lists(&log), Vec::<String>::new());
+    assert_eq!(cache(&second), server_list(&api).await);
+    factory.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Periodic snapshots while synced: with a short interval the file is
+/// rewritten while the informer runs, and reflects the latest change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_snapshots_while_synced() {
+    capture_logs();
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("warm-periodic").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    populate(&api, 3).await;
+    let dir = temp_dir("periodic");
+    let options = SnapshotOptions::file(dir.join("cms.kcsnap"))
+        .interval(Duration::from_millis(300))
+        .write_on_shutdown(false);
+    let run = Run::start(
+        cp.client().unwrap(),
+        &ns,
+        "warm-periodic",
+        options.clone(),
+        true,
+    );
+    run.synced().await;
+    eventually("a periodic write", async || {
+        run.informer.snapshot_status().writes >= 1
+    })
+    .await;
+    let rv = api
+        .create(&PostParams::default(), &cm("later", "1"))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    eventually("a periodic write at the later RV", async || {
+        run.informer
+            .snapshot_status()
+            .last_write
+            .is_some_and(|w| w.resource_version == rv && w.objects == 4)
+    })
+    .await;
+    run.stop().await;
+    // and it is usable
+    let run = Run::start(cp.client().unwrap(), &ns, "warm-periodic-2", options, true);
+    run.synced().await;
+    assert_eq!(run.informer.snapshot_status().start, StartKind::Warm);
+    assert_eq!(cache(&run.informer), server_list(&api).await);
+    run.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
