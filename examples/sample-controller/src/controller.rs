@@ -217,14 +217,31 @@ async fn apply(foo: Foo, ns: &str, ctx: &Context) -> Result<Action, Error> {
 async fn cleanup(foo: Foo, ns: &str, ctx: &Context) -> Result<Action, Error> {
     let name = foo.spec.deployment_name.clone();
     let key = format!("{ns}/{name}");
-    let controlled = ctx
-        .deployments
-        .indexer()
-        .get_by_key(&key)
-        .is_some_and(|d| controlled_by(d.meta(), &foo));
-    if controlled {
-        let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
-        match deployments.delete(&name, &DeleteParams::default()).await {
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    // Decide from the apiserver, not the cache: once the finalizer is gone
+    // nothing else deletes the Deployment (no garbage collector here), and
+    // the Deployments cache may not show one that exists yet (a create
+    // whose answer was lost, or the Foos informer relisted before the
+    // Deployments one). The fault suite's sample_controller_under_churn
+    // leaked Deployments that way.
+    let controlled_uid = match deployments.get_opt(&name).await? {
+        Some(d) => d
+            .owner_references()
+            .iter()
+            .any(|r| r.controller == Some(true) && Some(&r.uid) == foo.metadata.uid.as_ref())
+            .then(|| d.metadata.uid.clone())
+            .flatten(),
+        None => None,
+    };
+    if let Some(uid) = controlled_uid {
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match deployments.delete(&name, &params).await {
             Ok(_) => tracing::info!(deployment = %key, "deleted deployment"),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
