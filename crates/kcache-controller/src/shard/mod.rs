@@ -680,6 +680,20 @@ impl Shard {
     }
 }
 
+/// A store request that gives up after `limit` (its outcome is then
+/// unknown, which the protocol treats as "may have been applied").
+async fn timed<T>(
+    limit: Duration,
+    request: impl std::future::Future<Output = Result<T, ShardStoreError>>,
+) -> Result<T, ShardStoreError> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(r) => r,
+        Err(_) => Err(ShardStoreError::Other(
+            format!("no answer within {limit:?}").into(),
+        )),
+    }
+}
+
 struct Own {
     rv: String,
     acquire_time: Option<Timestamp>,
@@ -995,7 +1009,8 @@ impl Coordinator {
                 )
             });
             if long_dead {
-                match store.delete(&group, &m.name, &m.resource_version).await {
+                let delete = store.delete(&group, &m.name, &m.resource_version);
+                match timed(period, delete).await {
                     Ok(()) => {
                         tracing::info!(group = %group, lease = %m.name, identity = %m.record.identity, "deleted an expired membership lease");
                     }
@@ -1020,14 +1035,19 @@ impl Coordinator {
         record.acquire_time = Some(Timestamp::now());
         let sent = Instant::now();
         let result = match mine {
-            None => store.create(&group, &name, &record).await,
+            None => {
+                timed(
+                    self.cfg().retry_period,
+                    store.create(&group, &name, &record),
+                )
+                .await
+            }
             Some(m) if m.record.instance == self.shard.inner.instance => {
                 Ok(m.resource_version.clone())
             }
             Some(m) if m.record.identity.is_empty() || self.expired_for(m, now).is_some() => {
-                store
-                    .update(&group, &name, &record, &m.resource_version)
-                    .await
+                let update = store.update(&group, &name, &record, &m.resource_version);
+                timed(self.cfg().retry_period, update).await
             }
             Some(m) => {
                 if !self.waiting_logged {
@@ -1071,17 +1091,15 @@ impl Coordinator {
         let store = &self.shard.inner.store;
         let mut rv = own.rv.clone();
         for _ in 0..3 {
-            match store
-                .delete(&cfg.group, &self.shard.inner.lease_name, &rv)
-                .await
-            {
+            let delete = store.delete(&cfg.group, &self.shard.inner.lease_name, &rv);
+            match timed(cfg.retry_period, delete).await {
                 Ok(()) | Err(ShardStoreError::NotFound) => {
                     tracing::info!(group = %cfg.group, identity = %cfg.identity, "membership lease released");
                     return;
                 }
                 Err(ShardStoreError::Conflict) => {
                     // Read the current version; delete it only if it is ours.
-                    let Ok(list) = store.list(&cfg.group).await else {
+                    let Ok(list) = timed(cfg.retry_period, store.list(&cfg.group)).await else {
                         break;
                     };
                     match list.iter().find(|m| m.name == self.shard.inner.lease_name) {

@@ -358,6 +358,7 @@ struct MemShared {
 pub struct InMemoryMembershipStore {
     shared: Arc<MemShared>,
     failing: Arc<AtomicBool>,
+    losing_answers: Arc<AtomicBool>,
     watching: bool,
 }
 
@@ -375,6 +376,7 @@ impl Default for InMemoryMembershipStore {
         Self {
             shared: Arc::default(),
             failing: Arc::default(),
+            losing_answers: Arc::default(),
             watching: true,
         }
     }
@@ -391,6 +393,7 @@ impl InMemoryMembershipStore {
         Self {
             shared: self.shared.clone(),
             failing: Arc::new(AtomicBool::new(false)),
+            losing_answers: Arc::new(AtomicBool::new(false)),
             watching: self.watching,
         }
     }
@@ -416,6 +419,19 @@ impl InMemoryMembershipStore {
             .filter(|((g, _), _)| g == group)
             .map(|((_, n), (r, _))| (n.clone(), r.clone()))
             .collect()
+    }
+
+    /// Applies this handle's writes but never answers them (`true`): the
+    /// caller cannot tell whether they landed.
+    pub fn set_losing_answers(&self, losing: bool) {
+        self.losing_answers.store(losing, Ordering::SeqCst);
+    }
+
+    async fn answer<T>(&self, r: Result<T, ShardStoreError>) -> Result<T, ShardStoreError> {
+        if self.losing_answers.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        r
     }
 
     /// How many writes (creates, updates, deletes) succeeded.
@@ -465,14 +481,20 @@ impl MembershipStore for InMemoryMembershipStore {
         record: &MemberRecord,
     ) -> Result<String, ShardStoreError> {
         self.check()?;
-        let mut entries = self.shared.entries.lock();
-        let k = (group.to_owned(), name.to_owned());
-        if entries.contains_key(&k) {
-            return Err(ShardStoreError::AlreadyExists);
-        }
-        let rv = self.wrote(true);
-        entries.insert(k, (record.clone(), rv));
-        Ok(rv.to_string())
+        let r = {
+            let mut entries = self.shared.entries.lock();
+            match entries.entry((group.to_owned(), name.to_owned())) {
+                std::collections::btree_map::Entry::Occupied(_) => {
+                    Err(ShardStoreError::AlreadyExists)
+                }
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    let rv = self.wrote(true);
+                    v.insert((record.clone(), rv));
+                    Ok(rv.to_string())
+                }
+            }
+        };
+        self.answer(r).await
     }
 
     async fn update(
@@ -483,18 +505,21 @@ impl MembershipStore for InMemoryMembershipStore {
         resource_version: &str,
     ) -> Result<String, ShardStoreError> {
         self.check()?;
-        let mut entries = self.shared.entries.lock();
-        match entries.get_mut(&(group.to_owned(), name.to_owned())) {
-            None => Err(ShardStoreError::NotFound),
-            Some((r, rv)) if rv.to_string() == resource_version => {
-                let significant = r.acked != record.acked || r.instance != record.instance;
-                let new = self.wrote(significant);
-                *r = record.clone();
-                *rv = new;
-                Ok(new.to_string())
+        let r = {
+            let mut entries = self.shared.entries.lock();
+            match entries.get_mut(&(group.to_owned(), name.to_owned())) {
+                None => Err(ShardStoreError::NotFound),
+                Some((r, rv)) if rv.to_string() == resource_version => {
+                    let significant = r.acked != record.acked || r.instance != record.instance;
+                    let new = self.wrote(significant);
+                    *r = record.clone();
+                    *rv = new;
+                    Ok(new.to_string())
+                }
+                Some(_) => Err(ShardStoreError::Conflict),
             }
-            Some(_) => Err(ShardStoreError::Conflict),
-        }
+        };
+        self.answer(r).await
     }
 
     async fn delete(
@@ -504,17 +529,20 @@ impl MembershipStore for InMemoryMembershipStore {
         resource_version: &str,
     ) -> Result<(), ShardStoreError> {
         self.check()?;
-        let mut entries = self.shared.entries.lock();
-        let k = (group.to_owned(), name.to_owned());
-        match entries.get(&k) {
-            None => Err(ShardStoreError::NotFound),
-            Some((_, rv)) if rv.to_string() == resource_version => {
-                entries.remove(&k);
-                self.wrote(true);
-                Ok(())
+        let r = {
+            let mut entries = self.shared.entries.lock();
+            let k = (group.to_owned(), name.to_owned());
+            match entries.get(&k) {
+                None => Err(ShardStoreError::NotFound),
+                Some((_, rv)) if rv.to_string() == resource_version => {
+                    entries.remove(&k);
+                    self.wrote(true);
+                    Ok(())
+                }
+                Some(_) => Err(ShardStoreError::Conflict),
             }
-            Some(_) => Err(ShardStoreError::Conflict),
-        }
+        };
+        self.answer(r).await
     }
 
     async fn watch(&self, _group: &str, wake: Arc<Notify>, stop: CancellationToken) {

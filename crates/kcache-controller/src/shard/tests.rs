@@ -607,3 +607,44 @@ async fn a_running_reconcile_of_a_released_key_delays_the_handover() {
     t1.await.unwrap().unwrap();
     t2.await.unwrap().unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn unanswered_writes_stop_the_replica_safely_and_it_recovers() {
+    let sim = Sim::new(300);
+    let rs: Vec<Replica> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|id| sim.start(cfg(id).replicas_hint(3)))
+        .collect();
+    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
+        .await;
+    let before = sim.owners(&rs.iter().collect::<Vec<_>>());
+    // r1's renewals land but it never learns it: it stops at its renew
+    // deadline; the others see it renewing, so its keys stay unworked
+    rs[0].store.set_losing_answers(true);
+    tokio::time::sleep(RENEW + RETRY * 2).await;
+    assert!(!rs[0].shard.status().active);
+    let mid = sim.owners(&rs.iter().collect::<Vec<_>>());
+    for (k, o) in &before {
+        if o[0] == "r1" {
+            assert!(mid[k].is_empty(), "{k} owned by {:?}", mid[k]);
+        } else {
+            assert_eq!(&mid[k], o);
+        }
+    }
+    // answers again: r1 works its keys again
+    rs[0].store.set_losing_answers(false);
+    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
+        .await;
+    assert_eq!(sim.owners(&rs.iter().collect::<Vec<_>>()), before);
+    // a replica whose requests hang still stops promptly
+    rs[1].store.set_losing_answers(true);
+    let mut rs = rs;
+    let r2 = rs.remove(1);
+    let stopping = Instant::now();
+    r2.stop().await.unwrap();
+    assert!(stopping.elapsed() <= RETRY * 3, "{:?}", stopping.elapsed());
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    for r in rs {
+        r.stop().await.unwrap();
+    }
+}
