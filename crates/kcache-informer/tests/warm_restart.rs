@@ -16,7 +16,7 @@ use kcache_core::{CachedObject, ObjectOrTombstone};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{
     ResourceEventHandler, SharedIndexInformer, SharedInformerFactory, SnapshotOptions, StartKind,
-    wait_for_cache_sync,
+    TransformFunc, wait_for_cache_sync,
 };
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::client::ClientBuilder;
@@ -340,7 +340,18 @@ async fn fresh_snapshot_resumes_without_a_list() {
     let metrics = kcache_informer::prometheus::InformerMetrics::register(&mut registry);
     let run = Run::start(client, &ns, "warm-fresh-2", options, true);
     metrics.add(&run.informer);
+    // the snapshot is in the cache at once, but the informer has not synced
+    // before the apiserver confirmed the resume (here: the resumed watch's
+    // clean end after 2 s)
+    eventually("the snapshot loaded", async || {
+        run.informer.indexer().len() == 30
+    })
+    .await;
+    if run.started.elapsed() < Duration::from_millis(1500) {
+        assert!(!run.informer.has_synced(), "synced before the confirmation");
+    }
     let took = run.synced().await;
+    assert!(took >= Duration::from_secs(1), "{took:?}");
     eprintln!("warm start synced in {took:?}");
     assert_eq!(
         lists(&log),
@@ -725,5 +736,89 @@ async fn periodic_snapshots_while_synced() {
     assert_eq!(run.informer.snapshot_status().start, StartKind::Warm);
     assert_eq!(cache(&run.informer), server_list(&api).await);
     run.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A transform needs an id: without one the informer starts cold (one
+/// warning) and writes no snapshot; with one, the snapshot's objects are
+/// loaded as they were cached, without running the transform again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transforms_need_an_id_and_are_not_run_twice() {
+    capture_logs();
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("warm-transform").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    populate(&api, 6).await;
+    let dir = temp_dir("transform");
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = |name: &str, options: SnapshotOptions| {
+        let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
+            .namespace(&ns)
+            .name(name)
+            .snapshot(options)
+            .build();
+        let c = calls.clone();
+        let strip = kcache_informer::strip_managed_fields::<ConfigMap>();
+        let counting: TransformFunc<ConfigMap> = Arc::new(move |o| {
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            strip(o)
+        });
+        informer.set_transform(counting).unwrap();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn({
+            let (i, c) = (informer.clone(), cancel.clone());
+            async move { i.run(c).await.unwrap() }
+        });
+        (informer, cancel, task)
+    };
+    let file = dir.join("cms.kcsnap");
+
+    // no id: cold, one warning, nothing written
+    let (informer, cancel, task) = start("warm-transform-0", SnapshotOptions::file(&file));
+    assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
+    cancel.cancel();
+    task.await.unwrap();
+    let w = warnings_of("warm-transform-0");
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(w[0].contains("transform id"), "{}", w[0]);
+    assert_eq!(informer.snapshot_status().writes, 0);
+    assert!(!file.exists());
+
+    // with an id: the first run writes, the second starts warm
+    let with_id = SnapshotOptions::file(&file).transform_id("strip-v1");
+    let (informer, cancel, task) = start("warm-transform-1", with_id.clone());
+    assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
+    cancel.cancel();
+    task.await.unwrap();
+    assert_eq!(informer.snapshot_status().writes, 1);
+    calls.store(0, std::sync::atomic::Ordering::SeqCst);
+    let (informer, cancel, task) = start("warm-transform-2", with_id);
+    assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
+    assert_eq!(informer.snapshot_status().start, StartKind::Warm);
+    assert_eq!(informer.indexer().len(), 6);
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the snapshot's objects were transformed again"
+    );
+    // new changes are transformed as usual
+    api.create(&PostParams::default(), &cm("later", "1"))
+        .await
+        .unwrap();
+    eventually("the later object", async || informer.indexer().len() == 7).await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    cancel.cancel();
+    task.await.unwrap();
+    // and a changed id does not use the old snapshot
+    let (informer, cancel, task) = start(
+        "warm-transform-3",
+        SnapshotOptions::file(&file).transform_id("strip-v2"),
+    );
+    assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
+    assert_eq!(informer.snapshot_status().start, StartKind::Cold);
+    let w = warnings_of("warm-transform-3");
+    assert!(w.len() == 1 && w[0].contains("transform id"), "{w:#?}");
+    cancel.cancel();
+    task.await.unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
