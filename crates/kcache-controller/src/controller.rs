@@ -699,8 +699,11 @@ where
     /// replica is active and reconciles only the keys it owns, handed over
     /// through membership Leases in `store` so that a key is never
     /// reconciled by two replicas at once (see [`shard`](crate::shard)).
-    /// Keys it does not own are not queued; keys it gains are queued from
-    /// the cache. Cannot be combined with
+    /// Keys it does not own are not queued (also through
+    /// [`ControllerHandle::enqueue`]) and are dropped when they come out of
+    /// the queue; keys it gains are queued from the cache (trigger
+    /// [`Trigger::Handover`]). The replica joins the group once its caches
+    /// have synced. Cannot be combined with
     /// [`leader_election`](Self::leader_election).
     pub fn sharded(mut self, config: ShardConfig, store: impl MembershipStore) -> Self {
         self.shard = Some(Shard::new(config, store));

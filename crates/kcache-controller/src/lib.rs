@@ -26,6 +26,9 @@
 //!
 //! With [`leader_election`](Controller::leader_election) only the replica
 //! holding a `coordination.k8s.io/v1` Lease runs workers ([`leader`]);
+//! with [`sharded`](Controller::sharded) every replica runs workers for its
+//! share of the keys, handed over through membership Leases so that no key
+//! is reconciled by two replicas at once ([`shard`]);
 //! [`events::Recorder`] publishes `events.k8s.io/v1` events folded into
 //! series; [`finalizer::finalizer`] runs cleanup before deletion;
 //! [`MetricsRegistry`] and the endpoint ([`MetricsServer`]) serve

@@ -615,7 +615,9 @@ impl Shard {
     /// Runs the membership protocol until `stop`: takes and renews the
     /// Lease, follows the group, releases and acknowledges, starts gained
     /// keys. At `stop` the replica stops owning keys and (with
-    /// `release_on_stop`) deletes its Lease: stop the workers first.
+    /// `release_on_stop`) deletes its Lease: stop the workers first. Run it
+    /// once per `Shard`. Returns an error when the configuration is
+    /// invalid or another process took this replica's Lease.
     pub async fn run(&self, stop: CancellationToken, hooks: ShardHooks) -> Result<(), ShardError> {
         self.inner.config.validate()?;
         let cfg = &self.inner.config;
