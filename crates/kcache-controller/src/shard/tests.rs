@@ -648,3 +648,50 @@ async fn unanswered_writes_stop_the_replica_safely_and_it_recovers() {
         r.stop().await.unwrap();
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_controller_queue_takes_only_owned_keys() {
+    use crate::controller::Enqueuer;
+    use crate::reconciler::Trigger;
+    use kcache_workqueue::WorkQueue;
+
+    let store = InMemoryMembershipStore::new();
+    let keys: Arc<Vec<String>> = Arc::new((0..100).map(|i| format!("ns/k{i}")).collect());
+    let shards: Vec<(Shard, CancellationToken, JoinHandle<Result<(), ShardError>>)> = ["a", "b"]
+        .iter()
+        .map(|id| {
+            let s = Shard::new(cfg(id).replicas_hint(2), store.clone());
+            let stop = CancellationToken::new();
+            let t = tokio::spawn({
+                let (s, stop, hooks) = (s.clone(), stop.clone(), quiet_hooks(keys.clone()));
+                async move { s.run(stop, hooks).await }
+            });
+            (s, stop, t)
+        })
+        .collect();
+    while !shards.iter().all(|(s, _, _)| s.status().settled()) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let a = &shards[0].0;
+    let q: WorkQueue<String> = WorkQueue::builder().build().unwrap();
+    let enq = Enqueuer::new(q.clone(), -100).with_shard(Some(a.clone()));
+    for k in keys.iter() {
+        enq.enqueue(k.clone(), Trigger::Added, false);
+    }
+    let owned: Vec<&String> = keys.iter().filter(|k| a.owns(k)).collect();
+    assert!(!owned.is_empty() && owned.len() < keys.len());
+    assert_eq!(q.len(), owned.len(), "only a's keys are queued");
+    let view = View::new(["a", "b"]);
+    assert!(owned.iter().all(|k| view.owned_by(k, "a")));
+    // an unsharded queue takes everything
+    let q2: WorkQueue<String> = WorkQueue::builder().build().unwrap();
+    let all = Enqueuer::new(q2.clone(), -100);
+    for k in keys.iter() {
+        all.enqueue(k.clone(), Trigger::Added, false);
+    }
+    assert_eq!(q2.len(), keys.len());
+    for (_, stop, t) in shards {
+        stop.cancel();
+        t.await.unwrap().unwrap();
+    }
+}
