@@ -657,7 +657,8 @@ async fn the_controller_queue_takes_only_owned_keys() {
 
     let store = InMemoryMembershipStore::new();
     let keys: Arc<Vec<String>> = Arc::new((0..100).map(|i| format!("ns/k{i}")).collect());
-    let shards: Vec<(Shard, CancellationToken, JoinHandle<Result<(), ShardError>>)> = ["a", "b"]
+    type Running = (Shard, CancellationToken, JoinHandle<Result<(), ShardError>>);
+    let shards: Vec<Running> = ["a", "b"]
         .iter()
         .map(|id| {
             let s = Shard::new(cfg(id).replicas_hint(2), store.clone());
