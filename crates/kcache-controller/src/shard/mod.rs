@@ -63,7 +63,8 @@
 //! Caveat: a replica cut off from the apiserver stops *starting* keys at
 //! its renew deadline, but a reconcile already running is not interrupted:
 //! keep reconciles shorter than `lease_duration - renew_deadline`, as with
-//! leader election.
+//! leader election. And a deleted Lease counts as a graceful leave: do not
+//! delete a live replica's Lease by hand.
 //!
 //! See `docs/sharding.md` for when to shard and the trade-offs.
 //!
