@@ -56,15 +56,16 @@
 //! period, or at once through the watch; for a dead replica, one lease
 //! duration after its last renewal) → every replica releases and
 //! acknowledges → replicas that gain keys start them, enqueued from their
-//! caches. A replica that stops gracefully deletes its Lease after its
-//! workers stopped, so its keys move at once. Leases that stayed expired
-//! for two lease durations are deleted by the other members.
+//! caches. A replica that stops gracefully releases its Lease (no holder,
+//! no claim) after its workers stopped, so its keys move at once; a Lease
+//! that vanishes while it claims keys (deleted by hand) still counts until
+//! it expires. Released Leases are deleted by the other members after a
+//! lease duration, expired ones after two.
 //!
 //! Caveat: a replica cut off from the apiserver stops *starting* keys at
 //! its renew deadline, but a reconcile already running is not interrupted:
 //! keep reconciles shorter than `lease_duration - renew_deadline`, as with
-//! leader election. And a deleted Lease counts as a graceful leave: do not
-//! delete a live replica's Lease by hand.
+//! leader election.
 //!
 //! See `docs/sharding.md` for when to shard and the trade-offs.
 //!
@@ -145,7 +146,7 @@ pub struct ShardConfig {
     pub renew_deadline: Duration,
     /// How often the Lease is renewed and the group listed.
     pub retry_period: Duration,
-    /// Delete the Lease at shutdown (after the workers stopped), so that
+    /// Release the Lease at shutdown (after the workers stopped), so that
     /// the keys move at once.
     pub release_on_stop: bool,
 }
@@ -616,7 +617,7 @@ impl Shard {
     /// Runs the membership protocol until `stop`: takes and renews the
     /// Lease, follows the group, releases and acknowledges, starts gained
     /// keys. At `stop` the replica stops owning keys and (with
-    /// `release_on_stop`) deletes its Lease: stop the workers first. Run it
+    /// `release_on_stop`) releases its Lease: stop the workers first. Run it
     /// once per `Shard`. Returns an error when the configuration is
     /// invalid or another process took this replica's Lease.
     pub async fn run(&self, stop: CancellationToken, hooks: ShardHooks) -> Result<(), ShardError> {
@@ -635,6 +636,8 @@ impl Shard {
             shard: self.clone(),
             hooks,
             observed: HashMap::new(),
+            last_seen: HashMap::new(),
+            ghosts: std::collections::HashSet::new(),
             own: None,
             acquired_at: None,
             last_write: None,
@@ -707,6 +710,11 @@ struct Coordinator {
     hooks: ShardHooks,
     /// Lease name -> (resourceVersion, when this replica saw it change).
     observed: HashMap<String, (String, Instant)>,
+    /// Lease name -> the last record seen, to remember a Lease that
+    /// vanished while it claimed keys (a "ghost", live until it expired).
+    last_seen: HashMap<String, StoredMember>,
+    /// The ghosts of the last list.
+    ghosts: std::collections::HashSet<String>,
     own: Option<Own>,
     acquired_at: Option<Instant>,
     last_write: Option<Instant>,
@@ -757,8 +765,14 @@ impl Coordinator {
         !m.record.identity.is_empty() && self.expired_for(m, now).is_none()
     }
 
-    fn observe(&mut self, list: &[StoredMember], now: Instant) {
-        for m in list {
+    /// Records when each Lease last changed, and returns the list plus the
+    /// ghosts: Leases that vanished (deleted by hand, or by a member that
+    /// judged them expired sooner) while they claimed keys are kept, as
+    /// last seen, until they expire on this replica's clock. A replica that
+    /// leaves gracefully writes a released record first, which claims
+    /// nothing.
+    fn observe(&mut self, mut list: Vec<StoredMember>, now: Instant) -> Vec<StoredMember> {
+        for m in &list {
             match self.observed.get(&m.name) {
                 Some((rv, _)) if *rv == m.resource_version => {}
                 _ => {
@@ -766,9 +780,30 @@ impl Coordinator {
                         .insert(m.name.clone(), (m.resource_version.clone(), now));
                 }
             }
+            self.last_seen.insert(m.name.clone(), m.clone());
         }
-        self.observed
-            .retain(|name, _| list.iter().any(|m| &m.name == name));
+        let own = &self.shard.inner.lease_name;
+        let mut ghosts = Vec::new();
+        let mut gone = Vec::new();
+        for (name, m) in &self.last_seen {
+            if list.iter().any(|l| &l.name == name) {
+                continue;
+            }
+            let claims = !m.record.identity.is_empty()
+                && m.record.acked.as_ref().is_some_and(|a| !a.is_empty());
+            if name != own && claims && self.expired_for(m, now).is_none() {
+                ghosts.push(m.clone());
+            } else {
+                gone.push(name.clone());
+            }
+        }
+        for name in gone {
+            self.last_seen.remove(&name);
+            self.observed.remove(&name);
+        }
+        self.ghosts = ghosts.iter().map(|m| m.name.clone()).collect();
+        list.extend(ghosts);
+        list
     }
 
     /// A successful write sent at `sent`: the deadline moves; after a lapse
@@ -843,7 +878,7 @@ impl Coordinator {
                     }
                     Ok(Err(ShardStoreError::Conflict)) => conflict = true,
                     Ok(Err(ShardStoreError::NotFound)) => {
-                        tracing::warn!(group = %group, lease = %name, "membership lease deleted (this replica was seen as expired): rejoining");
+                        tracing::warn!(group = %group, lease = %name, "membership lease deleted (by a member that saw it expired, or by hand): rejoining");
                         self.own = None;
                         let mut st = self.shard.inner.state.lock();
                         st.pred.active = false;
@@ -881,7 +916,7 @@ impl Coordinator {
             }
         };
         let now = Instant::now();
-        self.observe(&list, now);
+        let list = self.observe(list, now);
         let mine = list.iter().find(|m| m.name == name);
 
         // 3. Our own Lease.
@@ -1001,16 +1036,23 @@ impl Coordinator {
             }
         }
 
-        // 7. Leases expired for two lease durations: delete them.
+        // 7. Delete released Leases unchanged for a lease duration (every
+        // member has listed them released by then) and Leases expired for
+        // two lease durations.
         for m in &list {
-            if m.name == name {
+            if m.name == name || self.ghosts.contains(&m.name) {
                 continue;
             }
-            let long_dead = self.expired_for(m, now).is_some_and(|over| {
-                over >= Duration::from_secs(
-                    u64::try_from(m.record.lease_duration_seconds.max(1)).unwrap_or(1),
-                )
-            });
+            let over = self.expired_for(m, now);
+            let long_dead = if m.record.identity.is_empty() {
+                over.is_some()
+            } else {
+                over.is_some_and(|over| {
+                    over >= Duration::from_secs(
+                        u64::try_from(m.record.lease_duration_seconds.max(1)).unwrap_or(1),
+                    )
+                })
+            };
             if long_dead {
                 let delete = store.delete(&group, &m.name, &m.resource_version);
                 match timed(period, delete).await {
@@ -1087,21 +1129,25 @@ impl Coordinator {
         }
     }
 
-    /// Deletes our Lease (the workers have stopped).
+    /// Writes a released record (no holder, no claim) into our Lease: the
+    /// others take its keys at once; a member deletes it a lease duration
+    /// later. The workers have stopped.
     async fn release(&mut self) {
         let Some(own) = &self.own else { return };
         let cfg = self.cfg();
         let store = &self.shard.inner.store;
         let mut rv = own.rv.clone();
+        let mut record = self.record(&View::default());
+        record.identity = String::new();
         for _ in 0..3 {
-            let delete = store.delete(&cfg.group, &self.shard.inner.lease_name, &rv);
-            match timed(cfg.retry_period, delete).await {
-                Ok(()) | Err(ShardStoreError::NotFound) => {
+            let update = store.update(&cfg.group, &self.shard.inner.lease_name, &record, &rv);
+            match timed(cfg.retry_period, update).await {
+                Ok(_) | Err(ShardStoreError::NotFound) => {
                     tracing::info!(group = %cfg.group, identity = %cfg.identity, "membership lease released");
                     return;
                 }
                 Err(ShardStoreError::Conflict) => {
-                    // Read the current version; delete it only if it is ours.
+                    // Read the current version; release it only if it is ours.
                     let Ok(list) = timed(cfg.retry_period, store.list(&cfg.group)).await else {
                         break;
                     };

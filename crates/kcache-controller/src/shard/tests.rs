@@ -316,7 +316,14 @@ async fn three_replicas_split_the_keys_and_settle() {
     for r in rs {
         r.stop().await.unwrap();
     }
-    assert!(sim.store.records("group-a").is_empty(), "leases released");
+    let records = sim.store.records("group-a");
+    assert_eq!(records.len(), 3);
+    assert!(
+        records
+            .values()
+            .all(|r| r.identity.is_empty() && r.acked.is_none()),
+        "leases released: {records:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -695,4 +702,86 @@ async fn the_controller_queue_takes_only_owned_keys() {
         stop.cancel();
         t.await.unwrap().unwrap();
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_deleted_by_hand_still_counts_until_it_expires() {
+    let sim = Sim::new(300);
+    let rs: Vec<Replica> = ["r1", "r2", "r3"]
+        .iter()
+        .map(|id| sim.start(cfg(id).replicas_hint(3)))
+        .collect();
+    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
+        .await;
+    let before = sim.owners(&rs.iter().collect::<Vec<_>>());
+    // r3 is cut off and its Lease deleted by hand: r3 keeps working until
+    // its renew deadline, so the others must not take its keys before the
+    // Lease would have expired
+    rs[2].store.set_failing(true);
+    let name = rs[2].shard.lease_name().to_owned();
+    let m = sim
+        .store
+        .list("group-a")
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|m| m.name == name)
+        .unwrap();
+    sim.store
+        .delete("group-a", &name, &m.resource_version)
+        .await
+        .unwrap();
+    let deleted = Instant::now();
+    tokio::time::sleep(RENEW).await;
+    let mid = sim.owners(&[&rs[0], &rs[1]]);
+    for (k, o) in &before {
+        if o[0] == "r3" {
+            assert!(
+                mid[k].is_empty(),
+                "{k} taken {:?} after the deletion",
+                deleted.elapsed()
+            );
+        }
+    }
+    sim.settle(&[&rs[0], &rs[1]], Duration::from_secs(20)).await;
+    assert!(
+        deleted.elapsed() >= LEASE - RETRY,
+        "{:?}",
+        deleted.elapsed()
+    );
+    // back, r3 creates its Lease again and rejoins
+    rs[2].store.set_failing(false);
+    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(20))
+        .await;
+    assert_eq!(sim.owners(&rs.iter().collect::<Vec<_>>()), before);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sim.violations(), Vec::<String>::new());
+    for r in rs {
+        r.stop().await.unwrap();
+    }
+    // released Leases are deleted a lease duration later by a member that
+    // is still running: here nobody is left, so they stay
+    assert_eq!(sim.store.records("group-a").len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn released_leases_are_deleted_by_the_remaining_members() {
+    let sim = Sim::new(100);
+    let mut rs: Vec<Replica> = ["r1", "r2"]
+        .iter()
+        .map(|id| sim.start(cfg(id).replicas_hint(2)))
+        .collect();
+    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
+        .await;
+    rs.remove(1).stop().await.unwrap();
+    assert_eq!(sim.store.records("group-a").len(), 2);
+    tokio::time::sleep(LEASE + RETRY * 3).await;
+    let left: Vec<String> = sim
+        .store
+        .records("group-a")
+        .values()
+        .map(|r| r.identity.clone())
+        .collect();
+    assert_eq!(left, ["r1"]);
+    rs.remove(0).stop().await.unwrap();
 }
