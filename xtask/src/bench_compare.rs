@@ -11,6 +11,9 @@
 //! - (c) relist: the first watch answers 410 Gone, forcing a relist of N;
 //! - (d) workqueue add/get/done of distinct keys, 1 and 8 workers, kcache
 //!   against client-go's workqueue;
+//! - (e) warm restart, kcache only: a cold start (list N Pods, write a
+//!   snapshot on shutdown) then a warm start from that snapshot: time to
+//!   synced and peak RSS of each, snapshot write time and size;
 //!
 //! plus bare serde_json decoding of the same bytes as the ceiling. Prints a
 //! Markdown table of medians and ratios, writes it with the raw runs and an
@@ -56,6 +59,9 @@ pub struct CompareArgs {
     /// docs/performance-compare.svg.
     #[arg(long)]
     write_docs: bool,
+    /// Run only scenario (e), the warm restart (builds only what it needs).
+    #[arg(long)]
+    only_warm_restart: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -193,7 +199,16 @@ impl Drop for Server {
 
 /// Runs one client to completion (or kills it at the timeout) and parses
 /// its report. Its stderr goes to `log`.
-fn run_client(mut cmd: Command, timeout: Duration, log: &Path) -> anyhow::Result<Report> {
+fn run_client(cmd: Command, timeout: Duration, log: &Path) -> anyhow::Result<Report> {
+    run_client_as(cmd, timeout, log)
+}
+
+/// [`run_client`] for a client that prints another JSON line.
+fn run_client_as<T: serde::de::DeserializeOwned>(
+    mut cmd: Command,
+    timeout: Duration,
+    log: &Path,
+) -> anyhow::Result<T> {
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -269,6 +284,7 @@ struct Results {
     relist: Vec<Report>,
     workqueue_1: Vec<Report>,
     workqueue_8: Vec<Report>,
+    warm_restart: Vec<Value>,
     total_secs: f64,
 }
 
@@ -311,6 +327,9 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     };
     let out = target_dir().join("bench-compare");
     std::fs::create_dir_all(&out)?;
+    if args.only_warm_restart {
+        return only_warm_restart(&out, &s, args.no_build);
+    }
     let bins = build(&out, args.no_build)?;
     let log = out.join("clients.log");
     let _ = std::fs::remove_file(&log);
@@ -318,7 +337,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         machine: machine(),
         ..Results::default()
     };
-    let total = 1 + 3 * s.reps + 3 * 3 * s.mem_reps + 2 * 2 * s.reps;
+    let total = 1 + 3 * s.reps + 3 * 3 * s.mem_reps + 2 * 2 * s.reps + 2 * s.mem_reps;
     let mut p = Progress {
         done: 0,
         total,
@@ -436,12 +455,14 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             }
         }
     }
+    // (e) warm restart (kcache only).
+    warm_restart(&bins, &out, &s, &log, &mut p, &mut res.warm_restart)?;
     res.total_secs = p.started.elapsed().as_secs_f64();
     res.settings = Some(s.clone());
     res.machine
         .push(("load average at the end".into(), loadavg()));
 
-    let md = markdown(&res, &s);
+    let md = markdown(&res, &s) + &warm_restart_markdown(&res.warm_restart, &s);
     println!("\n{md}");
     std::fs::write(out.join("results.md"), &md)?;
     std::fs::write(
@@ -489,6 +510,144 @@ fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
         .arg(".");
     step("build the client-go client (Go, client-go v0.37.2)", go)?;
     Ok(bins)
+}
+
+/// Scenario (e) alone: `cargo xtask bench-compare --only-warm-restart`.
+fn only_warm_restart(out: &Path, s: &Settings, no_build: bool) -> anyhow::Result<()> {
+    let bins = Bins {
+        release: target_dir().join("release"),
+        client_go: out.join("client-go-bench"),
+    };
+    if !no_build {
+        let mut cmd = clean_cargo();
+        cmd.args([
+            "build",
+            "--release",
+            "-j",
+            "2",
+            "-p",
+            "kcache-bench-compare",
+            "--bin",
+            "replay",
+            "--bin",
+            "warm-restart",
+        ]);
+        step(
+            "build the replay server and the warm-restart client (release)",
+            cmd,
+        )?;
+    }
+    let log = out.join("clients.log");
+    let _ = std::fs::remove_file(&log);
+    let mut p = Progress {
+        done: 0,
+        total: 2 * s.mem_reps,
+        started: Instant::now(),
+    };
+    eprintln!(
+        "\n==> bench-compare (e) warm restart: N={} Pods, {} reps, clients' stderr in {}",
+        s.pods,
+        s.mem_reps,
+        log.display()
+    );
+    let mut runs = Vec::new();
+    warm_restart(&bins, out, s, &log, &mut p, &mut runs)?;
+    let md = warm_restart_markdown(&runs, s);
+    println!("\n{md}");
+    std::fs::write(out.join("warm-restart.md"), &md)?;
+    std::fs::write(
+        out.join("warm-restart.json"),
+        serde_json::to_string_pretty(&runs)?,
+    )?;
+    Ok(())
+}
+
+/// (e) warm restart, kcache only: a cold start lists N Pods and writes a
+/// snapshot when it stops; a warm start (a new process) loads it and
+/// resumes the watch. Each reports the time from `run` to synced, the peak
+/// RSS at that point, and the snapshot write on stop.
+fn warm_restart(
+    bins: &Bins,
+    out: &Path,
+    s: &Settings,
+    log: &Path,
+    p: &mut Progress,
+    runs: &mut Vec<Value>,
+) -> anyhow::Result<()> {
+    let server = Server::start(bins, out, s.pods, 0, false)?;
+    let dir = out.join("warm-restart-snapshots");
+    for rep in 0..s.mem_reps {
+        let _ = std::fs::remove_dir_all(&dir);
+        for phase in ["cold", "warm"] {
+            let mut cmd = Command::new(bins.release.join("warm-restart"));
+            cmd.env_remove("RUST_LOG")
+                .env("KUBECONFIG", &server.kubeconfig)
+                .arg("--snapshot-dir")
+                .arg(&dir);
+            let v: Value = run_client_as(cmd, s.timeout, log)?;
+            if v["start"].as_str() != Some(phase) {
+                bail!("(e) expected a {phase} start, the client reported {v}");
+            }
+            let secs = v["secs_to_synced"].as_f64().unwrap_or(f64::NAN);
+            let cached = v["cached"].as_u64().unwrap_or(0);
+            let r = Report {
+                events: cached,
+                secs,
+                events_per_sec: cached as f64 / secs,
+                peak_rss_kb: v["peak_rss_kb"].as_u64().unwrap_or(0),
+                ..Report::default()
+            };
+            let extra = format!(
+                "  synced in {secs:.2}s, snapshot written in {:.2}s ({:.1} MiB)",
+                v["snapshot_write_secs"].as_f64().unwrap_or(f64::NAN),
+                v["snapshot_bytes"].as_f64().unwrap_or(f64::NAN) / 1048576.0
+            );
+            p.tick(
+                &format!("(e) warm restart {phase} #{}", rep + 1),
+                &r,
+                &extra,
+            );
+            runs.push(v);
+        }
+    }
+    Ok(())
+}
+
+fn warm_restart_markdown(runs: &[Value], s: &Settings) -> String {
+    let med_of = |phase: &str, field: &str| {
+        median(
+            runs.iter()
+                .filter(|v| v["start"].as_str() == Some(phase))
+                .filter_map(|v| v[field].as_f64())
+                .collect(),
+        )
+    };
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\n(e) warm restart, kcache, N = {} Pods (medians of {} runs): time from `run` to synced, \
+         peak RSS at that point, and the snapshot written when the informer stops.\n",
+        s.pods, s.mem_reps
+    );
+    t.push_str("| start | time to synced | peak RSS | snapshot write | snapshot size |\n");
+    t.push_str("| --- | ---: | ---: | ---: | ---: |\n");
+    for phase in ["cold", "warm"] {
+        let _ = writeln!(
+            t,
+            "| {phase} | {:.2} s | {:.1} MiB | {:.2} s | {:.1} MiB |",
+            med_of(phase, "secs_to_synced"),
+            med_of(phase, "peak_rss_kb") / 1024.0,
+            med_of(phase, "snapshot_write_secs"),
+            med_of(phase, "snapshot_bytes") / 1048576.0,
+        );
+    }
+    let _ = writeln!(
+        t,
+        "\nwarm / cold: time to synced {:.2}x, peak RSS {:.2}x",
+        med_of("warm", "secs_to_synced") / med_of("cold", "secs_to_synced"),
+        med_of("warm", "peak_rss_kb") / med_of("cold", "peak_rss_kb"),
+    );
+    t
 }
 
 fn per_pod_kib(r: &Report, pods: usize) -> f64 {

@@ -378,6 +378,11 @@ async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
             if req.param("allowWatchBookmarks") == Some("true") {
                 chunk(&mut writer, &data.bookmark).await?;
             }
+        } else if req.param("allowWatchBookmarks") == Some("true") {
+            // A client resuming from a later resourceVersion (kcache's warm
+            // restart, scenario (e)): nothing new, but a bookmark says the
+            // resourceVersion is still served.
+            chunk(&mut writer, &data.bookmark).await?;
         }
         writer.flush().await?;
         // Hold the watch open until the client hangs up.

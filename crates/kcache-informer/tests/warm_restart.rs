@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{CachedObject, ObjectOrTombstone};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{
-    ResourceEventHandler, SharedIndexInformer, SharedInformerFactory, SnapshotOptions, StartKind,
-    TransformFunc, wait_for_cache_sync,
+    FifoKind, ResourceEventHandler, SharedIndexInformer, SharedInformerFactory, SnapshotOptions,
+    StartKind, TransformFunc, wait_for_cache_sync,
 };
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::client::ClientBuilder;
@@ -240,6 +240,17 @@ impl Run {
         options: SnapshotOptions,
         watch_list: bool,
     ) -> Run {
+        Self::start_with(client, ns, name, options, watch_list, FifoKind::DeltaFifo)
+    }
+
+    fn start_with(
+        client: Client,
+        ns: &str,
+        name: &str,
+        options: SnapshotOptions,
+        watch_list: bool,
+        fifo: FifoKind,
+    ) -> Run {
         let mut list_options = kcache_informer::ListOptions {
             namespace: Some(ns.to_owned()),
             use_watch_list: watch_list,
@@ -250,6 +261,7 @@ impl Run {
             .list_options(list_options)
             .name(name)
             .snapshot(options)
+            .fifo(fifo)
             .build();
         let rec = Recorder::default();
         informer.add_event_handler(rec.clone()).unwrap();
@@ -402,12 +414,22 @@ async fn fresh_snapshot_resumes_without_a_list() {
 /// converges to a fresh list; still no list request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_while_down_are_delivered() {
+    changes_while_down(FifoKind::DeltaFifo).await;
+}
+
+/// The same with the in-order RealFIFO.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_while_down_are_delivered_real_fifo() {
+    changes_while_down(FifoKind::RealFifo).await;
+}
+
+async fn changes_while_down(fifo: FifoKind) {
     capture_logs();
     let cp = ControlPlane::shared().await.unwrap();
     let ns = cp.create_namespace("warm-changes").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 10).await;
-    let dir = temp_dir("changes");
+    let dir = temp_dir(&format!("changes-{fifo:?}"));
     let options = SnapshotOptions::file(dir.join("cms.kcsnap"));
     first_run(cp.client().unwrap(), &ns, "warm-changes-1", options.clone()).await;
 
@@ -429,7 +451,7 @@ async fn changes_while_down_are_delivered() {
         .unwrap();
 
     let (client, log) = recording_client(cp.config());
-    let run = Run::start(client, &ns, "warm-changes-2", options, true);
+    let run = Run::start_with(client, &ns, "warm-changes-2", options, true, fifo);
     run.synced().await;
     assert_eq!(lists(&log), Vec::<String>::new());
     assert_eq!(cache(&run.informer), server_list(&api).await);
