@@ -741,7 +741,12 @@ where
         };
         let object_options = self.inner.list_options.object_options.clone();
         let read_path = path.clone();
+        let name = self.inner.name.clone();
         let read = tokio::task::spawn_blocking(move || {
+            let removed = crate::snapshot::remove_stale_temp_files(&read_path);
+            if removed > 0 {
+                tracing::info!(informer = %name, removed, "removed the temporary files of interrupted snapshot writes");
+            }
             crate::snapshot::read_file::<K>(&read_path, &fingerprint, &object_options)
         })
         .await;

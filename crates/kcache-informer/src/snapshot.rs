@@ -832,6 +832,35 @@ pub(crate) fn read_file<K>(
 
 static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+fn temp_prefix(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "snapshot".to_owned());
+    format!(".{name}.tmp-")
+}
+
+/// Removes the temporary files a crash in the middle of a write left next
+/// to `path` (they can be as large as a snapshot); returns how many.
+pub(crate) fn remove_stale_temp_files(path: &Path) -> usize {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let prefix = temp_prefix(path);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) && fs::remove_file(e.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 /// Writes a snapshot atomically: a temporary file in the same folder,
 /// fsync, rename over `path`, fsync of the folder.
 pub(crate) fn write_file<K>(
@@ -850,17 +879,16 @@ pub(crate) fn write_file<K>(
         _ => PathBuf::from("."),
     };
     fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "snapshot".to_owned());
     let tmp = dir.join(format!(
-        ".{name}.tmp-{}-{}",
+        "{}{}-{}",
+        temp_prefix(path),
         std::process::id(),
         TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
     let mut open = OpenOptions::new();
-    open.write(true).create_new(true);
+    // truncate: a stale file of the same name (a crashed process with the
+    // same pid, e.g. pid 1 in a container) is overwritten
+    open.write(true).create(true).truncate(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
@@ -1136,8 +1164,55 @@ mod tests {
         assert!(name.ends_with(".kcsnap"));
     }
 
+    /// The file tests share the temporary-name counter.
+    static FILE_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn write_errors_are_reported_and_stale_temp_files_removed() {
+        let _serial = FILE_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = std::env::temp_dir().join(format!(
+            "kcache-snapshot-unit-err-{}-{}",
+            std::process::id(),
+            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        // the folder is a file: the write fails with an I/O error
+        let not_a_dir = dir.join("file");
+        fs::write(&not_a_dir, b"x").unwrap();
+        let err =
+            write_file(&not_a_dir.join("cms.kcsnap"), &fp(), "1", &[obj("a", 1)]).unwrap_err();
+        assert_eq!(err.reason(), "io", "{err}");
+        assert!(err.to_string().contains("writable"), "{err}");
+        // leftovers of a crashed write (same pid as ours, too) are removed;
+        // other files are not
+        let path = dir.join("cms.kcsnap");
+        let stale = [
+            dir.join(".cms.kcsnap.tmp-1-0"),
+            dir.join(format!(".cms.kcsnap.tmp-{}-0", std::process::id())),
+        ];
+        for f in &stale {
+            fs::write(f, b"half a snapshot").unwrap();
+        }
+        fs::write(dir.join(".other.kcsnap.tmp-1-0"), b"not ours").unwrap();
+        assert_eq!(remove_stale_temp_files(&path), 2);
+        assert!(stale.iter().all(|f| !f.exists()));
+        assert!(dir.join(".other.kcsnap.tmp-1-0").exists());
+        // a stale file with the very name of the next temporary file is
+        // overwritten, not an error
+        let next = dir.join(format!(
+            ".cms.kcsnap.tmp-{}-{}",
+            std::process::id(),
+            TMP_COUNTER.load(Ordering::Relaxed)
+        ));
+        fs::write(&next, b"stale").unwrap();
+        write_file(&path, &fp(), "1", &[obj("a", 1)]).unwrap();
+        assert!(!next.exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn atomic_write_and_read_back() {
+        let _serial = FILE_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let dir = std::env::temp_dir().join(format!(
             "kcache-snapshot-unit-{}-{}",
             std::process::id(),
