@@ -485,10 +485,17 @@ async fn changes_while_down(fifo: FifoKind) {
 async fn expired_snapshot_relists_with_tombstones() {
     capture_logs();
     let cp = ControlPlane::start().await.unwrap();
+    // the relist as a paged LIST, then as a streaming list
+    for watch_list in [false, true] {
+        expired_round(&cp, watch_list).await;
+    }
+}
+
+async fn expired_round(cp: &ControlPlane, watch_list: bool) {
     let ns = cp.create_namespace("warm-expired").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 10).await;
-    let dir = temp_dir("expired");
+    let dir = temp_dir(&format!("expired-{watch_list}"));
     let options = SnapshotOptions::file(dir.join("cms.kcsnap"));
     first_run(cp.client().unwrap(), &ns, "warm-expired-1", options.clone()).await;
 
@@ -509,7 +516,7 @@ async fn expired_snapshot_relists_with_tombstones() {
     cp.compact_etcd().await.unwrap();
 
     let (client, log) = recording_client(cp.config());
-    let run = Run::start(client, &ns, "warm-expired-2", options, false);
+    let run = Run::start(client, &ns, "warm-expired-2", options, watch_list);
     run.synced().await;
     let status = run.informer.snapshot_status();
     assert_eq!(status.start, StartKind::Warm);
@@ -517,7 +524,7 @@ async fn expired_snapshot_relists_with_tombstones() {
     assert_eq!(
         lists(&log).len(),
         1,
-        "one relist: {:#?}",
+        "one relist (streaming: {watch_list}): {:#?}",
         log.lock().unwrap()
     );
     assert_eq!(cache(&run.informer), server_list(&api).await);
