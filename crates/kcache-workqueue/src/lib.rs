@@ -127,6 +127,7 @@ pub mod metrics;
 mod prometheus;
 mod queue;
 pub mod rate_limiter;
+mod ready;
 
 pub use error::{BuildError, RateLimiterError};
 /// The `governor` crate, for its [`Quota`](governor::Quota) and clocks (such as

@@ -2,6 +2,8 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+
+use foldhash::fast::RandomState;
 use std::fmt;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,6 +17,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::error::BuildError;
 use crate::metrics::{CounterMetric, MetricsProvider, QueueMetrics};
 use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
+use crate::ready::{ReadyKey, ReadyQueue};
 
 /// The bound every queued item satisfies.
 ///
@@ -79,13 +82,6 @@ impl AddOpts {
     }
 }
 
-/// Position of a ready item: smaller is handed out first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct ReadyKey {
-    rank: i128,
-    seq: u64,
-}
-
 #[derive(Debug, Clone, Copy)]
 enum Place {
     /// In the ready queue.
@@ -136,7 +132,7 @@ impl Wake {
 /// The ordered queues (everything but the slots, so that both can be
 /// borrowed at once).
 struct Queues<T> {
-    ready: BTreeMap<ReadyKey, T>,
+    ready: ReadyQueue<T>,
     delayed: BTreeMap<(Instant, u64), T>,
     seq: u64,
     parked: usize,
@@ -166,12 +162,9 @@ impl<T: QueueItem> Queues<T> {
     }
 
     fn push_ready(&mut self, item: T, priority: i32, ready_at: Instant) -> ReadyKey {
-        let key = ReadyKey {
-            rank: self.rank(priority, ready_at),
-            seq: self.next_seq(),
-        };
-        self.ready.insert(key, item);
-        key
+        let rank = self.rank(priority, ready_at);
+        let seq = self.next_seq();
+        self.ready.push(item, priority, rank, seq)
     }
 
     /// Puts `item` in the timer queue; returns its seq and whether it is now
@@ -245,14 +238,14 @@ impl<T: QueueItem> Queues<T> {
                 // Re-add as new; it was not counted as added while delayed.
                 self.add(item, slot, priority, ready_at, now)
             }
-            Place::Ready(key) => {
+            Place::Ready(_) => {
                 if priority != w.priority || ready_at != w.ready_at {
-                    let item = self.ready.remove(&key).unwrap_or(item);
-                    let new_key = ReadyKey {
-                        rank: self.rank(priority, ready_at),
-                        seq: key.seq,
-                    };
-                    self.ready.insert(new_key, item);
+                    // The old entry stays behind, stale; the item queues
+                    // anew in its new priority's lane.
+                    self.ready.mark_stale();
+                    let rank = self.rank(priority, ready_at);
+                    let seq = self.next_seq();
+                    let new_key = self.ready.push(item, priority, rank, seq);
                     w.place = Place::Ready(new_key);
                     w.priority = priority;
                     w.ready_at = ready_at;
@@ -269,7 +262,7 @@ impl<T: QueueItem> Queues<T> {
 }
 
 struct State<T> {
-    slots: HashMap<T, Slot>,
+    slots: HashMap<T, Slot, RandomState>,
     q: Queues<T>,
     shutting_down: bool,
     drain: bool,
@@ -301,11 +294,18 @@ impl<T: QueueItem> State<T> {
     }
 
     fn pop_ready(&mut self, now: impl Fn() -> Instant) -> Option<T> {
-        let (_, item) = self.q.ready.pop_first()?;
-        if let Some(slot) = self.slots.get_mut(&item) {
+        let slots = &mut self.slots;
+        let item = self.q.ready.pop_front(|item, key| {
+            let Some(slot) = slots.get_mut(item) else {
+                return false;
+            };
+            if !matches!(slot.waiting, Some(Waiting { place: Place::Ready(k), .. }) if k == key) {
+                return false;
+            }
             slot.waiting = None;
             slot.processing = true;
-        }
+            true
+        })?;
         self.q.processing += 1;
         if let Some(m) = &mut self.q.metrics {
             m.get(&item, now());
@@ -698,7 +698,14 @@ impl<T: QueueItem> WorkQueue<T> {
             if st.shutting_down {
                 return;
             }
-            st.add(item, priority, ready_at, now)
+            // Items whose time came go first: ready queues are FIFO, so a
+            // due item must be queued before this one.
+            let due = if st.q.delayed.is_empty() {
+                Wake::Nobody
+            } else {
+                st.promote_due(now)
+            };
+            due.max(st.add(item, priority, ready_at, now))
         };
         self.inner.wake(wake);
     }
@@ -860,9 +867,9 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
         WorkQueue {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
-                    slots: HashMap::new(),
+                    slots: HashMap::default(),
                     q: Queues {
-                        ready: BTreeMap::new(),
+                        ready: ReadyQueue::default(),
                         delayed: BTreeMap::new(),
                         seq: 0,
                         parked: 0,

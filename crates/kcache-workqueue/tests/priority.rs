@@ -233,3 +233,36 @@ fn zero_aging_is_rejected() {
         .build();
     assert_eq!(r.unwrap_err(), BuildError::ZeroAgingInterval);
 }
+
+#[tokio::test(start_paused = true)]
+async fn raising_a_ready_items_priority_moves_it_once() {
+    for q in [WorkQueue::new(), strict()] {
+        q.add("a");
+        q.add("b");
+        q.add("c");
+        // "b" is raised twice: it goes first, exactly once, and the entries
+        // it left behind are neither handed out nor counted.
+        q.add_with_opts("b", prio(3));
+        q.add_with_opts("b", prio(7));
+        assert_eq!(q.len(), 3);
+        assert_eq!(drain(&q).await, ["b", "a", "c"]);
+        assert_eq!(q.len(), 0);
+        // Added again after its stale entries were skipped: handed out once.
+        q.add("b");
+        assert_eq!(drain(&q).await, ["b"]);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_item_re_added_while_processing_queues_behind_those_already_ready() {
+    // client-go: a dirty item goes to the back of the queue at `done`.
+    for q in [WorkQueue::new(), strict()] {
+        q.add("a");
+        let a = q.get().await.unwrap();
+        q.add("a"); // dirty while processing
+        advance(10 * MS).await;
+        q.add("b");
+        q.done(&a);
+        assert_eq!(drain(&q).await, ["b", "a"]);
+    }
+}
