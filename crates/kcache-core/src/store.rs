@@ -67,6 +67,22 @@ pub trait Store<K>: Send + Sync {
     fn last_store_sync_resource_version(&self) -> Option<String> {
         None
     }
+    /// An object the store already holds under `key` (the object's
+    /// [`CachedObject::key`]), so that a relist can reuse it instead of
+    /// keeping a second copy of an unchanged object.
+    ///
+    /// The caller decides whether the held object is the same as the one it
+    /// just decoded (the reflector requires the same `metadata.uid` and
+    /// `metadata.resourceVersion`), so an implementation may return any
+    /// object it holds under that key, or `None`. An object returned here
+    /// and handed back to [`replace`](Self::replace) must be accepted as
+    /// is: it already went through whatever the store does to new objects
+    /// (e.g. a transform). Must be cheap (a lookup), as it is called once
+    /// per listed object. Default: `None` (no reuse).
+    fn cached(&self, key: &str) -> Option<CachedObject<K>> {
+        let _ = key;
+        None
+    }
 }
 
 /// What the FIFOs need from the cache downstream of them ("known objects"):

@@ -220,9 +220,16 @@ impl<K> DeltaFifo<K> {
         };
         let mut keys: HashSet<String> = HashSet::with_capacity(list.len());
         for item in list {
+            // An item the reflector reused from this queue or the known
+            // objects went through the transform already: do not transform
+            // it again (a transform need not be idempotent).
+            let internal = match &self.transformer {
+                Some(_) if self.holds(&st, &item) => DeltaType::Sync,
+                _ => DeltaType::Replaced,
+            };
             let item = ObjectOrTombstone::Object(item);
             keys.insert(self.key_of(&item)?);
-            self.queue_action(&mut st, action, DeltaType::Replaced, item)?;
+            self.queue_action(&mut st, action, internal, item)?;
         }
 
         // Queued keys not in the list: tombstone with the newest queued object.
@@ -267,6 +274,37 @@ impl<K> DeltaFifo<K> {
             self.check_synced(&mut st);
         }
         Ok(())
+    }
+
+    /// The object held under `key`: the newest queued object unless the
+    /// newest delta is a deletion, else the known object (client-go's
+    /// "known objects", usually the informer's indexer).
+    fn held(&self, st: &State<K>, key: &str) -> Option<CachedObject<K>> {
+        if let Some(newest) = st.items.get(key).and_then(|d| d.last()) {
+            return match (&newest.kind, &newest.object) {
+                (DeltaType::Deleted, _) | (_, ObjectOrTombstone::Tombstone(_)) => None,
+                (_, ObjectOrTombstone::Object(o)) => Some(o.clone()),
+            };
+        }
+        self.known.as_ref().and_then(|k| k.get_by_key(key))
+    }
+
+    /// Whether `obj` is the very object (same allocation) held under its key.
+    fn holds(&self, st: &State<K>, obj: &CachedObject<K>) -> bool {
+        self.held(st, obj.key()).is_some_and(|h| h.ptr_eq(obj))
+    }
+
+    /// An object this queue already holds under `key`, for a relist to
+    /// reuse (see [`Store::cached`]): the newest queued object for the key
+    /// (none if that is a deletion), else the known object under the key.
+    /// `key` is an object's [`CachedObject::key`]; with a custom key
+    /// function whose keys differ, nothing is found.
+    ///
+    /// Such an object handed back to [`replace`](Self::replace) is not
+    /// transformed again.
+    pub fn cached(&self, key: &str) -> Option<CachedObject<K>> {
+        let st = self.state.lock();
+        self.held(&st, key)
     }
 
     /// Queues `Sync` for every known object whose key has nothing pending
@@ -408,6 +446,9 @@ impl<K: 'static> Store<K> for DeltaFifo<K> {
     }
     fn resync(&self) -> Result<(), StoreError> {
         DeltaFifo::resync(self)
+    }
+    fn cached(&self, key: &str) -> Option<CachedObject<K>> {
+        DeltaFifo::cached(self, key)
     }
 }
 

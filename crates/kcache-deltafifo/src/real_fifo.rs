@@ -198,7 +198,14 @@ impl<K> RealFifo<K> {
             self.push(&mut st, DeltaType::Deleted, true, t.into())?;
         }
         for item in list {
-            self.push(&mut st, DeltaType::Replaced, false, item)?;
+            // An item the reflector reused from the known objects went
+            // through the transform already: do not transform it again.
+            let reused = self.transformer.is_some()
+                && self.known.as_ref().is_some_and(|k| {
+                    k.get_by_key(item.object().key())
+                        .is_some_and(|h| h.ptr_eq(item.object()))
+                });
+            self.push(&mut st, DeltaType::Replaced, reused, item)?;
         }
         if !st.populated {
             st.populated = true;
@@ -206,6 +213,17 @@ impl<K> RealFifo<K> {
             self.check_synced(&mut st);
         }
         Ok(())
+    }
+
+    /// The known object under `key`, for a relist to reuse (see
+    /// [`Store::cached`]); `None` without known objects. Queued entries are
+    /// not searched. `key` is an object's [`CachedObject::key`]; with a
+    /// custom key function whose keys differ, nothing is found.
+    ///
+    /// Such an object handed back to [`replace`](Self::replace) is not
+    /// transformed again.
+    pub fn cached(&self, key: &str) -> Option<CachedObject<K>> {
+        self.known.as_ref().and_then(|k| k.get_by_key(key))
     }
 
     /// Appends `Sync` for each known object with no queued entry (no-op
@@ -334,6 +352,9 @@ impl<K: 'static> Store<K> for RealFifo<K> {
     }
     fn resync(&self) -> Result<(), StoreError> {
         RealFifo::resync(self)
+    }
+    fn cached(&self, key: &str) -> Option<CachedObject<K>> {
+        RealFifo::cached(self, key)
     }
 }
 

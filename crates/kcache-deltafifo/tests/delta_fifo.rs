@@ -261,6 +261,79 @@ fn transformer_runs_once_per_object_never_on_tombstones_or_sync() {
     assert_eq!(xfrm_count(got[0].object.object()), 1);
 }
 
+/// `cached` (what a relist may reuse): the newest queued object of the
+/// key, none when that is a deletion, else the known object.
+#[test]
+fn cached_is_the_newest_queued_object_else_the_known_one() {
+    let k1 = mk("k", 1);
+    let f = fifo(Some(vec![k1.clone()]));
+    assert!(f.cached("k").unwrap().ptr_eq(&k1));
+    assert!(Store::cached(&f, "k").unwrap().ptr_eq(&k1));
+    assert!(f.cached("x").is_none());
+    let k2 = mk("k", 2);
+    f.update(k2.clone()).unwrap();
+    assert!(Store::cached(&f, "k").unwrap().ptr_eq(&k2));
+    f.delete(mk("k", 3)).unwrap();
+    assert!(f.cached("k").is_none(), "the newest delta is a deletion");
+    pop(&f);
+    assert!(f.cached("k").unwrap().ptr_eq(&k1), "the known object again");
+
+    // without known objects: only what is queued
+    let f = fifo(None);
+    assert!(Store::cached(&f, "a").is_none());
+    let a = mk("a", 1);
+    f.add(a.clone()).unwrap();
+    assert!(Store::cached(&f, "a").unwrap().ptr_eq(&a));
+    pop(&f);
+    assert!(Store::cached(&f, "a").is_none());
+}
+
+/// A relist hands back objects it got from `cached`: they were transformed
+/// when they entered the queue and are not transformed again (the very
+/// object is queued); other items are transformed once.
+#[test]
+fn replace_does_not_transform_reused_objects_again() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let transform: kcache_deltafifo::TransformFunc<Value> =
+        Arc::new(move |o: CachedObject<Value>| {
+            c.fetch_add(1, Ordering::SeqCst);
+            let mut v: Value = o.decode()?;
+            let n = xfrm_count(&o) + 1;
+            v["metadata"]["annotations"]["xfrm"] = Value::String(n.to_string());
+            Ok(CachedObject::from_bytes(serde_json::to_vec(&v)?)?)
+        });
+    // the known object came through this transform before
+    let known = transform(mk("k", 1)).unwrap();
+    calls.store(0, Ordering::SeqCst);
+    let f = DeltaFifo::new(opts(Some(vec![known.clone()])).transformer(transform));
+    f.add(mk("q", 1)).unwrap();
+    let queued = f.cached("q").unwrap();
+    assert_eq!(xfrm_count(&queued), 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    let reused = f.cached("k").unwrap();
+    f.replace(vec![reused, queued.clone(), mk("n", 1)], "2")
+        .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "only the new item");
+    let q = pop(&f);
+    assert_eq!(q.len(), 2);
+    assert!(q[1].object.object().ptr_eq(&queued));
+    let k = pop(&f);
+    assert!(k[0].object.object().ptr_eq(&known));
+    assert_eq!(xfrm_count(k[0].object.object()), 1);
+    assert_eq!(xfrm_count(pop(&f)[0].object.object()), 1);
+
+    // an equal but separately decoded object is transformed
+    let f = DeltaFifo::new(opts(Some(vec![known.clone()])).transformer(Arc::new(
+        |o: CachedObject<Value>| Ok(CachedObject::from_bytes(o.bytes().clone())?),
+    )));
+    let copy = CachedObject::from_bytes(known.bytes().clone()).unwrap();
+    f.replace(vec![copy.clone()], "3").unwrap();
+    let got = pop(&f);
+    assert!(!got[0].object.object().ptr_eq(&copy));
+}
+
 #[test]
 fn transformer_error_queues_nothing() {
     let t: kcache_deltafifo::TransformFunc<Value> = Arc::new(|_o| Err("nope".into()));

@@ -272,6 +272,31 @@ fn transformer_once_per_object_never_on_tombstones() {
     assert_eq!(f.len(), 5);
 }
 
+/// `cached` is the known object (queued entries are not searched), and a
+/// relist handing it back does not transform it again.
+#[test]
+fn cached_is_the_known_object_and_not_transformed_again() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let t: kcache_deltafifo::TransformFunc<Value> = Arc::new(move |o: Obj| {
+        c.fetch_add(1, Ordering::SeqCst);
+        Ok(CachedObject::from_bytes(o.bytes().clone())?)
+    });
+    let known = mk("k", 1);
+    let f = RealFifo::new(opts(Some(vec![known.clone()])).transformer(t));
+    assert!(f.cached("k").unwrap().ptr_eq(&known));
+    assert!(kcache_core::Store::cached(&f, "k").unwrap().ptr_eq(&known));
+    assert!(f.cached("x").is_none());
+    assert!(real(None).cached("k").is_none());
+
+    let reused = f.cached("k").unwrap();
+    f.replace(vec![reused, mk("n", 1)], "2").unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "only the new item");
+    let got = pop_all(&f);
+    assert!(got[0].object.object().ptr_eq(&known));
+    assert!(!got[1].object.object().ptr_eq(&known));
+}
+
 #[test]
 fn has_synced_after_initial_items_processed() {
     let f = real(known3());

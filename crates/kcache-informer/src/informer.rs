@@ -1163,6 +1163,11 @@ impl<K: Resource + 'static> Store<K> for ResyncGate<K> {
     fn last_store_sync_resource_version(&self) -> Option<String> {
         self.queue.last_store_sync_resource_version()
     }
+    fn cached(&self, key: &str) -> Option<CachedObject<K>> {
+        // what the queue holds (queued or in the indexer): a relist reuses
+        // unchanged objects instead of holding a second copy of the cache
+        self.queue.cached(key)
+    }
 }
 
 /// A handler's registration: its sync state and statistics; pass it to

@@ -284,6 +284,54 @@ async fn transform_runs_before_caching_and_only_before_start() {
     run.stop().await;
 }
 
+/// A relist (after a 410) does not hold the cache twice: the cache keeps
+/// its own object for each unchanged ConfigMap (the reflector reuses it
+/// and the queue does not transform it again); changed ones are fresh
+/// objects, transformed once.
+#[tokio::test]
+async fn relist_keeps_unchanged_objects_and_transforms_only_changed_ones() {
+    let api = FakeApi::new();
+    api.create("ns", "keep", "1");
+    api.create("ns", "change", "1");
+    let informer = api.informer().build();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let strip = strip_managed_fields::<ConfigMap>();
+    informer
+        .set_transform(Arc::new(move |o| {
+            c.fetch_add(1, Ordering::SeqCst);
+            strip(o)
+        }))
+        .unwrap();
+    let rec = Recorder::default();
+    informer.add_event_handler(rec.clone()).unwrap();
+    let run = Running::start(informer.clone());
+    run.synced().await;
+    let keep = informer.indexer().get_by_key("ns/keep").unwrap();
+    let change = informer.indexer().get_by_key("ns/change").unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    api.silently(|api| api.update("ns", "change", "2"));
+    api.expire_old_resource_versions();
+    eventually("both relisted objects delivered", || {
+        rec.count("update") == 2
+    })
+    .await;
+    assert_eq!(cached_keys(&informer), fake_keys(&api));
+    let keep_now = informer.indexer().get_by_key("ns/keep").unwrap();
+    let change_now = informer.indexer().get_by_key("ns/change").unwrap();
+    assert!(keep_now.ptr_eq(&keep), "the unchanged object is reused");
+    assert!(!change_now.ptr_eq(&change));
+    assert!(!String::from_utf8_lossy(change_now.bytes()).contains("managedFields"));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        3,
+        "only the changed object is transformed"
+    );
+    assert!(api.lists() >= 2);
+    run.stop().await;
+}
+
 #[tokio::test]
 async fn late_handler_gets_the_cache_then_live_events_without_loss_or_duplicates() {
     // TestAddWhileActive

@@ -71,6 +71,9 @@ impl<K> fmt::Debug for WatchEvent<K> {
 /// ```
 pub struct EventDecoder<K> {
     options: ObjectOptions,
+    /// `options` with `copy_bytes`: list items are given as slices of the
+    /// page and must end up in buffers of their own.
+    list_options: ObjectOptions,
     kind: Option<String>,
     api_version: Option<String>,
     _k: std::marker::PhantomData<fn() -> K>,
@@ -182,6 +185,7 @@ impl<K> EventDecoder<K> {
     /// whose `kind` / `apiVersion` (when present) differ from the given ones.
     pub fn new(options: ObjectOptions, kind: Option<&str>, api_version: Option<&str>) -> Self {
         EventDecoder {
+            list_options: options.clone().copy_bytes(true),
             options,
             kind: kind.map(str::to_owned),
             api_version: api_version.map(str::to_owned),
@@ -216,7 +220,15 @@ impl<K> EventDecoder<K> {
 
     /// Decodes one object (a list item or a watch event's `object`).
     pub fn decode_object(&self, bytes: Bytes) -> Result<CachedObject<K>, BadEvent> {
-        let obj = match CachedObject::from_bytes_with(bytes.clone(), &self.options) {
+        self.decode_object_with(bytes, &self.options)
+    }
+
+    fn decode_object_with(
+        &self,
+        bytes: Bytes,
+        options: &ObjectOptions,
+    ) -> Result<CachedObject<K>, BadEvent> {
+        let obj = match CachedObject::from_bytes_with(bytes.clone(), options) {
             Ok(o) => o,
             Err(e) => {
                 return Err(BadEvent {
@@ -330,16 +342,18 @@ impl<K> EventDecoder<K> {
     /// each item's cached object. Items that fail are skipped and returned
     /// in [`ListPage::skipped`].
     ///
-    /// Each item gets an exact-size copy of its bytes, so that one
+    /// Each item gets an exact-size buffer of its own, so that one
     /// long-lived object does not keep a whole page (up to 500 objects) in
-    /// memory.
+    /// memory: its bytes are copied once, or, when managedFields are cut,
+    /// only the cut result is kept (no copy before the cut).
     pub fn decode_list(&self, body: &Bytes) -> Result<ListPage<K>, serde_json::Error> {
         let wire: ListWire<'_> = serde_json::from_slice(body)?;
         let raw_items = wire.items.unwrap_or_default();
         let mut items = Vec::with_capacity(raw_items.len());
         let mut skipped = Vec::new();
         for raw in raw_items {
-            match self.decode_object(Bytes::copy_from_slice(raw.get().as_bytes())) {
+            let item = subslice(body, raw.get().as_bytes());
+            match self.decode_object_with(item, &self.list_options) {
                 Ok(o) => items.push(o),
                 Err(e) => skipped.push(e),
             }
@@ -466,5 +480,29 @@ mod tests {
             ))
             .unwrap();
         assert!(empty.items.is_empty() && empty.continue_token.is_none());
+    }
+
+    #[test]
+    fn list_items_are_own_buffers_when_stripping_managed_fields() {
+        let dec = EventDecoder::<V>::new(
+            ObjectOptions::new().strip_managed_fields(true),
+            Some("ConfigMap"),
+            Some("v1"),
+        );
+        let body = Bytes::from_static(br#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a","managedFields":[{"manager":"m"}]}},{"metadata":{"name":"b"}}]}"#);
+        let page = dec.decode_list(&body).unwrap();
+        assert_eq!(page.items.len(), 2);
+        let range = body.as_ptr() as usize..body.as_ptr() as usize + body.len();
+        for item in &page.items {
+            assert!(!range.contains(&(item.bytes().as_ptr() as usize)));
+        }
+        assert_eq!(
+            page.items[0].bytes().as_ref(),
+            br#"{"metadata":{"name":"a"}}"#
+        );
+        assert_eq!(
+            page.items[1].bytes().as_ref(),
+            br#"{"metadata":{"name":"b"}}"#
+        );
     }
 }

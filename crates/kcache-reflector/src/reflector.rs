@@ -377,10 +377,11 @@ struct OpenWatch {
     propagate_rv: bool,
 }
 
-/// Initial events of a streaming list, by key, in arrival order.
+/// Initial events of a streaming list, by key, in arrival order. Each
+/// entry records whether its object was reused from the store.
 struct InitialBuffer<K> {
     index: HashMap<String, usize>,
-    items: Vec<Option<CachedObject<K>>>,
+    items: Vec<Option<(CachedObject<K>, bool)>>,
     resource_version: String,
 }
 
@@ -392,12 +393,12 @@ impl<K> InitialBuffer<K> {
             resource_version: String::new(),
         }
     }
-    fn upsert(&mut self, obj: CachedObject<K>) {
+    fn upsert(&mut self, (obj, reused): (CachedObject<K>, bool)) {
         match self.index.get(obj.key()) {
-            Some(&i) => self.items[i] = Some(obj),
+            Some(&i) => self.items[i] = Some((obj, reused)),
             None => {
                 self.index.insert(obj.key().to_owned(), self.items.len());
-                self.items.push(Some(obj));
+                self.items.push(Some((obj, reused)));
             }
         }
     }
@@ -406,9 +407,51 @@ impl<K> InitialBuffer<K> {
             self.items[i] = None;
         }
     }
-    fn into_items(self) -> Vec<CachedObject<K>> {
-        self.items.into_iter().flatten().collect()
+    /// The objects, and how many of them were reused from the store.
+    fn into_items(self) -> (Vec<CachedObject<K>>, usize) {
+        drop(self.index);
+        let mut reused = 0;
+        let items = self
+            .items
+            .into_iter()
+            .flatten()
+            .map(|(o, r)| {
+                reused += usize::from(r);
+                o
+            })
+            .collect();
+        (items, reused)
     }
+}
+
+/// The objects of a (paged) list, ready for `Store::replace`.
+struct Listed<K> {
+    items: Vec<CachedObject<K>>,
+    resource_version: String,
+    /// How many items are objects reused from the store.
+    reused: usize,
+}
+
+/// One list page.
+struct Page<K> {
+    listed: Listed<K>,
+    continue_token: Option<String>,
+}
+
+/// Whether `held` (an object the store holds) is the same as `fresh` (just
+/// decoded): same key, and the same non-empty `metadata.uid` and
+/// `metadata.resourceVersion`. In Kubernetes an object's content changes
+/// only with its resourceVersion, and a deleted and re-created object gets
+/// a new uid.
+fn same_object<K>(held: &CachedObject<K>, fresh: &CachedObject<K>) -> bool {
+    let (Some(uid), Some(rv)) = (fresh.uid(), fresh.resource_version()) else {
+        return false;
+    };
+    !uid.is_empty()
+        && !rv.is_empty()
+        && held.uid() == Some(uid)
+        && held.resource_version() == Some(rv)
+        && held.key() == fresh.key()
 }
 
 enum Mode<'a, K> {
@@ -649,11 +692,27 @@ impl<K> Reflector<K> {
         }
     }
 
+    /// The object the store already holds for `obj`'s key when it is the
+    /// same object (see [`same_object`]), else `obj`; and whether it was
+    /// reused. A relist thus keeps one copy of each unchanged object: the
+    /// fresh copy is dropped as soon as its page (or event) is processed,
+    /// instead of living next to the old one until `replace`.
+    fn reuse(&self, obj: CachedObject<K>) -> (CachedObject<K>, bool) {
+        if obj.uid().is_none_or(str::is_empty) {
+            return (obj, false);
+        }
+        match self.store.cached(obj.key()) {
+            Some(held) if same_object(&held, &obj) => (held, true),
+            _ => (obj, false),
+        }
+    }
+
     fn replace(
         &self,
         items: Vec<CachedObject<K>>,
         rv: String,
         op: Operation,
+        reused: usize,
     ) -> Result<(), ReflectorError> {
         let count = items.len();
         self.store
@@ -669,7 +728,7 @@ impl<K> Reflector<K> {
         if self.mark_synced() || self.resume_from.is_some() {
             self.metrics.relists.inc();
         }
-        info!(%op, items = count, resource_version = %rv, "caches populated");
+        info!(%op, items = count, relist_reused = reused, resource_version = %rv, "caches populated");
         Ok(())
     }
 
@@ -747,7 +806,8 @@ impl<K> Reflector<K> {
                     st.rv_unavailable = false;
                     // from here on the stream carries ordered events
                     w.propagate_rv = true;
-                    self.replace(buffer.into_items(), rv, Operation::WatchList)?;
+                    let (items, reused) = buffer.into_items();
+                    self.replace(items, rv, Operation::WatchList, reused)?;
                     return Ok(w);
                 }
                 Ok(None) => {
@@ -786,22 +846,28 @@ impl<K> Reflector<K> {
                 st.rv_unavailable = true;
                 result = self.paged_list(st, "").await;
             }
-            let (items, list_rv, paginated) = result?;
+            let (listed, paginated) = result?;
             if rv == "0" && paginated {
                 st.paginated_result = true;
             }
             st.rv_unavailable = false;
-            self.replace(items, list_rv, Operation::List)
+            self.replace(
+                listed.items,
+                listed.resource_version,
+                Operation::List,
+                listed.reused,
+            )
         }
         .instrument(span)
         .await
     }
 
+    /// The whole list and whether it came in several pages.
     async fn paged_list(
         &self,
         st: &RunState,
         rv: &str,
-    ) -> Result<(Vec<CachedObject<K>>, String, bool), ReflectorError> {
+    ) -> Result<(Listed<K>, bool), ReflectorError> {
         let limit = if self.page_size > 0 {
             Some(self.page_size)
         } else if st.paginated_result || rv.is_empty() || rv == "0" {
@@ -811,24 +877,40 @@ impl<K> Reflector<K> {
             None
         };
         let mut items = Vec::new();
+        let mut reused = 0;
         let mut cont: Option<String> = None;
         let mut paginated = false;
         loop {
             match self.list_page(rv, limit, cont.as_deref()).await {
                 Err(e) if e.is_expired() && cont.is_some() => {
                     info!(error = %e, "the continue token expired; doing one full list");
-                    let (page_items, page_rv, _) = self.list_page(rv, None, None).await?;
-                    return Ok((page_items, page_rv, paginated));
+                    // the pages so far are dropped before the full list
+                    drop(items);
+                    let page = self.list_page(rv, None, None).await?;
+                    return Ok((page.listed, paginated));
                 }
                 Err(e) => return Err(e),
-                Ok((page_items, page_rv, next)) => {
+                Ok(page) => {
+                    let Listed {
+                        items: page_items,
+                        resource_version,
+                        reused: page_reused,
+                    } = page.listed;
+                    reused += page_reused;
                     if items.is_empty() {
                         items = page_items;
                     } else {
                         items.extend(page_items);
                     }
-                    match next {
-                        None => return Ok((items, page_rv, paginated)),
+                    match page.continue_token {
+                        None => {
+                            let listed = Listed {
+                                items,
+                                resource_version,
+                                reused,
+                            };
+                            return Ok((listed, paginated));
+                        }
                         Some(c) => {
                             cont = Some(c);
                             paginated = true;
@@ -844,7 +926,7 @@ impl<K> Reflector<K> {
         rv: &str,
         limit: Option<u32>,
         cont: Option<&str>,
-    ) -> Result<(Vec<CachedObject<K>>, String, Option<String>), ReflectorError> {
+    ) -> Result<Page<K>, ReflectorError> {
         let mut lp = ListParams {
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
@@ -893,6 +975,7 @@ impl<K> Reflector<K> {
                     resource: self.resource.clone(),
                     source,
                 })?;
+        drop(body);
         for bad in page.skipped {
             self.report(&ReflectorError::BadEvent {
                 op: Operation::List,
@@ -900,7 +983,25 @@ impl<K> Reflector<K> {
                 source: bad,
             });
         }
-        Ok((page.items, page.resource_version, page.continue_token))
+        // Unchanged objects: keep the store's copy, drop the fresh one now.
+        let mut reused = 0;
+        let items = page
+            .items
+            .into_iter()
+            .map(|obj| {
+                let (obj, r) = self.reuse(obj);
+                reused += usize::from(r);
+                obj
+            })
+            .collect();
+        Ok(Page {
+            listed: Listed {
+                items,
+                resource_version: page.resource_version,
+                reused,
+            },
+            continue_token: page.continue_token,
+        })
     }
 
     async fn send(
@@ -1212,7 +1313,7 @@ impl<K> Reflector<K> {
                 let keep = obj.clone();
                 match mode {
                     Mode::Normal => self.store_result(op, self.store.add(obj)),
-                    Mode::Initial(buf) => buf.upsert(obj),
+                    Mode::Initial(buf) => buf.upsert(self.reuse(obj)),
                 }
                 if w.propagate_rv {
                     self.event_rv(mode, keep.resource_version());
@@ -1223,7 +1324,7 @@ impl<K> Reflector<K> {
                 let keep = obj.clone();
                 match mode {
                     Mode::Normal => self.store_result(op, self.store.update(obj)),
-                    Mode::Initial(buf) => buf.upsert(obj),
+                    Mode::Initial(buf) => buf.upsert(self.reuse(obj)),
                 }
                 self.event_rv(mode, keep.resource_version());
             }

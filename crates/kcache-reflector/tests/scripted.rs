@@ -443,6 +443,66 @@ async fn relist_after_gone_uses_last_synced_rv() {
     run.stop().await;
 }
 
+/// A ConfigMap with a uid (the fake's `cm` has none).
+fn cmu(name: &str, uid: &str, rv: &str) -> serde_json::Value {
+    let mut v = cm(name, rv);
+    v["metadata"]["uid"] = json!(uid);
+    v
+}
+
+/// The store's objects under `ks` (in the namespace "ns").
+fn held(store: &Store, ks: &[&str]) -> Vec<kcache_core::CachedObject<ConfigMap>> {
+    ks.iter()
+        .map(|k| store.object(&format!("ns/{k}")).expect("held"))
+        .collect()
+}
+
+/// A relist (here after a 410, paged) hands `replace` the store's own
+/// object for each unchanged item (same uid and resourceVersion), so the
+/// freshly decoded copy is dropped at once and the cache is not held
+/// twice during a relist; an item with a new resourceVersion, a deleted and
+/// re-created one (new uid, even with the same resourceVersion) and one
+/// without a uid are the fresh objects.
+#[tokio::test(start_paused = true)]
+async fn relist_reuses_the_stores_objects_for_unchanged_items() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("10", "p2", vec![cmu("a", "ua", "1"), cmu("b", "ub", "2")]),
+        (false, 1) => list(
+            "10",
+            "",
+            vec![cmu("c", "uc", "3"), cmu("d", "ud", "4"), cm("e", "5")],
+        ),
+        (true, 0) => gone(),
+        (false, 2) => list("20", "p2", vec![cmu("a", "ua", "1"), cmu("b", "ub", "12")]),
+        (false, 3) => list(
+            "20",
+            "",
+            vec![cmu("c", "uc2", "3"), cmu("d", "ud", "4"), cm("e", "5")],
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).page_size(2));
+    store.wait_calls(1).await;
+    let all = ["a", "b", "c", "d", "e"];
+    let before = held(&store, &all);
+    let calls = store.wait_calls(2).await;
+    assert_eq!(calls[1], Call::Replace(keys(&all), "20".into()));
+    assert_eq!(fake.lists().len(), 4, "two pages, twice");
+    let after = held(&store, &all);
+    let reused: Vec<bool> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| b.ptr_eq(a))
+        .collect();
+    // a, d unchanged; b new RV; c re-created; e has no uid
+    assert_eq!(reused, [true, false, false, true, false]);
+    assert_eq!(after[1].resource_version(), Some("12"));
+    assert_eq!(after[2].uid(), Some("uc2"));
+    assert_eq!(run.reasons(), [ErrorReason::Expired]);
+    run.stop().await;
+}
+
 /// TestReflectorExpiredExactResourceVersion: the relist at the last RV is
 /// expired too: list again at once at "" (consistent read, paged).
 #[tokio::test(start_paused = true)]
@@ -1272,6 +1332,58 @@ async fn watch_list_expired_resets_the_resource_version() {
     );
     assert_eq!(run.reflector.last_sync_resource_version(), "9");
     assert!(secs(&reqs[2]) > 0.0);
+    run.stop().await;
+}
+
+/// A streaming relist reuses the store's objects for unchanged items too
+/// (same uid and resourceVersion), also when managedFields are cut; the
+/// last event of a key decides.
+#[tokio::test(start_paused = true)]
+async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Stream(
+            vec![
+                ev("ADDED", cmu("a", "ua", "2")),
+                ev("ADDED", cmu("b", "ub", "3")),
+                ev("ADDED", cmu("c", "uc", "4")),
+                ev("ADDED", cmu("d", "ud", "5")),
+                bookmark("5", true),
+                error_event(410, "Expired"),
+            ],
+            End::Close,
+        ),
+        (true, 1) => Reply::Stream(
+            vec![
+                ev("ADDED", cmu("a", "ua", "2")),
+                ev("ADDED", cmu("b", "ub", "6")),
+                ev("ADDED", cmu("c", "uc2", "4")),
+                // first a new version, then the held one again: reused
+                ev("ADDED", cmu("d", "ud", "7")),
+                ev("MODIFIED", cmu("d", "ud", "5")),
+                bookmark("7", true),
+            ],
+            End::Hang,
+        ),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(
+        wl_builder(&fake, &store).object_options(ObjectOptions::new().strip_managed_fields(true)),
+    );
+    store.wait_calls(1).await;
+    let all = ["a", "b", "c", "d"];
+    let before = held(&store, &all);
+    assert!(!before[0].bytes().windows(13).any(|w| w == b"managedFields"));
+    let calls = store.wait_calls(2).await;
+    assert_eq!(calls[1], Call::Replace(keys(&all), "7".into()));
+    let after = held(&store, &all);
+    let reused: Vec<bool> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| b.ptr_eq(a))
+        .collect();
+    assert_eq!(reused, [true, false, false, true]);
+    assert!(fake.requests().iter().all(is_watch_list));
     run.stop().await;
 }
 

@@ -140,4 +140,7 @@ impl<K> Store<K> for RecordingStore<K> {
         self.push(Call::Bookmark(resource_version.to_owned()));
         Ok(())
     }
+    fn cached(&self, key: &str) -> Option<CachedObject<K>> {
+        self.objects.lock().get(key).cloned()
+    }
 }
