@@ -6,7 +6,11 @@
 //! `metadata.managedFields` cut out) plus the [`Metadata`] every layer needs,
 //! extracted once by a partial, borrowing serde decode. The typed `K`
 //! (a k8s-openapi type, a custom resource, `DynamicObject`...) is decoded on
-//! demand with [`CachedObject::decode`].
+//! demand with [`CachedObject::decode`]. With
+//! [`ObjectOptions::compression`] the JSON is kept LZ4-compressed against a
+//! dictionary shared by all objects built with the same options: less memory
+//! per cached object, a decompression before every decode (see
+//! [`ObjectOptions`](ObjectOptions#compression) for the trade-off).
 //!
 //! ```
 //! use kcache_core::{CachedObject, FieldPaths, ObjectOptions, Selector, split_meta_namespace_key};
@@ -29,6 +33,7 @@
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! ```
 
+mod compression;
 mod key;
 mod managed_fields;
 mod object;
@@ -37,6 +42,7 @@ mod store;
 mod string_map;
 mod tombstone;
 
+pub use compression::{Compression, CompressionDictionary};
 pub use key::{
     BoxError, KeyError, KeyFunc, deletion_handling_key, deletion_handling_meta_namespace_key,
     meta_namespace_key, split_meta_namespace_key,
