@@ -1,11 +1,16 @@
-//! Cached-object construction rate and memory per object on realistic ~8 KB
-//! Pod JSON with managedFields.
+//! Cached-object construction rate, decode cost and memory per object on
+//! realistic ~8 KB Pod JSON with managedFields, with and without LZ4
+//! compression of the stored JSON.
 //!
 //! Run: `cargo bench -p kcache-core --bench cached_object -- --warm-up-time 1 --measurement-time 3`
 //!
 //! Before the timed benchmarks it prints a memory report: bytes held per
 //! object, counted by an instrumenting global allocator (net bytes allocated
 //! while building 20,000 objects, divided by 20,000), against the JSON size.
+//! The compressed rows include the shared dictionary (allocated once while
+//! building the first object). "Varied" Pods differ per Pod the way real ones
+//! do (timestamps, IPs, container IDs), so they compress less than the
+//! template Pods.
 
 use std::alloc::System;
 use std::hint::black_box;
@@ -13,7 +18,7 @@ use std::hint::black_box;
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
 use k8s_openapi::api::core::v1::Pod;
-use kcache_core::{CachedObject, FieldPaths, ObjectOptions};
+use kcache_core::{CachedObject, Compression, FieldPaths, ObjectOptions};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 #[path = "../tests/common/pod.rs"]
@@ -32,6 +37,18 @@ fn inputs() -> Vec<Bytes> {
         .collect()
 }
 
+fn varied_inputs() -> Vec<Bytes> {
+    (0..N)
+        .map(|i| Bytes::from(pod::varied_pod(i).into_boxed_slice()))
+        .collect()
+}
+
+fn lz4() -> ObjectOptions {
+    ObjectOptions::new()
+        .strip_managed_fields(true)
+        .compression(Compression::lz4())
+}
+
 fn held_per_object<T>(inputs: &[Bytes], build: impl Fn(Bytes) -> T) -> f64 {
     // The inputs themselves are allocated before the region starts; an object
     // that keeps its input (zero-copy) is charged the input's size below.
@@ -44,7 +61,7 @@ fn held_per_object<T>(inputs: &[Bytes], build: impl Fn(Bytes) -> T) -> f64 {
     (net - vec_overhead) / N as f64
 }
 
-fn memory_report(inputs: &[Bytes]) {
+fn memory_report(inputs: &[Bytes], varied: &[Bytes]) {
     let json = inputs.iter().map(|b| b.len()).sum::<usize>() as f64 / N as f64;
     println!("memory per object over {N} realistic Pods, mean JSON size {json:.0} B:");
     // Zero-copy: the object keeps the input buffer, so count the buffer too.
@@ -60,6 +77,31 @@ fn memory_report(inputs: &[Bytes]) {
     println!(
         "  CachedObject (managedFields stripped)    {stripped:>8.0} B  = {:.3}x JSON",
         stripped / json
+    );
+    let opts = lz4();
+    let compressed = held_per_object(inputs, |b| {
+        CachedObject::<Pod>::from_bytes_with(b, &opts).unwrap()
+    });
+    println!(
+        "  CachedObject (stripped, LZ4 compressed)  {compressed:>8.0} B  = {:.3}x JSON",
+        compressed / json
+    );
+    let vjson = varied.iter().map(|b| b.len()).sum::<usize>() as f64 / N as f64;
+    let stripped = held_per_object(varied, |b| {
+        CachedObject::<Pod>::from_bytes_with(b, &ObjectOptions::new().strip_managed_fields(true))
+            .unwrap()
+    });
+    println!(
+        "  varied Pods, mean JSON {vjson:.0} B: stripped {stripped:>8.0} B  = {:.3}x JSON",
+        stripped / vjson
+    );
+    let opts = lz4();
+    let compressed = held_per_object(varied, |b| {
+        CachedObject::<Pod>::from_bytes_with(b, &opts).unwrap()
+    });
+    println!(
+        "  varied Pods, stripped + LZ4 compressed   {compressed:>8.0} B  = {:.3}x JSON",
+        compressed / vjson
     );
     let typed = held_per_object(inputs, |b| serde_json::from_slice::<Pod>(&b).unwrap());
     println!(
@@ -97,10 +139,49 @@ fn construction(c: &mut Criterion, inputs: &[Bytes]) {
     g.finish();
 }
 
+/// Build and decode cost of LZ4 compression, on the varied Pods (managedFields
+/// cut in both cases, so the only difference is the compression).
+fn compression(c: &mut Criterion, varied: &[Bytes]) {
+    let mut g = c.benchmark_group("compression");
+    g.throughput(Throughput::Elements(1));
+    let mut i = 0usize;
+    let mut next = move || {
+        i = (i + 1) % N;
+        i
+    };
+    let strip = ObjectOptions::new().strip_managed_fields(true);
+    let compress = lz4();
+    g.bench_function("from_bytes_with_strip", |b| {
+        b.iter(|| CachedObject::<Pod>::from_bytes_with(varied[next()].clone(), &strip).unwrap())
+    });
+    g.bench_function("from_bytes_with_strip_lz4", |b| {
+        b.iter(|| CachedObject::<Pod>::from_bytes_with(varied[next()].clone(), &compress).unwrap())
+    });
+    let plain: Vec<CachedObject<Pod>> = varied
+        .iter()
+        .map(|b| CachedObject::from_bytes_with(b.clone(), &strip).unwrap())
+        .collect();
+    let compressed: Vec<CachedObject<Pod>> = varied
+        .iter()
+        .map(|b| CachedObject::from_bytes_with(b.clone(), &compress).unwrap())
+        .collect();
+    assert!(compressed.iter().all(|o| o.is_compressed()));
+    g.bench_function("decode_pod", |b| b.iter(|| plain[next()].decode().unwrap()));
+    g.bench_function("decode_pod_lz4", |b| {
+        b.iter(|| compressed[next()].decode().unwrap())
+    });
+    g.bench_function("json_lz4_decompress_only", |b| {
+        b.iter(|| compressed[next()].json().unwrap().len())
+    });
+    g.finish();
+}
+
 fn main() {
     let inputs = inputs();
-    memory_report(&inputs);
+    let varied = varied_inputs();
+    memory_report(&inputs, &varied);
     let mut c = Criterion::default().configure_from_args();
     construction(&mut c, &inputs);
+    compression(&mut c, &varied);
     c.final_summary();
 }

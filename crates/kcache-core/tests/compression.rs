@@ -4,54 +4,7 @@ mod common;
 
 use k8s_openapi::api::core::v1::Pod;
 use kcache_core::{CachedObject, Compression, CompressionDictionary, FieldPaths, ObjectOptions};
-use serde_json::{Value, json};
-
-/// A realistic Pod (labels, annotations, ownerReferences, managedFields,
-/// containers, status) whose per-instance fields differ the way they do in a
-/// real cluster: timestamps, IPs, container IDs, node, env values.
-fn varied_pod(i: usize) -> Vec<u8> {
-    let mut v = common::pod::realistic_pod_value(i, &format!("ns-{}", i % 7));
-    // A cheap deterministic pseudo-random hex string per pod.
-    let hex = |seed: usize, len: usize| -> String {
-        let mut x = (seed as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                char::from_digit((x % 16) as u32, 16).unwrap_or('0')
-            })
-            .collect()
-    };
-    let ts = |s: usize| {
-        format!(
-            "2026-11-{:02}T{:02}:{:02}:{:02}Z",
-            1 + s % 28,
-            s % 24,
-            (s / 7) % 60,
-            (s / 3) % 60
-        )
-    };
-    let ip = format!("10.244.{}.{}", (i / 250) % 250, i % 250 + 2);
-    v["metadata"]["creationTimestamp"] = json!(ts(i * 13));
-    v["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = json!(ts(i * 29));
-    v["metadata"]["labels"]["pod-template-hash"] = json!(hex(i / 10 + 1, 10));
-    v["status"]["podIP"] = json!(ip);
-    v["status"]["podIPs"] = json!([{ "ip": ip }]);
-    v["status"]["hostIP"] = json!(format!("172.18.{}.{}", i % 5, i % 200 + 3));
-    v["status"]["startTime"] = json!(ts(i * 13 + 1));
-    v["status"]["containerStatuses"][0]["containerID"] =
-        json!(format!("containerd://{}", hex(i + 7, 64)));
-    v["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] = json!(ts(i * 13 + 3));
-    for c in v["status"]["conditions"]
-        .as_array_mut()
-        .into_iter()
-        .flatten()
-    {
-        c["lastTransitionTime"] = json!(ts(i * 13 + 2));
-    }
-    serde_json::to_vec(&v).unwrap()
-}
+use serde_json::Value;
 
 fn compressed() -> ObjectOptions {
     ObjectOptions::new()
@@ -70,7 +23,7 @@ fn round_trip_decode_metadata_and_fields_match_uncompressed() {
     let copts = compressed().field_paths(paths.clone());
     let popts = plain().field_paths(paths);
     for i in 0..50 {
-        let bytes = varied_pod(i);
+        let bytes = common::pod::varied_pod(i);
         let c: CachedObject<Pod> = CachedObject::from_bytes_with(bytes.clone(), &copts).unwrap();
         let p: CachedObject<Pod> = CachedObject::from_bytes_with(bytes.clone(), &popts).unwrap();
         assert!(c.is_compressed(), "pod {i} stays compressed");
@@ -101,7 +54,7 @@ fn heap_size_shrinks_by_a_clear_margin() {
     let n = 200;
     let (mut json, mut raw, mut c_heap, mut p_heap, mut stored) = (0, 0, 0, 0, 0);
     for i in 0..n {
-        let bytes = varied_pod(i);
+        let bytes = common::pod::varied_pod(i);
         raw += bytes.len();
         let c: CachedObject<Pod> = CachedObject::from_bytes_with(bytes.clone(), &copts).unwrap();
         let p: CachedObject<Pod> = CachedObject::from_bytes_with(bytes, &plain()).unwrap();
@@ -148,14 +101,14 @@ fn heap_size_shrinks_by_a_clear_margin() {
 fn equality_across_compressed_and_plain() {
     let copts = compressed();
     let other = compressed();
-    let a = varied_pod(1);
-    let b = varied_pod(2);
+    let a = common::pod::varied_pod(1);
+    let b = common::pod::varied_pod(2);
     let build = |bytes: &Vec<u8>, o: &ObjectOptions| -> CachedObject<Value> {
         CachedObject::from_bytes_with(bytes.clone(), o).unwrap()
     };
     // Seed both dictionaries with different objects.
-    let _ = build(&varied_pod(100), &copts);
-    let _ = build(&varied_pod(200), &other);
+    let _ = build(&common::pod::varied_pod(100), &copts);
+    let _ = build(&common::pod::varied_pod(200), &other);
     let ca = build(&a, &copts);
     let ca2 = build(&a, &copts);
     let cb = build(&b, &copts);
@@ -181,15 +134,19 @@ fn dictionary_learned_once_and_shared() {
         copts.compression_mode().dictionary().is_none(),
         "not learned yet"
     );
-    let first: CachedObject<Pod> = CachedObject::from_bytes_with(varied_pod(0), &copts).unwrap();
+    let first: CachedObject<Pod> =
+        CachedObject::from_bytes_with(common::pod::varied_pod(0), &copts).unwrap();
     let dict = copts.compression_mode().dictionary().unwrap().clone();
     // Learned from the first object's JSON after the managedFields cut.
     assert_eq!(dict.as_bytes(), first.json().unwrap().as_ref());
     let clone = copts.clone();
     let objs: Vec<CachedObject<Pod>> = (1..20)
         .map(|i| {
-            CachedObject::from_bytes_with(varied_pod(i), if i % 2 == 0 { &copts } else { &clone })
-                .unwrap()
+            CachedObject::from_bytes_with(
+                common::pod::varied_pod(i),
+                if i % 2 == 0 { &copts } else { &clone },
+            )
+            .unwrap()
         })
         .collect();
     for o in std::iter::once(&first).chain(&objs) {
@@ -198,11 +155,13 @@ fn dictionary_learned_once_and_shared() {
     assert!(clone.compression_mode().dictionary().unwrap().ptr_eq(&dict));
     // A fresh setting learns its own.
     let fresh = compressed();
-    let o: CachedObject<Pod> = CachedObject::from_bytes_with(varied_pod(5), &fresh).unwrap();
+    let o: CachedObject<Pod> =
+        CachedObject::from_bytes_with(common::pod::varied_pod(5), &fresh).unwrap();
     assert!(!o.dictionary().unwrap().ptr_eq(&dict));
     // A dictionary given up front is used as is.
     let given = ObjectOptions::new().compression(Compression::lz4_with_dictionary(dict.clone()));
-    let o: CachedObject<Pod> = CachedObject::from_bytes_with(varied_pod(6), &given).unwrap();
+    let o: CachedObject<Pod> =
+        CachedObject::from_bytes_with(common::pod::varied_pod(6), &given).unwrap();
     assert!(o.dictionary().unwrap().ptr_eq(&dict));
     // Large samples are capped to the LZ4 window.
     assert_eq!(
@@ -213,7 +172,7 @@ fn dictionary_learned_once_and_shared() {
 
 #[test]
 fn strip_managed_fields_then_compress() {
-    let bytes = varied_pod(3);
+    let bytes = common::pod::varied_pod(3);
     assert!(String::from_utf8_lossy(&bytes).contains("managedFields"));
     let c: CachedObject<Value> =
         CachedObject::from_bytes_with(bytes.clone(), &compressed()).unwrap();
@@ -281,8 +240,10 @@ fn decode_inside_decode_uses_its_own_buffer() {
         }
     }
     let copts = compressed();
-    let a: CachedObject<Nested> = CachedObject::from_bytes_with(varied_pod(1), &copts).unwrap();
-    let b: CachedObject<Value> = CachedObject::from_bytes_with(varied_pod(2), &copts).unwrap();
+    let a: CachedObject<Nested> =
+        CachedObject::from_bytes_with(common::pod::varied_pod(1), &copts).unwrap();
+    let b: CachedObject<Value> =
+        CachedObject::from_bytes_with(common::pod::varied_pod(2), &copts).unwrap();
     assert!(a.is_compressed() && b.is_compressed());
     INNER.with(|i| *i.borrow_mut() = Some(b.clone()));
     let Nested(outer, inner) = a.decode().unwrap();

@@ -1,4 +1,4 @@
-//! A realistic Pod JSON generator (~8 KB with managedFields), shared by the
+//! Realistic Pod JSON generators (~8 KB with managedFields), shared by the
 //! tests and the benchmarks.
 
 #![allow(dead_code)]
@@ -114,4 +114,51 @@ pub fn realistic_pod_value(i: usize, namespace: &str) -> Value {
 /// The same Pod as JSON bytes.
 pub fn realistic_pod(i: usize, namespace: &str) -> Vec<u8> {
     serde_json::to_vec(&realistic_pod_value(i, namespace)).expect("serialize pod")
+}
+
+/// A realistic Pod (labels, annotations, ownerReferences, managedFields,
+/// containers, status) whose per-instance fields differ the way they do in a
+/// real cluster: timestamps, IPs, container IDs, node, env values.
+pub fn varied_pod(i: usize) -> Vec<u8> {
+    let mut v = realistic_pod_value(i, &format!("ns-{}", i % 7));
+    // A cheap deterministic pseudo-random hex string per pod.
+    let hex = |seed: usize, len: usize| -> String {
+        let mut x = (seed as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from_digit((x % 16) as u32, 16).unwrap_or('0')
+            })
+            .collect()
+    };
+    let ts = |s: usize| {
+        format!(
+            "2026-11-{:02}T{:02}:{:02}:{:02}Z",
+            1 + s % 28,
+            s % 24,
+            (s / 7) % 60,
+            (s / 3) % 60
+        )
+    };
+    let ip = format!("10.244.{}.{}", (i / 250) % 250, i % 250 + 2);
+    v["metadata"]["creationTimestamp"] = json!(ts(i * 13));
+    v["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] = json!(ts(i * 29));
+    v["metadata"]["labels"]["pod-template-hash"] = json!(hex(i / 10 + 1, 10));
+    v["status"]["podIP"] = json!(ip);
+    v["status"]["podIPs"] = json!([{ "ip": ip }]);
+    v["status"]["hostIP"] = json!(format!("172.18.{}.{}", i % 5, i % 200 + 3));
+    v["status"]["startTime"] = json!(ts(i * 13 + 1));
+    v["status"]["containerStatuses"][0]["containerID"] =
+        json!(format!("containerd://{}", hex(i + 7, 64)));
+    v["status"]["containerStatuses"][0]["state"]["running"]["startedAt"] = json!(ts(i * 13 + 3));
+    for c in v["status"]["conditions"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        c["lastTransitionTime"] = json!(ts(i * 13 + 2));
+    }
+    serde_json::to_vec(&v).unwrap()
 }
