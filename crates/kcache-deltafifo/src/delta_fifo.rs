@@ -145,6 +145,18 @@ impl<K> DeltaFifo<K> {
         obj: ObjectOrTombstone<K>,
     ) -> Result<(), StoreError> {
         let id = self.key_of(&obj)?;
+        self.queue_keyed(st, id, kind, internal, obj)
+    }
+
+    /// [`queue_action`](Self::queue_action) with the key already known.
+    fn queue_keyed(
+        &self,
+        st: &mut State<K>,
+        id: String,
+        kind: DeltaType,
+        internal: DeltaType,
+        obj: ObjectOrTombstone<K>,
+    ) -> Result<(), StoreError> {
         let obj = match (obj, &self.transformer) {
             (ObjectOrTombstone::Object(o), Some(t)) if internal != DeltaType::Sync => {
                 ObjectOrTombstone::Object(t(o).map_err(|source| StoreError::Transform {
@@ -228,8 +240,9 @@ impl<K> DeltaFifo<K> {
                 _ => DeltaType::Replaced,
             };
             let item = ObjectOrTombstone::Object(item);
-            keys.insert(self.key_of(&item)?);
-            self.queue_action(&mut st, action, internal, item)?;
+            let id = self.key_of(&item)?;
+            keys.insert(id.clone());
+            self.queue_keyed(&mut st, id, action, internal, item)?;
         }
 
         // Queued keys not in the list: tombstone with the newest queued object.

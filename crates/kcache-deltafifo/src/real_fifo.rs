@@ -109,6 +109,18 @@ impl<K> RealFifo<K> {
         obj: ObjectOrTombstone<K>,
     ) -> Result<(), StoreError> {
         let key = self.key_of(&obj)?;
+        self.push_keyed(st, key, kind, skip_transform, obj)
+    }
+
+    /// [`push`](Self::push) with the key already known.
+    fn push_keyed(
+        &self,
+        st: &mut State<K>,
+        key: String,
+        kind: DeltaType,
+        skip_transform: bool,
+        obj: ObjectOrTombstone<K>,
+    ) -> Result<(), StoreError> {
         let obj = match (obj, &self.transformer) {
             (ObjectOrTombstone::Object(o), Some(t)) if !skip_transform => {
                 ObjectOrTombstone::Object(t(o).map_err(|source| StoreError::Transform {
@@ -153,11 +165,13 @@ impl<K> RealFifo<K> {
     ) -> Result<(), StoreError> {
         let _ = resource_version.into();
         let mut st = self.state.lock();
-        let mut new_keys: HashSet<String> = HashSet::with_capacity(list.len());
-        let list: Vec<ObjectOrTombstone<K>> = list.into_iter().map(Into::into).collect();
-        for item in &list {
-            new_keys.insert(self.key_of(item)?);
+        // each key is computed once, and owned once (by its queue entry)
+        let mut keyed: Vec<(String, ObjectOrTombstone<K>)> = Vec::with_capacity(list.len());
+        for item in list {
+            let item = ObjectOrTombstone::Object(item);
+            keyed.push((self.key_of(&item)?, item));
         }
+        let new_keys: HashSet<&str> = keyed.iter().map(|(k, _)| k.as_str()).collect();
         // Last queued entry per key, keys in first-queued order.
         let mut order: Vec<&str> = Vec::new();
         let mut last: HashMap<&str, &Delta<K>> = HashMap::new();
@@ -184,7 +198,7 @@ impl<K> RealFifo<K> {
         drop(last);
         if let Some(known) = &self.known {
             for k in known.list_keys() {
-                if new_keys.contains(&k) || queued.contains(&k) {
+                if new_keys.contains(k.as_str()) || queued.contains(&k) {
                     continue;
                 }
                 let Some(obj) = known.get_by_key(&k) else {
@@ -194,10 +208,11 @@ impl<K> RealFifo<K> {
                 tombstones.push(DeletedFinalStateUnknown { key: k, obj });
             }
         }
+        drop(new_keys);
         for t in tombstones {
             self.push(&mut st, DeltaType::Deleted, true, t.into())?;
         }
-        for item in list {
+        for (key, item) in keyed {
             // An item the reflector reused from the known objects went
             // through the transform already: do not transform it again.
             let reused = self.transformer.is_some()
@@ -205,7 +220,7 @@ impl<K> RealFifo<K> {
                     k.get_by_key(item.object().key())
                         .is_some_and(|h| h.ptr_eq(item.object()))
                 });
-            self.push(&mut st, DeltaType::Replaced, reused, item)?;
+            self.push_keyed(&mut st, key, DeltaType::Replaced, reused, item)?;
         }
         if !st.populated {
             st.populated = true;
