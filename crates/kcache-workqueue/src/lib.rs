@@ -128,6 +128,7 @@ mod prometheus;
 mod queue;
 pub mod rate_limiter;
 mod ready;
+mod waiters;
 
 pub use error::{BuildError, RateLimiterError};
 /// The `governor` crate, for its [`Quota`](governor::Quota) and clocks (such as

@@ -5,9 +5,12 @@ use std::collections::{BTreeMap, HashMap};
 
 use foldhash::fast::RandomState;
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -18,6 +21,7 @@ use crate::error::BuildError;
 use crate::metrics::{CounterMetric, MetricsProvider, QueueMetrics};
 use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
 use crate::ready::{ReadyKey, ReadyQueue};
+use crate::waiters::{WaiterId, Waiters, Wakeups};
 
 /// The bound every queued item satisfies.
 ///
@@ -112,18 +116,19 @@ struct Slot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wake {
     Nobody,
-    /// One item became ready.
+    /// Items became ready: one parked getter (it wakes the next one if
+    /// items remain, see [`Waiters`]).
     One,
-    /// Several items became ready, or the earliest deadline moved earlier
-    /// (every sleeping getter must re-arm its timer).
+    /// The earliest deadline moved earlier: every parked getter must re-arm
+    /// its timer.
     All,
 }
 
 impl Wake {
     fn max(self, other: Wake) -> Wake {
         match (self, other) {
-            (Wake::All, _) | (_, Wake::All) | (Wake::One, Wake::One) => Wake::All,
-            (Wake::One, Wake::Nobody) | (Wake::Nobody, Wake::One) => Wake::One,
+            (Wake::All, _) | (_, Wake::All) => Wake::All,
+            (Wake::One, _) | (_, Wake::One) => Wake::One,
             (Wake::Nobody, Wake::Nobody) => Wake::Nobody,
         }
     }
@@ -264,15 +269,25 @@ impl<T: QueueItem> Queues<T> {
 struct State<T> {
     slots: HashMap<T, Slot, RandomState>,
     q: Queues<T>,
+    waiters: Waiters,
     shutting_down: bool,
     drain: bool,
 }
 
 impl<T: QueueItem> State<T> {
-    fn add(&mut self, item: T, priority: i32, ready_at: Instant, now: Instant) -> Wake {
-        let key = item.clone();
+    /// Adds `item`; `key` is a clone of it (made before taking the lock).
+    fn add(&mut self, item: T, key: T, priority: i32, ready_at: Instant, now: Instant) -> Wake {
         let slot = self.slots.entry(key).or_default();
         self.q.add(item, slot, priority, ready_at, now)
+    }
+
+    /// The getters to wake for `wake`.
+    fn wakeups(&mut self, wake: Wake) -> Wakeups {
+        match wake {
+            Wake::Nobody => Wakeups::None,
+            Wake::One => self.waiters.wake_one(),
+            Wake::All => self.waiters.wake_all(),
+        }
     }
 
     /// Moves every delayed item whose time has come to the ready queue.
@@ -345,8 +360,6 @@ struct Inner<T> {
     state: Mutex<State<T>>,
     /// Mirrors `State::shutting_down` for lock-free checks.
     shutting_down: AtomicBool,
-    /// Wakes `get`.
-    getters: Notify,
     /// Wakes `shut_down_with_drain`.
     drained: Notify,
     /// Stops the metrics task (also signalled when the queue is dropped).
@@ -363,17 +376,9 @@ impl<T> Drop for Inner<T> {
 }
 
 impl<T: QueueItem> Inner<T> {
-    fn wake(&self, wake: Wake) {
-        match wake {
-            Wake::Nobody => {}
-            Wake::One => self.getters.notify_one(),
-            Wake::All => self.getters.notify_waiters(),
-        }
-    }
-
     /// The metrics updater's tick; false once the queue shuts down.
     fn metrics_tick(&self) -> bool {
-        let wake = {
+        let wakeups = {
             let mut st = self.state.lock();
             if st.shutting_down {
                 return false;
@@ -383,10 +388,103 @@ impl<T: QueueItem> Inner<T> {
             if let Some(m) = &st.q.metrics {
                 m.update_unfinished_work(now);
             }
-            wake
+            st.wakeups(wake)
         };
-        self.wake(wake);
+        wakeups.wake();
         true
+    }
+}
+
+/// One [`WorkQueue::get`] call: its place among the parked getters and its
+/// timer. Dropping it (a cancelled `get`) leaves the waiters and passes on
+/// a wake it received.
+struct Getter<'a, T: QueueItem> {
+    inner: &'a Inner<T>,
+    /// Set once the getter parks.
+    id: Option<WaiterId>,
+    /// Made when the getter first waits for a delayed item.
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T: QueueItem> Getter<'_, T> {
+    fn poll_get(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        loop {
+            let mut st = self.inner.state.lock();
+            if let Some(id) = self.id {
+                // A wake this getter received is consumed here: if it leaves
+                // items ready, it wakes the next getter below.
+                st.waiters.running(id);
+            }
+            let mut wake = Wake::Nobody;
+            if !st.q.delayed.is_empty() {
+                wake = st.promote_due(Instant::now());
+            }
+            if let Some(item) = st.pop_ready(Instant::now) {
+                if let Some(id) = self.id.take() {
+                    st.waiters.leave(id);
+                }
+                if !st.q.ready.is_empty() {
+                    // Items this getter did not take are for the others.
+                    wake = wake.max(Wake::One);
+                }
+                let wakeups = st.wakeups(wake);
+                drop(st);
+                wakeups.wake();
+                return Poll::Ready(Some(item));
+            }
+            if st.shutting_down {
+                if let Some(id) = self.id.take() {
+                    st.waiters.leave(id);
+                }
+                return Poll::Ready(None);
+            }
+            let id = match self.id {
+                Some(id) => id,
+                None => *self.id.insert(st.waiters.new_id()),
+            };
+            st.waiters.park(id, cx.waker());
+            let deadline = st.q.delayed.first_key_value().map(|((t, _), _)| *t);
+            let wakeups = st.wakeups(wake);
+            drop(st);
+            wakeups.wake();
+            let Some(deadline) = deadline else {
+                return Poll::Pending;
+            };
+            let sleep = match &mut self.sleep {
+                Some(sleep) => {
+                    if sleep.deadline() != deadline {
+                        sleep.as_mut().reset(deadline);
+                    }
+                    sleep
+                }
+                None => self
+                    .sleep
+                    .insert(Box::pin(tokio::time::sleep_until(deadline))),
+            };
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // The deadline passed: promote the due items.
+        }
+    }
+}
+
+impl<T: QueueItem> Drop for Getter<'_, T> {
+    fn drop(&mut self) {
+        let Some(id) = self.id else {
+            return;
+        };
+        let wakeups = {
+            let mut st = self.inner.state.lock();
+            let woken = st.waiters.running(id);
+            st.waiters.leave(id);
+            if woken && !st.q.ready.is_empty() {
+                st.waiters.wake_one()
+            } else {
+                Wakeups::None
+            }
+        };
+        wakeups.wake();
     }
 }
 
@@ -515,43 +613,12 @@ impl<T: QueueItem> WorkQueue<T> {
     /// Cancel-safe: dropping the future never loses an item. Waiting for a
     /// delayed item needs tokio's time driver.
     pub async fn get(&self) -> Option<T> {
-        let inner = &*self.inner;
-        loop {
-            let notified = inner.getters.notified();
-            let mut notified = std::pin::pin!(notified);
-            let deadline = {
-                let mut st = inner.state.lock();
-                let mut wake = Wake::Nobody;
-                if !st.q.delayed.is_empty() {
-                    wake = st.promote_due(Instant::now());
-                }
-                let item = st.pop_ready(Instant::now);
-                if let Some(item) = item {
-                    // Items that just became ready and that this getter did
-                    // not take are for the other getters.
-                    let others = !st.q.ready.is_empty();
-                    drop(st);
-                    if others {
-                        inner.wake(wake);
-                    }
-                    return Some(item);
-                }
-                if st.shutting_down {
-                    return None;
-                }
-                notified.as_mut().enable();
-                st.q.delayed.first_key_value().map(|((t, _), _)| *t)
-            };
-            match deadline {
-                Some(deadline) => {
-                    tokio::select! {
-                        _ = &mut notified => {}
-                        _ = tokio::time::sleep_until(deadline) => {}
-                    }
-                }
-                None => notified.await,
-            }
-        }
+        let mut getter = Getter {
+            inner: &self.inner,
+            id: None,
+            sleep: None,
+        };
+        std::future::poll_fn(|cx| getter.poll_get(cx)).await
     }
 
     /// Marks `item` as processed. If it was added again while being
@@ -560,7 +627,7 @@ impl<T: QueueItem> WorkQueue<T> {
         let inner = &*self.inner;
         let mut wake = Wake::Nobody;
         let mut drained = false;
-        {
+        let wakeups = {
             let mut st = inner.state.lock();
             let State { slots, q, .. } = &mut *st;
             let Some((key, mut slot)) = slots.remove_entry(item) else {
@@ -587,8 +654,9 @@ impl<T: QueueItem> WorkQueue<T> {
             if st.shutting_down && st.drained() {
                 drained = true;
             }
-        }
-        inner.wake(wake);
+            st.wakeups(wake)
+        };
+        wakeups.wake();
         if drained {
             inner.drained.notify_waiters();
         }
@@ -597,19 +665,17 @@ impl<T: QueueItem> WorkQueue<T> {
     /// Number of items ready to be handed out. Items being processed and
     /// items waiting for a later time are not counted.
     pub fn len(&self) -> usize {
-        let wake = {
+        let (wakeups, len) = {
             let mut st = self.inner.state.lock();
             let wake = if st.q.delayed.is_empty() {
                 Wake::Nobody
             } else {
                 st.promote_due(Instant::now())
             };
-            let len = st.q.ready.len();
-            drop(st);
-            (wake, len)
+            (st.wakeups(wake), st.q.ready.len())
         };
-        self.inner.wake(wake.0);
-        wake.1
+        wakeups.wake();
+        len
     }
 
     /// Whether no item is ready to be handed out (see [`len`](Self::len)).
@@ -635,7 +701,7 @@ impl<T: QueueItem> WorkQueue<T> {
     /// Also ends a [`shut_down_with_drain`](Self::shut_down_with_drain) that
     /// is waiting.
     pub fn shut_down(&self) {
-        self.inner.state.lock().begin_shut_down(false);
+        self.begin_shut_down(false);
         self.after_shut_down();
     }
 
@@ -647,7 +713,7 @@ impl<T: QueueItem> WorkQueue<T> {
     /// Workers must keep calling `get` and `done`, or this waits forever;
     /// a call to `shut_down` ends the wait.
     pub async fn shut_down_with_drain(&self) {
-        self.inner.state.lock().begin_shut_down(true);
+        self.begin_shut_down(true);
         self.after_shut_down();
         loop {
             let notified = self.inner.drained.notified();
@@ -668,6 +734,16 @@ impl<T: QueueItem> WorkQueue<T> {
         self.inner.shutting_down.load(Ordering::Acquire)
     }
 
+    /// Marks the queue as shutting down and wakes every parked getter.
+    fn begin_shut_down(&self, drain: bool) {
+        let wakeups = {
+            let mut st = self.inner.state.lock();
+            st.begin_shut_down(drain);
+            st.waiters.wake_all()
+        };
+        wakeups.wake();
+    }
+
     fn after_shut_down(&self) {
         let inner = &*self.inner;
         inner.shutting_down.store(true, Ordering::Release);
@@ -675,7 +751,6 @@ impl<T: QueueItem> WorkQueue<T> {
             queue = inner.name.as_deref().unwrap_or(""),
             "work queue shutting down"
         );
-        inner.getters.notify_waiters();
         inner.drained.notify_waiters();
         inner.stop.notify_one();
     }
@@ -693,7 +768,10 @@ impl<T: QueueItem> WorkQueue<T> {
         } else {
             now.checked_add(delay.min(FAR_FUTURE)).unwrap_or(now)
         };
-        let wake = {
+        // Cloned before taking the lock: the allocation stays out of the
+        // critical section.
+        let key = item.clone();
+        let wakeups = {
             let mut st = self.inner.state.lock();
             if st.shutting_down {
                 return;
@@ -705,9 +783,10 @@ impl<T: QueueItem> WorkQueue<T> {
             } else {
                 st.promote_due(now)
             };
-            due.max(st.add(item, priority, ready_at, now))
+            let wake = due.max(st.add(item, key, priority, ready_at, now));
+            st.wakeups(wake)
         };
-        self.inner.wake(wake);
+        wakeups.wake();
     }
 }
 
@@ -878,11 +957,11 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
                         epoch: Instant::now(),
                         metrics,
                     },
+                    waiters: Waiters::default(),
                     shutting_down: false,
                     drain: false,
                 }),
                 shutting_down: AtomicBool::new(false),
-                getters: Notify::new(),
                 drained: Notify::new(),
                 stop: Arc::new(Notify::new()),
                 limiter,

@@ -169,3 +169,97 @@ async fn stress_producers_and_workers() {
     assert_eq!(q.len(), 0);
     assert_eq!(q.processing_len(), 0);
 }
+
+/// Many workers, adds from a runtime task and from a plain thread, in bursts
+/// with pauses so that workers park often: every distinct item is handed
+/// out exactly once and none is stranded by a lost wakeup (the queue wakes
+/// one parked getter per burst and the woken getters wake the next ones).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distinct_items_each_processed_once_by_many_workers() {
+    const ITEMS: usize = 100_000;
+    const WORKERS: usize = 16;
+    let q: WorkQueue<usize> = WorkQueue::new();
+    let seen: Arc<Vec<AtomicUsize>> = Arc::new((0..ITEMS).map(|_| AtomicUsize::new(0)).collect());
+    let processed = Arc::new(AtomicUsize::new(0));
+    let all_done = Arc::new(tokio::sync::Notify::new());
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (q, seen) = (q.clone(), Arc::clone(&seen));
+            let (processed, all_done) = (Arc::clone(&processed), Arc::clone(&all_done));
+            tokio::spawn(async move {
+                let mut n = 0usize;
+                while let Some(item) = q.get().await {
+                    seen[item].fetch_add(1, Ordering::SeqCst);
+                    n += 1;
+                    if (n + w).is_multiple_of(5) {
+                        tokio::task::yield_now().await;
+                    }
+                    q.done(&item);
+                    if processed.fetch_add(1, Ordering::SeqCst) + 1 == ITEMS {
+                        all_done.notify_one();
+                    }
+                }
+            })
+        })
+        .collect();
+    // Half the items from a thread outside the runtime (wakes cross into
+    // the runtime), half from a task.
+    let outside = {
+        let q = q.clone();
+        std::thread::spawn(move || {
+            for i in (0..ITEMS).step_by(2) {
+                q.add(i);
+                if i % 2_000 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        })
+    };
+    for i in (1..ITEMS).step_by(2) {
+        q.add(i);
+        if i % 3_001 == 0 {
+            tokio::time::sleep(Duration::from_micros(300)).await;
+        }
+    }
+    outside.join().unwrap();
+    tokio::time::timeout(Duration::from_secs(30), all_done.notified())
+        .await
+        .expect("items stranded: a wakeup was lost");
+    q.shut_down();
+    for w in workers {
+        tokio::time::timeout(Duration::from_secs(10), w)
+            .await
+            .expect("a worker did not see the shutdown")
+            .unwrap();
+    }
+    for (i, n) in seen.iter().enumerate() {
+        assert_eq!(n.load(Ordering::SeqCst), 1, "item {i}");
+    }
+    assert_eq!(q.len(), 0);
+    assert_eq!(q.processing_len(), 0);
+}
+
+/// A getter woken for an item but dropped before it runs passes the wake on
+/// to another parked getter.
+#[tokio::test(flavor = "current_thread")]
+async fn dropped_woken_getter_passes_the_wake_on() {
+    let q: WorkQueue<u32> = WorkQueue::new();
+    let first = tokio::spawn({
+        let q = q.clone();
+        async move { q.get().await }
+    });
+    tokio::task::yield_now().await; // `first` parks
+    let second = tokio::spawn({
+        let q = q.clone();
+        async move { q.get().await }
+    });
+    tokio::task::yield_now().await; // `second` parks behind it
+    q.add(7); // wakes `first` ...
+    first.abort(); // ... which is dropped before it runs
+    let got = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the wake was lost with the dropped getter")
+        .unwrap();
+    assert_eq!(got, Some(7));
+    assert!(first.await.unwrap_err().is_cancelled());
+}
