@@ -85,6 +85,12 @@
 //!   and handed over as one `replace` at the `k8s.io/initial-events-end`
 //!   bookmark, then the same stream goes on. An unsupported answer (400/422)
 //!   switches to list + watch, logged once.
+//! - **Relist memory** (kcache's own rule): while a list or a streaming
+//!   list is collected, an item whose key the store already holds
+//!   ([`Store::cached`](kcache_core::Store::cached)) with the same
+//!   non-empty `metadata.uid` and `metadata.resourceVersion` is replaced by
+//!   the store's object, so an unchanged object is not held twice until
+//!   `replace`. The count is logged as `relist_reused`.
 //! - **Bad input**: an undecodable event, an object without metadata or of
 //!   another kind is reported (log, [`ReflectorError::BadEvent`] to the
 //!   handler, `reflector_errors_total{reason="bad_event"}`) and skipped. An
