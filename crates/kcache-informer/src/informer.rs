@@ -610,6 +610,11 @@ where
                     tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
                 }
             }
+            // Listeners are woken in batches while deltas keep coming; wake
+            // them for what is left once the queue has run dry.
+            if queue.is_empty() {
+                self.inner.processor.flush();
+            }
             if let Some(target) = confirm_target
                 && (pops >= target || queue.is_empty())
             {

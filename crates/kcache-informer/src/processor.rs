@@ -109,12 +109,23 @@ impl<K: 'static> SharedProcessor<K> {
     /// Non-sync notifications go to every listener; sync ones (a resync
     /// update with an unchanged resourceVersion) only to the listeners whose
     /// resync is due.
+    ///
+    /// Parked listeners are woken in batches: the caller must call
+    /// [`flush`](Self::flush) once it has nothing more to distribute.
     pub(crate) fn distribute(&self, n: &Notification<K>, sync: bool) {
         let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
         for e in &state.listeners {
             if !sync || e.syncing {
-                e.listener.add(n.clone());
+                e.listener.add_deferred(n.clone(), true);
             }
+        }
+    }
+
+    /// Wakes every parked listener that has notifications waiting.
+    pub(crate) fn flush(&self) {
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        for e in &state.listeners {
+            e.listener.flush();
         }
     }
 
