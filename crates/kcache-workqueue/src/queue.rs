@@ -20,7 +20,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::error::BuildError;
 use crate::metrics::{CounterMetric, MetricsProvider, QueueMetrics};
 use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
-use crate::ready::{ReadyKey, ReadyQueue};
+use crate::ready::ReadyQueue;
 use crate::waiters::{WaiterId, Waiters, Wakeups};
 
 /// The bound every queued item satisfies.
@@ -86,31 +86,50 @@ impl AddOpts {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+/// Where an item is waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
-    /// In the ready queue.
-    Ready(ReadyKey),
-    /// In the timer queue at `(ready_at, seq)`.
-    Delayed(u64),
+    /// Not waiting (being processed, or a free slot).
+    Nowhere,
+    /// In the ready queue, in the entry numbered `Slot::seq`.
+    Ready,
+    /// In the timer queue at `(Slot::ready_at, Slot::seq)`.
+    Delayed,
     /// Ready, but the item is being processed: it joins the ready queue at
     /// `done` (client-go's "dirty while processing").
     Parked,
 }
 
+/// What the queue knows about one item, in a slab indexed by the item map.
+/// A slot is in use while the item is waiting, being processed, or both.
+/// Kept small (24 bytes): the ready queue's entries point at it by index,
+/// so `get` finds it without hashing the item.
 #[derive(Debug, Clone, Copy)]
-struct Waiting {
+struct Slot {
+    /// Sequence number of the item's ready or timer queue entry; an entry
+    /// whose number differs is stale.
+    seq: u64,
+    /// When the item became (or becomes) ready, in nanoseconds since the
+    /// queue's epoch. Meaningful while waiting.
+    ready_at: u64,
+    /// Meaningful while waiting.
     priority: i32,
-    ready_at: Instant,
     place: Place,
+    processing: bool,
 }
 
-/// What the queue knows about one item. A slot exists while the item is
-/// waiting, being processed, or both.
-#[derive(Debug, Default)]
-struct Slot {
-    processing: bool,
-    waiting: Option<Waiting>,
+impl Slot {
+    const FREE: Slot = Slot {
+        seq: 0,
+        ready_at: 0,
+        priority: 0,
+        place: Place::Nowhere,
+        processing: false,
+    };
 }
+
+/// Index of a slot.
+type SlotIdx = u32;
 
 /// Whom to wake after a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,11 +153,16 @@ impl Wake {
     }
 }
 
-/// The ordered queues (everything but the slots, so that both can be
-/// borrowed at once).
+/// The ordered queues and the slots (everything but the item map, so that
+/// both can be borrowed at once).
 struct Queues<T> {
-    ready: ReadyQueue<T>,
-    delayed: BTreeMap<(Instant, u64), T>,
+    /// Ready items with their slot.
+    ready: ReadyQueue<(T, SlotIdx)>,
+    /// Items waiting for a later time, by `(ready_at, seq)`, with their slot.
+    delayed: BTreeMap<(u64, u64), (T, SlotIdx)>,
+    slots: Vec<Slot>,
+    /// Free slots, reused last-freed first (likely still in cache).
+    free: Vec<SlotIdx>,
     seq: u64,
     parked: usize,
     processing: usize,
@@ -155,9 +179,37 @@ impl<T: QueueItem> Queues<T> {
         self.seq
     }
 
-    fn rank(&self, priority: i32, ready_at: Instant) -> i128 {
-        // Fits: a process does not run for 2^64 ns (584 years).
-        let t = ready_at.saturating_duration_since(self.epoch).as_nanos() as i128;
+    /// `t` in nanoseconds since the epoch (times before it count as the
+    /// epoch; 2^64 ns is 584 years).
+    fn nanos(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn instant(&self, nanos: u64) -> Instant {
+        self.epoch
+            .checked_add(Duration::from_nanos(nanos))
+            .unwrap_or(self.epoch)
+    }
+
+    fn alloc_slot(&mut self) -> SlotIdx {
+        match self.free.pop() {
+            Some(idx) => idx,
+            None => {
+                let idx = SlotIdx::try_from(self.slots.len())
+                    .expect("a work queue holds fewer than 2^32 items");
+                self.slots.push(Slot::FREE);
+                idx
+            }
+        }
+    }
+
+    fn free_slot(&mut self, idx: SlotIdx) {
+        self.slots[idx as usize] = Slot::FREE;
+        self.free.push(idx);
+    }
+
+    fn rank(&self, priority: i32, ready_at: u64) -> i128 {
+        let t = i128::from(ready_at);
         match self.aging_nanos {
             // Aging: each `aging` of waiting is worth one priority level.
             Some(aging) => t - i128::from(priority) * aging,
@@ -166,108 +218,127 @@ impl<T: QueueItem> Queues<T> {
         }
     }
 
-    fn push_ready(&mut self, item: T, priority: i32, ready_at: Instant) -> ReadyKey {
-        let rank = self.rank(priority, ready_at);
+    /// Queues `item` by its slot's priority and ready time.
+    fn push_ready(&mut self, item: T, idx: SlotIdx) {
+        let slot = self.slots[idx as usize];
+        let rank = self.rank(slot.priority, slot.ready_at);
         let seq = self.next_seq();
-        self.ready.push(item, priority, rank, seq)
+        self.ready.push((item, idx), slot.priority, rank, seq);
+        let slot = &mut self.slots[idx as usize];
+        slot.seq = seq;
+        slot.place = Place::Ready;
     }
 
     /// Puts `item` in the timer queue; returns its seq and whether it is now
     /// the earliest deadline.
-    fn push_delayed(&mut self, item: T, ready_at: Instant) -> (u64, bool) {
+    fn push_delayed(&mut self, item: T, idx: SlotIdx, ready_at: u64) -> (u64, bool) {
         let seq = self.next_seq();
         let earliest = self
             .delayed
             .first_key_value()
             .is_none_or(|((first, _), _)| ready_at < *first);
-        self.delayed.insert((ready_at, seq), item);
+        self.delayed.insert((ready_at, seq), (item, idx));
         (seq, earliest)
     }
 
-    /// The item of `slot` (not waiting) became ready at `ready_at`.
-    fn make_ready(&mut self, item: T, slot: &mut Slot, priority: i32, ready_at: Instant) -> Wake {
-        if let Some(m) = &mut self.metrics {
-            m.add(&item, ready_at);
+    /// The item of slot `idx` (not waiting) became ready at `ready_at`.
+    fn make_ready(&mut self, item: T, idx: SlotIdx, priority: i32, ready_at: u64) -> Wake {
+        if self.metrics.is_some() {
+            let at = self.instant(ready_at);
+            if let Some(m) = &mut self.metrics {
+                m.add(&item, at);
+            }
         }
+        let slot = &mut self.slots[idx as usize];
+        slot.priority = priority;
+        slot.ready_at = ready_at;
         if slot.processing {
+            slot.place = Place::Parked;
             self.parked += 1;
-            slot.waiting = Some(Waiting {
-                priority,
-                ready_at,
-                place: Place::Parked,
-            });
             Wake::Nobody
         } else {
-            let key = self.push_ready(item, priority, ready_at);
-            slot.waiting = Some(Waiting {
-                priority,
-                ready_at,
-                place: Place::Ready(key),
-            });
+            self.push_ready(item, idx);
             Wake::One
         }
     }
 
-    /// Adds `item` (whose slot is `slot`) to be ready at `ready_at`.
-    fn add(
-        &mut self,
-        item: T,
-        slot: &mut Slot,
-        priority: i32,
-        ready_at: Instant,
-        now: Instant,
-    ) -> Wake {
-        let Some(w) = slot.waiting.as_mut() else {
+    /// Adds `item` (whose slot is `idx`) to be ready at `ready_at`.
+    fn add(&mut self, item: T, idx: SlotIdx, priority: i32, ready_at: u64, now: u64) -> Wake {
+        let slot = self.slots[idx as usize];
+        if slot.place == Place::Nowhere {
             if ready_at <= now {
-                return self.make_ready(item, slot, priority, ready_at);
+                return self.make_ready(item, idx, priority, ready_at);
             }
-            let (seq, earliest) = self.push_delayed(item, ready_at);
-            slot.waiting = Some(Waiting {
-                priority,
-                ready_at,
-                place: Place::Delayed(seq),
-            });
+            let (seq, earliest) = self.push_delayed(item, idx, ready_at);
+            let slot = &mut self.slots[idx as usize];
+            slot.seq = seq;
+            slot.ready_at = ready_at;
+            slot.priority = priority;
+            slot.place = Place::Delayed;
             return if earliest { Wake::All } else { Wake::Nobody };
-        };
+        }
         // Already waiting: keep the highest priority and the earliest time.
-        let priority = w.priority.max(priority);
-        let ready_at = w.ready_at.min(ready_at);
-        match w.place {
-            Place::Delayed(seq) => {
-                if ready_at == w.ready_at {
-                    w.priority = priority;
+        let priority = slot.priority.max(priority);
+        let ready_at = slot.ready_at.min(ready_at);
+        match slot.place {
+            Place::Delayed => {
+                if ready_at == slot.ready_at {
+                    self.slots[idx as usize].priority = priority;
                     return Wake::Nobody;
                 }
-                let item = self.delayed.remove(&(w.ready_at, seq)).unwrap_or(item);
-                slot.waiting = None;
+                let item = self
+                    .delayed
+                    .remove(&(slot.ready_at, slot.seq))
+                    .map_or(item, |(item, _)| item);
+                self.slots[idx as usize].place = Place::Nowhere;
                 // Re-add as new; it was not counted as added while delayed.
-                self.add(item, slot, priority, ready_at, now)
+                self.add(item, idx, priority, ready_at, now)
             }
-            Place::Ready(_) => {
-                if priority != w.priority || ready_at != w.ready_at {
+            Place::Ready => {
+                if priority != slot.priority || ready_at != slot.ready_at {
                     // The old entry stays behind, stale; the item queues
                     // anew in its new priority's lane.
                     self.ready.mark_stale();
-                    let rank = self.rank(priority, ready_at);
-                    let seq = self.next_seq();
-                    let new_key = self.ready.push(item, priority, rank, seq);
-                    w.place = Place::Ready(new_key);
-                    w.priority = priority;
-                    w.ready_at = ready_at;
+                    let slot = &mut self.slots[idx as usize];
+                    slot.priority = priority;
+                    slot.ready_at = ready_at;
+                    self.push_ready(item, idx);
                 }
                 Wake::Nobody
             }
-            Place::Parked => {
-                w.priority = priority;
-                w.ready_at = ready_at;
+            Place::Parked | Place::Nowhere => {
+                let slot = &mut self.slots[idx as usize];
+                slot.priority = priority;
+                slot.ready_at = ready_at;
                 Wake::Nobody
             }
         }
     }
+
+    /// Moves every delayed item whose time has come to the ready queue.
+    fn promote_due(&mut self, now: Instant) -> Wake {
+        let now = self.nanos(now);
+        let mut wake = Wake::Nobody;
+        while let Some(entry) = self.delayed.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let ((ready_at, seq), (item, idx)) = entry.remove_entry();
+            let slot = &mut self.slots[idx as usize];
+            if slot.place != Place::Delayed || slot.seq != seq {
+                continue;
+            }
+            slot.place = Place::Nowhere;
+            let priority = slot.priority;
+            wake = wake.max(self.make_ready(item, idx, priority, ready_at));
+        }
+        wake
+    }
 }
 
 struct State<T> {
-    slots: HashMap<T, Slot, RandomState>,
+    /// Slot of every item waiting or being processed.
+    items: HashMap<T, SlotIdx, RandomState>,
     q: Queues<T>,
     waiters: Waiters,
     shutting_down: bool,
@@ -277,8 +348,12 @@ struct State<T> {
 impl<T: QueueItem> State<T> {
     /// Adds `item`; `key` is a clone of it (made before taking the lock).
     fn add(&mut self, item: T, key: T, priority: i32, ready_at: Instant, now: Instant) -> Wake {
-        let slot = self.slots.entry(key).or_default();
-        self.q.add(item, slot, priority, ready_at, now)
+        let idx = match self.items.entry(key) {
+            Entry::Occupied(e) => *e.get(),
+            Entry::Vacant(e) => *e.insert(self.q.alloc_slot()),
+        };
+        let (ready_at, now) = (self.q.nanos(ready_at), self.q.nanos(now));
+        self.q.add(item, idx, priority, ready_at, now)
     }
 
     /// The getters to wake for `wake`.
@@ -290,34 +365,18 @@ impl<T: QueueItem> State<T> {
         }
     }
 
-    /// Moves every delayed item whose time has come to the ready queue.
     fn promote_due(&mut self, now: Instant) -> Wake {
-        let mut wake = Wake::Nobody;
-        while let Some(entry) = self.q.delayed.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let ((ready_at, _), item) = entry.remove_entry();
-            let Some(slot) = self.slots.get_mut(&item) else {
-                continue;
-            };
-            let priority = slot.waiting.map_or(0, |w| w.priority);
-            slot.waiting = None;
-            wake = wake.max(self.q.make_ready(item, slot, priority, ready_at));
-        }
-        wake
+        self.q.promote_due(now)
     }
 
     fn pop_ready(&mut self, now: impl Fn() -> Instant) -> Option<T> {
-        let slots = &mut self.slots;
-        let item = self.q.ready.pop_front(|item, key| {
-            let Some(slot) = slots.get_mut(item) else {
-                return false;
-            };
-            if !matches!(slot.waiting, Some(Waiting { place: Place::Ready(k), .. }) if k == key) {
+        let Queues { ready, slots, .. } = &mut self.q;
+        let (item, _) = ready.pop_front(|(_, idx), key| {
+            let slot = &mut slots[*idx as usize];
+            if slot.place != Place::Ready || slot.seq != key.seq {
                 return false;
             }
-            slot.waiting = None;
+            slot.place = Place::Nowhere;
             slot.processing = true;
             true
         })?;
@@ -326,6 +385,35 @@ impl<T: QueueItem> State<T> {
             m.get(&item, now());
         }
         Some(item)
+    }
+
+    /// Marks `item` as processed; returns whom to wake.
+    fn done(&mut self, item: &T) -> Wake {
+        let Some(&idx) = self.items.get(item) else {
+            return Wake::Nobody;
+        };
+        let q = &mut self.q;
+        let mut wake = Wake::Nobody;
+        let slot = &mut q.slots[idx as usize];
+        if slot.processing {
+            slot.processing = false;
+            let parked = slot.place == Place::Parked;
+            q.processing -= 1;
+            if let Some(m) = &mut q.metrics {
+                m.done(item, Instant::now());
+            }
+            if parked {
+                q.parked -= 1;
+                q.push_ready(item.clone(), idx);
+                wake = Wake::One;
+            }
+        }
+        let slot = q.slots[idx as usize];
+        if slot.place == Place::Nowhere && !slot.processing {
+            self.items.remove(item);
+            q.free_slot(idx);
+        }
+        wake
     }
 
     /// Nothing is waiting to be handed out and nothing is being processed.
@@ -345,12 +433,15 @@ impl<T: QueueItem> State<T> {
                 "work queue shutting down: dropping items waiting for a later time"
             );
         }
-        for item in delayed.into_values() {
-            if let Entry::Occupied(mut slot) = self.slots.entry(item) {
-                slot.get_mut().waiting = None;
-                if !slot.get().processing {
-                    slot.remove();
-                }
+        for ((_, seq), (item, idx)) in delayed {
+            let slot = &mut self.q.slots[idx as usize];
+            if slot.place != Place::Delayed || slot.seq != seq {
+                continue;
+            }
+            slot.place = Place::Nowhere;
+            if !slot.processing {
+                self.items.remove(&item);
+                self.q.free_slot(idx);
             }
         }
     }
@@ -443,7 +534,10 @@ impl<T: QueueItem> Getter<'_, T> {
                 None => *self.id.insert(st.waiters.new_id()),
             };
             st.waiters.park(id, cx.waker());
-            let deadline = st.q.delayed.first_key_value().map(|((t, _), _)| *t);
+            let deadline =
+                st.q.delayed
+                    .first_key_value()
+                    .map(|((t, _), _)| st.q.instant(*t));
             let wakeups = st.wakeups(wake);
             drop(st);
             wakeups.wake();
@@ -625,36 +719,11 @@ impl<T: QueueItem> WorkQueue<T> {
     /// processed, it is now handed out again.
     pub fn done(&self, item: &T) {
         let inner = &*self.inner;
-        let mut wake = Wake::Nobody;
-        let mut drained = false;
-        let wakeups = {
+        let (wakeups, drained) = {
             let mut st = inner.state.lock();
-            let State { slots, q, .. } = &mut *st;
-            let Some((key, mut slot)) = slots.remove_entry(item) else {
-                return;
-            };
-            if slot.processing {
-                slot.processing = false;
-                q.processing -= 1;
-                if let Some(m) = &mut q.metrics {
-                    m.done(item, Instant::now());
-                }
-                if let Some(w) = &mut slot.waiting
-                    && let Place::Parked = w.place
-                {
-                    q.parked -= 1;
-                    let k = q.push_ready(key.clone(), w.priority, w.ready_at);
-                    w.place = Place::Ready(k);
-                    wake = Wake::One;
-                }
-            }
-            if slot.waiting.is_some() {
-                slots.insert(key, slot);
-            }
-            if st.shutting_down && st.drained() {
-                drained = true;
-            }
-            st.wakeups(wake)
+            let wake = st.done(item);
+            let drained = st.shutting_down && st.drained();
+            (st.wakeups(wake), drained)
         };
         wakeups.wake();
         if drained {
@@ -946,10 +1015,12 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
         WorkQueue {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
-                    slots: HashMap::default(),
+                    items: HashMap::default(),
                     q: Queues {
                         ready: ReadyQueue::default(),
                         delayed: BTreeMap::new(),
+                        slots: Vec::new(),
+                        free: Vec::new(),
                         seq: 0,
                         parked: 0,
                         processing: 0,
