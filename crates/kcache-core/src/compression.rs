@@ -29,8 +29,11 @@ const MIN_COMPRESS_LEN: usize = 64;
 /// object.
 #[derive(Clone)]
 pub struct CompressionDictionary {
-    bytes: Arc<[u8]>,
+    // A thin pointer (not `Arc<[u8]>`): every compressed object holds one.
+    bytes: Arc<DictBytes>,
 }
+
+struct DictBytes(Box<[u8]>);
 
 impl CompressionDictionary {
     /// The longest useful dictionary: LZ4 refers back at most 64 KiB.
@@ -42,23 +45,23 @@ impl CompressionDictionary {
         let sample = sample.as_ref();
         let kept = sample.get(..Self::MAX_LEN).unwrap_or(sample);
         CompressionDictionary {
-            bytes: Arc::from(kept),
+            bytes: Arc::new(DictBytes(Box::from(kept))),
         }
     }
 
     /// The dictionary's bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes
+        &self.bytes.0
     }
 
     /// Length of the dictionary in bytes.
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.bytes.0.len()
     }
 
     /// Whether the dictionary is empty.
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.bytes.0.is_empty()
     }
 
     /// Whether two handles share the same dictionary allocation.
@@ -70,7 +73,7 @@ impl CompressionDictionary {
 impl fmt::Debug for CompressionDictionary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompressionDictionary")
-            .field("len", &self.bytes.len())
+            .field("len", &self.len())
             .finish()
     }
 }
@@ -301,6 +304,13 @@ mod tests {
             r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"cm-{i}","namespace":"default","labels":{{"app":"demo","tier":"backend"}}}},"data":{{"key":"value-{i}"}}}}"#
         )
         .into_bytes()
+    }
+
+    #[test]
+    fn payload_stays_small() {
+        // Every cached object holds one, compressed or not.
+        println!("size_of::<Payload>() = {}", std::mem::size_of::<Payload>());
+        assert!(std::mem::size_of::<Payload>() <= 48);
     }
 
     #[test]

@@ -370,8 +370,8 @@ impl ObjectOptions {
     /// given `Bytes`. Set it when the input is a slice of a larger buffer
     /// (e.g. one item of a whole list response): a kept slice keeps the
     /// whole buffer alive for as long as any object built from it lives.
-    /// (Bytes rebuilt by the managedFields cut are always a buffer of their
-    /// own.)
+    /// (Bytes rebuilt by the managedFields cut, and compressed bytes, are
+    /// always a buffer of their own.)
     pub fn copy_bytes(mut self, copy: bool) -> Self {
         self.copy_bytes = copy;
         self
