@@ -387,10 +387,11 @@ impl<T: QueueItem> State<T> {
         Some(item)
     }
 
-    /// Marks `item` as processed; returns whom to wake.
-    fn done(&mut self, item: &T) -> Wake {
-        let Some(&idx) = self.items.get(item) else {
-            return Wake::Nobody;
+    /// Marks `item` as processed; returns whom to wake and the item's key
+    /// if the map released it (to drop once the lock is released).
+    fn done(&mut self, item: &T) -> (Wake, Option<T>) {
+        let Some((key, idx)) = self.items.remove_entry(item) else {
+            return (Wake::Nobody, None);
         };
         let q = &mut self.q;
         let mut wake = Wake::Nobody;
@@ -410,10 +411,12 @@ impl<T: QueueItem> State<T> {
         }
         let slot = q.slots[idx as usize];
         if slot.place == Place::Nowhere && !slot.processing {
-            self.items.remove(item);
             q.free_slot(idx);
+            (wake, Some(key))
+        } else {
+            self.items.insert(key, idx);
+            (wake, None)
         }
-        wake
     }
 
     /// Nothing is waiting to be handed out and nothing is being processed.
@@ -719,11 +722,14 @@ impl<T: QueueItem> WorkQueue<T> {
     /// processed, it is now handed out again.
     pub fn done(&self, item: &T) {
         let inner = &*self.inner;
-        let (wakeups, drained) = {
+        // The released key is dropped after the lock: freeing it (often on
+        // another thread than the one that allocated it) stays out of the
+        // critical section.
+        let (wakeups, drained, _released) = {
             let mut st = inner.state.lock();
-            let wake = st.done(item);
+            let (wake, released) = st.done(item);
             let drained = st.shutting_down && st.drained();
-            (st.wakeups(wake), drained)
+            (st.wakeups(wake), drained, released)
         };
         wakeups.wake();
         if drained {
