@@ -567,7 +567,10 @@ pub(crate) fn encode<K, W: Write>(
     let header_crc = w.crc.finish();
     w.write_all(&header_crc.to_le_bytes())?;
     for o in objects {
-        let b = o.bytes();
+        // The JSON, decompressed when the object is stored compressed.
+        let b = o
+            .json()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let len = u32::try_from(b.len()).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -575,7 +578,7 @@ pub(crate) fn encode<K, W: Write>(
             )
         })?;
         w.write_all(&len.to_le_bytes())?;
-        w.write_all(b)?;
+        w.write_all(&b)?;
     }
     w.write_all(&END)?;
     let crc = w.crc.finish();
