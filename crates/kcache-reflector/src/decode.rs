@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use std::fmt;
 
 use bytes::Bytes;
-use kcache_core::{CachedObject, ObjectOptions};
+use kcache_core::{CachedObject, ObjectError, ObjectOptions};
 use serde::Deserialize;
+use serde_json::error::Category;
 use serde_json::value::RawValue;
 
 use crate::error::{ApiError, BadEvent, BadEventKind, INITIAL_EVENTS_END_ANNOTATION};
@@ -128,6 +129,15 @@ struct ListMetaWire<'a> {
     resource_version: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "continue")]
     continue_: Option<Cow<'a, str>>,
+}
+
+impl ListMetaWire<'_> {
+    fn into_owned(self) -> ListMetaWire<'static> {
+        ListMetaWire {
+            resource_version: self.resource_version.map(|c| Cow::Owned(c.into_owned())),
+            continue_: self.continue_.map(|c| Cow::Owned(c.into_owned())),
+        }
+    }
 }
 
 /// One decoded list page.
@@ -346,19 +356,47 @@ impl<K> EventDecoder<K> {
     /// long-lived object does not keep a whole page (up to 500 objects) in
     /// memory: its bytes are copied once, or, when managedFields are cut,
     /// only the cut result is kept (no copy before the cut).
+    ///
+    /// The items are found by a structural scan (strings and brackets only)
+    /// and each is validated by its metadata decode, so the body is scanned
+    /// once; a body of another shape goes through a plain serde decode.
+    /// Either way a syntax error anywhere fails the whole page, and an item
+    /// that is valid JSON but not a usable object is skipped.
     pub fn decode_list(&self, body: &Bytes) -> Result<ListPage<K>, serde_json::Error> {
-        let wire: ListWire<'_> = serde_json::from_slice(body)?;
-        let raw_items = wire.items.unwrap_or_default();
-        let mut items = Vec::with_capacity(raw_items.len());
         let mut skipped = Vec::new();
-        for raw in raw_items {
-            let item = subslice(body, raw.get().as_bytes());
-            match self.decode_object_with(item, &self.list_options) {
-                Ok(o) => items.push(o),
-                Err(e) => skipped.push(e),
+        let (items, metadata) = match crate::split::split_list(body) {
+            Some(split) => {
+                let wire: ListWire<'_> = serde_json::from_slice(&split.envelope)?;
+                let mut items = Vec::with_capacity(split.items.len());
+                for range in split.items {
+                    match self.decode_object_with(body.slice(range), &self.list_options) {
+                        Ok(o) => items.push(o),
+                        Err(BadEvent {
+                            source: Some(ObjectError::Json(e)),
+                            ..
+                        }) if matches!(e.classify(), Category::Syntax | Category::Eof) => {
+                            return Err(e);
+                        }
+                        Err(e) => skipped.push(e),
+                    }
+                }
+                (items, wire.metadata.map(ListMetaWire::into_owned))
             }
-        }
-        let (rv, cont) = match wire.metadata {
+            None => {
+                let wire: ListWire<'_> = serde_json::from_slice(body)?;
+                let raw_items = wire.items.unwrap_or_default();
+                let mut items = Vec::with_capacity(raw_items.len());
+                for raw in raw_items {
+                    let item = subslice(body, raw.get().as_bytes());
+                    match self.decode_object_with(item, &self.list_options) {
+                        Ok(o) => items.push(o),
+                        Err(e) => skipped.push(e),
+                    }
+                }
+                (items, wire.metadata.map(ListMetaWire::into_owned))
+            }
+        };
+        let (rv, cont) = match metadata {
             Some(m) => (
                 m.resource_version.map(Cow::into_owned).unwrap_or_default(),
                 m.continue_.filter(|c| !c.is_empty()).map(Cow::into_owned),
@@ -458,6 +496,44 @@ mod tests {
                 .kind,
             BadEventKind::InvalidObject
         );
+    }
+
+    #[test]
+    fn list_syntax_errors_fail_the_page_and_unusable_items_are_skipped() {
+        let d = dec();
+        // a syntax error inside an item fails the whole page, whichever path
+        for body in [
+            &br#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":tru}}]}"#[..],
+            br#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a"} x}]}"#,
+            br#"{"metadata":{"resourceVersion":9x},"items":[]}"#,
+            br#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a"}}]} trailing"#,
+            br#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a\q"}}]}"#,
+        ] {
+            assert!(
+                d.decode_list(&Bytes::copy_from_slice(body)).is_err(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        // valid JSON that is not a usable object: skipped, the rest kept
+        let body = Bytes::from_static(
+            br#"{"metadata":{"resourceVersion":"9"},"items":[7,{"metadata":{"name":"a","namespace":"n"}},{"metadata":{"name":1}},"s",{"kind":"Secret","metadata":{"name":"b"}}]}"#,
+        );
+        let page = d.decode_list(&body).unwrap();
+        assert_eq!(page.resource_version, "9");
+        assert_eq!(
+            page.items.iter().map(|o| o.key()).collect::<Vec<_>>(),
+            ["n/a"]
+        );
+        assert_eq!(page.skipped.len(), 4);
+        // the envelope's other members are still decoded
+        let body = Bytes::from_static(
+            br#"{"kind":"ConfigMapList","items":[{"metadata":{"name":"a"}}],"metadata":{"continue":"c","resourceVersion":"3"}}"#,
+        );
+        let page = d.decode_list(&body).unwrap();
+        assert_eq!(page.continue_token.as_deref(), Some("c"));
+        assert_eq!(page.resource_version, "3");
+        assert_eq!(page.items.len(), 1);
     }
 
     #[test]

@@ -106,6 +106,7 @@ mod metrics;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 mod reflector;
+mod split;
 
 pub use backoff::BackoffConfig;
 pub use decode::{Bookmark, EventDecoder, ListPage, WatchEvent};
