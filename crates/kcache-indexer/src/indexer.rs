@@ -516,6 +516,12 @@ impl<K: 'static> Store<K> for Indexer<K> {
     fn last_store_sync_resource_version(&self) -> Option<String> {
         Indexer::last_store_sync_resource_version(self)
     }
+    /// The object held under `key`: a reflector writing straight into an
+    /// indexer reuses it on a relist when its uid and resourceVersion are
+    /// unchanged.
+    fn cached(&self, key: &str) -> Option<CachedObject<K>> {
+        Indexer::get_by_key(self, key)
+    }
 }
 
 impl<K: 'static> KeyListerGetter<K> for Indexer<K> {

@@ -616,3 +616,15 @@ fn custom_key_function() {
     assert_eq!(idx.delete_by_key("k:a").unwrap().name(), "a");
     assert!(idx.is_empty());
 }
+
+/// A reflector writing straight into an indexer asks it for the object it
+/// holds, to reuse it on a relist.
+#[test]
+fn store_cached_is_the_held_object() {
+    let store = indexer_with("by_val", by_val());
+    let a = mk("a", "1");
+    Store::add(&store, a.clone()).unwrap();
+    let held = Store::cached(&store, a.key()).unwrap();
+    assert!(held.ptr_eq(&a));
+    assert!(Store::cached(&store, "absent").is_none());
+}
