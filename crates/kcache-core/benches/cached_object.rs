@@ -170,6 +170,13 @@ fn compression(c: &mut Criterion, varied: &[Bytes]) {
     g.bench_function("decode_pod_lz4", |b| {
         b.iter(|| compressed[next()].decode().unwrap())
     });
+    // One object over and over (its JSON stays in cache): the CPU cost alone.
+    g.bench_function("decode_pod_same_object", |b| {
+        b.iter(|| plain[0].decode().unwrap())
+    });
+    g.bench_function("decode_pod_lz4_same_object", |b| {
+        b.iter(|| compressed[0].decode().unwrap())
+    });
     g.bench_function("json_lz4_decompress_only", |b| {
         b.iter(|| compressed[next()].json().unwrap().len())
     });
