@@ -13,7 +13,26 @@ use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+/// The queue's lock: `std`'s futex mutex, which parks a waiter after a short
+/// spin. parking_lot's mutex spins longer and then calls `sched_yield`; with
+/// an adder and workers on more threads than cores (a multi-threaded tokio
+/// runtime plus the adding thread on 2 cores), that spinning cost a third of
+/// the throughput (1M adds with 8 workers: 2.17 vs 3.08 M/s, 9 alternating
+/// runs). Not poisoned by a panic (as with parking_lot): the only foreign
+/// code run under the lock is a metrics provider's.
+struct Mutex<T>(std::sync::Mutex<T>);
+
+impl<T> Mutex<T> {
+    fn new(value: T) -> Self {
+        Self(std::sync::Mutex::new(value))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 
