@@ -250,3 +250,54 @@ fn decode_inside_decode_uses_its_own_buffer() {
     assert_eq!(outer["metadata"]["name"], a.name());
     assert_eq!(inner["metadata"]["name"], b.name());
 }
+
+#[test]
+fn mutated_input_never_panics_and_round_trips() {
+    // Byte flips, truncations and duplications of a real Pod: whatever is
+    // accepted must decompress to exactly what the plain build keeps.
+    let base = common::pod::varied_pod(9);
+    let copts = compressed();
+    let _seed: CachedObject<Value> = CachedObject::from_bytes_with(base.clone(), &copts).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rand = move |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    };
+    let (mut accepted, mut compressed_count) = (0, 0);
+    for round in 0..2_000 {
+        let mut bytes = base.clone();
+        match round % 3 {
+            0 => {
+                let i = rand(bytes.len());
+                bytes[i] = b" {}[],:\"0a\\"[rand(11)];
+            }
+            1 => bytes.truncate(rand(bytes.len())),
+            _ => {
+                let (a, b) = (rand(bytes.len()), rand(bytes.len()));
+                let (a, b) = (a.min(b), a.max(b));
+                let chunk = bytes[a..b].to_vec();
+                bytes.splice(a..a, chunk);
+            }
+        }
+        let c = CachedObject::<Value>::from_bytes_with(bytes.clone(), &copts);
+        let p = CachedObject::<Value>::from_bytes_with(bytes, &plain());
+        match (c, p) {
+            (Ok(c), Ok(p)) => {
+                accepted += 1;
+                compressed_count += usize::from(c.is_compressed());
+                assert_eq!(c.json().unwrap().as_ref(), p.bytes().as_ref());
+                assert_eq!(c, p);
+                assert_eq!(c.meta(), p.meta());
+                assert_eq!(c.decode().ok(), p.decode().ok());
+            }
+            (Err(_), Err(_)) => {}
+            (c, p) => panic!("compressed {:?} vs plain {:?}", c.err(), p.err()),
+        }
+    }
+    assert!(
+        accepted > 100 && compressed_count > 100,
+        "{accepted} accepted, {compressed_count} compressed"
+    );
+}
