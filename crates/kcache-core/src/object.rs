@@ -311,12 +311,15 @@ impl FieldPaths {
 /// [`compression`](Self::compression)`(`[`Compression::lz4()`]`)` it keeps
 /// the JSON LZ4-compressed against a dictionary learned from the first
 /// object built with these options (shared by all of them): on realistic
-/// Pods the stored JSON shrinks to a small fraction of its size. The
+/// Pods the stored JSON shrinks to a small fraction of its size (4.3 KB
+/// after the managedFields cut to about 0.5 KB; memory held per Pod from
+/// 5.6 KB to 1.8 KB, see the `cached_object` bench). The
 /// metadata, key and field paths are extracted before compressing, so keys,
 /// labels, selectors, indexes and field paths cost nothing more; every
 /// [`decode`](CachedObject::decode) and [`json`](CachedObject::json) first
-/// decompresses (LZ4 decompresses at GB/s, so this adds a few microseconds
-/// per object to the serde decode). The trade-off is therefore CPU per
+/// decompresses (LZ4 decompresses at GB/s: about 1.2 µs for such a Pod,
+/// next to 25-30 µs of serde decode into a k8s-openapi `Pod`), and
+/// every build compresses (a few µs). The trade-off is therefore CPU per
 /// decode (and per build, to compress) against memory per cached object.
 /// An object that would not shrink by at least 1/8 stays plain.
 ///
