@@ -528,6 +528,15 @@ impl<T: QueueItem> Getter<'_, T> {
                 // items ready, it wakes the next getter below.
                 st.waiters.running(id);
             }
+            if st.waiters.should_yield() {
+                // A getter woken for the items this one keeps taking has not
+                // run for a while: it may be queued behind this task on the
+                // same thread (tokio runs a task woken by the running one
+                // next, but only once that one yields). Let it run.
+                drop(st);
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             let mut wake = Wake::Nobody;
             if !st.q.delayed.is_empty() {
                 wake = st.promote_due(Instant::now());
@@ -536,6 +545,7 @@ impl<T: QueueItem> Getter<'_, T> {
                 if let Some(id) = self.id.take() {
                     st.waiters.leave(id);
                 }
+                st.waiters.took_item();
                 if !st.q.ready.is_empty() {
                     // Items this getter did not take are for the others.
                     wake = wake.max(Wake::One);

@@ -26,7 +26,13 @@ pub(crate) struct Waiters {
     /// Getters woken by the queue that have not run since. Short: one
     /// entry, except after [`wake_all`](Self::wake_all).
     woken: Vec<WaiterId>,
+    /// Items taken by running getters since a woken getter last ran.
+    taken_while_woken: u32,
 }
+
+/// After this many items taken by other getters while a woken getter has
+/// not run, the next getter yields once (see [`Waiters::should_yield`]).
+const YIELD_AFTER_TAKES: u32 = 32;
 
 /// Wakers to call once the lock is released.
 #[derive(Debug, Default)]
@@ -82,6 +88,27 @@ impl Waiters {
         Wakeups::Many(wakers)
     }
 
+    /// A running getter took an item.
+    pub(crate) fn took_item(&mut self) {
+        if !self.woken.is_empty() {
+            self.taken_while_woken = self.taken_while_woken.saturating_add(1);
+        }
+    }
+
+    /// Whether a running getter should yield before taking another item: a
+    /// getter woken for ready items has not run while others took
+    /// [`YIELD_AFTER_TAKES`] items. On a tokio worker thread the woken
+    /// getter may be queued behind the running task (in the slot no other
+    /// thread steals from) until that task yields; without the yield, one
+    /// task could take every item while the other getters stay parked.
+    pub(crate) fn should_yield(&mut self) -> bool {
+        if self.woken.is_empty() || self.taken_while_woken < YIELD_AFTER_TAKES {
+            return false;
+        }
+        self.taken_while_woken = 0;
+        true
+    }
+
     /// Getter `id` runs: if the queue woke it, that wake is consumed (the
     /// caller must pass it on if it leaves items ready). Returns whether it
     /// had been woken.
@@ -89,6 +116,7 @@ impl Waiters {
         match self.woken.iter().position(|w| *w == id) {
             Some(i) => {
                 self.woken.swap_remove(i);
+                self.taken_while_woken = 0;
                 true
             }
             None => false,
