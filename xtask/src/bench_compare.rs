@@ -281,6 +281,9 @@ struct Results {
     ingest: Vec<Report>,
     memory: Vec<Report>,
     memory_stripped: Vec<Report>,
+    /// kcache only, with its opt-in LZ4-compressed cache.
+    memory_compressed: Vec<Report>,
+    memory_compressed_stripped: Vec<Report>,
     relist: Vec<Report>,
     workqueue_1: Vec<Report>,
     workqueue_8: Vec<Report>,
@@ -337,7 +340,8 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         machine: machine(),
         ..Results::default()
     };
-    let total = 1 + 3 * s.reps + 3 * 3 * s.mem_reps + 2 * 2 * s.reps + 2 * s.mem_reps;
+    let total =
+        1 + 3 * s.reps + 3 * 3 * s.mem_reps + 2 * s.mem_reps + 2 * 2 * s.reps + 2 * s.mem_reps;
     let mut p = Progress {
         done: 0,
         total,
@@ -414,6 +418,25 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
                     } else {
                         res.memory.push(r);
                     }
+                }
+                // kcache again with its opt-in compressed cache
+                let mut cmd = bins.command(Impl::Kcache);
+                cmd.env("KUBECONFIG", &server.kubeconfig).arg("--compress");
+                if strip {
+                    cmd.arg("--strip-managed-fields");
+                }
+                let r = run_client(cmd, s.timeout, &log)?;
+                let per = per_pod_kib(&r, s.pods);
+                let what = format!(
+                    "(b) memory{} kcache LZ4 #{}",
+                    if strip { " stripped" } else { "" },
+                    rep + 1
+                );
+                p.tick(&what, &r, &format!("  {per:.2} KiB/Pod"));
+                if strip {
+                    res.memory_compressed_stripped.push(r);
+                } else {
+                    res.memory_compressed.push(r);
                 }
             }
         }
@@ -786,6 +809,30 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &kibf,
         "≤ 0.25x both",
     );
+    // kcache's compressed runs against the same kube-runtime and client-go runs
+    let with_compressed = |kcache: &[Report], others: &[Report]| -> Vec<Report> {
+        kcache
+            .iter()
+            .chain(others.iter().filter(|r| r.client != "kcache"))
+            .cloned()
+            .collect()
+    };
+    let bc = row(
+        &mut t,
+        "(b) kcache with its LZ4-compressed cache (opt-in)",
+        &with_compressed(&res.memory_compressed, &res.memory),
+        &|r| per_pod_kib(r, pods),
+        &kibf,
+        "≤ 0.25x both",
+    );
+    let bcs = row(
+        &mut t,
+        "(b) same, managedFields stripped",
+        &with_compressed(&res.memory_compressed_stripped, &res.memory_stripped),
+        &|r| per_pod_kib(r, pods),
+        &kibf,
+        "≤ 0.25x both",
+    );
     row(
         &mut t,
         "(b) steady RSS, N cached",
@@ -864,6 +911,14 @@ fn markdown(res: &Results, s: &Settings) -> String {
         bs[0] / json_stripped_kib,
         bs[0],
         json_stripped_kib
+    );
+    let _ = writeln!(
+        t,
+        "\nWith the opt-in LZ4-compressed cache (`ObjectOptions::compression(Compression::lz4())`): {:.2}x its JSON ({:.2} KiB); stripped: {:.2}x ({:.2} KiB).",
+        bc[0] / json_kib,
+        bc[0],
+        bcs[0] / json_stripped_kib,
+        bcs[0],
     );
     let _ = writeln!(
         t,
@@ -1089,6 +1144,10 @@ mod tests {
             ingest: runs.clone(),
             memory: runs.clone(),
             memory_stripped: runs.clone(),
+            memory_compressed: vec![Report {
+                steady_rss_kb: 1034,
+                ..mk(Impl::Kcache, 0.0)
+            }],
             relist: runs.clone(),
             workqueue_1: vec![mk(Impl::Kcache, 200.0), mk(Impl::ClientGo, 100.0)],
             workqueue_8: vec![mk(Impl::Kcache, 200.0), mk(Impl::ClientGo, 100.0)],
@@ -1099,6 +1158,11 @@ mod tests {
             md.contains(
                 "| (d) workqueue, 1 worker, items/s | 200.0 /s | n/a | 100.0 /s | n/a | 2.00x |"
             ),
+            "{md}"
+        );
+        // the compressed kcache row is set against the same other clients
+        assert!(
+            md.contains("| (b) kcache with its LZ4-compressed cache (opt-in) | 1.00 KiB | 102.40 KiB | 102.40 KiB | 0.01x | 0.01x |"),
             "{md}"
         );
         let svg = plot(&res, &s);

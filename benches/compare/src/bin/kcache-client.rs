@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kcache_bench_compare::{END_MARKER, Report, proc_status_kb};
-use kcache_core::ObjectOptions;
+use kcache_core::{Compression, ObjectOptions};
 use kcache_informer::{ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer};
 use kcache_workqueue::WorkQueue;
 use tokio::sync::Notify;
@@ -25,6 +25,9 @@ struct Args {
     /// Cut managedFields from every cached object.
     #[arg(long)]
     strip_managed_fields: bool,
+    /// Keep every cached object's JSON LZ4-compressed (opt-in `Compression::lz4()`).
+    #[arg(long)]
+    compress: bool,
     /// Milliseconds to wait before reading the steady-state RSS.
     #[arg(long, default_value_t = 1000)]
     settle_ms: u64,
@@ -53,7 +56,13 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
     let informer = SharedIndexInformer::<Pod>::builder(client)
         .list_options(ListOptions {
             use_watch_list: false,
-            object_options: ObjectOptions::new().strip_managed_fields(args.strip_managed_fields),
+            object_options: ObjectOptions::new()
+                .strip_managed_fields(args.strip_managed_fields)
+                .compression(if args.compress {
+                    Compression::lz4()
+                } else {
+                    Compression::none()
+                }),
             ..ListOptions::default()
         })
         .build();
