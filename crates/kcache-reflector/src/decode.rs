@@ -4,8 +4,6 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
-use std::ops::Range;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use kcache_core::{CachedObject, ObjectError, ObjectOptions};
@@ -14,9 +12,6 @@ use serde_json::error::Category;
 use serde_json::value::RawValue;
 
 use crate::error::{ApiError, BadEvent, BadEventKind, INITIAL_EVENTS_END_ANNOTATION};
-
-/// Pages with fewer items are decoded on one thread.
-const PARALLEL_MIN_ITEMS: usize = 64;
 
 /// A watch bookmark: only moves the resource version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -368,17 +363,29 @@ impl<K> EventDecoder<K> {
     /// Either way a syntax error anywhere fails the whole page, and an item
     /// that is valid JSON but not a usable object is skipped.
     pub fn decode_list(&self, body: &Bytes) -> Result<ListPage<K>, serde_json::Error> {
-        match crate::split::split_list(body) {
+        let mut skipped = Vec::new();
+        let (items, metadata) = match crate::split::split_list(body) {
             Some(split) => {
-                let metadata = Self::envelope_metadata(&split.envelope)?;
-                let (items, skipped) = self.decode_items(body, &split.items)?;
-                Ok(Self::page(items, skipped, metadata))
+                let wire: ListWire<'_> = serde_json::from_slice(&split.envelope)?;
+                let mut items = Vec::with_capacity(split.items.len());
+                for range in split.items {
+                    match self.decode_object_with(body.slice(range), &self.list_options) {
+                        Ok(o) => items.push(o),
+                        Err(BadEvent {
+                            source: Some(ObjectError::Json(e)),
+                            ..
+                        }) if matches!(e.classify(), Category::Syntax | Category::Eof) => {
+                            return Err(e);
+                        }
+                        Err(e) => skipped.push(e),
+                    }
+                }
+                (items, wire.metadata.map(ListMetaWire::into_owned))
             }
             None => {
                 let wire: ListWire<'_> = serde_json::from_slice(body)?;
                 let raw_items = wire.items.unwrap_or_default();
                 let mut items = Vec::with_capacity(raw_items.len());
-                let mut skipped = Vec::new();
                 for raw in raw_items {
                     let item = subslice(body, raw.get().as_bytes());
                     match self.decode_object_with(item, &self.list_options) {
@@ -386,91 +393,9 @@ impl<K> EventDecoder<K> {
                         Err(e) => skipped.push(e),
                     }
                 }
-                Ok(Self::page(
-                    items,
-                    skipped,
-                    wire.metadata.map(ListMetaWire::into_owned),
-                ))
+                (items, wire.metadata.map(ListMetaWire::into_owned))
             }
-        }
-    }
-
-    /// [`decode_list`](Self::decode_list) with the items of a large page
-    /// decoded on up to `threads` threads (this one and the blocking pool),
-    /// in order. The page is all in memory already; the other core would
-    /// otherwise idle while the next page is requested only after this one
-    /// is decoded.
-    pub(crate) async fn decode_list_parallel(
-        self: &Arc<Self>,
-        body: Bytes,
-        threads: usize,
-    ) -> Result<ListPage<K>, serde_json::Error>
-    where
-        K: 'static,
-    {
-        let split = match crate::split::split_list(&body) {
-            Some(split) if threads > 1 && split.items.len() >= PARALLEL_MIN_ITEMS => split,
-            _ => return self.decode_list(&body),
         };
-        let metadata = Self::envelope_metadata(&split.envelope)?;
-        let per_chunk = split.items.len().div_ceil(threads);
-        let mut chunks = split.items.chunks(per_chunk);
-        let first: Vec<Range<usize>> = chunks.next().map(<[_]>::to_vec).unwrap_or_default();
-        let others: Vec<_> = chunks
-            .map(|c| {
-                let (me, body, ranges) = (self.clone(), body.clone(), c.to_vec());
-                tokio::task::spawn_blocking(move || me.decode_items(&body, &ranges))
-            })
-            .collect();
-        let (mut items, mut skipped) = self.decode_items(&body, &first)?;
-        for handle in others {
-            let (more, bad) = handle.await.map_err(|e| {
-                <serde_json::Error as serde::de::Error>::custom(format_args!(
-                    "decoding list items on the blocking pool failed: {e}"
-                ))
-            })??;
-            items.extend(more);
-            skipped.extend(bad);
-        }
-        Ok(Self::page(items, skipped, metadata))
-    }
-
-    fn envelope_metadata(
-        envelope: &[u8],
-    ) -> Result<Option<ListMetaWire<'static>>, serde_json::Error> {
-        let wire: ListWire<'_> = serde_json::from_slice(envelope)?;
-        Ok(wire.metadata.map(ListMetaWire::into_owned))
-    }
-
-    /// Builds the items at `ranges` of `body`: a syntax error fails (the
-    /// page is not JSON), an unusable item is skipped.
-    fn decode_items(
-        &self,
-        body: &Bytes,
-        ranges: &[Range<usize>],
-    ) -> Result<(Vec<CachedObject<K>>, Vec<BadEvent>), serde_json::Error> {
-        let mut items = Vec::with_capacity(ranges.len());
-        let mut skipped = Vec::new();
-        for range in ranges {
-            match self.decode_object_with(body.slice(range.clone()), &self.list_options) {
-                Ok(o) => items.push(o),
-                Err(BadEvent {
-                    source: Some(ObjectError::Json(e)),
-                    ..
-                }) if matches!(e.classify(), Category::Syntax | Category::Eof) => {
-                    return Err(e);
-                }
-                Err(e) => skipped.push(e),
-            }
-        }
-        Ok((items, skipped))
-    }
-
-    fn page(
-        items: Vec<CachedObject<K>>,
-        skipped: Vec<BadEvent>,
-        metadata: Option<ListMetaWire<'static>>,
-    ) -> ListPage<K> {
         let (rv, cont) = match metadata {
             Some(m) => (
                 m.resource_version.map(Cow::into_owned).unwrap_or_default(),
@@ -478,12 +403,12 @@ impl<K> EventDecoder<K> {
             ),
             None => (String::new(), None),
         };
-        ListPage {
+        Ok(ListPage {
             items,
             resource_version: rv,
             continue_token: cont,
             skipped,
-        }
+        })
     }
 }
 
@@ -609,42 +534,6 @@ mod tests {
         assert_eq!(page.continue_token.as_deref(), Some("c"));
         assert_eq!(page.resource_version, "3");
         assert_eq!(page.items.len(), 1);
-    }
-
-    #[tokio::test]
-    async fn parallel_list_decode_keeps_order_skips_and_errors() {
-        let d = Arc::new(dec());
-        let mut items: Vec<String> = (0..301)
-            .map(|i| format!(r#"{{"metadata":{{"name":"cm-{i:03}","namespace":"n"}}}}"#))
-            .collect();
-        items[7] = r#"{"metadata":{}}"#.into(); // no name: skipped
-        items[250] = r#"{"kind":"Secret","metadata":{"name":"s"}}"#.into(); // wrong kind
-        let body = |items: &[String]| {
-            Bytes::from(format!(
-                r#"{{"metadata":{{"resourceVersion":"42","continue":"c"}},"items":[{}]}}"#,
-                items.join(",")
-            ))
-        };
-        let serial = d.decode_list(&body(&items)).unwrap();
-        for threads in [1, 2, 3, 4] {
-            let page = d.decode_list_parallel(body(&items), threads).await.unwrap();
-            assert_eq!(page.resource_version, "42");
-            assert_eq!(page.continue_token.as_deref(), Some("c"));
-            let keys = |p: &ListPage<V>| {
-                p.items
-                    .iter()
-                    .map(|o| o.key().to_owned())
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(keys(&page), keys(&serial), "{threads} threads");
-            assert_eq!(page.items.len(), 299);
-            assert_eq!(page.skipped.len(), 2);
-            assert_eq!(page.skipped[1].kind, BadEventKind::WrongKind);
-        }
-        // a syntax error in the last chunk fails the whole page
-        items[290] = r#"{"metadata":{"name":"x",}}"#.into();
-        assert!(d.decode_list_parallel(body(&items), 4).await.is_err());
-        assert!(d.decode_list(&body(&items)).is_err());
     }
 
     #[test]

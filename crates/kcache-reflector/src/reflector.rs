@@ -62,9 +62,6 @@ const WATCH_LIST_PROGRESS: Duration = Duration::from_secs(10);
 /// Largest error body read.
 const MAX_ERROR_BODY: usize = 1 << 20;
 
-/// A large list page's items are decoded on at most this many threads.
-const MAX_DECODE_THREADS: usize = 4;
-
 type DataStream = Pin<Box<dyn Stream<Item = Result<Bytes, kube::Error>> + Send>>;
 
 /// Configures a [`Reflector`]; obtained from [`Reflector::builder`] or
@@ -271,14 +268,11 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             metadata_only,
             resource,
             name,
-            decoder: Arc::new(EventDecoder::new(
+            decoder: EventDecoder::new(
                 self.object_options,
                 kind.as_deref(),
                 api_version.as_deref(),
-            )),
-            decode_threads: std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .min(MAX_DECODE_THREADS),
+            ),
             label_selector: self.label_selector,
             field_selector: self.field_selector,
             page_size: self.page_size,
@@ -323,9 +317,7 @@ pub struct Reflector<K> {
     metadata_only: bool,
     resource: String,
     name: String,
-    decoder: Arc<EventDecoder<K>>,
-    /// Threads a large list page's items are decoded on.
-    decode_threads: usize,
+    decoder: EventDecoder<K>,
     label_selector: Option<String>,
     field_selector: Option<String>,
     page_size: u32,
@@ -545,7 +537,7 @@ impl<K: Resource + 'static> Reflector<K> {
     }
 }
 
-impl<K: 'static> Reflector<K> {
+impl<K> Reflector<K> {
     /// The resourceVersion of the last list or watch event handed to the
     /// store (`""` before the first sync).
     pub fn last_sync_resource_version(&self) -> String {
@@ -976,14 +968,14 @@ impl<K: 'static> Reflector<K> {
                 resource: self.resource.clone(),
                 source: Box::new(e),
             })?;
-        let page = self
-            .decoder
-            .decode_list_parallel(body, self.decode_threads)
-            .await
-            .map_err(|source| ReflectorError::InvalidList {
-                resource: self.resource.clone(),
-                source,
-            })?;
+        let page =
+            self.decoder
+                .decode_list(&body)
+                .map_err(|source| ReflectorError::InvalidList {
+                    resource: self.resource.clone(),
+                    source,
+                })?;
+        drop(body);
         for bad in page.skipped {
             self.report(&ReflectorError::BadEvent {
                 op: Operation::List,
