@@ -62,54 +62,62 @@ fn add_get_done_1_worker(c: &mut Criterion) {
 }
 
 /// One producer adds distinct items; 8 worker tasks on a multi-threaded
-/// runtime get and finish them. Time per item until all are done.
+/// runtime (2 threads) get and finish them. Time per item until all are
+/// done. With `u64` items, and with `namespace/name` strings as in
+/// scenario (d) of `cargo xtask bench-compare`.
 fn add_get_done_8_workers(c: &mut Criterion) {
+    let mut g = c.benchmark_group("add_get_done");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("8_workers", |b| {
+        b.iter_custom(|iters| eight_workers(iters, |i| i))
+    });
+    g.bench_function("8_workers_string_keys", |b| {
+        b.iter_custom(|iters| eight_workers(iters, |i| format!("team-{}/web-{i:08}", i % 50)))
+    });
+    g.finish();
+}
+
+fn eight_workers<T: kcache_workqueue::QueueItem>(iters: u64, key: impl Fn(u64) -> T) -> Duration {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_time()
         .build()
         .unwrap();
-    let mut g = c.benchmark_group("add_get_done");
-    g.throughput(Throughput::Elements(1));
-    g.bench_function("8_workers", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let q: WorkQueue<u64> = WorkQueue::new();
-                let processed = Arc::new(AtomicU64::new(0));
-                let finished = Arc::new(tokio::sync::Notify::new());
-                let workers: Vec<_> = (0..8)
-                    .map(|_| {
-                        let q = q.clone();
-                        let processed = Arc::clone(&processed);
-                        let finished = Arc::clone(&finished);
-                        tokio::spawn(async move {
-                            while let Some(item) = q.get().await {
-                                q.done(&item);
-                                if processed.fetch_add(1, Ordering::Relaxed) + 1 == iters {
-                                    finished.notify_one();
-                                }
-                            }
-                        })
-                    })
-                    .collect();
-                let start = Instant::now();
-                for i in 0..iters {
-                    q.add(i);
-                    if i % 256 == 255 {
-                        tokio::task::yield_now().await;
+    let keys: Vec<T> = (0..iters).map(key).collect();
+    rt.block_on(async {
+        let q: WorkQueue<T> = WorkQueue::new();
+        let processed = Arc::new(AtomicU64::new(0));
+        let finished = Arc::new(tokio::sync::Notify::new());
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                let q = q.clone();
+                let processed = Arc::clone(&processed);
+                let finished = Arc::clone(&finished);
+                tokio::spawn(async move {
+                    while let Some(item) = q.get().await {
+                        q.done(&item);
+                        if processed.fetch_add(1, Ordering::Relaxed) + 1 == iters {
+                            finished.notify_one();
+                        }
                     }
-                }
-                finished.notified().await;
-                let elapsed = start.elapsed();
-                q.shut_down();
-                for w in workers {
-                    w.await.unwrap();
-                }
-                elapsed
+                })
             })
-        })
-    });
-    g.finish();
+            .collect();
+        let start = Instant::now();
+        for (i, k) in keys.into_iter().enumerate() {
+            q.add(k);
+            if i % 256 == 255 {
+                tokio::task::yield_now().await;
+            }
+        }
+        finished.notified().await;
+        let elapsed = start.elapsed();
+        q.shut_down();
+        for w in workers {
+            w.await.unwrap();
+        }
+        elapsed
+    })
 }
 
 const WAITING: u64 = 10_000;
