@@ -26,6 +26,20 @@ struct State<K> {
     closed: bool,
 }
 
+/// A drained queue keeps at most this much capacity: a burst (the initial
+/// list of 100k objects) otherwise leaves its tables allocated for the
+/// life of the informer.
+const DRAINED_CAPACITY: usize = 1024;
+
+impl<K> State<K> {
+    fn shrink_if_drained(&mut self) {
+        if self.queue.is_empty() && self.queue.capacity() > 4 * DRAINED_CAPACITY {
+            self.queue.shrink_to(DRAINED_CAPACITY);
+            self.items.shrink_to(DRAINED_CAPACITY);
+        }
+    }
+}
+
 /// A queue of per-key delta lists (client-go's `DeltaFIFO`).
 ///
 /// * A key is queued once, at its first delta; later deltas join its list in
@@ -370,6 +384,7 @@ impl<K> DeltaFifo<K> {
                         tracing::error!(key = %id, "item was queued but has no deltas; ignoring");
                         continue;
                     };
+                    st.shrink_if_drained();
                     let Some(process) = process.take() else {
                         return Err(PopError::Closed);
                     };
@@ -483,5 +498,39 @@ impl<K: 'static> Queue<K> for DeltaFifo<K> {
     }
     fn len(&self) -> usize {
         DeltaFifo::len(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_drained_queue_gives_back_the_room_of_a_burst() {
+        let fifo: DeltaFifo<serde_json::Value> = DeltaFifo::new(FifoOptions::default());
+        let items: Vec<CachedObject<serde_json::Value>> = (0..20_000)
+            .map(|i| {
+                CachedObject::from_bytes(
+                    format!(r#"{{"metadata":{{"name":"o{i}"}}}}"#).into_bytes(),
+                )
+                .unwrap()
+            })
+            .collect();
+        fifo.replace(items, "1").unwrap();
+        assert!(fifo.state.lock().queue.capacity() >= 20_000);
+        for _ in 0..20_000 {
+            fifo.pop(|_, _| Ok::<_, ()>(())).await.unwrap();
+        }
+        let st = fifo.state.lock();
+        assert!(
+            st.queue.capacity() <= 4 * DRAINED_CAPACITY,
+            "{}",
+            st.queue.capacity()
+        );
+        assert!(
+            st.items.capacity() <= 4 * DRAINED_CAPACITY,
+            "{}",
+            st.items.capacity()
+        );
     }
 }

@@ -213,6 +213,10 @@ impl<K: 'static> Listener<K> {
                         buf.busy = true;
                         break n;
                     }
+                    if buf.items.capacity() > 4 * INITIAL_BUFFER_SIZE {
+                        // a burst (the initial list) is over: give its room back
+                        buf.items.shrink_to(INITIAL_BUFFER_SIZE);
+                    }
                     buf.waiting = true;
                     buf = self.wake.wait(buf).unwrap_or_else(PoisonError::into_inner);
                     buf.waiting = false;
@@ -369,6 +373,23 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
         }
         panic!("handler saw {} of {n}", seen.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_drained_buffer_gives_back_the_room_of_a_burst() {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let l = listener(&seen);
+        for i in 0..20_000 {
+            l.add(add(i));
+        }
+        assert!(lock(&l.buffer).items.capacity() >= 20_000);
+        l.start().unwrap();
+        wait_count(&seen, 20_000);
+        wait_parked(&l);
+        let cap = lock(&l.buffer).items.capacity();
+        assert!(cap <= 4 * INITIAL_BUFFER_SIZE, "{cap}");
+        l.close();
+        l.join();
     }
 
     #[test]
