@@ -438,91 +438,6 @@ struct Page<K> {
     continue_token: Option<String>,
 }
 
-/// The next list page, requested while the current one is decoded; the
-/// request is cancelled if the page is not used.
-struct Prefetch {
-    /// The continue token it was requested with.
-    token: String,
-    task: tokio::task::JoinHandle<Result<Bytes, ReflectorError>>,
-}
-
-impl Prefetch {
-    async fn body(&mut self, resource: &str) -> Result<Bytes, ReflectorError> {
-        match (&mut self.task).await {
-            Ok(r) => r,
-            Err(e) => Err(ReflectorError::Body {
-                op: Operation::List,
-                resource: resource.to_owned(),
-                source: Box::new(e),
-            }),
-        }
-    }
-}
-
-impl Drop for Prefetch {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-/// Sends a request; a non-2xx answer becomes [`ReflectorError::Api`] with
-/// the Status it carried.
-async fn send_request(
-    client: &Client,
-    resource: &str,
-    op: Operation,
-    req: http::Request<Vec<u8>>,
-) -> Result<http::Response<Body>, ReflectorError> {
-    let resp =
-        client
-            .send(req.map(Body::from))
-            .await
-            .map_err(|source| ReflectorError::Transport {
-                op,
-                resource: resource.to_owned(),
-                source,
-            })?;
-    let status = resp.status();
-    if status.is_success() {
-        return Ok(resp);
-    }
-    let mut body = resp.into_body().into_data_stream();
-    let mut bytes = Vec::new();
-    while let Some(chunk) = body.next().await {
-        match chunk {
-            Ok(c) => {
-                bytes.extend_from_slice(&c[..c.len().min(MAX_ERROR_BODY - bytes.len())]);
-                if bytes.len() >= MAX_ERROR_BODY {
-                    break;
-                }
-            }
-            Err(_) => break,
-        }
-    }
-    Err(ReflectorError::Api {
-        op,
-        resource: resource.to_owned(),
-        error: ApiError::from_status_bytes(Some(status.as_u16()), &bytes),
-    })
-}
-
-/// A list page's whole body.
-async fn fetch_list_body(
-    client: &Client,
-    resource: &str,
-    req: http::Request<Vec<u8>>,
-) -> Result<Bytes, ReflectorError> {
-    let resp = send_request(client, resource, Operation::List, req).await?;
-    resp.into_body()
-        .collect_bytes()
-        .await
-        .map_err(|e| ReflectorError::Body {
-            op: Operation::List,
-            resource: resource.to_owned(),
-            source: Box::new(e),
-        })
-}
-
 /// Whether `held` (an object the store holds) is the same as `fresh` (just
 /// decoded): same key, and the same non-empty `metadata.uid` and
 /// `metadata.resourceVersion`. In Kubernetes an object's content changes
@@ -965,27 +880,8 @@ impl<K> Reflector<K> {
         let mut reused = 0;
         let mut cont: Option<String> = None;
         let mut paginated = false;
-        let mut prefetched: Option<Prefetch> = None;
         loop {
-            let body = match prefetched.take() {
-                Some(mut p) if Some(&p.token) == cont.as_ref() => p.body(&self.resource).await,
-                _ => {
-                    let req = self.list_request(rv, limit, cont.as_deref())?;
-                    fetch_list_body(&self.client, &self.resource, req).await
-                }
-            };
-            let page = body.and_then(|body| {
-                // The next page is requested before this one is decoded:
-                // its continue token is read from the list metadata, which
-                // precedes the items.
-                if limit.is_some()
-                    && let Some(Some(next)) = crate::split::peek_continue(&body)
-                {
-                    prefetched = self.prefetch(rv, limit, next);
-                }
-                self.decode_page(body)
-            });
-            match page {
+            match self.list_page(rv, limit, cont.as_deref()).await {
                 Err(e) if e.is_expired() && cont.is_some() => {
                     info!(error = %e, "the continue token expired; doing one full list");
                     // the pages so far are dropped before the full list
@@ -1025,13 +921,12 @@ impl<K> Reflector<K> {
         }
     }
 
-    /// The request for one list page.
-    fn list_request(
+    async fn list_page(
         &self,
         rv: &str,
         limit: Option<u32>,
         cont: Option<&str>,
-    ) -> Result<http::Request<Vec<u8>>, ReflectorError> {
+    ) -> Result<Page<K>, ReflectorError> {
         let mut lp = ListParams {
             label_selector: self.label_selector.clone(),
             field_selector: self.field_selector.clone(),
@@ -1063,31 +958,16 @@ impl<K> Reflector<K> {
             *req.uri_mut() = uri;
         }
         debug!(uri = %req.uri(), "list page");
-        Ok(req)
-    }
-
-    /// Requests the next page in a task of its own, so that it is sent and
-    /// received while this one is decoded (the page it asks for is the one
-    /// the continue token names either way: only the timing changes).
-    fn prefetch(&self, rv: &str, limit: Option<u32>, token: String) -> Option<Prefetch> {
-        let req = self.list_request(rv, limit, Some(&token)).ok()?;
-        let (client, resource) = (self.client.clone(), self.resource.clone());
-        let task = tokio::spawn(async move { fetch_list_body(&client, &resource, req).await });
-        Some(Prefetch { token, task })
-    }
-
-    async fn list_page(
-        &self,
-        rv: &str,
-        limit: Option<u32>,
-        cont: Option<&str>,
-    ) -> Result<Page<K>, ReflectorError> {
-        let req = self.list_request(rv, limit, cont)?;
-        let body = fetch_list_body(&self.client, &self.resource, req).await?;
-        self.decode_page(body)
-    }
-
-    fn decode_page(&self, body: Bytes) -> Result<Page<K>, ReflectorError> {
+        let resp = self.send(Operation::List, req).await?;
+        let body = resp
+            .into_body()
+            .collect_bytes()
+            .await
+            .map_err(|e| ReflectorError::Body {
+                op: Operation::List,
+                resource: self.resource.clone(),
+                source: Box::new(e),
+            })?;
         let page =
             self.decoder
                 .decode_list(&body)
@@ -1129,7 +1009,37 @@ impl<K> Reflector<K> {
         op: Operation,
         req: http::Request<Vec<u8>>,
     ) -> Result<http::Response<Body>, ReflectorError> {
-        send_request(&self.client, &self.resource, op, req).await
+        let resp = self
+            .client
+            .send(req.map(Body::from))
+            .await
+            .map_err(|source| ReflectorError::Transport {
+                op,
+                resource: self.resource.clone(),
+                source,
+            })?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let mut body = resp.into_body().into_data_stream();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = body.next().await {
+            match chunk {
+                Ok(c) => {
+                    bytes.extend_from_slice(&c[..c.len().min(MAX_ERROR_BODY - bytes.len())]);
+                    if bytes.len() >= MAX_ERROR_BODY {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        Err(ReflectorError::Api {
+            op,
+            resource: self.resource.clone(),
+            error: ApiError::from_status_bytes(Some(status.as_u16()), &bytes),
+        })
     }
 
     async fn open_watch(

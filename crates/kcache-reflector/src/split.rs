@@ -167,49 +167,6 @@ pub(crate) fn split_list(body: &[u8]) -> Option<SplitList> {
     Some(SplitList { envelope, items })
 }
 
-/// The list's `metadata.continue`, read before the items: `Some(token)`
-/// (`Some(None)` for the last page) when the body starts with its
-/// `metadata` member ahead of `items`, as the apiserver writes lists;
-/// `None` when that cannot be told without reading the whole body.
-pub(crate) fn peek_continue(body: &[u8]) -> Option<Option<String>> {
-    #[derive(serde::Deserialize)]
-    struct Meta {
-        #[serde(default, rename = "continue")]
-        continue_: Option<String>,
-    }
-    let mut i = skip_ws(body, 0);
-    if body.get(i) != Some(&b'{') {
-        return None;
-    }
-    i += 1;
-    loop {
-        i = skip_ws(body, i);
-        if body.get(i) != Some(&b'"') {
-            return None;
-        }
-        let key_end = string_end(body, i)?;
-        let key = &body[i..key_end];
-        i = skip_ws(body, key_end);
-        if body.get(i) != Some(&b':') {
-            return None;
-        }
-        i = skip_ws(body, i + 1);
-        if key == b"\"items\"" {
-            return None;
-        }
-        let end = value_end(body, i)?;
-        if key == b"\"metadata\"" {
-            let meta: Meta = serde_json::from_slice(&body[i..end]).ok()?;
-            return Some(meta.continue_.filter(|c| !c.is_empty()));
-        }
-        i = skip_ws(body, end);
-        if body.get(i) != Some(&b',') {
-            return None;
-        }
-        i += 1;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,31 +197,6 @@ mod tests {
         assert_eq!(env["items"], serde_json::json!([]));
         assert_eq!(env["metadata"]["continue"], "a]b\"}");
         assert_eq!(env["z"], serde_json::json!([{}]));
-    }
-
-    #[test]
-    fn peeks_the_continue_token_ahead_of_the_items() {
-        let page = br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5","continue":"tok\u0031","remainingItemCount":3},"items":[{"a":"]"}]}"#;
-        assert_eq!(peek_continue(page), Some(Some("tok1".into())));
-        let last =
-            br#"{"kind":"PodList","metadata":{"resourceVersion":"5","continue":""},"items":[]}"#;
-        assert_eq!(peek_continue(last), Some(None));
-        let no_continue = br#" { "metadata" : {"resourceVersion":"5"} , "items":[]}"#;
-        assert_eq!(peek_continue(no_continue), Some(None));
-        // items first, malformed metadata, cut short: unknown
-        assert_eq!(
-            peek_continue(br#"{"items":[],"metadata":{"continue":"x"}}"#),
-            None
-        );
-        assert_eq!(
-            peek_continue(br#"{"metadata":{"continue":7},"items":[]}"#),
-            None
-        );
-        assert_eq!(
-            peek_continue(br#"{"kind":"PodList","metadata":{"cont"#),
-            None
-        );
-        assert_eq!(peek_continue(b"[]"), None);
     }
 
     #[test]
