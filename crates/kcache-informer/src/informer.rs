@@ -25,6 +25,9 @@ use crate::snapshot::{
 /// How long the cluster identity GET may take before a cold start.
 const CLUSTER_ID_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Parked listeners are woken at least once per this many pops.
+const FLUSH_EVERY: u64 = 256;
+
 /// Which queue sits between the reflector and the indexer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FifoKind {
@@ -611,8 +614,11 @@ where
                 }
             }
             // Listeners are woken in batches while deltas keep coming; wake
-            // them for what is left once the queue has run dry.
-            if queue.is_empty() {
+            // them for what is left once the queue has run dry, and every
+            // FLUSH_EVERY pops in any case (a listener that gets few of a
+            // long run of deltas, e.g. one not resyncing during another's
+            // resync, does not wait for the whole run).
+            if pops.is_multiple_of(FLUSH_EVERY) || queue.is_empty() {
                 self.inner.processor.flush();
             }
             if let Some(target) = confirm_target
