@@ -1,6 +1,8 @@
 //! The Foo controller: reconcile, context and wiring.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
@@ -35,6 +37,54 @@ pub enum Error {
     /// Finalizer handling failed.
     #[error("{0}")]
     Finalizer(Box<FinalizerError<Error>>),
+    /// The Foo is being deleted, its Deployment is not there, but a create
+    /// of it whose answer was lost may still land: the finalizer stays for
+    /// now (retried until [`UNKNOWN_CREATE_GRACE`] has passed).
+    #[error(
+        "a create of Deployment {0:?} whose outcome is unknown may still land; keeping the finalizer for now"
+    )]
+    CreateMayStillLand(String),
+}
+
+/// How long after a create whose answer was lost (the connection broke)
+/// the cleanup waits for that Deployment to show up before it lets the Foo
+/// go: without a garbage collector, a create landing after the finalizer is
+/// removed would leave the Deployment behind for good. The apiserver
+/// finishes a request within seconds; this bounds the wait, it is not a
+/// proof (the fault suite's sample_controller_under_churn leaked one
+/// Deployment this way, once, on a loaded machine).
+pub const UNKNOWN_CREATE_GRACE: Duration = Duration::from_secs(15);
+
+/// Creates whose outcome is unknown, by Foo uid, with when they failed.
+#[derive(Debug, Default)]
+pub struct UnknownCreates(Mutex<HashMap<String, Instant>>);
+
+impl UnknownCreates {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+    /// A create for this Foo failed without an answer from the apiserver.
+    pub fn record(&self, foo_uid: &str, at: Instant) {
+        self.map().insert(foo_uid.to_owned(), at);
+    }
+    /// The outcome of the Foo's create is known (its Deployment was seen,
+    /// or the apiserver answered).
+    pub fn forget(&self, foo_uid: &str) {
+        self.map().remove(foo_uid);
+    }
+    /// Whether a create for this Foo may still land at `now`; forgets it
+    /// once the grace has passed.
+    pub fn may_still_land(&self, foo_uid: &str, now: Instant) -> bool {
+        let mut map = self.map();
+        match map.get(foo_uid) {
+            Some(at) if now.saturating_duration_since(*at) < UNKNOWN_CREATE_GRACE => true,
+            Some(_) => {
+                map.remove(foo_uid);
+                false
+            }
+            None => false,
+        }
+    }
 }
 
 /// What every reconcile shares.
@@ -46,6 +96,8 @@ pub struct Context {
     pub deployments: SharedIndexInformer<Deployment>,
     /// Events about Foos.
     pub recorder: Recorder,
+    /// Deployment creates whose answer was lost.
+    pub unknown_creates: Arc<UnknownCreates>,
 }
 
 /// Builds the Foo controller (owning Deployments) and its context on
@@ -60,6 +112,7 @@ pub fn build_controller(
         client: client.clone(),
         deployments: factory.informer::<Deployment>(),
         recorder: Recorder::new(client, Reporter::new(CONTROLLER_NAME)),
+        unknown_creates: Arc::default(),
     });
     let controller = Controller::<Foo>::new(factory, config.name(CONTROLLER_NAME))
         .owns::<Deployment>()
@@ -158,14 +211,31 @@ async fn apply(foo: Foo, ns: &str, ctx: &Context) -> Result<Action, Error> {
     let key = format!("{ns}/{name}");
     let deployment = match ctx.deployments.indexer().get_by_key(&key) {
         None => {
-            let created = deployments
+            let foo_uid = foo.metadata.uid.clone().unwrap_or_default();
+            let created = match deployments
                 .create(&PostParams::default(), &new_deployment(&foo))
-                .await?;
+                .await
+            {
+                Ok(created) => created,
+                Err(e) => {
+                    if matches!(e, kube::Error::Api(_)) {
+                        ctx.unknown_creates.forget(&foo_uid);
+                    } else {
+                        // no answer: the create may or may not have happened
+                        ctx.unknown_creates.record(&foo_uid, Instant::now());
+                    }
+                    return Err(e.into());
+                }
+            };
+            ctx.unknown_creates.forget(&foo_uid);
             tracing::info!(deployment = %key, "created deployment");
             changed = true;
             created
         }
         Some(cached) => {
+            if let Some(uid) = &foo.metadata.uid {
+                ctx.unknown_creates.forget(uid);
+            }
             if !controlled_by(cached.meta(), &foo) {
                 let msg = format!("Resource {name:?} already exists and is not managed by Foo");
                 publish(ctx, &foo, Event::warning("ErrResourceExists", msg)).await;
@@ -233,7 +303,12 @@ async fn cleanup(foo: Foo, ns: &str, ctx: &Context) -> Result<Action, Error> {
             .flatten(),
         None => None,
     };
+    let foo_uid = foo.metadata.uid.clone().unwrap_or_default();
+    if controlled_uid.is_none() && ctx.unknown_creates.may_still_land(&foo_uid, Instant::now()) {
+        return Err(Error::CreateMayStillLand(name));
+    }
     if let Some(uid) = controlled_uid {
+        ctx.unknown_creates.forget(&foo_uid);
         let params = DeleteParams {
             preconditions: Some(kube::api::Preconditions {
                 uid: Some(uid),
@@ -254,4 +329,26 @@ async fn cleanup(foo: Foo, ns: &str, ctx: &Context) -> Result<Action, Error> {
         .await;
     }
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_create_holds_the_cleanup_for_its_grace_only() {
+        let creates = UnknownCreates::default();
+        let t0 = Instant::now();
+        assert!(!creates.may_still_land("uid-1", t0));
+        creates.record("uid-1", t0);
+        assert!(creates.may_still_land("uid-1", t0 + Duration::from_secs(1)));
+        assert!(!creates.may_still_land("uid-2", t0));
+        // past the grace: no longer held, and forgotten
+        assert!(!creates.may_still_land("uid-1", t0 + UNKNOWN_CREATE_GRACE));
+        assert!(creates.map().is_empty());
+        // a known outcome releases it at once
+        creates.record("uid-3", t0);
+        creates.forget("uid-3");
+        assert!(!creates.may_still_land("uid-3", t0));
+    }
 }
