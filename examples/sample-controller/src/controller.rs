@@ -11,7 +11,7 @@ use kcache_controller::events::{Event, Recorder, Reporter};
 use kcache_controller::finalizer::{FinalizerError, FinalizerEvent, finalizer};
 use kcache_controller::{Action, Config, Controller, Predicate, Request};
 use kcache_informer::{SharedIndexInformer, SharedInformerFactory};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::Foo;
@@ -175,8 +175,13 @@ async fn publish(ctx: &Context, foo: &Foo, event: Event) {
 /// finalizer).
 pub async fn reconcile(req: Request<Foo>, ctx: Arc<Context>) -> Result<Action, Error> {
     let Some(foo) = req.object else {
-        // Deleted: the finalizer already removed its Deployment.
-        return Ok(Action::await_change());
+        // Deleted: normally the finalizer already removed its Deployment.
+        return delete_orphans(
+            &req.name,
+            req.namespace.as_deref().unwrap_or_default(),
+            &ctx,
+        )
+        .await;
     };
     let ns = req.namespace.clone().unwrap_or_default();
     let foos: Api<Foo> = Api::namespaced(ctx.client.clone(), &ns);
@@ -188,6 +193,48 @@ pub async fn reconcile(req: Request<Foo>, ctx: Arc<Context>) -> Result<Action, E
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+/// The Foo `name` is gone: deletes the Deployments still controlled by a
+/// Foo of that name that no longer exists. The finalizer normally leaves
+/// none, but a Foo deleted in the very moment its finalizer is being added
+/// can go without its cleanup running (the fault suite's
+/// sample_controller_under_churn saw it under load: the finalizer was
+/// added, the Deployment created, and the Foo deleted without ever showing
+/// a deletionTimestamp), and nothing else deletes a Deployment here (no
+/// garbage collector). Reads the apiserver, not the caches, which may lag.
+async fn delete_orphans(name: &str, ns: &str, ctx: &Context) -> Result<Action, Error> {
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    let foos: Api<Foo> = Api::namespaced(ctx.client.clone(), ns);
+    let live_uid = foos.get_opt(name).await?.and_then(|f| f.metadata.uid);
+    for d in deployments.list(&ListParams::default()).await? {
+        let Some(owner) = d
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true) && o.kind == "Foo" && o.name == name)
+        else {
+            continue;
+        };
+        if live_uid.as_deref() == Some(owner.uid.as_str()) {
+            continue; // its Foo is still there (the cache lags)
+        }
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: d.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        let dep = d.name_any();
+        match deployments.delete(&dep, &params).await {
+            Ok(_) => {
+                tracing::info!(deployment = %format!("{ns}/{dep}"), foo = %name, "deleted the deployment of a Foo that is gone")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Action::await_change())
 }
 
 fn controlled_by(meta: &kcache_core::Metadata, foo: &Foo) -> bool {
