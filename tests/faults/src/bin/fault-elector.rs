@@ -12,8 +12,11 @@
 //! `namespace/lease`, and while it leads "acts" every 20 ms. Each act, and
 //! each change of state, is appended to `log` as `<what> <unix nanos>`
 //! (`start`, `lead`, `act`, `stop` when the leading token is cancelled,
-//! `lost` when the election ended because renewals failed). After a loss
-//! it stands by again with the same identity.
+//! `lost` when the election ended because renewals failed). `lost` is
+//! written once the acting task has stopped (or after 1 s if it has not),
+//! so every `act` of a term comes before its `lost`: an `act` after it is
+//! a candidate acting without leading. After a loss it stands by again with
+//! the same identity.
 
 use std::io::Write as _;
 use std::sync::{Arc, Mutex};
@@ -82,12 +85,14 @@ async fn main() -> Result<(), String> {
         let elector =
             LeaderElector::new(config.clone(), lock.clone()).map_err(|e| e.to_string())?;
         let acting = log.clone();
+        let task: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let slot = task.clone();
         let lost = elector
             .run(
                 cancel.clone(),
                 LeaderCallbacks {
                     on_started_leading: Box::new(move |token| {
-                        tokio::spawn(async move {
+                        let acts = tokio::spawn(async move {
                             note(&acting, "lead");
                             loop {
                                 if token.is_cancelled() {
@@ -101,11 +106,23 @@ async fn main() -> Result<(), String> {
                                 }
                             }
                         });
+                        *slot
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(acts);
                     }),
                     ..LeaderCallbacks::default()
                 },
             )
             .await;
+        let acts = task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(acts) = acts {
+            // bounded: an acting task that ignores its token keeps going,
+            // and its later acts then show up after `lost`
+            let _ = tokio::time::timeout(Duration::from_secs(1), acts).await;
+        }
         if lost {
             note(&log, "lost");
         }
