@@ -8,8 +8,11 @@
 //!   sends (POST, PUT, PATCH, DELETE; the Lease's own excepted) is appended
 //!   to the file when sent, as `act <unix nanos> <method> <path>`: the
 //!   controller's acts;
-//! - `KCACHE_FAULT_RECONCILE_DELAY_MS=<n>`: every reconcile first waits
-//!   `n` ms (slow work), so that faults land while reconciles run.
+//! - `KCACHE_FAULT_RECONCILE_DELAY_MS=<min>-<max>` (or `<n>`): every
+//!   reconcile first waits between `min` and `max` ms, picked at random
+//!   (slow work of varying length), so that faults land while reconciles
+//!   run and an old leader's last reconcile may outlast a new leader's
+//!   first.
 
 use std::future::Future;
 use std::io::Write as _;
@@ -62,7 +65,9 @@ where
             *method,
             http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
         );
-        if write && !path.contains("/leases/") {
+        // the Lease's create (POST .../leases) and updates (.../leases/<name>)
+        let lease = path.contains("/leases/") || path.ends_with("/leases");
+        if write && !lease {
             let nanos = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos());
@@ -100,14 +105,28 @@ async fn main() -> anyhow::Result<()> {
                 .build())
         }));
     }
-    let delay = std::env::var("KCACHE_FAULT_RECONCILE_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_millis);
-    if let Some(delay) = delay {
+    if let Ok(range) = std::env::var("KCACHE_FAULT_RECONCILE_DELAY_MS") {
+        let (min, max) = range.split_once('-').unwrap_or((&range, &range));
+        let (min, max): (u64, u64) = (min.trim().parse()?, max.trim().parse()?);
+        anyhow::ensure!(min <= max, "KCACHE_FAULT_RECONCILE_DELAY_MS: {min} > {max}");
         hooks.before_reconcile = Some(Arc::new(move || {
-            Box::pin(tokio::time::sleep(delay)) as Pin<Box<dyn Future<Output = ()> + Send>>
+            let ms = min + random() % (max - min + 1);
+            Box::pin(tokio::time::sleep(Duration::from_millis(ms)))
+                as Pin<Box<dyn Future<Output = ()> + Send>>
         }));
     }
     cli::run(Args::parse(std::env::args().skip(1))?, hooks).await
+}
+
+/// A cheap random number (no seed to replay: the delays only make faults
+/// land while reconciles run).
+fn random() -> u64 {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
