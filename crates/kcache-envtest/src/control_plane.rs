@@ -28,12 +28,46 @@ pub const EXTERNAL_KUBECONFIG_ENV: &str = "KCACHE_E2E_KUBECONFIG";
 /// How long to wait for etcd and kube-apiserver to become ready by default.
 const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// What the apiserver's audit log records (see
+/// [`ControlPlaneBuilder::audit_log`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuditPolicy {
+    /// Every write (create, update, patch, delete, deletecollection) with
+    /// its request and response bodies, once complete (stage
+    /// `ResponseComplete`: `requestReceivedTimestamp` and `stageTimestamp`
+    /// give when it arrived and when it was answered); no reads.
+    Writes,
+    /// A policy of one's own: the YAML of an `audit.k8s.io/v1` `Policy`.
+    Custom(String),
+}
+
+impl AuditPolicy {
+    const WRITES: &'static str = "\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [\"RequestReceived\"]
+rules:
+  - level: RequestResponse
+    verbs: [\"create\", \"update\", \"patch\", \"delete\", \"deletecollection\"]
+  - level: None
+";
+
+    fn yaml(&self) -> &str {
+        match self {
+            AuditPolicy::Writes => Self::WRITES,
+            AuditPolicy::Custom(yaml) => yaml,
+        }
+    }
+}
+
 /// Configuration of a [`ControlPlane`] before it starts.
 #[derive(Debug, Clone)]
 pub struct ControlPlaneBuilder {
     start_timeout: Duration,
     detached: bool,
     extra_apiserver_args: Vec<String>,
+    audit: Option<AuditPolicy>,
 }
 
 impl Default for ControlPlaneBuilder {
@@ -42,6 +76,7 @@ impl Default for ControlPlaneBuilder {
             start_timeout: DEFAULT_START_TIMEOUT,
             detached: false,
             extra_apiserver_args: Vec::new(),
+            audit: None,
         }
     }
 }
@@ -72,6 +107,16 @@ impl ControlPlaneBuilder {
         self
     }
 
+    /// Turns on the apiserver's audit log (JSON lines, one event per
+    /// request, in the order the apiserver completes them) with `policy`;
+    /// it is written to [`ControlPlane::audit_log_path`] and survives
+    /// apiserver restarts (appended). Off by default (it costs a write per
+    /// request).
+    pub fn audit_log(mut self, policy: AuditPolicy) -> Self {
+        self.audit = Some(policy);
+        self
+    }
+
     /// Builds the binaries if needed, starts etcd and kube-apiserver, waits
     /// until the apiserver answers `/readyz`, and writes an admin kubeconfig.
     pub async fn start(self) -> Result<ControlPlane, EnvtestError> {
@@ -98,6 +143,7 @@ pub struct ControlPlane {
     apiserver_args: Vec<OsString>,
     start_timeout: Duration,
     detached: bool,
+    audit_log: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -285,6 +331,7 @@ impl ControlPlane {
             apiserver_args: Vec::new(),
             start_timeout: DEFAULT_START_TIMEOUT,
             detached: true,
+            audit_log: None,
         })
     }
 
@@ -374,6 +421,21 @@ impl ControlPlane {
             "--profiling=false".into(),
             "--v=1".into(),
         ];
+        let audit_log = match &opts.audit {
+            Some(policy) => {
+                let policy_path = run_dir.join("audit-policy.yaml");
+                write_file(&policy_path, policy.yaml())?;
+                let log = run_dir.join("audit.log");
+                apiserver_args.extend([
+                    format!("--audit-policy-file={}", policy_path.display()).into(),
+                    format!("--audit-log-path={}", log.display()).into(),
+                    "--audit-log-format=json".into(),
+                    "--audit-log-mode=blocking".into(),
+                ]);
+                Some(log)
+            }
+            None => None,
+        };
         apiserver_args.extend(opts.extra_apiserver_args.iter().map(OsString::from));
 
         let cp = ControlPlane {
@@ -389,6 +451,7 @@ impl ControlPlane {
             apiserver_args,
             start_timeout: opts.start_timeout,
             detached: opts.detached,
+            audit_log,
         };
         let etcd = cp.spawn("etcd", &binaries.etcd, &etcd_args)?;
         *lock(&cp.etcd) = Some(etcd);
@@ -517,6 +580,12 @@ impl ControlPlane {
     /// logs (`etcd.log`, `kube-apiserver.log`).
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
+    }
+
+    /// The apiserver's audit log, when turned on with
+    /// [`ControlPlaneBuilder::audit_log`].
+    pub fn audit_log_path(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
     }
 
     /// The admin client configuration.

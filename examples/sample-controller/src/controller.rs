@@ -1,6 +1,7 @@
 //! The Foo controller: reconcile, context and wiring.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -98,6 +99,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// Deployment creates whose answer was lost.
     pub unknown_creates: Arc<UnknownCreates>,
+    /// Deployments the orphan sweeper deleted (see `delete_orphans`): each
+    /// one a Foo that went away without its finalizer's cleanup.
+    pub orphans_deleted: Arc<AtomicU64>,
 }
 
 /// Builds the Foo controller (owning Deployments) and its context on
@@ -113,6 +117,7 @@ pub fn build_controller(
         deployments: factory.informer::<Deployment>(),
         recorder: Recorder::new(client, Reporter::new(CONTROLLER_NAME)),
         unknown_creates: Arc::default(),
+        orphans_deleted: Arc::default(),
     });
     let controller = Controller::<Foo>::new(factory, config.name(CONTROLLER_NAME))
         .owns::<Deployment>()
@@ -228,6 +233,7 @@ async fn delete_orphans(name: &str, ns: &str, ctx: &Context) -> Result<Action, E
         let dep = d.name_any();
         match deployments.delete(&dep, &params).await {
             Ok(_) => {
+                ctx.orphans_deleted.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(deployment = %format!("{ns}/{dep}"), foo = %name, "deleted the deployment of a Foo that is gone")
             }
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
