@@ -33,10 +33,13 @@ const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AuditPolicy {
-    /// Every write (create, update, patch, delete, deletecollection) with
-    /// its request and response bodies, once complete (stage
-    /// `ResponseComplete`: `requestReceivedTimestamp` and `stageTimestamp`
-    /// give when it arrived and when it was answered); no reads.
+    /// Every write (create, update, patch, delete, deletecollection): an
+    /// event when it arrives (stage `RequestReceived`, with its request
+    /// body) and one when it was answered (`ResponseComplete`, with the
+    /// request and response bodies; `requestReceivedTimestamp` and
+    /// `stageTimestamp` give when it arrived and when it was answered). A
+    /// write in flight when the apiserver was killed has only the first. No
+    /// reads.
     Writes,
     /// A policy of one's own: the YAML of an `audit.k8s.io/v1` `Policy`.
     Custom(String),
@@ -46,7 +49,7 @@ impl AuditPolicy {
     const WRITES: &'static str = "\
 apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: [\"RequestReceived\"]
+omitStages: [\"ResponseStarted\", \"Panic\"]
 rules:
   - level: RequestResponse
     verbs: [\"create\", \"update\", \"patch\", \"delete\", \"deletecollection\"]

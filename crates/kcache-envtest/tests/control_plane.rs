@@ -347,17 +347,35 @@ async fn audit_log_records_writes_in_order() {
         .map(|l| serde_json::from_str(l).unwrap())
         .filter(|e: &serde_json::Value| e["objectRef"]["namespace"] == ns.as_str())
         .collect();
-    let verbs: Vec<_> = events
+    let writes: Vec<_> = events
         .iter()
         .filter(|e| e["objectRef"]["resource"] == "configmaps")
-        .map(|e| e["verb"].as_str().unwrap().to_owned())
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["verb"].as_str().unwrap(),
+                e["stage"].as_str().unwrap()
+            )
+        })
         .collect();
-    // writes only, in order, with the response (the created object's uid)
-    assert_eq!(verbs, ["create", "delete"]);
+    // writes only, in order, each when received and when answered
+    assert_eq!(
+        writes,
+        [
+            "create RequestReceived",
+            "create ResponseComplete",
+            "delete RequestReceived",
+            "delete ResponseComplete"
+        ]
+    );
     let created = events
         .iter()
-        .find(|e| e["verb"] == "create" && e["objectRef"]["resource"] == "configmaps")
+        .find(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "configmaps"
+                && e["stage"] == "ResponseComplete"
+        })
         .unwrap();
-    assert_eq!(created["stage"], "ResponseComplete");
+    // with the response: the created object's uid
     assert!(created["responseObject"]["metadata"]["uid"].is_string());
 }
