@@ -40,7 +40,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -105,6 +105,7 @@ struct Counters {
     held_blackholed: AtomicU64,
     delayed: AtomicU64,
     open: AtomicU64,
+    unlistened: AtomicBool,
 }
 
 /// A snapshot of a proxy's counters.
@@ -132,6 +133,9 @@ pub struct ProxyStats {
     pub delayed: u64,
     /// Connections open now (accepted and not ended).
     pub open: u64,
+    /// The listening socket is closed ([`FaultProxy::unlisten`] has taken
+    /// effect): new connections are refused by the kernel.
+    pub unlistened: bool,
 }
 
 /// A loopback TCP proxy the test controls (see the [module docs](self)).
@@ -290,7 +294,8 @@ impl FaultProxy {
     /// that is down (a reflector backs off and watches again, without a
     /// relist), unlike [`FaultProxy::refuse`], whose accepted-then-reset
     /// connections are transport errors. Open connections are not touched.
-    /// `false` listens again on the same port.
+    /// `false` listens again on the same port. Both take effect shortly
+    /// after the call: [`ProxyStats::unlistened`] tells when.
     pub fn unlisten(&self, unlisten: bool) {
         self.faults.send_modify(|f| f.unlisten = unlisten);
     }
@@ -318,6 +323,7 @@ impl FaultProxy {
             held_blackholed: self.counters.held_blackholed.load(Ordering::Relaxed),
             delayed: self.counters.delayed.load(Ordering::Relaxed),
             open: self.counters.open.load(Ordering::Relaxed),
+            unlistened: self.counters.unlistened.load(Ordering::Relaxed),
         }
     }
 }
@@ -345,6 +351,7 @@ async fn accept_loop(
                 return;
             };
             drop(listener);
+            counters.unlistened.store(true, Ordering::Relaxed);
             listener = loop {
                 let (unlisten, shutdown) = {
                     let f = faults.borrow_and_update();
@@ -355,7 +362,10 @@ async fn accept_loop(
                 }
                 if !unlisten {
                     match TcpListener::bind(addr).await {
-                        Ok(l) => break l,
+                        Ok(l) => {
+                            counters.unlistened.store(false, Ordering::Relaxed);
+                            break l;
+                        }
                         // the port may still be held for a moment: retry
                         Err(_) => {
                             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -197,6 +197,7 @@ async fn unlisten_refuses_new_connections_and_keeps_open_ones() {
     tokio::time::timeout(Duration::from_secs(5), refused)
         .await
         .expect("new connections are refused (ECONNREFUSED)");
+    assert!(proxy.stats().unlistened);
     assert_eq!(
         roundtrip(&mut open, b"still", Duration::from_secs(5))
             .await
@@ -220,4 +221,5 @@ async fn unlisten_refuses_new_connections_and_keeps_open_ones() {
     tokio::time::timeout(Duration::from_secs(5), back)
         .await
         .expect("listening again on the same port");
+    assert!(!proxy.stats().unlistened);
 }

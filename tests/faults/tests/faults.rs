@@ -191,15 +191,24 @@ impl Proxied {
         )
     }
 
+    /// [`converge`]; on a failure, also prints what the proxy, the
+    /// informer's requests and its watch-error reports show.
     async fn converge(&self, cp: &ControlPlane, done: &DriverReport) -> Outcome {
-        converge(
-            &self.informer,
-            &self.rec,
-            &api(cp, &self.ns),
-            done,
-            CONVERGE,
-        )
-        .await
+        use futures::FutureExt as _;
+        let api = api(cp, &self.ns);
+        let check = converge(&self.informer, &self.rec, &api, done, CONVERGE);
+        match std::panic::AssertUnwindSafe(check).catch_unwind().await {
+            Ok(out) => out,
+            Err(panic) => {
+                eprintln!(
+                    "at the failure: proxy {:?}; requests {:?}; watch errors reported {:?}",
+                    self.proxy.stats(),
+                    self.http.kinds(),
+                    self.errors.all()
+                );
+                std::panic::resume_unwind(panic)
+            }
+        }
     }
 
     /// Checks the list path taken and stops the informer.
@@ -650,6 +659,14 @@ async fn compaction_on(path: ListPath) {
     // and watches again from its resourceVersion, without a relist); delete
     // the known keys, create new ones
     p.proxy.unlisten(true);
+    // cut only once nothing can connect: a re-watch that slipped in before
+    // would watch through the gap
+    eventually(
+        "the proxy stopped listening",
+        Duration::from_secs(5),
+        || p.proxy.stats().unlistened,
+    )
+    .await;
     p.proxy.cut_all();
     let mut gap_deleted = BTreeSet::new();
     for key in &known {

@@ -348,6 +348,10 @@ async fn sample_controller_under_churn() {
             }
             _ => {
                 proxy.unlisten(true);
+                let since = Instant::now();
+                while !proxy.stats().unlistened && since.elapsed() < Duration::from_secs(5) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
                 proxy.cut_all();
                 tokio::time::sleep(Duration::from_millis(rng.random_range(1000..3000))).await;
                 cp.restart_apiserver().await.expect("restart");
