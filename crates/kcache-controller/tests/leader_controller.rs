@@ -156,24 +156,24 @@ async fn lease_is_released_only_after_workers_stop() {
         ended >= stopped_at + kcache_controller::DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
         "the reconcile was dropped before the graceful timeout"
     );
-    assert_eq!(
-        store.record().unwrap().holder_identity,
-        "",
-        "the lease is released at shutdown (release_on_cancel)"
-    );
-    // The standby takes over promptly after the release, and only then.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // The standby acquires only after the reconcile ended ...
+    if let Some(taken) = *acquired.lock() {
+        assert!(
+            taken >= ended,
+            "the standby acquired the lease {:?} before the old leader's reconcile ended",
+            ended - taken
+        );
+    }
+    // ... and promptly: the lease was released (release_on_cancel), not
+    // left to expire (15 s after the last renewal).
+    let deadline = ended + Duration::from_secs(10);
     while acquired.lock().is_none() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let taken = acquired
         .lock()
-        .expect("the standby took the released lease");
-    assert!(
-        taken >= ended,
-        "the standby acquired the lease {:?} before the old leader's reconcile ended",
-        ended - taken
-    );
+        .expect("the standby took the released lease within 10 s");
+    assert!(taken >= ended);
     stop_standby.cancel();
     factory.shutdown().await;
 }
