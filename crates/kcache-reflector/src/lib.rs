@@ -102,6 +102,7 @@ mod backoff;
 mod decode;
 mod error;
 mod framing;
+mod limits;
 mod metrics;
 #[cfg(feature = "prometheus")]
 mod prometheus;
@@ -111,10 +112,14 @@ mod split;
 pub use backoff::BackoffConfig;
 pub use decode::{Bookmark, EventDecoder, ListPage, WatchEvent};
 pub use error::{
-    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION, Operation,
-    ReflectorError,
+    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION,
+    MAX_DISPLAYED_MESSAGE, Operation, ReflectorError, TimeoutPhase,
 };
 pub use framing::{DEFAULT_MAX_FRAME, FrameTooLarge, LineFramer};
+pub use limits::{
+    DEFAULT_LIST_BODY_IDLE_TIMEOUT, DEFAULT_LIST_BODY_TIMEOUT, DEFAULT_MAX_LIST_BYTES,
+    DEFAULT_RESPONSE_HEADERS_TIMEOUT, RequestTimeouts,
+};
 pub use metrics::{
     CounterMetric, MetricsProvider, NoopMetric, NoopMetricsProvider, SettableGaugeMetric,
 };
