@@ -69,6 +69,9 @@ const MAX_ERROR_BODY: usize = 1 << 20;
 /// Largest part of a server-provided resourceVersion shown in a log line.
 const MAX_LOGGED_RV: usize = 64;
 
+/// Largest part of a request URI shown in a log line.
+const MAX_LOGGED_URI: usize = 1024;
+
 type DataStream = Pin<Box<dyn Stream<Item = Result<Bytes, kube::Error>> + Send>>;
 
 /// Configures a [`Reflector`]; obtained from [`Reflector::builder`] or
@@ -1046,7 +1049,8 @@ impl<K> Reflector<K> {
         {
             *req.uri_mut() = uri;
         }
-        debug!(uri = %req.uri(), "list page");
+        // the URI carries a server-sent resourceVersion or continue token
+        debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "list page");
         let resp = self.send(Operation::List, req).await?;
         let content_length = resp
             .headers()
@@ -1187,7 +1191,7 @@ impl<K> Reflector<K> {
             http::header::ACCEPT_ENCODING,
             http::HeaderValue::from_static("identity"),
         );
-        debug!(uri = %req.uri(), "watch");
+        debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "watch");
         self.metrics.watches.inc();
         let resp = self.send(op, req).await?;
         let idle_limit = self
