@@ -40,7 +40,10 @@ pub const DEFAULT_MAX_LIST_BYTES: usize = 2 << 30;
 /// them: the apiserver ends a LIST itself after its `--request-timeout`
 /// (60 s by default) plus at most 15 s of priority-and-fairness queueing,
 /// and a watch's headers come as soon as the watch is registered. Raise
-/// them for an apiserver run with a longer `--request-timeout`.
+/// them for an apiserver run with a longer `--request-timeout`, and
+/// `response_headers` above the watch idle limit behind a proxy that holds
+/// a watch's headers until its first event. A zero duration fails every
+/// request; `Duration::MAX` in effect turns a deadline off.
 ///
 /// ```
 /// use std::time::Duration;
