@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime};
 use kcache_core::{BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
-use kcache_reflector::{MetricsProvider, Reflector, ReflectorError};
+use kcache_reflector::{
+    DEFAULT_MAX_LIST_BYTES, MetricsProvider, Reflector, ReflectorError, RequestTimeouts,
+};
 use kube::{Client, Resource};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -75,6 +77,16 @@ pub struct ListOptions {
     /// connection) and open a new one; `None`: the reflector's default, the
     /// watch's server-side timeout plus 30 s.
     pub watch_idle_timeout: Option<Duration>,
+    /// Deadlines on the reflector's requests: response headers, LIST page
+    /// bodies (default: [`RequestTimeouts::default`]).
+    pub request_timeouts: RequestTimeouts,
+    /// Largest LIST page body, in bytes (default: 2 GiB); see
+    /// `ReflectorBuilder::max_list_page_bytes`.
+    pub max_list_page_bytes: usize,
+    /// Largest total of a streaming list's buffered initial events, in
+    /// bytes (default: 2 GiB); see
+    /// `ReflectorBuilder::max_initial_events_bytes`.
+    pub max_initial_events_bytes: usize,
 }
 
 impl Default for ListOptions {
@@ -87,6 +99,9 @@ impl Default for ListOptions {
             use_watch_list: true,
             object_options: ObjectOptions::default(),
             watch_idle_timeout: None,
+            request_timeouts: RequestTimeouts::default(),
+            max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
+            max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
         }
     }
 }
@@ -930,7 +945,10 @@ where
                 .name(self.inner.name.clone())
                 .page_size(o.page_size)
                 .use_watch_list(o.use_watch_list)
-                .object_options(o.object_options.clone());
+                .object_options(o.object_options.clone())
+                .request_timeouts(o.request_timeouts)
+                .max_list_page_bytes(o.max_list_page_bytes)
+                .max_initial_events_bytes(o.max_initial_events_bytes);
         if let Some(ns) = &o.namespace {
             rb = rb.namespace(ns.clone());
         }
