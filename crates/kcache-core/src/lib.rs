@@ -60,8 +60,8 @@ pub use object::{
 };
 pub use selector::{LabelSet, Operator, Requirement, Selector, SelectorError};
 pub use shard_selector::{
-    HASH_SPACE_END, MAX_SELECTOR_LEN, MAX_SHARDS, ShardField, ShardRange, ShardSelector,
-    ShardSelectorError, ShardSlots, shard_hash,
+    HASH_SPACE_END, MAX_QUERY_VALUE_LEN, MAX_SELECTOR_LEN, MAX_SHARDS, ShardField, ShardRange,
+    ShardSelector, ShardSelectorError, ShardSlots, shard_hash,
 };
 pub use store::{KeyListerGetter, Store, StoreError};
 pub use string_map::StringMap;

@@ -22,7 +22,10 @@
 //!   spelled `'0x10000000000000000'` (17 digits); `start < end`;
 //! * ranges are joined with ` || `; all must name the same field;
 //! * the expression is parsed by CEL, limited to 100,000 characters
-//!   ([`MAX_SELECTOR_LEN`]).
+//!   ([`MAX_SELECTOR_LEN`]); a client meets a lower limit first: the
+//!   request URI, at most 65,534 bytes in the `http` crate under `kube`,
+//!   so a selector's query value is kept under [`MAX_QUERY_VALUE_LEN`]
+//!   (659 uid ranges).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -36,11 +39,21 @@ pub const HASH_SPACE_END: u128 = 1 << 64;
 
 /// The longest selector the apiserver accepts, in characters: its CEL
 /// parser's default expression size limit (`cel-go@v0.29.2/parser/parser.go`,
-/// `expressionSizeCodePointLimit = 100_000`). About 1,200 ranges.
+/// `expressionSizeCodePointLimit = 100_000`), 1,265 uid ranges. A client
+/// cannot send that much through `kube` (see [`MAX_QUERY_VALUE_LEN`]).
 pub const MAX_SELECTOR_LEN: usize = 100_000;
+
+/// The longest [`ShardSelector::to_query_value`] a selector may have, in
+/// bytes: the `http` crate under `kube` refuses request URIs over 65,534
+/// bytes, and the path and the other list parameters need the rest. That is
+/// 659 uid or 618 namespace ranges at most; [`ShardSelector::new`] enforces it.
+pub const MAX_QUERY_VALUE_LEN: usize = 60_000;
 
 /// The most ranges [`ShardRange::split`] and [`ShardSlots`] cut the space into.
 pub const MAX_SHARDS: usize = 1 << 16;
+
+/// `" || "` as a query value.
+const QUERY_SEPARATOR: &str = "%20%7C%7C%20";
 
 const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
@@ -114,14 +127,14 @@ pub enum ShardSelectorError {
         /// The path as written.
         path: String,
     },
-    /// The rendered selector is longer than the apiserver accepts.
+    /// The selector is too long to send in a request URI.
     #[error(
-        "a shard selector of {ranges} ranges renders to {len} characters, over the apiserver's limit of {MAX_SELECTOR_LEN}: use fewer, wider ranges"
+        "a shard selector of {ranges} ranges is {len} bytes as a query value, over the {MAX_QUERY_VALUE_LEN} that keep a request URI sendable: use fewer, wider ranges"
     )]
     TooLong {
         /// How many ranges.
         ranges: usize,
-        /// The rendered length.
+        /// The length of its query value ([`ShardSelector::to_query_value`]).
         len: usize,
     },
     /// A split into 0 parts, more than [`MAX_SHARDS`], or more parts than the
@@ -326,15 +339,15 @@ impl ShardRange {
         );
     }
 
-    /// Length of [`render`](Self::render): `shardRange(` path `, '` bound
-    /// `', '` bound `')`.
-    fn rendered_len(&self, field: ShardField) -> usize {
+    /// Length of [`render`](Self::render) as a query value:
+    /// `shardRange(` path `,%20'` bound `',%20'` bound `')`.
+    fn query_len(&self, field: ShardField) -> usize {
         let end_digits = if self.end == HASH_SPACE_END { 17 } else { 16 };
         "shardRange(".len()
             + field.path().len()
-            + ", '0x".len()
+            + ",%20'0x".len()
             + 16
-            + "', '0x".len()
+            + "',%20'0x".len()
             + end_digits
             + "')".len()
     }
@@ -390,8 +403,8 @@ pub struct ShardSelector {
 
 impl ShardSelector {
     /// A selector over `field` with the given ranges (in any order). Errors
-    /// when there is none, when two overlap, or when the rendering would be
-    /// longer than the apiserver accepts ([`MAX_SELECTOR_LEN`]).
+    /// when there is none, when two overlap, or when its query value would
+    /// be longer than [`MAX_QUERY_VALUE_LEN`].
     pub fn new(
         field: ShardField,
         ranges: impl IntoIterator<Item = ShardRange>,
@@ -409,9 +422,9 @@ impl ShardSelector {
                 });
             }
         }
-        let len = ranges.iter().map(|r| r.rendered_len(field)).sum::<usize>()
-            + " || ".len() * (ranges.len() - 1);
-        if len > MAX_SELECTOR_LEN {
+        let len = ranges.iter().map(|r| r.query_len(field)).sum::<usize>()
+            + QUERY_SEPARATOR.len() * (ranges.len() - 1);
+        if len > MAX_QUERY_VALUE_LEN {
             return Err(ShardSelectorError::TooLong {
                 ranges: ranges.len(),
                 len,
@@ -480,20 +493,12 @@ impl ShardSelector {
         self.ranges.iter().map(ShardRange::fraction).sum()
     }
 
-    /// The selector as a percent-encoded query value, for
-    /// `?shardSelector=<this>` (every byte but `A-Z a-z 0-9 - . _ ~` escaped).
+    /// The selector as a query value, for `?shardSelector=<this>`: the
+    /// rendering with space escaped as `%20` and `|` as `%7C`; `(`, `)`,
+    /// `'`, `,` and `.` may stand in a query as they are (RFC 3986), and
+    /// the apiserver reads them so. At most [`MAX_QUERY_VALUE_LEN`] bytes.
     pub fn to_query_value(&self) -> String {
-        use fmt::Write as _;
-        let raw = self.to_string();
-        let mut out = String::with_capacity(raw.len() * 2);
-        for b in raw.bytes() {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-                out.push(char::from(b));
-            } else {
-                let _ = write!(out, "%{b:02X}");
-            }
-        }
-        out
+        self.to_string().replace(' ', "%20").replace('|', "%7C")
     }
 }
 
@@ -897,7 +902,13 @@ mod tests {
         );
         assert_eq!(
             halves[0].to_query_value(),
-            "shardRange%28object.metadata.uid%2C%20%270x0000000000000000%27%2C%20%270x8000000000000000%27%29"
+            "shardRange(object.metadata.uid,%20'0x0000000000000000',%20'0x8000000000000000')"
+        );
+        assert_eq!(
+            two.to_query_value(),
+            "shardRange(object.metadata.namespace,%20'0x0000000000000010',%20'0x00000000000000ff')\
+             %20%7C%7C%20\
+             shardRange(object.metadata.namespace,%20'0xc000000000000000',%20'0x10000000000000000')"
         );
     }
 
@@ -1050,34 +1061,49 @@ mod tests {
     }
 
     #[test]
-    fn too_long_selectors_are_rejected_at_the_apiserver_limit() {
-        // uid ranges render to 75 characters (76 with the 2^64 end), plus 4 for " || "
+    fn too_long_selectors_are_rejected_before_the_uri_limit() {
+        // a uid range is 79 bytes as a query value (80 with the 2^64 end),
+        // " || " 12: 659 ranges fit in 60,000 bytes, 660 do not
         let slots = ShardSlots::new(4096).unwrap();
-        let even = |n: usize| slots.selector(ShardField::Uid, (0..n).map(|i| i * 2));
-        let fits = (MAX_SELECTOR_LEN + 4) / 79;
-        let sel = even(fits).unwrap();
-        assert!(sel.to_string().len() <= MAX_SELECTOR_LEN);
-        assert_eq!(sel.ranges().len(), fits);
-        match even(fits + 1) {
-            Err(ShardSelectorError::TooLong { ranges, len }) => {
-                assert_eq!(ranges, fits + 1);
-                assert!(len > MAX_SELECTOR_LEN);
+        let even = |field, n: usize| slots.selector(field, (0..n).map(|i| i * 2));
+        for (field, fits) in [(ShardField::Uid, 659), (ShardField::Namespace, 618)] {
+            let sel = even(field, fits).unwrap();
+            assert_eq!(sel.ranges().len(), fits);
+            assert!(sel.to_query_value().len() <= MAX_QUERY_VALUE_LEN);
+            match even(field, fits + 1) {
+                Err(ShardSelectorError::TooLong { ranges, len }) => {
+                    assert_eq!(ranges, fits + 1);
+                    assert!(len > MAX_QUERY_VALUE_LEN);
+                }
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
         }
-        // the computed length is the rendered length, with and without the 2^64 end
+        // the computed length is the query value's, with and without the 2^64 end
         for sel in [
-            sel,
+            even(ShardField::Uid, 659).unwrap(),
             slots.selector(ShardField::Namespace, [1, 4095]).unwrap(),
+            slots.selector(ShardField::Uid, [4095]).unwrap(),
         ] {
             let len: usize = sel
                 .ranges()
                 .iter()
-                .map(|r| r.rendered_len(sel.field()))
+                .map(|r| r.query_len(sel.field()))
                 .sum::<usize>()
-                + 4 * (sel.ranges().len() - 1);
-            assert_eq!(len, sel.to_string().len());
+                + QUERY_SEPARATOR.len() * (sel.ranges().len() - 1);
+            assert_eq!(len, sel.to_query_value().len());
         }
+        // parse accepts up to the apiserver's own limit
+        let long = std::iter::repeat_n(
+            "shardRange(object.metadata.uid, '0x0000000000000000', '0x0000000000000001')",
+            1,
+        )
+        .chain(std::iter::repeat_n(" ", MAX_SELECTOR_LEN))
+        .collect::<String>();
+        assert!(matches!(
+            ShardSelector::parse(&long),
+            Err(ShardSelectorError::Syntax { .. })
+        ));
+        assert!(ShardSelector::parse(long.trim_end()).is_ok());
     }
 
     #[test]
