@@ -545,7 +545,7 @@ impl FromStr for ShardSelector {
 /// use kcache_core::{ShardField, ShardSlots};
 /// let slots = ShardSlots::new(8)?;
 /// // slots 0,1 and 4 to member "a", the rest to "b"
-/// let by_member = slots.selectors_by_owner(ShardField::Uid, |s| if matches!(s, 0 | 1 | 4) { "a" } else { "b" });
+/// let by_member = slots.selectors_by_owner(ShardField::Uid, |s| if matches!(s, 0 | 1 | 4) { "a" } else { "b" })?;
 /// assert_eq!(by_member["a"].ranges().len(), 2); // [0,2) and [4,5), as two ranges
 /// assert_eq!(by_member["b"].ranges().len(), 2); // [2,4) and [5,8)
 /// # Ok::<_, kcache_core::ShardSelectorError>(())
@@ -627,11 +627,13 @@ impl ShardSlots {
 
     /// Every member's selector, given the owner of each slot: `owner(slot)`
     /// is called once per slot, in order. Members owning no slot are absent.
+    /// Errors ([`ShardSelectorError::TooLong`]) when a member's slots make
+    /// more ranges than a request can carry.
     pub fn selectors_by_owner<M: Ord>(
         &self,
         field: ShardField,
         mut owner: impl FnMut(usize) -> M,
-    ) -> BTreeMap<M, ShardSelector> {
+    ) -> Result<BTreeMap<M, ShardSelector>, ShardSelectorError> {
         let mut ranges: BTreeMap<M, Vec<ShardRange>> = BTreeMap::new();
         for slot in 0..self.count {
             let r = ShardRange {
@@ -646,7 +648,7 @@ impl ShardSlots {
         }
         ranges
             .into_iter()
-            .map(|(m, ranges)| (m, ShardSelector { field, ranges }))
+            .map(|(m, ranges)| Ok((m, ShardSelector::new(field, ranges)?)))
             .collect()
     }
 }
@@ -1220,7 +1222,15 @@ mod tests {
 
         // an owner table: each member's selector holds exactly its slots' hashes
         let owner = |s: usize| ["a", "b", "c"][(s * 7) % 3];
-        let by = slots.selectors_by_owner(ShardField::Namespace, owner);
+        let by = slots
+            .selectors_by_owner(ShardField::Namespace, owner)
+            .unwrap();
+        // alternating owners over many slots: too many ranges for one request
+        let many = ShardSlots::new(4096).unwrap();
+        assert!(matches!(
+            many.selectors_by_owner(ShardField::Uid, |s| s % 2),
+            Err(ShardSelectorError::TooLong { ranges: 2048, .. })
+        ));
         assert_eq!(by.len(), 3);
         let total: f64 = by.values().map(ShardSelector::fraction).sum();
         assert!((total - 1.0).abs() < 1e-12);

@@ -373,7 +373,9 @@ async fn shard_hash_matches_the_apiserver() {
 
     // uid: several ranges per member (16 slots over 3 members)
     let slots = ShardSlots::new(16).unwrap();
-    let by_member = slots.selectors_by_owner(ShardField::Uid, |s| (s * 5) % 3);
+    let by_member = slots
+        .selectors_by_owner(ShardField::Uid, |s| (s * 5) % 3)
+        .unwrap();
     let mut parts = Vec::new();
     for (m, sel) in &by_member {
         parts
