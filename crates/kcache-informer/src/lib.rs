@@ -99,8 +99,8 @@ pub use error::InformerError;
 pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};
 pub use handler::{FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs};
 pub use informer::{
-    FifoKind, HasSynced, ListOptions, ResourceEventHandlerRegistration, SharedIndexInformer,
-    SharedIndexInformerBuilder, TransformFunc, WatchErrorHandler, strip_managed_fields,
-    wait_for_cache_sync,
+    DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, FifoKind, HasSynced, ListOptions,
+    ResourceEventHandlerRegistration, SharedIndexInformer, SharedIndexInformerBuilder,
+    TransformFunc, WatchErrorHandler, strip_managed_fields, wait_for_cache_sync,
 };
 pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};
