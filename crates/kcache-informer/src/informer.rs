@@ -600,8 +600,11 @@ where
     ///
     /// The handle yields what [`run`](Self::run) returns; only the owner
     /// should cancel `cancel` (an informer shared through a factory belongs
-    /// to the factory when the factory started it first). Needs a tokio
-    /// runtime.
+    /// to the factory when the factory started it first).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, like `tokio::spawn`.
     pub fn try_start(
         &self,
         cancel: CancellationToken,
