@@ -102,6 +102,8 @@ mod backoff;
 mod decode;
 mod error;
 mod framing;
+#[doc(hidden)]
+pub mod fuzzing;
 mod metrics;
 #[cfg(feature = "prometheus")]
 mod prometheus;
