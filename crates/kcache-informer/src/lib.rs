@@ -91,6 +91,8 @@
 
 mod error;
 mod factory;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handler;
 mod informer;
 mod listener;
