@@ -853,17 +853,26 @@ where
                 }
             }
         }
+        // The factory runs its informers; a primary nobody runs yet (one
+        // given to `for_informer`, not from the factory) is claimed and run
+        // by this controller, and only then stopped by it.
         factory.start();
-        if !primary.has_started() {
-            let informer = primary.clone();
-            // Not a child of `stop`: the cache stays live while running
-            // reconciles finish.
-            let token = CancellationToken::new();
+        // Not a child of `stop`: the cache stays live while running
+        // reconciles finish.
+        let token = CancellationToken::new();
+        if let Some(task) = primary.try_start(token.clone()) {
+            let informer = primary.name().to_owned();
             cleanup.primary = Some((
-                token.clone(),
+                token,
                 tokio::spawn(async move {
-                    if let Err(e) = informer.run(token).await {
-                        tracing::error!(informer = %informer.name(), error = %e, "primary informer did not run");
+                    match task.await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(%informer, error = %e, "the primary informer did not run")
+                        }
+                        Err(e) => {
+                            tracing::warn!(%informer, error = %e, "the primary informer's task failed")
+                        }
                     }
                 }),
             ));
