@@ -71,10 +71,8 @@ impl io::Write for Logs {
 
 type Seen = Arc<Mutex<BTreeSet<String>>>;
 
-fn reconciler() -> impl Fn(
-    Request<ConfigMap>,
-    Arc<Mutex<BTreeSet<String>>>,
-) -> std::future::Ready<Result<Action, io::Error>> {
+fn reconciler() -> impl Fn(Request<ConfigMap>, Seen) -> std::future::Ready<Result<Action, io::Error>>
+{
     |req, seen| {
         seen.lock().insert(req.key);
         std::future::ready(Ok(Action::await_change()))
