@@ -9,7 +9,11 @@
 //!
 //! It connects to `server-url` (normally a fault proxy) with the
 //! kubeconfig's credentials, runs a [`LeaderElector`] on the Lease
-//! `namespace/lease`, and while it leads "acts" every 20 ms. Each act, and
+//! `namespace/lease`, and while it leads "acts" every 20 ms, each time
+//! after checking both its leading token and, on the clock, that its renew
+//! deadline has not passed ([`LeaderElector::lease_expiry`] minus lease
+//! duration minus renew deadline): the token alone is cancelled by the
+//! elector's task, which after a pause (SIGSTOP) may run after this one. Each act, and
 //! each change of state, is appended to `log` as `<what> <unix nanos>`
 //! (`start`, `lead`, `act`, `stop` when the leading token is cancelled,
 //! `lost` when the election ended because renewals failed). `lost` is
@@ -81,9 +85,13 @@ async fn main() -> Result<(), String> {
         .renew_deadline(renew_deadline)
         .retry_period(retry_period);
     let cancel = CancellationToken::new();
+    // a leader acts only before its renew deadline: the last successful
+    // lease write started less than the renew deadline ago
+    let margin = lease_duration.saturating_sub(renew_deadline);
     loop {
         let elector =
-            LeaderElector::new(config.clone(), lock.clone()).map_err(|e| e.to_string())?;
+            Arc::new(LeaderElector::new(config.clone(), lock.clone()).map_err(|e| e.to_string())?);
+        let guard = elector.clone();
         let acting = log.clone();
         let task: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>> = Arc::default();
         let slot = task.clone();
@@ -95,7 +103,15 @@ async fn main() -> Result<(), String> {
                         let acts = tokio::spawn(async move {
                             note(&acting, "lead");
                             loop {
-                                if token.is_cancelled() {
+                                // The token is cancelled by the elector's
+                                // own task, which may run after this one
+                                // (after a pause every expired timer fires at
+                                // once): the lease is also checked on the
+                                // clock before each act.
+                                let in_time = guard.lease_expiry().is_some_and(|expiry| {
+                                    tokio::time::Instant::now() + margin < expiry
+                                });
+                                if token.is_cancelled() || !in_time {
                                     note(&acting, "stop");
                                     return;
                                 }
