@@ -10,8 +10,9 @@
 //! Two kinds of candidates:
 //! - [`leader_election_kill_and_partition`]: `fault-elector`, a bare
 //!   [`kcache_controller::LeaderElector`] whose acts are 20 ms ticks while
-//!   its leading token is not cancelled (`lead`, `act`, `stop`, `lost`
-//!   lines);
+//!   its leading token is not cancelled and its renew deadline (from
+//!   `LeaderElector::lease_expiry`) is ahead on the clock (`lead`, `act`,
+//!   `stop`, `lost` lines);
 //! - [`leader_election_sample_controller`]: `fault-sample-controller`, the
 //!   sample controller's own command line with `--leader-elect` (its
 //!   `Controller::run` leader path), whose acts are its write requests to
