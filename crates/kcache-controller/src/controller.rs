@@ -7,6 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -443,6 +444,10 @@ pub struct ControllerHandle {
     enqueuer: Arc<OnceLock<Enqueuer>>,
     stop: CancellationToken,
     health: Health,
+    /// Set by `leader_election`.
+    leader_elected: Arc<AtomicBool>,
+    /// The elector, once `run` created it.
+    lease: Arc<OnceLock<Arc<LeaderElector>>>,
 }
 
 impl fmt::Debug for ControllerHandle {
@@ -474,6 +479,60 @@ impl ControllerHandle {
     pub fn health(&self) -> Health {
         self.health.clone()
     }
+
+    /// Whether this replica may act now: always without leader election;
+    /// with it, only while it leads and its renew deadline has not passed
+    /// on this process's clock (see [`LeaderElector::may_act`]).
+    pub fn may_act(&self) -> bool {
+        if !self.leader_elected.load(Ordering::SeqCst) {
+            return true;
+        }
+        self.lease.get().is_some_and(|e| e.may_act())
+    }
+
+    /// `client`, fenced by this controller's lease: its writes (POST, PUT,
+    /// PATCH, DELETE) are not sent, and fail with [`NotLeading`], while
+    /// this replica may not act ([`may_act`](Self::may_act)); reads always
+    /// pass. Give it to the reconciler for its writes: a leader that lost
+    /// its lease (cut off, or paused and resumed after a standby took
+    /// over) then cannot write, even from a reconcile that ignores its
+    /// cancellation. A write already sent is not recalled: keep writes
+    /// guarded by the apiserver's preconditions (resourceVersion, uid).
+    /// Without leader election the fence lets everything through.
+    pub fn fenced_client(&self, client: kube::Client) -> kube::Client {
+        let namespace = client.default_namespace().to_owned();
+        let handle = self.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (client, handle) = (client.clone(), handle.clone());
+            async move {
+                let write = !matches!(
+                    *req.method(),
+                    http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+                );
+                if write && !handle.may_act() {
+                    return Err(kube::Error::Service(Box::new(NotLeading {
+                        method: req.method().clone(),
+                        path: req.uri().path().to_owned(),
+                    })));
+                }
+                client.send(req).await
+            }
+        });
+        kube::Client::new(service, namespace)
+    }
+}
+
+/// A write refused by a [`ControllerHandle::fenced_client`]: this replica
+/// does not lead (or its lease may already have been taken over).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "not sent: {method} {path}: this replica is not the leader (or its renew deadline passed), so another replica may be acting"
+)]
+pub struct NotLeading {
+    /// The request's method.
+    pub method: http::Method,
+    /// The request's path.
+    pub path: String,
 }
 
 /// A controller for the primary resource `K`: client-go's sample-controller
@@ -566,6 +625,8 @@ where
                 enqueuer: Arc::new(OnceLock::new()),
                 stop: CancellationToken::new(),
                 health: Health::default(),
+                leader_elected: Arc::new(AtomicBool::new(false)),
+                lease: Arc::new(OnceLock::new()),
             },
         }
     }
@@ -691,6 +752,7 @@ where
         config: LeaderElectionConfig,
         lock: impl LeaseLock + 'static,
     ) -> Self {
+        self.handle.leader_elected.store(true, Ordering::SeqCst);
         self.leader = Some((config, Arc::new(lock)));
         self
     }
@@ -975,6 +1037,15 @@ where
         handle.health.set_synced(true);
         tracing::info!(controller = %name, "caches synced");
 
+        let elector = match leader {
+            None => None,
+            Some((le_config, lock)) => {
+                let elector = Arc::new(LeaderElector::new(le_config, lock)?);
+                let _ = handle.lease.set(elector.clone());
+                handle.health.set_leader(elector.clone());
+                Some(elector)
+            }
+        };
         let shared = Arc::new(Shared {
             name: name.clone(),
             queue: queue.clone(),
@@ -984,22 +1055,17 @@ where
             ctx,
             metrics: worker_metrics,
             shard: shard.clone(),
+            lease: elector.clone(),
         });
-        let mut result = Ok(());
-        match leader {
-            None if shard.is_some() => {
-                if let Some(s) = &shard {
-                    result = run_sharded(s, &shared, &config, &stop).await;
-                }
-            }
-            None => {
+        let result = match (elector, &shard) {
+            (None, Some(s)) => run_sharded(s, &shared, &config, &stop).await,
+            (None, None) => {
                 let workers = start_workers(&shared, config.workers);
                 stop.cancelled().await;
                 workers.stop(&shared, &config, None).await;
+                Ok(())
             }
-            Some((le_config, lock)) => {
-                let elector = Arc::new(LeaderElector::new(le_config, lock)?);
-                handle.health.set_leader(elector.clone());
+            (Some(elector), _) => {
                 let leader_gauge: Option<Gauge> = metrics.as_ref().map(|m| {
                     let f = m.families();
                     elector.set_error_counter(
@@ -1007,9 +1073,9 @@ where
                     );
                     f.leader.get_or_create(&label("name", &name)).clone()
                 });
-                result = run_leader_elected(&shared, &config, &stop, elector, leader_gauge).await;
+                run_leader_elected(&shared, &config, &stop, elector, leader_gauge).await
             }
-        }
+        };
         handle.health.set_stopped();
         cleanup.run(handles, &queue).await;
         tracing::info!(controller = %name, "controller stopped");
@@ -1244,6 +1310,9 @@ struct Shared<K: Resource, C, R> {
     ctx: Arc<C>,
     metrics: Option<WorkerMetrics>,
     shard: Option<Shard>,
+    /// Under leader election: the elector, whose renew deadline every
+    /// reconcile checks on the clock.
+    lease: Option<Arc<LeaderElector>>,
 }
 
 /// Counts a running reconcile in `controller_runtime_active_workers` for
@@ -1314,6 +1383,7 @@ where
                         trigger,
                         retries,
                         cancellation,
+                        self.lease.clone(),
                     );
                     // Creating the future is inside the guard too: a
                     // hand-written reconciler may panic before returning it.
@@ -1418,6 +1488,14 @@ where
                         }
                     },
                 };
+                // Under a lease, checked on the clock too: a process that
+                // resumes after a pause must not start work before its
+                // election task has noticed the lost lease.
+                if shared.lease.as_ref().is_some_and(|e| !e.may_act()) {
+                    shared.queue.done(&key);
+                    tracing::debug!(controller = %shared.name, key = %key, "past the renew deadline: not starting the reconcile");
+                    return;
+                }
                 shared.process(&key, cancel.child_token()).await;
                 drop(guard);
                 shared.queue.done(&key);

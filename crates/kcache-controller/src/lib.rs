@@ -96,7 +96,7 @@ pub mod shard;
 pub use action::Action;
 pub use controller::{
     Config, Controller, ControllerHandle, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY,
-    owner_key,
+    NotLeading, owner_key,
 };
 pub use error::ControllerError;
 pub use leader::{

@@ -112,6 +112,13 @@ pub fn build_controller(
     client: Client,
     config: Config,
 ) -> (Controller<Foo>, Arc<Context>) {
+    let controller = Controller::<Foo>::new(factory, config.name(CONTROLLER_NAME))
+        .owns::<Deployment>()
+        // Our own status writes do not change the generation: skip them.
+        .with_predicate(Predicate::generation_changed() | Predicate::labels_changed());
+    // Writes go through the controller's fence: with leader election, a
+    // replica that lost (or may have lost) its lease sends none.
+    let client = controller.handle().fenced_client(client);
     let ctx = Arc::new(Context {
         client: client.clone(),
         deployments: factory.informer::<Deployment>(),
@@ -119,10 +126,6 @@ pub fn build_controller(
         unknown_creates: Arc::default(),
         orphans_deleted: Arc::default(),
     });
-    let controller = Controller::<Foo>::new(factory, config.name(CONTROLLER_NAME))
-        .owns::<Deployment>()
-        // Our own status writes do not change the generation: skip them.
-        .with_predicate(Predicate::generation_changed() | Predicate::labels_changed());
     (controller, ctx)
 }
 
