@@ -14,6 +14,8 @@
 //! and `decode-ceiling`. The client-go client is the Go module in
 //! `benches/compare/client-go`.
 
+pub mod real;
+
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
