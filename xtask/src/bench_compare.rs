@@ -140,7 +140,9 @@ impl Bins {
             Impl::ClientGo => {
                 let mut c = Command::new(&self.client_go);
                 // Classic paged LIST + WATCH, like the two Rust clients (the
-                // replay server does not serve streaming lists).
+                // replay server does not serve streaming lists). Content
+                // type: client-go's default (protobuf, which the replay
+                // server serves).
                 c.env("KUBE_FEATURE_WatchListClient", "false");
                 c
             }
@@ -178,6 +180,11 @@ impl Server {
         cmd.args(["--pods", &pods.to_string(), "--events", &events.to_string()]);
         if gone_once {
             cmd.arg("--gone-once");
+        }
+        // protobuf bodies for the clients that ask for them (client-go's
+        // default), encoded by the client-go client itself
+        if bins.client_go.is_file() {
+            cmd.arg("--protobuf-encoder").arg(&bins.client_go);
         }
         let mut child = cmd
             .stdout(Stdio::piped())

@@ -211,6 +211,9 @@ pub struct SyncRun {
     pub apiserver_cpu_secs: f64,
     /// The same for etcd.
     pub etcd_cpu_secs: f64,
+    /// Bytes the client's TCP sockets had received at its `synced` line
+    /// (`bytes_received` of `ss -tnpi`: TLS records of the responses).
+    pub rx_bytes: Option<u64>,
     /// The requests the apiserver's audit log recorded during the run.
     pub audit: Vec<String>,
     /// Update load: lags in microseconds, one per update matched.
@@ -448,6 +451,42 @@ fn proc_cpu_ticks(pid: u32) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
+/// Bytes received by the TCP sockets of process `pid` (`ss -tnpi`), or
+/// `None` if `ss` is not there.
+fn socket_bytes_received(pid: u32) -> Option<u64> {
+    let o = Command::new("ss").args(["-tnpiH"]).output().ok()?;
+    if !o.status.success() {
+        return None;
+    }
+    Some(parse_ss_bytes_received(
+        &String::from_utf8_lossy(&o.stdout),
+        pid,
+    ))
+}
+
+/// Sums `bytes_received:` over the sockets of `pid` in the output of
+/// `ss -tnpi` (a socket's line names its process as `users:((...,pid=N,...))`;
+/// its TCP info follows on the same or the next line).
+pub fn parse_ss_bytes_received(text: &str, pid: u32) -> u64 {
+    let needle = format!("pid={pid},");
+    let mut owned = false;
+    let mut total = 0;
+    for line in text.lines() {
+        if line.contains("users:((") {
+            owned = line.contains(&needle);
+        }
+        if owned && let Some(at) = line.find("bytes_received:") {
+            let digits: String = line[at + "bytes_received:".len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            total += digits.parse::<u64>().unwrap_or(0);
+            owned = false;
+        }
+    }
+    total
+}
+
 /// Clock ticks per second (`getconf CLK_TCK`; 100 if unknown).
 pub fn clk_tck() -> f64 {
     Command::new("getconf")
@@ -558,6 +597,7 @@ impl RunCtx<'_> {
         };
         let window = t0.elapsed().as_secs_f64();
         let (api1, etcd1) = self.probe.ticks();
+        let rx_bytes = socket_bytes_received(child.id());
         let cpu = |a: u64, b: u64, idle: f64| {
             ((b.saturating_sub(a)) as f64 / s.clk_tck - idle * window).max(0.0)
         };
@@ -634,6 +674,7 @@ impl RunCtx<'_> {
             done,
             apiserver_cpu_secs,
             etcd_cpu_secs,
+            rx_bytes,
             audit,
             lags_us,
             updates_sent,
@@ -644,12 +685,12 @@ impl RunCtx<'_> {
 fn summary(r: &SyncRun, pods: usize, clk_tck: f64) -> String {
     let n = pods.max(1) as f64;
     format!(
-        "{:>6.0} obj/s  peak {:>6.1} MiB  client {:>4.0} us/obj  apiserver {:>4.0} us/obj  read {:.1} MiB",
+        "{:>6.0} obj/s  peak {:>6.1} MiB  client {:>4.0} us/obj  apiserver {:>4.0} us/obj  received {:.1} MiB",
         r.synced.objects as f64 / r.synced.secs,
         r.synced.peak_rss_kb as f64 / 1024.0,
         r.synced.cpu_ticks as f64 / clk_tck / n * 1e6,
         r.apiserver_cpu_secs / n * 1e6,
-        r.synced.read_bytes as f64 / 1048576.0
+        r.rx_bytes.unwrap_or(0) as f64 / 1048576.0
     )
 }
 
@@ -679,7 +720,11 @@ pub fn summarize_audit(text: &str) -> Vec<String> {
         let mut params: Vec<String> = query
             .split('&')
             .filter(|p| !p.is_empty())
-            .filter(|p| !p.starts_with("timeoutSeconds=") && !p.starts_with("watch="))
+            .filter(|p| {
+                !p.starts_with("timeoutSeconds=")
+                    && !p.starts_with("timeout=")
+                    && !p.starts_with("watch=")
+            })
             .map(|p| match p.split_once('=') {
                 Some(("resourceVersion", rv)) if rv != "0" && !rv.is_empty() => {
                     "resourceVersion=<rv>".to_string()
@@ -773,7 +818,7 @@ struct Row {
     client_us: f64,
     apiserver_us: f64,
     etcd_us: f64,
-    read_bytes: f64,
+    rx_bytes: f64,
 }
 
 fn row(res: &RealResults, c: RealClient, mode: Mode, s: &RealSettings) -> Option<Row> {
@@ -794,7 +839,7 @@ fn row(res: &RealResults, c: RealClient, mode: Mode, s: &RealSettings) -> Option
         client_us: m(&|r| r.synced.cpu_ticks as f64 / s.clk_tck / n * 1e6),
         apiserver_us: m(&|r| r.apiserver_cpu_secs / n * 1e6),
         etcd_us: m(&|r| r.etcd_cpu_secs / n * 1e6),
-        read_bytes: m(&|r| r.synced.read_bytes as f64 / n),
+        rx_bytes: m(&|r| r.rx_bytes.map_or(f64::NAN, |b| b as f64 / n)),
     })
 }
 
@@ -814,7 +859,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
         t,
         "N = {} Pods loaded into kube-apiserver v1.37.2 (local control plane) through the API, \
          created by `{}` and their status written by `{}` (mean {:.1} KB of JSON each, managedFields included); \
-         {} runs per client and mode, alternately; medians. Total {:.0}s{}.\n",
+         {} run(s) per client and mode, alternately; medians. Total {:.0}s{}.\n",
         s.pods,
         "kube-controller-manager",
         "kubelet",
@@ -825,7 +870,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
     );
     let _ = writeln!(
         t,
-        "| sync of {} Pods | objects/s | peak RSS | steady RSS | client CPU / object | apiserver CPU / object | etcd CPU / object | bytes read / object |",
+        "| sync of {} Pods | objects/s | peak RSS | steady RSS | client CPU / object | apiserver CPU / object | etcd CPU / object | bytes received / object |",
         s.pods
     );
     t.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -840,7 +885,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
                 Some(r) => {
                     let _ = writeln!(
                         t,
-                        "| {m}: {} | {:.0} | {:.0} MiB | {:.0} MiB | {:.0} us | {:.0} us | {:.0} us | {:.1} KB |",
+                        "| {m}: {} | {:.0} | {:.0} MiB | {:.0} MiB | {:.0} us | {:.0} us | {:.0} us | {} |",
                         c.label(),
                         r.objects_per_sec,
                         r.peak_mib,
@@ -848,7 +893,11 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
                         r.client_us,
                         r.apiserver_us,
                         r.etcd_us,
-                        r.read_bytes / 1000.0
+                        if r.rx_bytes.is_finite() {
+                            format!("{:.1} KB", r.rx_bytes / 1000.0)
+                        } else {
+                            "n/a".into()
+                        }
                     );
                 }
                 None => {
@@ -1040,6 +1089,7 @@ mod tests {
             done: p("done"),
             apiserver_cpu_secs: 0.2,
             etcd_cpu_secs: 0.0,
+            rx_bytes: Some(1000 * 9000),
             audit: vec!["1x LIST limit=500&resourceVersion=0".into()],
             lags_us: Vec::new(),
             updates_sent: 0,
@@ -1109,7 +1159,7 @@ mod tests {
     #[test]
     fn audit_lines_summarize_by_request_shape() {
         let log = r#"{"kind":"Event","stage":"ResponseComplete","verb":"list","requestURI":"/api/v1/pods?limit=500&resourceVersion=0","responseStatus":{"code":200}}
-{"kind":"Event","stage":"ResponseStarted","verb":"watch","requestURI":"/api/v1/pods?allowWatchBookmarks=true&resourceVersion=4711&timeoutSeconds=412&watch=true","responseStatus":{"code":200}}
+{"kind":"Event","stage":"ResponseStarted","verb":"watch","requestURI":"/api/v1/pods?allowWatchBookmarks=true&resourceVersion=4711&timeout=6m52s&timeoutSeconds=412&watch=true","responseStatus":{"code":200}}
 {"kind":"Event","stage":"ResponseComplete","verb":"watch","requestURI":"/api/v1/pods?allowWatchBookmarks=true&resourceVersion=4711&timeoutSeconds=412&watch=true"}
 {"kind":"Event","stage":"ResponseComplete","verb":"list","requestURI":"/api/v1/pods?limit=500","responseStatus":{"code":200}}
 {"kind":"Event","stage":"ResponseComplete","verb":"list","requestURI":"/api/v1/pods?continue=abc&limit=500","responseStatus":{"code":200}}
@@ -1126,6 +1176,15 @@ not json
                 "1x WATCH resourceVersionMatch=NotOlderThan&sendInitialEvents=true -> 410",
             ]
         );
+    }
+
+    #[test]
+    fn ss_bytes_received_sum_over_the_process_sockets() {
+        let ss = "ESTAB 0 0 127.0.0.1:50412 127.0.0.1:6443 users:((\"kcache-client\",pid=42,fd=9))\n\t cubic wscale:7,7 rto:201 bytes_sent:2048 bytes_acked:2049 bytes_received:5000 segs_out:10\n\
+ESTAB 0 0 127.0.0.1:50414 127.0.0.1:6443 users:((\"other\",pid=421,fd=9))\n\t cubic bytes_received:7777\n\
+ESTAB 0 0 127.0.0.1:50416 127.0.0.1:6443 users:((\"kcache-client\",pid=42,fd=10)) cubic bytes_received:300 segs_in:2\n";
+        assert_eq!(parse_ss_bytes_received(ss, 42), 5300);
+        assert_eq!(parse_ss_bytes_received(ss, 7), 0);
     }
 
     #[test]

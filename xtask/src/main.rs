@@ -76,6 +76,8 @@ fn main() -> ExitCode {
     // the client's errors while the apiserver starts) would only repeat it.
     let default_filter = match cli.command {
         Task::Demo(_) => "error,kube_client=off",
+        // bench-compare --real polls the apiserver while it starts
+        Task::BenchCompare(_) => "warn,kube_client=off",
         _ => "warn",
     };
     tracing_subscriber::fmt()

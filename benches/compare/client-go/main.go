@@ -293,6 +293,11 @@ func (l *requestLog) RoundTrip(req *http.Request) (*http.Response, error) {
 	ct := ""
 	if resp != nil {
 		ct = resp.Header.Get("Content-Type")
+		// Go's transport asks for gzip by itself and decompresses
+		// transparently; Uncompressed says the body came gzipped.
+		if resp.Uncompressed {
+			ct += " (gzip)"
+		}
 	}
 	l.mu.Lock()
 	l.lines = append(l.lines, fmt.Sprintf("%s %s accept=%q -> %s", req.Method, req.URL.RequestURI(), req.Header.Get("Accept"), ct))

@@ -21,6 +21,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kcache_bench_compare::real::{
     CREATE_MANAGER, REAL_NAMESPACES, STATUS_MANAGER, real_namespace, real_pod, real_pod_name,
     real_pod_status, unix_micros, write_watch_log,
@@ -79,6 +80,16 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn create(client: Client, n: usize, concurrency: usize) -> anyhow::Result<()> {
+    // the Pods' priorityClassName (the Priority admission plugin checks it)
+    let pcs: Api<PriorityClass> = Api::all(client.clone());
+    let pc: PriorityClass = serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "tier-1"}, "value": 100000}))?;
+    match pcs.create(&PostParams::default(), &pc).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e).context("creating the PriorityClass tier-1"),
+    }
     let nss: Api<Namespace> = Api::all(client.clone());
     for k in 0..REAL_NAMESPACES.min(n.max(1)) {
         let ns: Namespace = serde_json::from_value(json!({
@@ -180,6 +191,7 @@ async fn update(
     let sem = Arc::new(tokio::sync::Semaphore::new(64));
     let errors = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
+    let run = unix_micros();
     let mut tasks = Vec::with_capacity(count);
     let pods = pods.max(1);
     // a stride co-prime with most N spreads consecutive updates over Pods
@@ -193,7 +205,8 @@ async fn update(
         let name = real_pod_name(i);
         let (pp, errors) = (pp.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
-            let patch = json!({"status": {"message": format!("load update {k}")}});
+            // unique per driver run: a patch that changes nothing makes no event
+            let patch = json!({"status": {"message": format!("load update {run}-{k}")}});
             let r = api.patch_status(&name, &pp, &Patch::Merge(&patch)).await;
             drop(permit);
             match r {
