@@ -61,7 +61,7 @@ pub fn real_pod(i: usize) -> Value {
     if let Some(o) = p.as_object_mut() {
         o.remove("status");
     }
-    let env: Vec<Value> = (0..12)
+    let env: Vec<Value> = (0..16)
         .map(|k| {
             json!({"name": format!("FEATURE_FLAG_{k:02}_ENABLED"),
                    "value": if (i + k) % 3 == 0 { "false" } else { "true" }})
