@@ -15,7 +15,10 @@
 //!   snapshot on shutdown) then a warm start from that snapshot: time to
 //!   synced and peak RSS of each, snapshot write time and size;
 //!
-//! plus bare serde_json decoding of the same bytes as the ceiling. Prints a
+//! plus bare serde_json decoding of the same bytes as the ceiling. The
+//! replay server serves protobuf to clients that ask for it (client-go's
+//! default). `--real` runs the reference measurement against the local
+//! kube-apiserver instead (see [`crate::bench_real`]). Prints a
 //! Markdown table of medians and ratios, writes it with the raw runs and an
 //! SVG plot under `target/bench-compare/`, and with `--write-docs` into
 //! `docs/performance.md` and `docs/performance-compare.svg`.

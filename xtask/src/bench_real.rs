@@ -307,6 +307,9 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
         idle: (0.0, 0.0),
     };
     let mut probe = probe;
+    // the apiserver is still busy for a while after the load (its caches,
+    // garbage collection): let it settle, then measure its rate at rest
+    std::thread::sleep(Duration::from_secs(if s.quick { 5 } else { 15 }));
     probe.idle = probe.idle_rates(Duration::from_secs(3));
     res.idle = probe.idle;
     eprintln!(
@@ -854,6 +857,12 @@ fn ratio(a: f64, b: f64) -> String {
 /// The tables of a `--real` run.
 pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
     let mut t = String::new();
+    if s.quick {
+        t.push_str(
+            "**A `--quick` run: a check of the harness, not the reference measurement** \
+             (small N, few runs; the full `cargo xtask bench-compare --real --write-docs` replaces it).\n\n",
+        );
+    }
     let kb = res.load["avg_pod_json_bytes"].as_f64().unwrap_or(f64::NAN) / 1024.0;
     let _ = writeln!(
         t,
@@ -1154,6 +1163,7 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("`1x LIST limit=500&resourceVersion=0`"), "{md}");
+        assert!(md.starts_with("**A `--quick` run"), "{md}");
     }
 
     #[test]

@@ -106,7 +106,7 @@ async fn create(client: Client, n: usize, concurrency: usize) -> anyhow::Result<
         let done = done.clone();
         async move {
             loop {
-                tokio::time::sleep(Duration::from_secs(2)).await;
+                tokio::time::sleep(Duration::from_secs(5)).await;
                 let d = done.load(Ordering::Relaxed);
                 let s = started.elapsed().as_secs_f64();
                 eprintln!(
