@@ -863,16 +863,13 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
              (small N, few runs; the full `cargo xtask bench-compare --real --write-docs` replaces it).\n\n",
         );
     }
-    let kb = res.load["avg_pod_json_bytes"].as_f64().unwrap_or(f64::NAN) / 1024.0;
+    let kb = res.load["avg_pod_json_bytes"].as_f64().unwrap_or(f64::NAN) / 1000.0;
     let _ = writeln!(
         t,
         "N = {} Pods loaded into kube-apiserver v1.37.2 (local control plane) through the API, \
-         created by `{}` and their status written by `{}` (mean {:.1} KB of JSON each, managedFields included); \
-         {} run(s) per client and mode, alternately; medians. Total {:.0}s{}.\n",
+         created by `kube-controller-manager` and their status written by `kubelet` (mean {kb:.1} KB of JSON each, \
+         managedFields included); {} run(s) per client and mode, alternately; medians. Total {:.0}s{}.\n",
         s.pods,
-        "kube-controller-manager",
-        "kubelet",
-        kb * 1.024,
         s.reps,
         res.total_secs,
         if s.quick { " (`--quick`)" } else { "" }

@@ -64,7 +64,7 @@ pub fn real_pod(i: usize) -> Value {
     let env: Vec<Value> = (0..16)
         .map(|k| {
             json!({"name": format!("FEATURE_FLAG_{k:02}_ENABLED"),
-                   "value": if (i + k) % 3 == 0 { "false" } else { "true" }})
+                   "value": if (i + k).is_multiple_of(3) { "false" } else { "true" }})
         })
         .collect();
     if let Some(c) = p["spec"]["containers"][0]["env"].as_array_mut() {
