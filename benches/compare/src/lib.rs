@@ -15,8 +15,9 @@
 //! - [`real`]: the Pods and the client protocol of the runs against the real
 //!   apiserver (`cargo xtask bench-compare --real`).
 //!
-//! The binaries: `replay` (the server), `kcache-client`, `kube-runtime-client`
-//! and `decode-ceiling`. The client-go client is the Go module in
+//! The binaries: `replay` (the server), `kcache-client`, `kube-runtime-client`,
+//! `decode-ceiling`, `warm-restart`, and `real-load` (the Pods and the update
+//! load of `--real`). The client-go client is the Go module in
 //! `benches/compare/client-go`.
 
 pub mod protobuf;
