@@ -30,12 +30,14 @@ use tracing::Instrument as _;
 
 use crate::action::Action;
 use crate::error::ControllerError;
-use crate::leader::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock};
-use crate::metrics::{MetricsRegistry, label};
+use crate::metrics::{MetricsRegistry, Prom, label};
 use crate::predicate::{Predicate, PredicateEvent};
 use crate::reconciler::{Reconciler, Request, Trigger};
 use crate::server::{Health, MetricsServer};
-use crate::shard::{MembershipStore, Shard, ShardConfig, ShardError, ShardHooks, ShardMetrics};
+use kcache_lease::shard::{
+    MembershipStore, Shard, ShardConfig, ShardError, ShardHooks, ShardMetrics,
+};
+use kcache_lease::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock};
 
 /// The priority of keys queued from an informer's initial list: below live
 /// changes (priority 0), so that a restart's full list does not delay them
@@ -993,9 +995,9 @@ where
                 handle.health.set_leader(elector.clone());
                 let leader_gauge: Option<Gauge> = metrics.as_ref().map(|m| {
                     let f = m.families();
-                    elector.set_error_counter(
+                    elector.set_error_counter(Box::new(Prom(
                         f.leader_errors.get_or_create(&label("name", &name)).clone(),
-                    );
+                    )));
                     f.leader.get_or_create(&label("name", &name)).clone()
                 });
                 result = run_leader_elected(&shared, &config, &stop, elector, leader_gauge).await;
@@ -1031,9 +1033,9 @@ where
         f.shard_handovers.get_or_create(&l).clone()
     };
     shard.set_metrics(ShardMetrics {
-        members: f.shard_members.get_or_create(&labels).clone(),
-        gained: direction("gained"),
-        released: direction("released"),
+        members: Box::new(Prom(f.shard_members.get_or_create(&labels).clone())),
+        gained: Box::new(Prom(direction("gained"))),
+        released: Box::new(Prom(direction("released"))),
     });
     let owned = f.shard_owned_keys.get_or_create(&labels).clone();
     let (shard, primary) = (shard.clone(), primary.clone());
@@ -1433,7 +1435,11 @@ impl LeaseGuard<'_> {
     /// scheduling and clock.
     fn abandon_at(&self) -> Instant {
         let c = self.elector.config();
-        let margin = c.lease_duration.saturating_sub(c.renew_deadline) / 2;
+        let margin = c
+            .timings
+            .lease_duration
+            .saturating_sub(c.timings.renew_deadline)
+            / 2;
         self.elector
             .lease_expiry()
             .map_or_else(Instant::now, |expiry| expiry - margin)
@@ -1782,5 +1788,64 @@ mod tests {
         assert!(!Predicate::any(Vec::new()).evaluate(&update(&base, &gen2)));
         assert!(Predicate::all(Vec::new()).evaluate(&update(&base, &gen2)));
         assert_eq!(either.name(), "(generation_changed or labels_changed)");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_controller_queue_takes_only_owned_keys() {
+        use kcache_lease::shard::{ShardHooks, View};
+        use kcache_lease::testing::InMemoryMembershipStore;
+        use tokio::task::JoinHandle;
+
+        let cfg = |id: &str| {
+            ShardConfig::new("group-a", id)
+                .lease_duration(Duration::from_secs(4))
+                .renew_deadline(Duration::from_secs(3))
+                .retry_period(Duration::from_millis(500))
+        };
+        let quiet_hooks = |keys: Arc<Vec<String>>| ShardHooks {
+            keys: Box::new(move || keys.to_vec()),
+            gained: Box::new(|_| {}),
+        };
+
+        let store = InMemoryMembershipStore::new();
+        let keys: Arc<Vec<String>> = Arc::new((0..100).map(|i| format!("ns/k{i}")).collect());
+        type Running = (Shard, CancellationToken, JoinHandle<Result<(), ShardError>>);
+        let shards: Vec<Running> = ["a", "b"]
+            .iter()
+            .map(|id| {
+                let s = Shard::new(cfg(id).replicas_hint(2), store.clone());
+                let stop = CancellationToken::new();
+                let t = tokio::spawn({
+                    let (s, stop, hooks) = (s.clone(), stop.clone(), quiet_hooks(keys.clone()));
+                    async move { s.run(stop, hooks).await }
+                });
+                (s, stop, t)
+            })
+            .collect();
+        while !shards.iter().all(|(s, _, _)| s.status().settled()) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let a = &shards[0].0;
+        let q: WorkQueue<String> = WorkQueue::builder().build().unwrap();
+        let enq = Enqueuer::new(q.clone(), -100).with_shard(Some(a.clone()));
+        for k in keys.iter() {
+            enq.enqueue(k.clone(), Trigger::Added, false);
+        }
+        let owned: Vec<&String> = keys.iter().filter(|k| a.owns(k)).collect();
+        assert!(!owned.is_empty() && owned.len() < keys.len());
+        assert_eq!(q.len(), owned.len(), "only a's keys are queued");
+        let view = View::new(["a", "b"]);
+        assert!(owned.iter().all(|k| view.owned_by(k, "a")));
+        // an unsharded queue takes everything
+        let q2: WorkQueue<String> = WorkQueue::builder().build().unwrap();
+        let all = Enqueuer::new(q2.clone(), -100);
+        for k in keys.iter() {
+            all.enqueue(k.clone(), Trigger::Added, false);
+        }
+        assert_eq!(q2.len(), keys.len());
+        for (_, stop, t) in shards {
+            stop.cancel();
+            t.await.unwrap().unwrap();
+        }
     }
 }

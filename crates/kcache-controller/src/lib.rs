@@ -86,12 +86,10 @@ mod controller;
 mod error;
 pub mod events;
 pub mod finalizer;
-pub mod leader;
 pub mod metrics;
 mod predicate;
 mod reconciler;
 pub mod server;
-pub mod shard;
 
 pub use action::Action;
 pub use controller::{
@@ -99,9 +97,14 @@ pub use controller::{
     owner_key,
 };
 pub use error::ControllerError;
-pub use leader::{
-    InMemoryLeaseLock, KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError,
-    LeaderElector, LeaderStatus, LeaseLock,
+/// Leader election and shard membership on Leases: the
+/// [`kcache_lease`] crate, which [`Controller::leader_election`] and
+/// [`Controller::sharded`] compose.
+pub use kcache_lease as lease;
+pub use kcache_lease::shard::{KubeMembershipStore, ShardConfig};
+pub use kcache_lease::{
+    KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError, LeaderElector, LeaderStatus,
+    LeaseLock, LeaseTimings,
 };
 pub use metrics::MetricsRegistry;
 pub use predicate::{Predicate, PredicateEvent};

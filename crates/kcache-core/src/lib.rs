@@ -36,6 +36,7 @@
 mod compression;
 mod key;
 mod managed_fields;
+pub mod metrics;
 mod object;
 mod selector;
 mod store;
