@@ -89,12 +89,14 @@ pub mod finalizer;
 pub mod metrics;
 mod predicate;
 mod reconciler;
+mod run_mode;
 pub mod server;
+mod source;
+mod worker;
 
 pub use action::Action;
 pub use controller::{
     Config, Controller, ControllerHandle, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY,
-    owner_key,
 };
 pub use error::ControllerError;
 /// Leader election and shard membership on Leases: the
@@ -110,3 +112,4 @@ pub use metrics::MetricsRegistry;
 pub use predicate::{Predicate, PredicateEvent};
 pub use reconciler::{Reconciler, Request, Trigger};
 pub use server::{Health, MetricsServer};
+pub use source::owner_key;
