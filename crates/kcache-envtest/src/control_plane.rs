@@ -34,6 +34,7 @@ pub struct ControlPlaneBuilder {
     start_timeout: Duration,
     detached: bool,
     extra_apiserver_args: Vec<String>,
+    sharded_list_and_watch: bool,
 }
 
 impl Default for ControlPlaneBuilder {
@@ -42,6 +43,7 @@ impl Default for ControlPlaneBuilder {
             start_timeout: DEFAULT_START_TIMEOUT,
             detached: false,
             extra_apiserver_args: Vec::new(),
+            sharded_list_and_watch: true,
         }
     }
 }
@@ -66,7 +68,20 @@ impl ControlPlaneBuilder {
         self
     }
 
-    /// An extra kube-apiserver flag, e.g. `--feature-gates=...`.
+    /// Whether kube-apiserver runs with the alpha feature gate
+    /// `ShardedListAndWatch` (server-side sharded list and watch, KEP-5866:
+    /// the `shardSelector` list/watch parameter). On by default; off to test
+    /// the client-side fallback. With the gate off the apiserver ignores
+    /// `shardSelector` and serves every object, with no
+    /// `metadata.shardInfo` on lists. A later
+    /// `apiserver_arg("--feature-gates=ShardedListAndWatch=...")` overrides this.
+    pub fn sharded_list_and_watch(mut self, enabled: bool) -> Self {
+        self.sharded_list_and_watch = enabled;
+        self
+    }
+
+    /// An extra kube-apiserver flag, e.g. `--feature-gates=...` (the flag
+    /// may be repeated; a later value for the same gate wins).
     pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
         self.extra_apiserver_args.push(arg.into());
         self
@@ -373,6 +388,11 @@ impl ControlPlane {
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
             "--v=1".into(),
+            format!(
+                "--feature-gates=ShardedListAndWatch={}",
+                opts.sharded_list_and_watch
+            )
+            .into(),
         ];
         apiserver_args.extend(opts.extra_apiserver_args.iter().map(OsString::from));
 

@@ -38,6 +38,10 @@
 //! # }
 //! ```
 //!
+//! kube-apiserver runs with the alpha feature gate `ShardedListAndWatch`
+//! (server-side sharded list and watch: the `shardSelector` parameter);
+//! [`ControlPlaneBuilder::sharded_list_and_watch`]`(false)` starts it without.
+//!
 //! Fault tests start their own control plane with [`ControlPlane::start`] and
 //! use [`ControlPlane::restart_apiserver`], [`ControlPlane::stop_apiserver`],
 //! [`ControlPlane::start_apiserver`] and [`ControlPlane::compact_etcd`].
