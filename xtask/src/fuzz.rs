@@ -23,7 +23,14 @@ use clap::Args;
 use crate::run::{cargo, workspace_root};
 
 /// The fuzz targets, in run order.
-pub const TARGETS: &[&str] = &["watch_frame", "label_selector", "keys"];
+pub const TARGETS: &[&str] = &[
+    "watch_frame",
+    "label_selector",
+    "keys",
+    "list_split",
+    "list_decode",
+    "snapshot",
+];
 
 #[derive(Args)]
 pub struct FuzzArgs {

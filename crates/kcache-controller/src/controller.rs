@@ -667,10 +667,11 @@ where
     }
 }
 
-/// Step 3: starts the factory's informers, and the primary informer if
-/// nobody runs it yet. Returns the primary's run when this controller owns
-/// it (stopped at the end of `run`), `None` when the factory or someone
-/// else runs it.
+/// Step 3: starts the factory's informers, and claims the primary
+/// informer if nobody runs it yet (one given to `for_informer`, not from
+/// the factory). Returns the primary's run when this controller owns it
+/// (stopped at the end of `run`), `None` when the factory or someone else
+/// runs it: a controller never stops an informer it did not start.
 fn start_informers<K>(
     factory: &SharedInformerFactory,
     primary: &SharedIndexInformer<K>,
@@ -680,19 +681,16 @@ where
     K::DynamicType: Clone + Send + Sync + 'static,
 {
     factory.start();
-    if primary.has_started() {
-        return None;
-    }
-    let informer = primary.clone();
     // Not a child of `stop`: the cache stays live while running reconciles
     // finish.
     let token = CancellationToken::new();
-    let task = tokio::spawn({
-        let token = token.clone();
-        async move {
-            if let Err(e) = informer.run(token).await {
-                tracing::error!(informer = %informer.name(), error = %e, "primary informer did not run");
-            }
+    let task = primary.try_start(token.clone())?;
+    let informer = primary.name().to_owned();
+    let task = tokio::spawn(async move {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(%informer, error = %e, "the primary informer did not run"),
+            Err(e) => tracing::warn!(%informer, error = %e, "the primary informer's task failed"),
         }
     });
     Some((token, task))

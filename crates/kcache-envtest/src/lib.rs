@@ -14,7 +14,10 @@
 //!
 //! Each control plane has its own CA and serving certificate, authenticates
 //! users by client certificate (CN = user, O = groups), authorizes with RBAC,
-//! and writes an admin kubeconfig (group `system:masters`).
+//! and writes an admin kubeconfig (group `system:masters`). Its keys, the
+//! kubeconfig, its logs and the state file of a detached control plane are
+//! written with mode 0600, in a run folder (and data and PKI folders) of
+//! mode 0700, tightened when they exist from an earlier run.
 //!
 //! # Example
 //!

@@ -122,6 +122,8 @@ mod backoff;
 mod decode;
 mod error;
 mod framing;
+#[doc(hidden)]
+pub mod fuzzing;
 mod limits;
 mod metrics;
 #[cfg(feature = "prometheus")]
