@@ -16,7 +16,9 @@
 //!   `_reader` times one read while a writer thread loops updates (moving the
 //!   label) and R-1 other reader threads loop. A `point` read is a
 //!   `get_by_key` plus a `by_index` on the namespace index (100 objects); a
-//!   `list` read is a full `list()`.
+//!   `list` read is a full `list()`. `mixed_1w{R}r_point_paced_reader`: the
+//!   same with a writer sleeping 100 µs after each update (an informer's
+//!   pace rather than flat out).
 //!
 //! Run (results in docs/indexer.md):
 //! `cargo bench -p kcache-indexer --bench store -- --warm-up-time 1 --measurement-time 2`
@@ -33,6 +35,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
+use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput};
@@ -386,9 +389,16 @@ fn mixed_writer<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>, readers: usize, r
     });
 }
 
-/// Times one read while a writer thread updates and `readers - 1` other
-/// threads read.
-fn mixed_reader<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>, readers: usize, read: Read) {
+/// Times one read while a writer thread updates (nonstop, or sleeping
+/// `pace` after each update) and `readers - 1` other threads read.
+fn mixed_reader<S: Bench>(
+    g: &mut Group,
+    d: &Data,
+    s: &Arc<S>,
+    readers: usize,
+    read: Read,
+    pace: Option<Duration>,
+) {
     g.throughput(Throughput::Elements(1));
     g.sample_size(20);
     let stop = AtomicBool::new(false);
@@ -399,6 +409,9 @@ fn mixed_reader<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>, readers: usize, r
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
                 s.update(d.moving(i).clone());
+                if let Some(pace) = pace {
+                    thread::sleep(pace);
+                }
             }
         });
         for r in 1..readers {
@@ -478,7 +491,23 @@ fn main() {
                 st,
                 mixed_reader,
                 readers,
-                read
+                read,
+                None
+            );
+        }
+        // A writer at an informer's pace rather than flat out: one update
+        // every ~100 µs (the sleep's granularity makes it 5-10k updates/s).
+        for (readers, tag) in [(1, "1w1r_point_paced"), (4, "1w4r_point_paced")] {
+            let pace = Some(Duration::from_micros(100));
+            both!(
+                c,
+                format!("mixed_{tag}_reader"),
+                d,
+                st,
+                mixed_reader,
+                readers,
+                Read::Point,
+                pace
             );
         }
     }

@@ -89,11 +89,13 @@ impl<K> State<K> {
     }
 
     fn compute(&self, obj: &CachedObject<K>, key: &str) -> Result<Values, IndexError> {
-        self.slots
-            .iter()
-            .map(|s| compute_one(s, obj, key))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Into::into)
+        // Exact capacity: `into_boxed_slice` must not shrink (a realloc per
+        // write fragments glibc's heap and cost ~2x on updates).
+        let mut values = Vec::with_capacity(self.slots.len());
+        for s in &self.slots {
+            values.push(compute_one(s, obj, key)?);
+        }
+        Ok(values.into_boxed_slice())
     }
 
     fn set_rv(&mut self, obj: &CachedObject<K>) {
@@ -454,7 +456,8 @@ impl<K> Indexer<K> {
         next.rv = cur.rv.clone();
         // Old indexes keep their positions: reuse their values, compute the new ones.
         for (key, e) in cur.items.iter() {
-            let mut values: Vec<Box<[String]>> = e.values.to_vec();
+            let mut values = Vec::with_capacity(next.slots.len());
+            values.extend_from_slice(&e.values);
             for slot in &next.slots[old_len..] {
                 values.push(compute_one(slot, &e.obj, key)?);
             }
