@@ -5,13 +5,14 @@ use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use kcache_core::CachedObject;
 use kcache_informer::{HasSynced, SharedIndexInformer, SharedInformerFactory};
 use kcache_lease::shard::{MembershipStore, Shard, ShardConfig, ShardError};
-use kcache_lease::{LeaderElectionConfig, LeaseLock};
+use kcache_lease::{LeaderElectionConfig, LeaderElector, LeaseLock};
 use kcache_workqueue::{RateLimiter, WorkQueue};
 use kube::Resource;
 use serde::de::DeserializeOwned;
@@ -127,6 +128,10 @@ pub struct ControllerHandle {
     enqueuer: Arc<OnceLock<Enqueuer>>,
     stop: CancellationToken,
     health: Health,
+    /// Set by `leader_election`.
+    leader_elected: Arc<AtomicBool>,
+    /// The elector, once `run` created it.
+    lease: Arc<OnceLock<Arc<LeaderElector>>>,
 }
 
 impl fmt::Debug for ControllerHandle {
@@ -158,6 +163,60 @@ impl ControllerHandle {
     pub fn health(&self) -> Health {
         self.health.clone()
     }
+
+    /// Whether this replica may act now: always without leader election;
+    /// with it, only while it leads and its renew deadline has not passed
+    /// on this process's clock (see [`LeaderElector::may_act`]).
+    pub fn may_act(&self) -> bool {
+        if !self.leader_elected.load(Ordering::SeqCst) {
+            return true;
+        }
+        self.lease.get().is_some_and(|e| e.may_act())
+    }
+
+    /// `client`, fenced by this controller's lease: its writes (POST, PUT,
+    /// PATCH, DELETE) are not sent, and fail with [`NotLeading`], while
+    /// this replica may not act ([`may_act`](Self::may_act)); reads always
+    /// pass. Give it to the reconciler for its writes: a leader that lost
+    /// its lease (cut off, or paused and resumed after a standby took
+    /// over) then cannot write, even from a reconcile that ignores its
+    /// cancellation. A write already sent is not recalled: keep writes
+    /// guarded by the apiserver's preconditions (resourceVersion, uid).
+    /// Without leader election the fence lets everything through.
+    pub fn fenced_client(&self, client: kube::Client) -> kube::Client {
+        let namespace = client.default_namespace().to_owned();
+        let handle = self.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (client, handle) = (client.clone(), handle.clone());
+            async move {
+                let write = !matches!(
+                    *req.method(),
+                    http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+                );
+                if write && !handle.may_act() {
+                    return Err(kube::Error::Service(Box::new(NotLeading {
+                        method: req.method().clone(),
+                        path: req.uri().path().to_owned(),
+                    })));
+                }
+                client.send(req).await
+            }
+        });
+        kube::Client::new(service, namespace)
+    }
+}
+
+/// A write refused by a [`ControllerHandle::fenced_client`]: this replica
+/// does not lead (or its lease may already have been taken over).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "not sent: {method} {path}: this replica is not the leader (or its renew deadline passed), so another replica may be acting"
+)]
+pub struct NotLeading {
+    /// The request's method.
+    pub method: http::Method,
+    /// The request's path.
+    pub path: String,
 }
 
 /// A controller for the primary resource `K`: client-go's sample-controller
@@ -254,6 +313,8 @@ where
                 enqueuer: Arc::new(OnceLock::new()),
                 stop: CancellationToken::new(),
                 health: Health::default(),
+                leader_elected: Arc::new(AtomicBool::new(false)),
+                lease: Arc::new(OnceLock::new()),
             },
         }
     }
@@ -379,6 +440,7 @@ where
         config: LeaderElectionConfig,
         lock: impl LeaseLock + 'static,
     ) -> Self {
+        self.handle.leader_elected.store(true, Ordering::SeqCst);
         self.conflicting_modes |= matches!(self.mode, RunMode::Sharded(_));
         self.mode = RunMode::LeaderElected(config, Arc::new(lock));
         self
@@ -646,7 +708,12 @@ where
         R: Reconciler<K, C>,
         C: Send + Sync + 'static,
     {
+        let elector = self.mode.elector()?;
+        if let Some(e) = &elector {
+            let _ = self.handle.lease.set(e.clone());
+        }
         let shared = Arc::new(Shared {
+            lease: elector.clone(),
             metrics: self
                 .metrics
                 .as_ref()
@@ -662,7 +729,14 @@ where
         let stop = self.handle.stop.clone();
         let health = self.handle.health.clone();
         self.mode
-            .run(&shared, &self.config, &stop, &health, self.metrics.as_ref())
+            .run(
+                &shared,
+                &self.config,
+                &stop,
+                &health,
+                self.metrics.as_ref(),
+                elector,
+            )
             .await
     }
 }

@@ -97,6 +97,7 @@ mod worker;
 pub use action::Action;
 pub use controller::{
     Config, Controller, ControllerHandle, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY,
+    NotLeading,
 };
 pub use error::ControllerError;
 /// Leader election and shard membership on Leases: the

@@ -50,8 +50,20 @@ impl RunMode {
         }
     }
 
+    /// The elector of a leader-elected controller (built here, once), for
+    /// the workers to check the lease on the clock.
+    pub(crate) fn elector(&self) -> Result<Option<Arc<LeaderElector>>, ControllerError> {
+        match self {
+            RunMode::LeaderElected(cfg, lock) => Ok(Some(Arc::new(LeaderElector::new(
+                cfg.clone(),
+                lock.clone(),
+            )?))),
+            _ => Ok(None),
+        }
+    }
+
     /// Runs the workers in this mode until `stop` (or, under a lease, until
-    /// leadership or membership ends).
+    /// leadership or membership ends). `elector` is [`elector`](Self::elector)'s.
     pub(crate) async fn run<K, C, R>(
         self,
         shared: &Arc<Shared<K, C, R>>,
@@ -59,6 +71,7 @@ impl RunMode {
         stop: &CancellationToken,
         health: &Health,
         metrics: Option<&MetricsRegistry>,
+        elector: Option<Arc<LeaderElector>>,
     ) -> Result<(), ControllerError>
     where
         K: Resource + DeserializeOwned + Send + Sync + 'static,
@@ -73,8 +86,10 @@ impl RunMode {
                 workers.stop(shared, config, None).await;
                 Ok(())
             }
-            RunMode::LeaderElected(le_config, lock) => {
-                let elector = Arc::new(LeaderElector::new(le_config, lock)?);
+            RunMode::LeaderElected(..) => {
+                let Some(elector) = elector else {
+                    unreachable!("a leader-elected controller has an elector")
+                };
                 health.set_leader(elector.clone());
                 let leader_gauge: Option<Gauge> = metrics.map(|m| {
                     let f = m.families();

@@ -76,6 +76,9 @@ pub(crate) struct Shared<K: Resource, C, R> {
     pub(crate) ctx: Arc<C>,
     pub(crate) metrics: Option<WorkerMetrics>,
     pub(crate) shard: Option<Shard>,
+    /// Under leader election: the elector, whose renew deadline every
+    /// reconcile checks on the clock.
+    pub(crate) lease: Option<Arc<LeaderElector>>,
 }
 
 /// Counts a running reconcile in `controller_runtime_active_workers` for
@@ -146,6 +149,7 @@ where
                         trigger,
                         retries,
                         cancellation,
+                        self.lease.clone(),
                     );
                     // Creating the future is inside the guard too: a
                     // hand-written reconciler may panic before returning it.
@@ -251,6 +255,14 @@ where
                         }
                     },
                 };
+                // Under a lease, checked on the clock too: a process that
+                // resumes after a pause must not start work before its
+                // election task has noticed the lost lease.
+                if shared.lease.as_ref().is_some_and(|e| !e.may_act()) {
+                    shared.queue.done(&key);
+                    tracing::debug!(controller = %shared.name, key = %key, "past the renew deadline: not starting the reconcile");
+                    return;
+                }
                 shared.process(&key, cancel.child_token()).await;
                 drop(guard);
                 shared.queue.done(&key);

@@ -262,6 +262,27 @@ impl LeaderElector {
         (*self.renewed_at.lock()).map(|t| t + self.config.timings.lease_duration)
     }
 
+    /// While leading: the instant by which this candidate stops acting
+    /// if no renewal succeeds (the start of its last successful renewal
+    /// plus the renew deadline, on this process's clock); `None` when it
+    /// does not lead.
+    pub fn acting_deadline(&self) -> Option<Instant> {
+        if *self.status.borrow() != LeaderStatus::Leading {
+            return None;
+        }
+        (*self.renewed_at.lock()).map(|t| t + self.config.timings.renew_deadline)
+    }
+
+    /// Whether this candidate may act now: it leads and its renew deadline
+    /// has not passed on this process's clock. Checked on the clock, not
+    /// only through the leading token: a process that was paused (SIGSTOP,
+    /// a stalled VM) runs its ready tasks in any order when it resumes, so
+    /// work may run before the election task that cancels the token.
+    pub fn may_act(&self) -> bool {
+        self.acting_deadline()
+            .is_some_and(|deadline| Instant::now() < deadline)
+    }
+
     fn lease_ok(&self) {
         if let Some(p) = self.problem.lock().take() {
             tracing::info!(
