@@ -1,6 +1,6 @@
 //! Controller errors.
 
-use crate::leader::LeaderElectionConfigError;
+use kcache_lease::LeaderElectionConfigError;
 
 /// Why a controller could not run, or why it stopped.
 #[derive(Debug, thiserror::Error)]
@@ -24,5 +24,5 @@ pub enum ControllerError {
     /// Sharding is misconfigured, or this replica's membership failed; its
     /// workers were stopped.
     #[error("sharding: {0}")]
-    Shard(#[from] crate::shard::ShardError),
+    Shard(#[from] kcache_lease::ShardError),
 }

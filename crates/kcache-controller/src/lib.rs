@@ -86,24 +86,31 @@ mod controller;
 mod error;
 pub mod events;
 pub mod finalizer;
-pub mod leader;
 pub mod metrics;
 mod predicate;
 mod reconciler;
+mod run_mode;
 pub mod server;
-pub mod shard;
+mod source;
+mod worker;
 
 pub use action::Action;
 pub use controller::{
     Config, Controller, ControllerHandle, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY,
-    NotLeading, owner_key,
+    NotLeading,
 };
 pub use error::ControllerError;
-pub use leader::{
-    InMemoryLeaseLock, KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError,
-    LeaderElector, LeaderStatus, LeaseLock,
+/// Leader election and shard membership on Leases: the
+/// [`kcache_lease`] crate, which [`Controller::leader_election`] and
+/// [`Controller::sharded`] compose.
+pub use kcache_lease as lease;
+pub use kcache_lease::shard::{KubeMembershipStore, ShardConfig};
+pub use kcache_lease::{
+    KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError, LeaderElector, LeaderStatus,
+    LeaseLock, LeaseTimings,
 };
 pub use metrics::MetricsRegistry;
 pub use predicate::{Predicate, PredicateEvent};
 pub use reconciler::{Reconciler, Request, Trigger};
 pub use server::{Health, MetricsServer};
+pub use source::owner_key;

@@ -50,6 +50,23 @@ fn reconcile_time_histogram() -> Histogram {
     ])
 }
 
+/// A `prometheus-client` metric seen through kcache-core's metric
+/// primitives (what kcache-lease records into).
+pub(crate) struct Prom<M>(pub(crate) M);
+
+impl kcache_core::metrics::CounterMetric for Prom<Counter> {
+    fn inc_by(&self, n: u64) {
+        self.0.inc_by(n);
+    }
+}
+
+impl kcache_core::metrics::SettableGaugeMetric for Prom<Gauge> {
+    fn set(&self, value: f64) {
+        // gauges here count things: whole numbers
+        self.0.set(value as i64);
+    }
+}
+
 pub(crate) fn label(name: &str, value: &str) -> Labels {
     vec![(name.to_owned(), value.to_owned())]
 }

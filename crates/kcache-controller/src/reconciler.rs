@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use kcache_core::CachedObject;
 use tokio_util::sync::CancellationToken;
 
-use crate::leader::LeaderElector;
+use kcache_lease::LeaderElector;
 
 use crate::action::Action;
 

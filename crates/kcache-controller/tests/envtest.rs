@@ -566,7 +566,7 @@ async fn one_key_is_never_reconciled_twice_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_lease_lock_errors_say_what_to_fix() {
     use kcache_controller::LeaseLock as _;
-    use kcache_controller::leader::{LeaderElectionRecord, LeaseError};
+    use kcache_lease::{LeaderElectionRecord, LeaseError};
     let cp = ControlPlane::shared().await.expect("control plane");
     let admin = cp.client().expect("client");
     // The most likely first-deploy mistake: the lease's namespace does not

@@ -43,6 +43,7 @@
 mod compression;
 mod key;
 mod managed_fields;
+pub mod metrics;
 mod object;
 mod selector;
 mod shard_selector;
