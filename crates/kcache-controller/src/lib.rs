@@ -89,6 +89,7 @@ pub mod finalizer;
 pub mod metrics;
 mod predicate;
 mod reconciler;
+pub mod retry;
 mod run_mode;
 pub mod server;
 mod source;
@@ -96,10 +97,10 @@ mod worker;
 
 pub use action::Action;
 pub use controller::{
-    Config, Controller, ControllerHandle, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY,
-    NotLeading,
+    Config, Controller, ControllerHandle, DEFAULT_CACHE_SYNC_TIMEOUT,
+    DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY, NotLeading,
 };
-pub use error::ControllerError;
+pub use error::{ControllerError, UnsyncedInformer};
 /// Leader election and shard membership on Leases: the
 /// [`kcache_lease`] crate, which [`Controller::leader_election`] and
 /// [`Controller::sharded`] compose.
@@ -112,5 +113,6 @@ pub use kcache_lease::{
 pub use metrics::MetricsRegistry;
 pub use predicate::{Predicate, PredicateEvent};
 pub use reconciler::{Reconciler, Request, Trigger};
+pub use retry::TerminalError;
 pub use server::{Health, MetricsServer};
 pub use source::owner_key;
