@@ -151,23 +151,26 @@ fn describe_kube(error: &kube::Error) -> String {
     }
 }
 
-/// An error and its sources, each described once.
+/// An error and its sources, each described once (a Kubernetes Status
+/// answer ends the chain: its description is complete).
 fn describe_std(error: &(dyn StdError + 'static)) -> String {
-    let mut out = match error.downcast_ref::<kube::Error>() {
-        Some(k) => describe_kube(k),
-        None => error.to_string(),
-    };
-    let mut next = error.source();
+    let mut out = String::new();
+    let mut next = Some(error);
     while let Some(e) = next {
-        let text = match e.downcast_ref::<kube::Error>() {
-            Some(k) => describe_kube(k),
-            None => e.to_string(),
+        let (text, last) = match e.downcast_ref::<kube::Error>() {
+            Some(k) => (describe_kube(k), true),
+            None => (e.to_string(), false),
         };
         // Errors that print their source in their own message are not
         // repeated.
         if !out.contains(&text) {
-            out.push_str(": ");
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
             out.push_str(&text);
+        }
+        if last {
+            break;
         }
         next = e.source();
     }
@@ -179,10 +182,9 @@ mod tests {
     use super::*;
 
     fn status(code: u16, reason: &str, message: &str) -> kube::Error {
-        let body = format!(
-            r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","message":"{message}","reason":"{reason}","code":{code}}}"#
-        );
-        kube::Error::Api(serde_json::from_str(&body).expect("a Status"))
+        let body = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": message, "reason": reason, "code": code});
+        kube::Error::Api(serde_json::from_value(body).expect("a Status"))
     }
 
     #[test]
