@@ -116,3 +116,17 @@ pub use reconciler::{Reconciler, Request, Trigger};
 pub use retry::TerminalError;
 pub use server::{Health, MetricsServer};
 pub use source::owner_key;
+
+/// A `tracing_subscriber::EnvFilter` directive for an operator: everything
+/// at `level`, except kube-client's per-request trace layer
+/// (`kube_client::client::builder`), whose ERROR lines ("failed with
+/// status 503", "failed with error ... Connection refused") repeat, once
+/// per request, failures that kcache already reports once as a WARN saying
+/// what to fix.
+///
+/// ```
+/// assert_eq!(kcache_controller::log_filter("info"), "info,kube_client::client::builder=off");
+/// ```
+pub fn log_filter(level: &str) -> String {
+    format!("{level},kube_client::client::builder=off")
+}
