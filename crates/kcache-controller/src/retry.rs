@@ -90,6 +90,15 @@ impl fmt::Display for TerminalError {
 
 impl StdError for TerminalError {}
 
+impl From<kcache_core::DecodeError> for TerminalError {
+    /// An object that does not decode into the reconciler's type will not
+    /// decode better on a retry: `?` on a decode in a reconciler returning
+    /// `TerminalError` (or boxing it) makes it terminal.
+    fn from(e: kcache_core::DecodeError) -> Self {
+        TerminalError::new(e)
+    }
+}
+
 /// Whether the apiserver answered 400 BadRequest or 422 Invalid.
 pub fn is_invalid(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(s) if s.code == 400 || s.code == 422)

@@ -146,7 +146,9 @@ where
                 None => Ok(None),
             };
             let outcome = match decoded {
-                Err(e) => Outcome::Failed(format!("decoding the cached object: {e}"), false),
+                // The same cached object fails the same way on a retry: it
+                // is reconciled again when it changes.
+                Err(e) => Outcome::Failed(format!("decoding the cached object: {e}"), true),
                 Ok(object) => {
                     let req = Request::new(key, object).with_details(
                         cached,

@@ -28,9 +28,15 @@ fn client(names: &[&str], lists_fail: bool) -> kube::Client {
         .iter()
         .enumerate()
         .map(|(i, n)| {
+            // "undecodable": its data is not a string map
+            let data = if *n == "undecodable" {
+                json!({"k": 1})
+            } else {
+                json!({})
+            };
             json!({"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": n, "namespace": "ns", "uid": format!("uid-{i}"),
-                    "resourceVersion": (i + 1).to_string()}})
+                    "resourceVersion": (i + 1).to_string()}, "data": data})
         })
         .collect();
     let list = Bytes::from(
@@ -115,9 +121,10 @@ type Attempts = Arc<Mutex<HashMap<String, usize>>>;
 #[tokio::test(start_paused = true)]
 async fn terminal_errors_are_not_retried() {
     let (logs, _guard) = Logs::capture();
-    let factory = SharedInformerFactory::builder(client(&["invalid", "flaky"], false))
-        .tweak_list_options(|o| o.use_watch_list = false)
-        .build();
+    let factory =
+        SharedInformerFactory::builder(client(&["invalid", "flaky", "undecodable"], false))
+            .tweak_list_options(|o| o.use_watch_list = false)
+            .build();
     let registry = MetricsRegistry::new();
     let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))
         .metrics(registry.clone());
@@ -147,6 +154,10 @@ async fn terminal_errors_are_not_retried() {
     let attempts = attempts.lock().clone();
     assert_eq!(attempts["invalid"], 1, "a terminal error is not retried");
     assert!(
+        !attempts.contains_key("undecodable"),
+        "an object that does not decode never reaches the reconciler"
+    );
+    assert!(
         attempts["flaky"] >= 10,
         "a plain error is retried: {attempts:?}"
     );
@@ -155,18 +166,26 @@ async fn terminal_errors_are_not_retried() {
             &registry,
             "controller_runtime_terminal_reconcile_errors_total{controller=\"cm\"}"
         ),
-        1.0
+        2.0,
+        "the terminal error and the decode failure"
     );
     let text = logs.text();
     let terminal: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("terminal error: not retried"))
         .collect();
-    assert_eq!(terminal.len(), 1, "{text}");
+    assert_eq!(terminal.len(), 2, "{text}");
     assert!(
-        terminal[0].contains("spec.replicas must not be negative"),
-        "{}",
-        terminal[0]
+        terminal
+            .iter()
+            .any(|l| l.contains("spec.replicas must not be negative")),
+        "{text}"
+    );
+    assert!(
+        terminal
+            .iter()
+            .any(|l| l.contains("decoding the cached object")),
+        "{text}"
     );
     // every retried failure says when it comes back
     let retried: Vec<&str> = text
