@@ -37,6 +37,7 @@ mod compression;
 mod key;
 mod managed_fields;
 mod object;
+pub mod protobuf;
 mod selector;
 mod store;
 mod string_map;
@@ -48,7 +49,8 @@ pub use key::{
     meta_namespace_key, split_meta_namespace_key,
 };
 pub use object::{
-    CachedObject, DecodeError, FieldPaths, Metadata, ObjectError, ObjectOptions, OwnerReference,
+    CachedObject, DecodeError, FieldPaths, Format, Metadata, ObjectError, ObjectOptions,
+    OwnerReference,
 };
 pub use selector::{LabelSet, Operator, Requirement, Selector, SelectorError};
 pub use store::{KeyListerGetter, Store, StoreError};

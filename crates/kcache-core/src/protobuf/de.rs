@@ -1,0 +1,816 @@
+//! A serde `Deserializer` over protobuf bytes, driven by the generated
+//! field tables: each message is presented as the JSON object the
+//! apiserver would have sent (same keys, same omissions, same special
+//! forms), so any `Deserialize` type (k8s-openapi's, `serde_json::Value`,
+//! `DynamicObject`) decodes from protobuf as it does from JSON.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use super::schema::{Card, Field, INLINE, Message, OMIT_ZERO, Special, Ty, message};
+use super::time;
+use super::wire::{Reader, WireError, WireValue};
+
+/// Error decoding protobuf into a typed value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtoDecodeError(Box<str>);
+
+impl fmt::Display for ProtoDecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ProtoDecodeError {}
+
+impl de::Error for ProtoDecodeError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        ProtoDecodeError(msg.to_string().into_boxed_str())
+    }
+}
+
+impl From<WireError> for ProtoDecodeError {
+    fn from(e: WireError) -> Self {
+        ProtoDecodeError(e.to_string().into_boxed_str())
+    }
+}
+
+type Result<T> = std::result::Result<T, ProtoDecodeError>;
+
+/// Inline (JSON-flattened) messages nested deeper than this are refused.
+const MAX_INLINE: usize = 4;
+/// Messages nested deeper than this are refused (serde recursion guard;
+/// the deepest built-in type is far shallower).
+pub(crate) const MAX_DEPTH: usize = 64;
+
+/// Deserializes a top-level object of message `msg` from its bytes,
+/// presenting `apiVersion` and `kind` first when given.
+pub(crate) fn from_object<'de, T: de::Deserialize<'de>>(
+    bytes: &'de [u8],
+    msg: &'static Message,
+    type_meta: Option<(&'de str, &'de str)>,
+) -> Result<T> {
+    T::deserialize(Value {
+        kind: Kind::Msg(msg, bytes),
+        type_meta,
+        depth: 0,
+    })
+}
+
+/// Like [`from_object`], with a seed (e.g. a writer).
+pub(crate) fn seed_object<'de, S: DeserializeSeed<'de>>(
+    bytes: &'de [u8],
+    msg: &'static Message,
+    type_meta: Option<(&'de str, &'de str)>,
+    seed: S,
+) -> Result<S::Value> {
+    seed.deserialize(Value {
+        kind: Kind::Msg(msg, bytes),
+        type_meta,
+        depth: 0,
+    })
+}
+
+/// The value at a path of JSON names, list indexes and map keys in a
+/// top-level object, rendered as [`CachedObject::field`] renders JSON:
+/// strings unescaped, other values as JSON text, `None` when absent or
+/// `null`.
+///
+/// [`CachedObject::field`]: crate::CachedObject::field
+pub(crate) fn field_value(
+    bytes: &[u8],
+    msg: &'static Message,
+    segments: &[String],
+) -> Result<Option<Box<str>>> {
+    let mut kind = Kind::Msg(msg, bytes);
+    for seg in segments {
+        match step(kind, seg)? {
+            Some(k) => kind = k,
+            None => return Ok(None),
+        }
+    }
+    let mut out = Vec::new();
+    Value {
+        kind,
+        type_meta: None,
+        depth: 0,
+    }
+    .deserialize_any(super::json::Writer { out: &mut out })?;
+    let text = String::from_utf8(out).map_err(|_| {
+        <ProtoDecodeError as de::Error>::custom("rendered a value that is not UTF-8")
+    })?;
+    Ok(match text.as_bytes().first() {
+        _ if text == "null" => None,
+        Some(b'"') => Some(
+            serde_json::from_str::<String>(&text)
+                .map_err(json_error)?
+                .into_boxed_str(),
+        ),
+        _ => Some(text.into_boxed_str()),
+    })
+}
+
+fn step<'a>(kind: Kind<'a>, seg: &str) -> Result<Option<Kind<'a>>> {
+    match kind {
+        Kind::Msg(m, b) => match m.special {
+            Special::None => find_in_message(m, b, seg, 0),
+            Special::Items => match m.fields.first() {
+                Some(f) => nth(Elements::new(f, b, 0), seg),
+                None => Ok(None),
+            },
+            _ => Ok(None),
+        },
+        Kind::Many(f, rest) => match f.card {
+            Card::Map => {
+                let mut entries = Entries::new(f, rest, 0);
+                let mut found = None;
+                while let Some((k, v)) = entries.next_entry()? {
+                    if k == seg.as_bytes() {
+                        found = Some(v); // the last of equal keys wins
+                    }
+                }
+                Ok(found)
+            }
+            _ => nth(Elements::new(f, rest, 0), seg),
+        },
+        _ => Ok(None),
+    }
+}
+
+fn nth<'a>(mut elements: Elements<'a>, seg: &str) -> Result<Option<Kind<'a>>> {
+    let Ok(n) = seg.parse::<usize>() else {
+        return Ok(None);
+    };
+    for _ in 0..n {
+        if elements.next_kind()?.is_none() {
+            return Ok(None);
+        }
+    }
+    elements.next_kind()
+}
+
+fn find_in_message<'a>(
+    m: &'static Message,
+    b: &'a [u8],
+    seg: &str,
+    inline: usize,
+) -> Result<Option<Kind<'a>>> {
+    let mut r = Reader::new(b);
+    let mut hint = 0;
+    while let Some(wf) = r.field()? {
+        let Some((_, field)) = m.field(wf.number, &mut hint) else {
+            continue;
+        };
+        if field.flags & INLINE != 0 {
+            if let (Ty::Msg(id), WireValue::Bytes(inner)) = (field.ty, wf.value)
+                && inline < MAX_INLINE
+                && let Some(k) = find_in_message(message(id), inner, seg, inline + 1)?
+            {
+                return Ok(Some(k));
+            }
+            continue;
+        }
+        if field.json != seg {
+            continue;
+        }
+        return Ok(match field.card {
+            Card::Repeated | Card::Map => Some(Kind::Many(field, &b[wf.start..])),
+            Card::One => match (field.ty, wf.value) {
+                (Ty::Msg(id), WireValue::Bytes(v)) => {
+                    let msg = message(id);
+                    let zero = field.flags & OMIT_ZERO != 0
+                        && matches!(msg.special, Special::Time | Special::MicroTime)
+                        && timestamp(v)?.is_none();
+                    (!zero).then_some(Kind::Msg(msg, v))
+                }
+                (ty, v) => (field.flags & OMIT_ZERO == 0 || !is_zero(&v))
+                    .then_some(Kind::Scalar(ty, wf.number, v)),
+            },
+        });
+    }
+    Ok(None)
+}
+
+/// One value, as it will be presented.
+#[derive(Clone, Copy)]
+enum Kind<'de> {
+    /// A single scalar field value.
+    Scalar(Ty, u32, WireValue<'de>),
+    /// A message (plain or special).
+    Msg(&'static Message, &'de [u8]),
+    /// Every occurrence of a repeated or map field, from its first
+    /// occurrence to the end of its message.
+    Many(&'static Field, &'de [u8]),
+    /// A string that is not in the bytes (`apiVersion`, `kind`).
+    Str(&'de str),
+}
+
+struct Value<'de> {
+    kind: Kind<'de>,
+    /// For a top-level object: `apiVersion` and `kind` to present first.
+    type_meta: Option<(&'de str, &'de str)>,
+    depth: usize,
+}
+
+fn wrong(ty: Ty, field: u32, v: WireValue<'_>) -> ProtoDecodeError {
+    de::Error::custom(format_args!(
+        "protobuf field {field} holds wire type {} where a {ty:?} is expected",
+        v.wire_type()
+    ))
+}
+
+/// The text of a string field: borrowed, or with invalid UTF-8 replaced
+/// (as Go's JSON encoder does for a string that is not UTF-8).
+fn text(b: &[u8]) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(b)
+}
+
+/// Whether a scalar value is the zero value JSON omits (`omitempty`).
+fn is_zero(v: &WireValue<'_>) -> bool {
+    match v {
+        WireValue::Varint(0) | WireValue::Fixed64(0) | WireValue::Fixed32(0) => true,
+        WireValue::Bytes(b) => b.is_empty(),
+        _ => false,
+    }
+}
+
+/// `Timestamp {1 seconds, 2 nanos}`; `None` for the zero time (an empty
+/// message, as the apiserver writes it).
+fn timestamp(b: &[u8]) -> Result<Option<(i64, i32)>> {
+    if b.is_empty() {
+        return Ok(None);
+    }
+    let (mut s, mut n) = (0i64, 0i32);
+    let mut r = Reader::new(b);
+    while let Some(f) = r.field()? {
+        match f.number {
+            1 => s = f.varint("Timestamp")? as i64,
+            2 => n = f.varint("Timestamp")? as i32,
+            _ => {}
+        }
+    }
+    // Go's zero time.Time, written by a client that sent it explicitly.
+    if s == -62_135_596_800 && n == 0 {
+        return Ok(None);
+    }
+    Ok(Some((s, n)))
+}
+
+fn time_text(special: Special, b: &[u8]) -> Result<Option<time::TimeText>> {
+    let Some((s, n)) = timestamp(b)? else {
+        return Ok(None);
+    };
+    let micros = (special == Special::MicroTime).then(|| (n.max(0) / 1000) as u32);
+    time::format(s, micros)
+        .map(Some)
+        .ok_or_else(|| de::Error::custom(format_args!("timestamp {s} is outside years 0-9999")))
+}
+
+/// `Quantity {1 string}`.
+fn quantity(b: &[u8]) -> Result<&[u8]> {
+    let mut r = Reader::new(b);
+    let mut s: &[u8] = b"";
+    while let Some(f) = r.field()? {
+        if f.number == 1 {
+            s = f.bytes("Quantity")?;
+        }
+    }
+    Ok(s)
+}
+
+enum IntOrStr<'a> {
+    Int(i32),
+    Str(&'a [u8]),
+}
+
+/// `IntOrString {1 type (0 int, 1 string), 2 intVal, 3 strVal}`.
+fn int_or_string(b: &[u8]) -> Result<IntOrStr<'_>> {
+    let (mut ty, mut i, mut s) = (0u64, 0i32, &b""[..]);
+    let mut r = Reader::new(b);
+    while let Some(f) = r.field()? {
+        match f.number {
+            1 => ty = f.varint("IntOrString")?,
+            2 => i = f.varint("IntOrString")? as i32,
+            3 => s = f.bytes("IntOrString")?,
+            _ => {}
+        }
+    }
+    Ok(if ty == 1 {
+        IntOrStr::Str(s)
+    } else {
+        IntOrStr::Int(i)
+    })
+}
+
+/// `RawExtension` / `FieldsV1` {1 raw}: the raw JSON (empty: `null`).
+fn raw_json(b: &[u8]) -> Result<&[u8]> {
+    let mut r = Reader::new(b);
+    let mut raw: &[u8] = b"";
+    while let Some(f) = r.field()? {
+        if f.number == 1 {
+            raw = f.bytes("RawExtension")?;
+        }
+    }
+    if raw.starts_with(super::envelope::MAGIC) {
+        return Err(de::Error::custom(
+            "a RawExtension holds a protobuf object; only embedded JSON is read",
+        ));
+    }
+    Ok(raw)
+}
+
+/// Standard base64 with padding (what Go's JSON encoder writes for `[]byte`).
+pub(crate) fn base64(b: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
+    for c in b.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        out.push(A[(n >> 18) as usize & 63] as char);
+        out.push(A[(n >> 12) as usize & 63] as char);
+        out.push(if c.len() > 1 {
+            A[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        out.push(if c.len() > 2 {
+            A[n as usize & 63] as char
+        } else {
+            '='
+        });
+    }
+    out
+}
+
+fn json_error(e: serde_json::Error) -> ProtoDecodeError {
+    de::Error::custom(format_args!("embedded JSON: {e}"))
+}
+
+impl<'de> Value<'de> {
+    fn child(&self, kind: Kind<'de>) -> Value<'de> {
+        Value {
+            kind,
+            type_meta: None,
+            depth: self.depth + 1,
+        }
+    }
+
+    /// Whether this value reads as JSON `null`.
+    fn is_null(&self) -> Result<bool> {
+        Ok(match self.kind {
+            Kind::Msg(m, b) => match m.special {
+                Special::Time | Special::MicroTime => timestamp(b)?.is_none(),
+                Special::RawJson => raw_json(b)?.is_empty(),
+                _ => false,
+            },
+            _ => false,
+        })
+    }
+}
+
+impl<'de> Deserializer<'de> for Value<'de> {
+    type Error = ProtoDecodeError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        if self.depth > MAX_DEPTH {
+            return Err(WireError::TooDeep(MAX_DEPTH).into());
+        }
+        match self.kind {
+            Kind::Str(s) => visitor.visit_borrowed_str(s),
+            Kind::Scalar(ty, number, v) => match (ty, v) {
+                (Ty::Bool, WireValue::Varint(x)) => visitor.visit_bool(x != 0),
+                (Ty::Int32, WireValue::Varint(x)) => visitor.visit_i32(x as i32),
+                (Ty::Int64, WireValue::Varint(x)) => visitor.visit_i64(x as i64),
+                (Ty::String, WireValue::Bytes(b)) => match std::str::from_utf8(b) {
+                    Ok(s) => visitor.visit_borrowed_str(s),
+                    Err(_) => visitor.visit_string(text(b).into_owned()),
+                },
+                (Ty::Bytes, WireValue::Bytes(b)) => visitor.visit_string(base64(b)),
+                (Ty::Msg(id), WireValue::Bytes(b)) => self
+                    .child(Kind::Msg(message(id), b))
+                    .deserialize_any(visitor),
+                (ty, v) => Err(wrong(ty, number, v)),
+            },
+            Kind::Msg(m, b) => match m.special {
+                Special::None => {
+                    visitor.visit_map(MessageAccess::new(m, b, self.type_meta, self.depth))
+                }
+                Special::Time | Special::MicroTime => match time_text(m.special, b)? {
+                    Some(t) => visitor.visit_str(t.as_str()),
+                    None => visitor.visit_unit(),
+                },
+                Special::Quantity => {
+                    let q = quantity(b)?;
+                    match std::str::from_utf8(q) {
+                        Ok(s) => visitor.visit_borrowed_str(s),
+                        Err(_) => visitor.visit_string(text(q).into_owned()),
+                    }
+                }
+                Special::IntOrString => match int_or_string(b)? {
+                    IntOrStr::Int(i) => visitor.visit_i32(i),
+                    IntOrStr::Str(s) => match std::str::from_utf8(s) {
+                        Ok(s) => visitor.visit_borrowed_str(s),
+                        Err(_) => visitor.visit_string(text(s).into_owned()),
+                    },
+                },
+                Special::RawJson => {
+                    let raw = raw_json(b)?;
+                    if raw.is_empty() {
+                        return visitor.visit_unit();
+                    }
+                    let mut d = serde_json::Deserializer::from_slice(raw);
+                    let v = d.deserialize_any(visitor).map_err(json_error)?;
+                    d.end().map_err(json_error)?;
+                    Ok(v)
+                }
+                Special::Items => {
+                    let first = m.fields.first().ok_or_else(|| {
+                        <ProtoDecodeError as de::Error>::custom("an Items message without items")
+                    })?;
+                    visitor.visit_seq(Elements::new(first, b, self.depth))
+                }
+            },
+            Kind::Many(field, rest) => match field.card {
+                Card::Map => visitor.visit_map(Entries::new(field, rest, self.depth)),
+                _ => visitor.visit_seq(Elements::new(field, rest, self.depth)),
+            },
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        if self.is_null()? {
+            visitor.visit_none()
+        } else {
+            visitor.visit_some(self)
+        }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        visitor.visit_unit()
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf unit unit_struct seq tuple
+        tuple_struct map struct enum identifier
+    }
+}
+
+/// A JSON key: a field's JSON name.
+struct Key(&'static str);
+
+impl<'de> Deserializer<'de> for Key {
+    type Error = ProtoDecodeError;
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        visitor.visit_borrowed_str(self.0)
+    }
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map struct enum identifier ignored_any
+    }
+}
+
+/// One level of fields being read: the message itself, or an inlined
+/// (JSON-flattened) field of it.
+struct Frame<'de> {
+    msg: &'static Message,
+    reader: Reader<'de>,
+    hint: usize,
+    /// Repeated and map fields already presented (by field index).
+    seen: u128,
+}
+
+/// A message presented as a JSON object.
+struct MessageAccess<'de> {
+    frames: [Option<Frame<'de>>; MAX_INLINE + 1],
+    top: usize,
+    type_meta: Option<(&'de str, &'de str)>,
+    /// 0: `apiVersion` next, 1: `kind` next, 2: fields.
+    tm_state: u8,
+    pending: Option<Kind<'de>>,
+    depth: usize,
+}
+
+impl<'de> MessageAccess<'de> {
+    fn new(
+        msg: &'static Message,
+        bytes: &'de [u8],
+        type_meta: Option<(&'de str, &'de str)>,
+        depth: usize,
+    ) -> Self {
+        MessageAccess {
+            frames: [
+                Some(Frame {
+                    msg,
+                    reader: Reader::new(bytes),
+                    hint: 0,
+                    seen: 0,
+                }),
+                None,
+                None,
+                None,
+                None,
+            ],
+            top: 0,
+            type_meta,
+            tm_state: if type_meta.is_some() { 0 } else { 2 },
+            pending: None,
+            depth,
+        }
+    }
+}
+
+impl<'de> MapAccess<'de> for MessageAccess<'de> {
+    type Error = ProtoDecodeError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
+        if let Some((api_version, kind)) = self.type_meta {
+            match self.tm_state {
+                0 if !api_version.is_empty() => {
+                    self.tm_state = 1;
+                    self.pending = Some(Kind::Str(api_version));
+                    return seed.deserialize(Key("apiVersion")).map(Some);
+                }
+                0 | 1 => {
+                    self.tm_state = 2;
+                    if !kind.is_empty() {
+                        self.pending = Some(Kind::Str(kind));
+                        return seed.deserialize(Key("kind")).map(Some);
+                    }
+                }
+                _ => {}
+            }
+        }
+        loop {
+            let Some(frame) = self.frames[self.top].as_mut() else {
+                return Ok(None);
+            };
+            let Some(wf) = frame.reader.field()? else {
+                if self.top == 0 {
+                    return Ok(None);
+                }
+                self.frames[self.top] = None;
+                self.top -= 1;
+                continue;
+            };
+            let Some((index, field)) = frame.msg.field(wf.number, &mut frame.hint) else {
+                continue; // not in the tables (newer server) or not in JSON
+            };
+            match field.card {
+                Card::Repeated | Card::Map => {
+                    let bit = 1u128 << (index % 128);
+                    if frame.seen & bit != 0 {
+                        continue;
+                    }
+                    frame.seen |= bit;
+                    let buf = frame.reader.buf();
+                    self.pending = Some(Kind::Many(field, &buf[wf.start..]));
+                }
+                Card::One => {
+                    if field.flags & INLINE != 0 {
+                        let (Ty::Msg(id), WireValue::Bytes(b)) = (field.ty, wf.value) else {
+                            return Err(wrong(field.ty, wf.number, wf.value));
+                        };
+                        if self.top == MAX_INLINE {
+                            return Err(WireError::TooDeep(MAX_INLINE).into());
+                        }
+                        self.top += 1;
+                        self.frames[self.top] = Some(Frame {
+                            msg: message(id),
+                            reader: Reader::new(b),
+                            hint: 0,
+                            seen: 0,
+                        });
+                        continue;
+                    }
+                    if field.flags & OMIT_ZERO != 0 {
+                        let zero = match (field.ty, wf.value) {
+                            (Ty::Msg(id), WireValue::Bytes(b)) => {
+                                let m = message(id);
+                                matches!(m.special, Special::Time | Special::MicroTime)
+                                    && timestamp(b)?.is_none()
+                            }
+                            (_, v) => is_zero(&v),
+                        };
+                        if zero {
+                            continue;
+                        }
+                    }
+                    self.pending = Some(match (field.ty, wf.value) {
+                        (Ty::Msg(id), WireValue::Bytes(b)) => Kind::Msg(message(id), b),
+                        (ty, v) => Kind::Scalar(ty, wf.number, v),
+                    });
+                }
+            }
+            return seed.deserialize(Key(field.json)).map(Some);
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
+        let kind = self
+            .pending
+            .take()
+            .ok_or_else(|| <ProtoDecodeError as de::Error>::custom("value asked before key"))?;
+        seed.deserialize(Value {
+            kind,
+            type_meta: None,
+            depth: self.depth + 1,
+        })
+    }
+}
+
+/// The elements of a repeated field (packed or not), in order.
+struct Elements<'de> {
+    field: &'static Field,
+    reader: Reader<'de>,
+    packed: Option<Reader<'de>>,
+    depth: usize,
+}
+
+impl<'de> Elements<'de> {
+    fn new(field: &'static Field, rest: &'de [u8], depth: usize) -> Self {
+        Elements {
+            field,
+            reader: Reader::new(rest),
+            packed: None,
+            depth,
+        }
+    }
+
+    fn next_kind(&mut self) -> Result<Option<Kind<'de>>> {
+        loop {
+            if let Some(p) = &mut self.packed {
+                if !p.is_empty() {
+                    let v = p.varint("a packed element")?;
+                    return Ok(Some(Kind::Scalar(
+                        self.field.ty,
+                        self.field.number,
+                        WireValue::Varint(v),
+                    )));
+                }
+                self.packed = None;
+            }
+            let Some(wf) = self.reader.field()? else {
+                return Ok(None);
+            };
+            if wf.number != self.field.number {
+                continue;
+            }
+            return Ok(Some(match (self.field.ty, wf.value) {
+                (Ty::Msg(id), WireValue::Bytes(b)) => Kind::Msg(message(id), b),
+                (Ty::Bool | Ty::Int32 | Ty::Int64, WireValue::Bytes(b)) => {
+                    self.packed = Some(Reader::new(b));
+                    continue;
+                }
+                (ty, v) => Kind::Scalar(ty, wf.number, v),
+            }));
+        }
+    }
+}
+
+impl<'de> SeqAccess<'de> for Elements<'de> {
+    type Error = ProtoDecodeError;
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>> {
+        match self.next_kind()? {
+            None => Ok(None),
+            Some(kind) => seed
+                .deserialize(Value {
+                    kind,
+                    type_meta: None,
+                    depth: self.depth + 1,
+                })
+                .map(Some),
+        }
+    }
+}
+
+/// The entries of a map field: `{1 key, 2 value}` messages.
+struct Entries<'de> {
+    elements: Elements<'de>,
+    pending: Option<Kind<'de>>,
+}
+
+impl<'de> Entries<'de> {
+    fn new(field: &'static Field, rest: &'de [u8], depth: usize) -> Self {
+        Entries {
+            elements: Elements::new(field, rest, depth),
+            pending: None,
+        }
+    }
+}
+
+impl<'de> Entries<'de> {
+    /// The next entry: its key's bytes and its value.
+    fn next_entry(&mut self) -> Result<Option<(&'de [u8], Kind<'de>)>> {
+        let field = self.elements.field;
+        // An entry is a message whatever the value type.
+        let entry = loop {
+            let Some(wf) = self.elements.reader.field()? else {
+                return Ok(None);
+            };
+            if wf.number == field.number {
+                break wf;
+            }
+        };
+        let b = entry.bytes("map entry")?;
+        let mut key: &[u8] = b"";
+        let mut value = None;
+        let mut r = Reader::new(b);
+        while let Some(f) = r.field()? {
+            match f.number {
+                1 => key = f.bytes("map entry")?,
+                2 => value = Some(f.value),
+                _ => {}
+            }
+        }
+        let kind = match (field.ty, value) {
+            (Ty::Msg(id), Some(WireValue::Bytes(b))) => Kind::Msg(message(id), b),
+            (Ty::Msg(id), None) => Kind::Msg(message(id), b""),
+            (ty, Some(v)) => Kind::Scalar(ty, field.number, v),
+            (ty @ (Ty::String | Ty::Bytes), None) => {
+                Kind::Scalar(ty, field.number, WireValue::Bytes(b""))
+            }
+            (ty, None) => Kind::Scalar(ty, field.number, WireValue::Varint(0)),
+        };
+        Ok(Some((key, kind)))
+    }
+}
+
+impl<'de> MapAccess<'de> for Entries<'de> {
+    type Error = ProtoDecodeError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>> {
+        let Some((key, value)) = self.next_entry()? else {
+            return Ok(None);
+        };
+        self.pending = Some(value);
+        match std::str::from_utf8(key) {
+            Ok(k) => seed.deserialize(BorrowedKey(k)).map(Some),
+            Err(_) => seed
+                .deserialize(de::value::StringDeserializer::<ProtoDecodeError>::new(
+                    text(key).into_owned(),
+                ))
+                .map(Some),
+        }
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
+        let kind = self
+            .pending
+            .take()
+            .ok_or_else(|| <ProtoDecodeError as de::Error>::custom("value asked before key"))?;
+        seed.deserialize(Value {
+            kind,
+            type_meta: None,
+            depth: self.elements.depth + 1,
+        })
+    }
+}
+
+/// A map key borrowed from the input.
+struct BorrowedKey<'de>(&'de str);
+
+impl<'de> Deserializer<'de> for BorrowedKey<'de> {
+    type Error = ProtoDecodeError;
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
+        visitor.visit_borrowed_str(self.0)
+    }
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map struct enum identifier ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard_alphabet() {
+        for (raw, b64) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+            (b"\xff\xfe\x00", "//4A"),
+        ] {
+            assert_eq!(base64(raw), b64);
+            let bs: k8s_openapi::ByteString =
+                serde_json::from_value(serde_json::Value::String(base64(raw))).unwrap();
+            assert_eq!(bs.0, raw);
+        }
+    }
+}
