@@ -230,8 +230,7 @@ fn protobuf_watch_frames_from_the_apiserver() {
             )
             .unwrap()
         })
-        .filter(|o| o.name() == "deleting")
-        .last()
+        .rfind(|o| o.name() == "deleting")
         .unwrap();
     assert!(deleting.meta().deletion_timestamp().is_some());
     assert_eq!(deleting.meta().finalizers(), ["example.com/cleanup"]);

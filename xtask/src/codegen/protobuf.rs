@@ -568,9 +568,9 @@ pub fn generate() -> anyhow::Result<String> {
         }
     }
     for dir in more {
-        if !go.contains_key(&dir) {
-            let pkg = parse_go_package(&dir)?;
-            go.insert(dir, pkg);
+        if let std::collections::btree_map::Entry::Vacant(slot) = go.entry(dir) {
+            let pkg = parse_go_package(slot.key())?;
+            slot.insert(pkg);
         }
     }
     let import_dir = |path: &str| -> Option<PathBuf> {
