@@ -176,34 +176,89 @@ fn find_in_message<'a>(
         }
         return Ok(match field.card {
             Card::Repeated | Card::Map => Some(Kind::Many(field, &b[wf.start..])),
-            Card::One => match (field.ty, wf.value) {
-                (Ty::Msg(id), WireValue::Bytes(v)) => {
-                    let msg = message(id);
-                    let zero = field.flags & OMIT_ZERO != 0
-                        && matches!(msg.special, Special::Time | Special::MicroTime)
-                        && timestamp(v)?.is_none();
-                    (!zero).then_some(Kind::Msg(msg, v))
-                }
-                (ty, v) => (field.flags & OMIT_ZERO == 0 || !is_zero(&v))
-                    .then_some(Kind::Scalar(ty, wf.number, v)),
-            },
+            Card::One => {
+                let kind = value_kind(field.ty, wf.number, wf.value)?;
+                (field.flags & OMIT_ZERO == 0 || !kind.is_zero()).then_some(kind)
+            }
         });
     }
     Ok(None)
 }
 
-/// One value, as it will be presented.
+/// One value, resolved to the form it has in JSON.
 #[derive(Clone, Copy)]
 enum Kind<'de> {
-    /// A single scalar field value.
-    Scalar(Ty, u32, WireValue<'de>),
-    /// A message (plain or special).
+    Bool(bool),
+    I32(i32),
+    I64(i64),
+    /// A string (UTF-8 checked when presented).
+    Str(&'de [u8]),
+    /// Bytes: base64 text in JSON.
+    Bytes(&'de [u8]),
+    /// A message presented as an object (or, `Items`, as an array).
     Msg(&'static Message, &'de [u8]),
-    /// Every occurrence of a repeated or map field, from its first
-    /// occurrence to the end of its message.
+    /// `Time` (`false`) or `MicroTime` (`true`).
+    Time(i64, i32, bool),
+    /// JSON `null` (the zero `Time`, an empty `RawExtension`).
+    Null,
+    /// Embedded JSON (`RawExtension`, `FieldsV1`).
+    RawJson(&'de [u8]),
+    /// Every occurrence of a repeated or map field: one run of them (or,
+    /// for field paths, from the first to the end of the message).
     Many(&'static Field, &'de [u8]),
-    /// A string that is not in the bytes (`apiVersion`, `kind`).
-    Str(&'de str),
+}
+
+impl Kind<'_> {
+    /// Whether this is the zero value JSON omits (`omitempty`, `omitzero`).
+    fn is_zero(&self) -> bool {
+        match *self {
+            Kind::Bool(b) => !b,
+            Kind::I32(i) => i == 0,
+            Kind::I64(i) => i == 0,
+            Kind::Str(b) | Kind::Bytes(b) => b.is_empty(),
+            Kind::Null => true,
+            _ => false,
+        }
+    }
+}
+
+/// A single field value, resolved.
+#[inline]
+fn value_kind<'de>(ty: Ty, number: u32, v: WireValue<'de>) -> Result<Kind<'de>> {
+    Ok(match (ty, v) {
+        (Ty::Bool, WireValue::Varint(x)) => Kind::Bool(x != 0),
+        (Ty::Int32, WireValue::Varint(x)) => Kind::I32(x as i32),
+        (Ty::Int64, WireValue::Varint(x)) => Kind::I64(x as i64),
+        (Ty::String, WireValue::Bytes(b)) => Kind::Str(b),
+        (Ty::Bytes, WireValue::Bytes(b)) => Kind::Bytes(b),
+        (Ty::Msg(id), WireValue::Bytes(b)) => message_kind(message(id), b)?,
+        (ty, v) => return Err(wrong(ty, number, v)),
+    })
+}
+
+/// A message value, resolved: special messages become their JSON form.
+#[inline]
+fn message_kind<'de>(m: &'static Message, b: &'de [u8]) -> Result<Kind<'de>> {
+    Ok(match m.special {
+        Special::None | Special::Items => Kind::Msg(m, b),
+        Special::Time | Special::MicroTime => match timestamp(b)? {
+            None => Kind::Null,
+            Some((s, n)) => Kind::Time(s, n, m.special == Special::MicroTime),
+        },
+        Special::Quantity => Kind::Str(quantity(b)?),
+        Special::IntOrString => match int_or_string(b)? {
+            IntOrStr::Int(i) => Kind::I32(i),
+            IntOrStr::Str(s) => Kind::Str(s),
+        },
+        Special::RawJson => {
+            let raw = raw_json(b)?;
+            if raw.is_empty() {
+                Kind::Null
+            } else {
+                Kind::RawJson(raw)
+            }
+        }
+    })
 }
 
 struct Value<'de> {
@@ -224,15 +279,6 @@ fn wrong(ty: Ty, field: u32, v: WireValue<'_>) -> ProtoDecodeError {
 /// (as Go's JSON encoder does for a string that is not UTF-8).
 fn text(b: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(b)
-}
-
-/// Whether a scalar value is the zero value JSON omits (`omitempty`).
-fn is_zero(v: &WireValue<'_>) -> bool {
-    match v {
-        WireValue::Varint(0) | WireValue::Fixed64(0) | WireValue::Fixed32(0) => true,
-        WireValue::Bytes(b) => b.is_empty(),
-        _ => false,
-    }
 }
 
 /// `Timestamp {1 seconds, 2 nanos}`; `None` for the zero time (an empty
@@ -257,14 +303,11 @@ fn timestamp(b: &[u8]) -> Result<Option<(i64, i32)>> {
     Ok(Some((s, n)))
 }
 
-fn time_text(special: Special, b: &[u8]) -> Result<Option<time::TimeText>> {
-    let Some((s, n)) = timestamp(b)? else {
-        return Ok(None);
-    };
-    let micros = (special == Special::MicroTime).then(|| (n.max(0) / 1000) as u32);
-    time::format(s, micros)
-        .map(Some)
-        .ok_or_else(|| de::Error::custom(format_args!("timestamp {s} is outside years 0-9999")))
+fn time_text(seconds: i64, nanos: i32, micro: bool) -> Result<time::TimeText> {
+    let micros = micro.then(|| (nanos.max(0) / 1000) as u32);
+    time::format(seconds, micros).ok_or_else(|| {
+        de::Error::custom(format_args!("timestamp {seconds} is outside years 0-9999"))
+    })
 }
 
 /// `Quantity {1 string}`.
@@ -348,25 +391,10 @@ fn json_error(e: serde_json::Error) -> ProtoDecodeError {
     de::Error::custom(format_args!("embedded JSON: {e}"))
 }
 
-impl<'de> Value<'de> {
-    fn child(&self, kind: Kind<'de>) -> Value<'de> {
-        Value {
-            kind,
-            type_meta: None,
-            depth: self.depth + 1,
-        }
-    }
-
-    /// Whether this value reads as JSON `null`.
-    fn is_null(&self) -> Result<bool> {
-        Ok(match self.kind {
-            Kind::Msg(m, b) => match m.special {
-                Special::Time | Special::MicroTime => timestamp(b)?.is_none(),
-                Special::RawJson => raw_json(b)?.is_empty(),
-                _ => false,
-            },
-            _ => false,
-        })
+fn visit_text<'de, V: Visitor<'de>>(b: &'de [u8], visitor: V) -> Result<V::Value> {
+    match std::str::from_utf8(b) {
+        Ok(s) => visitor.visit_borrowed_str(s),
+        Err(_) => visitor.visit_string(text(b).into_owned()),
     }
 }
 
@@ -374,64 +402,33 @@ impl<'de> Deserializer<'de> for Value<'de> {
     type Error = ProtoDecodeError;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        if self.depth > MAX_DEPTH {
-            return Err(WireError::TooDeep(MAX_DEPTH).into());
-        }
         match self.kind {
-            Kind::Str(s) => visitor.visit_borrowed_str(s),
-            Kind::Scalar(ty, number, v) => match (ty, v) {
-                (Ty::Bool, WireValue::Varint(x)) => visitor.visit_bool(x != 0),
-                (Ty::Int32, WireValue::Varint(x)) => visitor.visit_i32(x as i32),
-                (Ty::Int64, WireValue::Varint(x)) => visitor.visit_i64(x as i64),
-                (Ty::String, WireValue::Bytes(b)) => match std::str::from_utf8(b) {
-                    Ok(s) => visitor.visit_borrowed_str(s),
-                    Err(_) => visitor.visit_string(text(b).into_owned()),
-                },
-                (Ty::Bytes, WireValue::Bytes(b)) => visitor.visit_string(base64(b)),
-                (Ty::Msg(id), WireValue::Bytes(b)) => self
-                    .child(Kind::Msg(message(id), b))
-                    .deserialize_any(visitor),
-                (ty, v) => Err(wrong(ty, number, v)),
-            },
-            Kind::Msg(m, b) => match m.special {
-                Special::None => {
-                    visitor.visit_map(MessageAccess::new(m, b, self.type_meta, self.depth))
+            Kind::Bool(b) => visitor.visit_bool(b),
+            Kind::I32(i) => visitor.visit_i32(i),
+            Kind::I64(i) => visitor.visit_i64(i),
+            Kind::Str(b) => visit_text(b, visitor),
+            Kind::Bytes(b) => visitor.visit_string(base64(b)),
+            Kind::Null => visitor.visit_unit(),
+            Kind::Time(s, n, micro) => visitor.visit_str(time_text(s, n, micro)?.as_str()),
+            Kind::RawJson(raw) => {
+                let mut d = serde_json::Deserializer::from_slice(raw);
+                let v = d.deserialize_any(visitor).map_err(json_error)?;
+                d.end().map_err(json_error)?;
+                Ok(v)
+            }
+            Kind::Msg(m, b) => {
+                if self.depth > MAX_DEPTH {
+                    return Err(WireError::TooDeep(MAX_DEPTH).into());
                 }
-                Special::Time | Special::MicroTime => match time_text(m.special, b)? {
-                    Some(t) => visitor.visit_str(t.as_str()),
-                    None => visitor.visit_unit(),
-                },
-                Special::Quantity => {
-                    let q = quantity(b)?;
-                    match std::str::from_utf8(q) {
-                        Ok(s) => visitor.visit_borrowed_str(s),
-                        Err(_) => visitor.visit_string(text(q).into_owned()),
-                    }
-                }
-                Special::IntOrString => match int_or_string(b)? {
-                    IntOrStr::Int(i) => visitor.visit_i32(i),
-                    IntOrStr::Str(s) => match std::str::from_utf8(s) {
-                        Ok(s) => visitor.visit_borrowed_str(s),
-                        Err(_) => visitor.visit_string(text(s).into_owned()),
-                    },
-                },
-                Special::RawJson => {
-                    let raw = raw_json(b)?;
-                    if raw.is_empty() {
-                        return visitor.visit_unit();
-                    }
-                    let mut d = serde_json::Deserializer::from_slice(raw);
-                    let v = d.deserialize_any(visitor).map_err(json_error)?;
-                    d.end().map_err(json_error)?;
-                    Ok(v)
-                }
-                Special::Items => {
+                if m.special == Special::Items {
                     let first = m.fields.first().ok_or_else(|| {
                         <ProtoDecodeError as de::Error>::custom("an Items message without items")
                     })?;
                     visitor.visit_seq(Elements::new(first, b, self.depth))
+                } else {
+                    visitor.visit_map(MessageAccess::new(m, b, self.type_meta, self.depth))
                 }
-            },
+            }
             Kind::Many(field, rest) => match field.card {
                 Card::Map => visitor.visit_map(Entries::new(field, rest, self.depth)),
                 _ => visitor.visit_seq(Elements::new(field, rest, self.depth)),
@@ -440,7 +437,7 @@ impl<'de> Deserializer<'de> for Value<'de> {
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        if self.is_null()? {
+        if let Kind::Null = self.kind {
             visitor.visit_none()
         } else {
             visitor.visit_some(self)
@@ -539,13 +536,13 @@ impl<'de> MapAccess<'de> for MessageAccess<'de> {
             match self.tm_state {
                 0 if !api_version.is_empty() => {
                     self.tm_state = 1;
-                    self.pending = Some(Kind::Str(api_version));
+                    self.pending = Some(Kind::Str(api_version.as_bytes()));
                     return seed.deserialize(Key("apiVersion")).map(Some);
                 }
                 0 | 1 => {
                     self.tm_state = 2;
                     if !kind.is_empty() {
-                        self.pending = Some(Kind::Str(kind));
+                        self.pending = Some(Kind::Str(kind.as_bytes()));
                         return seed.deserialize(Key("kind")).map(Some);
                     }
                 }
@@ -569,13 +566,32 @@ impl<'de> MapAccess<'de> for MessageAccess<'de> {
             };
             match field.card {
                 Card::Repeated | Card::Map => {
+                    // Kubernetes writes fields in field-number order, so the
+                    // occurrences of a repeated field are one run: present
+                    // the run, and refuse a second run of the same field
+                    // (its key would repeat, and the first run be lost).
                     let bit = 1u128 << (index % 128);
                     if frame.seen & bit != 0 {
-                        continue;
+                        return Err(de::Error::custom(format_args!(
+                            "repeated protobuf field {} ({}) of {} is split by other fields; \
+                             Kubernetes writes each repeated field as one run",
+                            wf.number, field.json, frame.msg.name
+                        )));
                     }
                     frame.seen |= bit;
                     let buf = frame.reader.buf();
-                    self.pending = Some(Kind::Many(field, &buf[wf.start..]));
+                    let mut end = wf.end;
+                    loop {
+                        let mut ahead = frame.reader.clone();
+                        match ahead.field()? {
+                            Some(next) if next.number == wf.number => {
+                                end = next.end;
+                                frame.reader = ahead;
+                            }
+                            _ => break,
+                        }
+                    }
+                    self.pending = Some(Kind::Many(field, &buf[wf.start..end]));
                 }
                 Card::One => {
                     if field.flags & INLINE != 0 {
@@ -594,23 +610,11 @@ impl<'de> MapAccess<'de> for MessageAccess<'de> {
                         });
                         continue;
                     }
-                    if field.flags & OMIT_ZERO != 0 {
-                        let zero = match (field.ty, wf.value) {
-                            (Ty::Msg(id), WireValue::Bytes(b)) => {
-                                let m = message(id);
-                                matches!(m.special, Special::Time | Special::MicroTime)
-                                    && timestamp(b)?.is_none()
-                            }
-                            (_, v) => is_zero(&v),
-                        };
-                        if zero {
-                            continue;
-                        }
+                    let kind = value_kind(field.ty, wf.number, wf.value)?;
+                    if field.flags & OMIT_ZERO != 0 && kind.is_zero() {
+                        continue;
                     }
-                    self.pending = Some(match (field.ty, wf.value) {
-                        (Ty::Msg(id), WireValue::Bytes(b)) => Kind::Msg(message(id), b),
-                        (ty, v) => Kind::Scalar(ty, wf.number, v),
-                    });
+                    self.pending = Some(kind);
                 }
             }
             return seed.deserialize(Key(field.json)).map(Some);
@@ -653,11 +657,8 @@ impl<'de> Elements<'de> {
             if let Some(p) = &mut self.packed {
                 if !p.is_empty() {
                     let v = p.varint("a packed element")?;
-                    return Ok(Some(Kind::Scalar(
-                        self.field.ty,
-                        self.field.number,
-                        WireValue::Varint(v),
-                    )));
+                    return value_kind(self.field.ty, self.field.number, WireValue::Varint(v))
+                        .map(Some);
                 }
                 self.packed = None;
             }
@@ -667,14 +668,13 @@ impl<'de> Elements<'de> {
             if wf.number != self.field.number {
                 continue;
             }
-            return Ok(Some(match (self.field.ty, wf.value) {
-                (Ty::Msg(id), WireValue::Bytes(b)) => Kind::Msg(message(id), b),
-                (Ty::Bool | Ty::Int32 | Ty::Int64, WireValue::Bytes(b)) => {
-                    self.packed = Some(Reader::new(b));
-                    continue;
-                }
-                (ty, v) => Kind::Scalar(ty, wf.number, v),
-            }));
+            if let (Ty::Bool | Ty::Int32 | Ty::Int64, WireValue::Bytes(b)) =
+                (self.field.ty, wf.value)
+            {
+                self.packed = Some(Reader::new(b));
+                continue;
+            }
+            return value_kind(self.field.ty, wf.number, wf.value).map(Some);
         }
     }
 }
@@ -734,15 +734,12 @@ impl<'de> Entries<'de> {
                 _ => {}
             }
         }
-        let kind = match (field.ty, value) {
-            (Ty::Msg(id), Some(WireValue::Bytes(b))) => Kind::Msg(message(id), b),
-            (Ty::Msg(id), None) => Kind::Msg(message(id), b""),
-            (ty, Some(v)) => Kind::Scalar(ty, field.number, v),
-            (ty @ (Ty::String | Ty::Bytes), None) => {
-                Kind::Scalar(ty, field.number, WireValue::Bytes(b""))
-            }
-            (ty, None) => Kind::Scalar(ty, field.number, WireValue::Varint(0)),
-        };
+        // A missing value is the type's zero value.
+        let value = value.unwrap_or(match field.ty {
+            Ty::String | Ty::Bytes | Ty::Msg(_) => WireValue::Bytes(b""),
+            Ty::Bool | Ty::Int32 | Ty::Int64 => WireValue::Varint(0),
+        });
+        let kind = value_kind(field.ty, field.number, value)?;
         Ok(Some((key, kind)))
     }
 }

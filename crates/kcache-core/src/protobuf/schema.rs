@@ -66,9 +66,7 @@ pub(crate) enum Special {
 /// One message.
 #[derive(Debug)]
 pub(crate) struct Message {
-    /// Full protobuf name (`k8s.io.api.core.v1.Pod`), for tests and
-    /// `Debug`.
-    #[allow(dead_code)]
+    /// Full protobuf name (`k8s.io.api.core.v1.Pod`).
     pub(crate) name: &'static str,
     pub(crate) special: Special,
     /// Sorted by field number.

@@ -234,9 +234,48 @@ impl<'a> Reader<'a> {
     /// Reads the next field; `None` at the end of the buffer.
     #[inline]
     pub(crate) fn field(&mut self) -> Result<Option<WireField<'a>>, WireError> {
-        if self.pos >= self.buf.len() {
+        let buf = self.buf;
+        let start = self.pos;
+        let Some(&tag) = buf.get(start) else {
             return Ok(None);
+        };
+        // Fast path, most Kubernetes fields: a one-byte tag (field number
+        // 1-15), then a one-byte varint or length.
+        if (8..0x80).contains(&tag)
+            && let Some(&b) = buf.get(start + 1)
+            && b < 0x80
+        {
+            let number = u32::from(tag >> 3);
+            match tag & 7 {
+                0 => {
+                    self.pos = start + 2;
+                    return Ok(Some(WireField {
+                        number,
+                        value: WireValue::Varint(u64::from(b)),
+                        start,
+                        end: start + 2,
+                    }));
+                }
+                2 => {
+                    let end = start + 2 + usize::from(b);
+                    if let Some(v) = buf.get(start + 2..end) {
+                        self.pos = end;
+                        return Ok(Some(WireField {
+                            number,
+                            value: WireValue::Bytes(v),
+                            start,
+                            end,
+                        }));
+                    }
+                }
+                _ => {}
+            }
         }
+        self.field_slow()
+    }
+
+    #[inline(never)]
+    fn field_slow(&mut self) -> Result<Option<WireField<'a>>, WireError> {
         let start = self.pos;
         let tag = self.varint("a field tag")?;
         let number = tag >> 3;
