@@ -793,6 +793,103 @@ impl<'de> Deserializer<'de> for BorrowedKey<'de> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protobuf::envelope::tests::{bytes_field, varint_field};
+    use crate::protobuf::schema::kind_message;
+
+    fn csr() -> Vec<u8> {
+        let mut meta = Vec::new();
+        bytes_field(&mut meta, 1, b"csr-1");
+        bytes_field(&mut meta, 2, b""); // generateName: omitempty, dropped
+        let mut extra = Vec::new();
+        bytes_field(&mut extra, 1, b"a");
+        bytes_field(&mut extra, 1, b"b");
+        let mut entry = Vec::new();
+        bytes_field(&mut entry, 1, b"scopes");
+        bytes_field(&mut entry, 2, &extra);
+        let mut spec = Vec::new();
+        bytes_field(&mut spec, 1, b"\x00\xffPEM"); // bytes: base64 in JSON
+        bytes_field(&mut spec, 2, b""); // username: omitempty, dropped
+        bytes_field(&mut spec, 5, b"digital signature");
+        bytes_field(&mut spec, 5, b"client auth");
+        bytes_field(&mut spec, 6, &entry);
+        bytes_field(&mut spec, 7, b"example.com/signer");
+        varint_field(&mut spec, 8, 0); // a pointer: kept though zero
+        let mut obj = Vec::new();
+        bytes_field(&mut obj, 1, &meta);
+        bytes_field(&mut obj, 2, &spec);
+        obj
+    }
+
+    #[test]
+    fn presents_messages_as_the_apiservers_json() {
+        let m = kind_message("certificates.k8s.io/v1", "CertificateSigningRequest").unwrap();
+        let v: serde_json::Value = from_object(
+            &csr(),
+            m,
+            Some(("certificates.k8s.io/v1", "CertificateSigningRequest")),
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "apiVersion": "certificates.k8s.io/v1",
+                "kind": "CertificateSigningRequest",
+                "metadata": {"name": "csr-1"},
+                "spec": {
+                    "request": base64(b"\x00\xffPEM"),
+                    "usages": ["digital signature", "client auth"],
+                    "extra": {"scopes": ["a", "b"]},
+                    "signerName": "example.com/signer",
+                    "expirationSeconds": 0
+                }
+            })
+        );
+        let typed: k8s_openapi::api::certificates::v1::CertificateSigningRequest =
+            from_object(&csr(), m, None).unwrap();
+        assert_eq!(typed.spec.request.0, b"\x00\xffPEM");
+        assert_eq!(typed.spec.extra.unwrap()["scopes"], ["a", "b"]);
+    }
+
+    #[test]
+    fn a_repeated_field_split_in_two_runs_is_an_error() {
+        let m = kind_message("v1", "ConfigMap").unwrap();
+        let mut meta = Vec::new();
+        bytes_field(&mut meta, 1, b"cm");
+        bytes_field(&mut meta, 14, b"f1");
+        bytes_field(&mut meta, 3, b"ns");
+        bytes_field(&mut meta, 14, b"f2");
+        let mut obj = Vec::new();
+        bytes_field(&mut obj, 1, &meta);
+        let err = from_object::<serde_json::Value>(&obj, m, None).unwrap_err();
+        assert!(err.to_string().contains("split"), "{err}");
+        // In one run, both are kept.
+        let mut meta = Vec::new();
+        bytes_field(&mut meta, 1, b"cm");
+        bytes_field(&mut meta, 14, b"f1");
+        bytes_field(&mut meta, 14, b"f2");
+        let mut obj = Vec::new();
+        bytes_field(&mut obj, 1, &meta);
+        let v: serde_json::Value = from_object(&obj, m, None).unwrap();
+        assert_eq!(v["metadata"]["finalizers"], serde_json::json!(["f1", "f2"]));
+    }
+
+    #[test]
+    fn wrong_wire_types_are_errors() {
+        let m = kind_message("v1", "ConfigMap").unwrap();
+        // metadata as a varint.
+        let mut obj = Vec::new();
+        varint_field(&mut obj, 1, 3);
+        assert!(from_object::<serde_json::Value>(&obj, m, None).is_err());
+        // A Time that is not a message, a bool as bytes.
+        let mut meta = Vec::new();
+        varint_field(&mut meta, 8, 1);
+        let mut obj = Vec::new();
+        bytes_field(&mut obj, 1, &meta);
+        assert!(from_object::<serde_json::Value>(&obj, m, None).is_err());
+        let mut obj = Vec::new();
+        bytes_field(&mut obj, 4, b"x"); // immutable: bool
+        assert!(from_object::<serde_json::Value>(&obj, m, None).is_err());
+    }
 
     #[test]
     fn base64_matches_the_standard_alphabet() {
