@@ -1,10 +1,11 @@
-//! The cached Kubernetes object (JSON bytes + metadata, typed on demand), key
-//! functions, label selectors, tombstones and the store traits every kcache
-//! layer shares.
+//! The cached Kubernetes object (the apiserver's bytes + metadata, typed on
+//! demand), key functions, label selectors, tombstones and the store traits
+//! every kcache layer shares.
 //!
-//! A [`CachedObject<K>`] keeps the JSON the apiserver sent (optionally with
-//! `metadata.managedFields` cut out) plus the [`Metadata`] every layer needs,
-//! extracted once by a partial, borrowing serde decode. The typed `K`
+//! A [`CachedObject<K>`] keeps the bytes the apiserver sent (JSON, or
+//! [`protobuf`] for built-in types; optionally with `metadata.managedFields`
+//! cut out) plus the [`Metadata`] every layer needs, extracted once by a
+//! partial, borrowing decode. The typed `K`
 //! (a k8s-openapi type, a custom resource, `DynamicObject`...) is decoded on
 //! demand with [`CachedObject::decode`]. With
 //! [`ObjectOptions::compression`] the JSON is kept LZ4-compressed against a
