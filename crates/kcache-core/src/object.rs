@@ -757,6 +757,13 @@ impl<K> CachedObject<K> {
     ) -> Result<Self, ObjectError> {
         let body = body.into();
         let u = protobuf::Unknown::decode(&body).map_err(ObjectError::Protobuf)?;
+        if !(u.content_type.is_empty() || u.content_type.starts_with(protobuf::CONTENT_TYPE)) {
+            return Err(ObjectError::Protobuf(WireError::Invalid {
+                message: "Unknown",
+                field: 4,
+                reason: "the envelope holds an object that is not protobuf",
+            }));
+        }
         let raw = body.slice_ref(u.raw);
         Self::from_protobuf_with(raw, u.type_meta, options)
     }

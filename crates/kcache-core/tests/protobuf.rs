@@ -371,6 +371,13 @@ fn unknown_kinds_and_malformed_objects_are_errors() {
         Err(ObjectError::UnknownProtobufKind { .. })
     ));
     assert!(protobuf::decode::<Value>(envelope.raw, crd).is_err());
+    // An envelope whose payload says it is JSON.
+    let mut json_envelope = pb[..pb.len()].to_vec();
+    json_envelope.extend_from_slice(b"\x22\x10application/json");
+    assert!(matches!(
+        CachedObject::<Value>::from_protobuf_envelope_with(json_envelope, &ObjectOptions::new()),
+        Err(ObjectError::Protobuf(_))
+    ));
     // JSON where protobuf is expected.
     assert!(matches!(
         CachedObject::<Value>::from_protobuf_envelope_with(
