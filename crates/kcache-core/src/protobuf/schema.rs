@@ -178,6 +178,79 @@ mod tests {
             "k8s.io.api.apps.v1.Deployment"
         );
         assert!(kind_message("v1", "PodSpec").is_none());
+        // The field numbers written by hand in meta.rs and envelope.rs agree
+        // with the tables generated from the .proto files.
+        let meta = "k8s.io.apimachinery.pkg.apis.meta.v1.";
+        for (msg, number, json) in [
+            ("ObjectMeta", 1, "name"),
+            ("ObjectMeta", 3, "namespace"),
+            ("ObjectMeta", 5, "uid"),
+            ("ObjectMeta", 6, "resourceVersion"),
+            ("ObjectMeta", 7, "generation"),
+            ("ObjectMeta", 8, "creationTimestamp"),
+            ("ObjectMeta", 9, "deletionTimestamp"),
+            ("ObjectMeta", 11, "labels"),
+            ("ObjectMeta", 12, "annotations"),
+            ("ObjectMeta", 13, "ownerReferences"),
+            ("ObjectMeta", 14, "finalizers"),
+            ("ObjectMeta", 17, "managedFields"),
+            ("OwnerReference", 1, "kind"),
+            ("OwnerReference", 3, "name"),
+            ("OwnerReference", 4, "uid"),
+            ("OwnerReference", 5, "apiVersion"),
+            ("OwnerReference", 6, "controller"),
+            ("OwnerReference", 7, "blockOwnerDeletion"),
+            ("ListMeta", 2, "resourceVersion"),
+            ("ListMeta", 3, "continue"),
+            ("ListMeta", 4, "remainingItemCount"),
+            ("ListMeta", 5, "shardInfo"),
+            ("ShardInfo", 1, "selector"),
+            ("Status", 1, "metadata"),
+            ("Status", 2, "status"),
+            ("Status", 3, "message"),
+            ("Status", 4, "reason"),
+            ("Status", 5, "details"),
+            ("Status", 6, "code"),
+            ("StatusDetails", 1, "name"),
+            ("StatusDetails", 2, "group"),
+            ("StatusDetails", 3, "kind"),
+            ("StatusDetails", 4, "causes"),
+            ("StatusDetails", 5, "retryAfterSeconds"),
+            ("StatusDetails", 6, "uid"),
+            ("StatusCause", 1, "reason"),
+            ("StatusCause", 2, "message"),
+            ("StatusCause", 3, "field"),
+            ("WatchEvent", 1, "type"),
+            ("WatchEvent", 2, "object"),
+            ("Time", 1, "seconds"),
+            ("Time", 2, "nanos"),
+        ] {
+            let m = message_named(&format!("{meta}{msg}")).unwrap();
+            let mut hint = 0;
+            assert_eq!(
+                m.field(number, &mut hint).map(|(_, f)| f.json),
+                Some(json),
+                "{msg}.{number}"
+            );
+        }
+        let runtime = "k8s.io.apimachinery.pkg.runtime.";
+        for (msg, number, json) in [
+            ("Unknown", 1, "typeMeta"),
+            ("Unknown", 2, "raw"),
+            ("Unknown", 3, "contentEncoding"),
+            ("Unknown", 4, "contentType"),
+            ("TypeMeta", 1, "apiVersion"),
+            ("TypeMeta", 2, "kind"),
+            ("RawExtension", 1, "raw"),
+        ] {
+            let m = message_named(&format!("{runtime}{msg}")).unwrap();
+            let mut hint = 0;
+            assert_eq!(
+                m.field(number, &mut hint).map(|(_, f)| f.json),
+                Some(json),
+                "{msg}.{number}"
+            );
+        }
         let om = message_named("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta").unwrap();
         let mut hint = 0;
         assert_eq!(om.field(17, &mut hint).unwrap().1.json, "managedFields");
