@@ -23,7 +23,15 @@ use clap::Args;
 use crate::run::{cargo, workspace_root};
 
 /// The fuzz targets, in run order.
-pub const TARGETS: &[&str] = &["watch_frame", "label_selector", "keys", "protobuf_frame"];
+pub const TARGETS: &[&str] = &[
+    "watch_frame",
+    "label_selector",
+    "keys",
+    "list_split",
+    "list_decode",
+    "snapshot",
+    "protobuf_frame",
+];
 
 #[derive(Args)]
 pub struct FuzzArgs {

@@ -853,17 +853,26 @@ where
                 }
             }
         }
+        // The factory runs its informers; a primary nobody runs yet (one
+        // given to `for_informer`, not from the factory) is claimed and run
+        // by this controller, and only then stopped by it.
         factory.start();
-        if !primary.has_started() {
-            let informer = primary.clone();
-            // Not a child of `stop`: the cache stays live while running
-            // reconciles finish.
-            let token = CancellationToken::new();
+        // Not a child of `stop`: the cache stays live while running
+        // reconciles finish.
+        let token = CancellationToken::new();
+        if let Some(task) = primary.try_start(token.clone()) {
+            let informer = primary.name().to_owned();
             cleanup.primary = Some((
-                token.clone(),
+                token,
                 tokio::spawn(async move {
-                    if let Err(e) = informer.run(token).await {
-                        tracing::error!(informer = %informer.name(), error = %e, "primary informer did not run");
+                    match task.await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(%informer, error = %e, "the primary informer did not run")
+                        }
+                        Err(e) => {
+                            tracing::warn!(%informer, error = %e, "the primary informer's task failed")
+                        }
                     }
                 }),
             ));
@@ -986,60 +995,19 @@ where
             None => {
                 let workers = start_workers(&shared, config.workers);
                 stop.cancelled().await;
-                workers.stop(&shared, &config).await;
+                workers.stop(&shared, &config, None).await;
             }
             Some((le_config, lock)) => {
                 let elector = Arc::new(LeaderElector::new(le_config, lock)?);
-                handle.health.set_leader(elector.subscribe());
+                handle.health.set_leader(elector.clone());
                 let leader_gauge: Option<Gauge> = metrics.as_ref().map(|m| {
-                    m.families()
-                        .leader
-                        .get_or_create(&label("name", &name))
-                        .clone()
+                    let f = m.families();
+                    elector.set_error_counter(
+                        f.leader_errors.get_or_create(&label("name", &name)).clone(),
+                    );
+                    f.leader.get_or_create(&label("name", &name)).clone()
                 });
-                let le_cancel = stop.child_token();
-                let (lead_tx, lead_rx) = tokio::sync::oneshot::channel::<CancellationToken>();
-                let elector_task = tokio::spawn({
-                    let elector = elector.clone();
-                    let le_cancel = le_cancel.clone();
-                    let name = name.clone();
-                    async move {
-                        let callbacks = LeaderCallbacks {
-                            on_started_leading: Box::new(move |t| {
-                                let _ = lead_tx.send(t);
-                            }),
-                            on_stopped_leading: Box::new(move || {
-                                tracing::info!(controller = %name, "stopped leading");
-                            }),
-                            on_new_leader: None,
-                        };
-                        elector.run(le_cancel, callbacks).await
-                    }
-                });
-                let leading = tokio::select! {
-                    _ = stop.cancelled() => None,
-                    t = lead_rx => t.ok(),
-                };
-                if let Some(leading) = leading {
-                    tracing::info!(controller = %name, "leading: starting workers");
-                    if let Some(g) = &leader_gauge {
-                        g.set(1);
-                    }
-                    let workers = start_workers(&shared, config.workers);
-                    tokio::select! {
-                        _ = stop.cancelled() => {}
-                        _ = leading.cancelled() => {}
-                    }
-                    workers.stop(&shared, &config).await;
-                    if let Some(g) = &leader_gauge {
-                        g.set(0);
-                    }
-                }
-                le_cancel.cancel();
-                let lost = elector_task.await.unwrap_or(false);
-                if lost {
-                    result = Err(ControllerError::LeadershipLost);
-                }
+                result = run_leader_elected(&shared, &config, &stop, elector, leader_gauge).await;
             }
         }
         handle.health.set_stopped();
@@ -1089,6 +1057,82 @@ where
     })
 }
 
+/// Runs the workers while this replica holds the lease, until `stop` or
+/// until leadership is lost. The election is cancelled (and the lease
+/// released, with `release_on_cancel`) only after the workers have
+/// stopped: a standby never acts while a reconcile of this replica still
+/// runs. On a loss, running reconciles are cancelled at once and dropped
+/// before the lease can be taken over (see [`Workers::stop`]).
+async fn run_leader_elected<K, C, R>(
+    shared: &Arc<Shared<K, C, R>>,
+    config: &Config,
+    stop: &CancellationToken,
+    elector: Arc<LeaderElector>,
+    leader_gauge: Option<Gauge>,
+) -> Result<(), ControllerError>
+where
+    K: Resource + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+    C: Send + Sync + 'static,
+    R: Reconciler<K, C>,
+{
+    // Not a child of `stop`: cancelled once the workers are done.
+    let election = CancellationToken::new();
+    let (lead_tx, lead_rx) = tokio::sync::oneshot::channel::<CancellationToken>();
+    let mut elector_task = tokio::spawn({
+        let (elector, election) = (elector.clone(), election.clone());
+        let name = shared.name.clone();
+        async move {
+            let callbacks = LeaderCallbacks {
+                on_started_leading: Box::new(move |t| {
+                    let _ = lead_tx.send(t);
+                }),
+                on_stopped_leading: Box::new(move || {
+                    tracing::info!(controller = %name, "stopped leading");
+                }),
+                on_new_leader: None,
+            };
+            elector.run(election, callbacks).await
+        }
+    });
+    let leading = tokio::select! {
+        _ = stop.cancelled() => None,
+        t = lead_rx => t.ok(),
+    };
+    if let Some(leading) = leading {
+        tracing::info!(controller = %shared.name, "leading: starting workers");
+        if let Some(g) = &leader_gauge {
+            g.set(1);
+        }
+        let workers = start_workers(shared, config.workers);
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = leading.cancelled() => {}
+        }
+        let lease = LeaseGuard {
+            lost: &leading,
+            elector: &elector,
+        };
+        workers.stop(shared, config, Some(lease)).await;
+        if let Some(g) = &leader_gauge {
+            g.set(0);
+        }
+    }
+    election.cancel();
+    let lost = match (&mut elector_task).await {
+        Ok(lost) => lost,
+        Err(e) => {
+            tracing::warn!(controller = %shared.name, error = %e, "the leader election task failed");
+            false
+        }
+    };
+    if lost {
+        Err(ControllerError::LeadershipLost)
+    } else {
+        Ok(())
+    }
+}
+
 /// Runs the workers of a sharded replica with its membership until `stop`
 /// (or until the membership fails), then stops the workers before the
 /// membership, so that a key is released only after its reconcile ended.
@@ -1129,7 +1173,7 @@ where
         _ = stop.cancelled() => None,
         r = &mut task => Some(r),
     };
-    workers.stop(shared, config).await;
+    workers.stop(shared, config, None).await;
     let outcome = match ended {
         Some(r) => r,
         None => {
@@ -1202,6 +1246,23 @@ struct Shared<K: Resource, C, R> {
     shard: Option<Shard>,
 }
 
+/// Counts a running reconcile in `controller_runtime_active_workers` for
+/// as long as it lives.
+struct ActiveGuard(Gauge);
+
+impl ActiveGuard {
+    fn new(g: &Gauge) -> Self {
+        g.inc();
+        Self(g.clone())
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 enum Outcome {
     Done(Action),
     Failed(String),
@@ -1225,7 +1286,7 @@ where
     C: Send + Sync + 'static,
     R: Reconciler<K, C>,
 {
-    async fn process(&self, key: &str) {
+    async fn process(&self, key: &str, cancellation: CancellationToken) {
         let trigger = self.enq.take_trigger(key).unwrap_or(Trigger::Manual);
         let retries = self.queue.num_requeues(&key.to_owned());
         let span = tracing::info_span!(
@@ -1237,9 +1298,9 @@ where
         );
         async move {
             let started = Instant::now();
-            if let Some(m) = &self.metrics {
-                m.active.inc();
-            }
+            // Decremented on drop too: a reconcile dropped at shutdown or
+            // after a lost lease leaves the gauge right.
+            let _active = self.metrics.as_ref().map(|m| ActiveGuard::new(&m.active));
             let cached = self.primary.indexer().get_by_key(key);
             let decoded = match &cached {
                 Some(c) => c.decode().map(Some),
@@ -1248,7 +1309,12 @@ where
             let outcome = match decoded {
                 Err(e) => Outcome::Failed(format!("decoding the cached object: {e}")),
                 Ok(object) => {
-                    let req = Request::new(key, object).with_details(cached, trigger, retries);
+                    let req = Request::new(key, object).with_details(
+                        cached,
+                        trigger,
+                        retries,
+                        cancellation,
+                    );
                     // Creating the future is inside the guard too: a
                     // hand-written reconciler may panic before returning it.
                     let fut = async { self.reconciler.reconcile(req, self.ctx.clone()).await };
@@ -1262,7 +1328,6 @@ where
             let elapsed = started.elapsed();
             if let Some(m) = &self.metrics {
                 m.time.observe(elapsed.as_secs_f64());
-                m.active.dec();
             }
             match outcome {
                 Outcome::Done(action) => {
@@ -1309,7 +1374,10 @@ where
 
 struct Workers {
     set: JoinSet<()>,
+    /// Stops taking keys.
     stop: CancellationToken,
+    /// The parent of every running reconcile's [`Request::cancellation`].
+    cancel: CancellationToken,
 }
 
 fn start_workers<K, C, R>(shared: &Arc<Shared<K, C, R>>, n: usize) -> Workers
@@ -1320,10 +1388,11 @@ where
     R: Reconciler<K, C>,
 {
     let stop = CancellationToken::new();
+    let cancel = CancellationToken::new();
     let mut set = JoinSet::new();
     for _ in 0..n.max(1) {
         let shared = shared.clone();
-        let stop = stop.clone();
+        let (stop, cancel) = (stop.clone(), cancel.clone());
         set.spawn(async move {
             loop {
                 let key = tokio::select! {
@@ -1349,36 +1418,101 @@ where
                         }
                     },
                 };
-                shared.process(&key).await;
+                shared.process(&key, cancel.child_token()).await;
                 drop(guard);
                 shared.queue.done(&key);
             }
         });
     }
-    Workers { set, stop }
+    Workers { set, stop, cancel }
+}
+
+/// The lease a leader-elected controller's workers run under.
+struct LeaseGuard<'a> {
+    /// Cancelled when leadership is lost.
+    lost: &'a CancellationToken,
+    elector: &'a LeaderElector,
+}
+
+impl LeaseGuard<'_> {
+    /// When running reconciles are dropped after a loss: halfway between
+    /// the loss (the renew deadline after the last successful renewal) and
+    /// the instant a standby may take over (a lease duration after it),
+    /// so that none still runs then, with room for this process's
+    /// scheduling and clock.
+    fn abandon_at(&self) -> Instant {
+        let c = self.elector.config();
+        let margin = c.lease_duration.saturating_sub(c.renew_deadline) / 2;
+        self.elector
+            .lease_expiry()
+            .map_or_else(Instant::now, |expiry| expiry - margin)
+    }
 }
 
 impl Workers {
-    async fn stop<K: Resource, C, R>(mut self, shared: &Shared<K, C, R>, config: &Config) {
-        if config.drain_on_shutdown {
+    /// Stops the workers: no new key is taken, running reconciles are
+    /// told through their cancellation token (at once; with
+    /// `drain_on_shutdown`, the ready keys are reconciled first and the
+    /// token fires at the graceful timeout) and get the graceful timeout
+    /// to return; then they are dropped. Under a lease, a loss (before or
+    /// during this wait) cancels them at once and shortens the wait to
+    /// [`LeaseGuard::abandon_at`].
+    async fn stop<K: Resource, C, R>(
+        mut self,
+        shared: &Shared<K, C, R>,
+        config: &Config,
+        lease: Option<LeaseGuard<'_>>,
+    ) {
+        let mut lost = lease.as_ref().is_some_and(|l| l.lost.is_cancelled());
+        if config.drain_on_shutdown && !lost {
             shared.queue.shut_down();
         } else {
             self.stop.cancel();
+            self.cancel.cancel();
         }
         let running = shared.queue.processing_len();
         if running > 0 {
-            tracing::info!(controller = %shared.name, running, "waiting for running reconciles to finish");
+            tracing::info!(controller = %shared.name, running, lost_leadership = lost, "waiting for running reconciles to finish");
         }
-        let all = async { while self.set.join_next().await.is_some() {} };
-        if tokio::time::timeout(config.graceful_shutdown_timeout, all)
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                controller = %shared.name,
-                timeout = ?config.graceful_shutdown_timeout,
-                "reconciles still running after the graceful shutdown timeout: dropping them"
-            );
+        let mut deadline = Instant::now() + config.graceful_shutdown_timeout;
+        if lost && let Some(l) = &lease {
+            deadline = deadline.min(l.abandon_at());
+        }
+        let never = CancellationToken::new();
+        let lost_token = lease.as_ref().map_or(&never, |l| l.lost);
+        let finished = loop {
+            tokio::select! {
+                biased;
+                _ = lost_token.cancelled(), if !lost => {
+                    lost = true;
+                    self.stop.cancel();
+                    self.cancel.cancel();
+                    if let Some(l) = &lease {
+                        deadline = deadline.min(l.abandon_at());
+                    }
+                    tracing::warn!(controller = %shared.name, "leadership lost while reconciles were finishing: cancelling them");
+                }
+                next = self.set.join_next() => if next.is_none() { break true },
+                _ = tokio::time::sleep_until(deadline) => break false,
+            }
+        };
+        if !finished {
+            let still = shared.queue.processing_len();
+            if lost {
+                tracing::warn!(
+                    controller = %shared.name,
+                    running = still,
+                    "leadership lost: dropping the reconciles still running before a standby can take over"
+                );
+            } else {
+                tracing::warn!(
+                    controller = %shared.name,
+                    running = still,
+                    timeout = ?config.graceful_shutdown_timeout,
+                    "reconciles still running after the graceful shutdown timeout: dropping them"
+                );
+            }
+            self.cancel.cancel();
             self.set.shutdown().await;
         }
         shared.queue.shut_down();

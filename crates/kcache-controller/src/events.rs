@@ -165,6 +165,27 @@ pub struct Recorder {
     client: Client,
     reporter: Reporter,
     series: Arc<Mutex<HashMap<SeriesKey, SeriesEntry>>>,
+    timeout: Duration,
+}
+
+/// The default deadline of each request that publishes an event.
+pub const DEFAULT_EVENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs one event request with the recorder's deadline; a request that
+/// got no answer in time fails as `kube::Error::Service` with an
+/// `io::ErrorKind::TimedOut` source.
+async fn bounded<T>(
+    timeout: Duration,
+    what: &str,
+    request: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, kube::Error> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(r) => r,
+        Err(_) => Err(kube::Error::Service(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("{what} got no answer within {timeout:?}"),
+        )))),
+    }
 }
 
 impl fmt::Debug for Recorder {
@@ -202,7 +223,16 @@ impl Recorder {
             client,
             reporter,
             series: Arc::new(Mutex::new(HashMap::new())),
+            timeout: DEFAULT_EVENT_REQUEST_TIMEOUT,
         }
+    }
+
+    /// The deadline of each request that publishes an event (default
+    /// [`DEFAULT_EVENT_REQUEST_TIMEOUT`]); events are best effort, and a
+    /// reconcile that publishes one must not hang on a stalled apiserver.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
     }
 
     /// The reporter.
@@ -267,10 +297,13 @@ impl Recorder {
             let patch = serde_json::json!({
                 "series": { "count": count, "lastObservedTime": MicroTime(wall) }
             });
-            match api
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
+            let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+            let patched = bounded(
+                self.timeout,
+                "patching an event series",
+                api.patch(name, &params, &patch),
+            );
+            match patched.await {
                 Ok(_) => return Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     // Gone (events expire): start a new series below.
@@ -301,7 +334,12 @@ impl Recorder {
             reporting_instance: Some(truncate(&self.reporter.instance, 128)),
             ..KubeEvent::default()
         };
-        api.create(&PostParams::default(), &ev).await?;
+        bounded(
+            self.timeout,
+            "creating an event",
+            api.create(&PostParams::default(), &ev),
+        )
+        .await?;
         let mut series = self.series.lock();
         if series.len() >= SERIES_CACHE_SIZE {
             // Forget finished series first, then the oldest half.
@@ -324,5 +362,38 @@ impl Recorder {
             },
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client whose requests never get an answer.
+    fn silent_client() -> Client {
+        let svc = tower::service_fn(|_req: http::Request<kube::client::Body>| async {
+            std::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
+                .await
+        });
+        Client::new(svc, "default")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_event_post_has_a_deadline() {
+        let recorder = Recorder::new(silent_client(), Reporter::new("test"))
+            .request_timeout(Duration::from_secs(3));
+        let regarding = ObjectReference {
+            kind: Some("ConfigMap".into()),
+            namespace: Some("ns".into()),
+            name: Some("cm".into()),
+            ..ObjectReference::default()
+        };
+        let start = tokio::time::Instant::now();
+        let err = recorder
+            .publish(&regarding, &Event::normal("Synced", "ok"))
+            .await
+            .expect_err("no answer: the post fails");
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        assert!(err.to_string().contains("no answer within 3s"), "{err}");
     }
 }

@@ -69,9 +69,49 @@ pub enum LeaseError {
     /// The lease already exists (HTTP 409 on create).
     #[error("the lease already exists")]
     AlreadyExists,
-    /// Any other error (network, authorization, ...).
+    /// The apiserver refused the request (HTTP 403): RBAC does not grant
+    /// the verb on Leases to this client.
+    #[error(
+        "forbidden to {verb} the lease {lease}: grant the controller's service account the verbs get, create and update on leases.coordination.k8s.io in that namespace (a Role and RoleBinding) ({message})"
+    )]
+    Forbidden {
+        /// The refused verb (`get`, `create`, `update`).
+        verb: &'static str,
+        /// `namespace/name` of the lease.
+        lease: String,
+        /// The apiserver's message.
+        message: String,
+    },
+    /// The lease's namespace does not exist (HTTP 404 on create).
+    #[error(
+        "cannot create the lease {lease}: namespace {namespace:?} does not exist; create it or choose an existing namespace for the lease"
+    )]
+    NamespaceNotFound {
+        /// `namespace/name` of the lease.
+        lease: String,
+        /// The missing namespace.
+        namespace: String,
+    },
+    /// The request got no answer within its deadline.
+    #[error(
+        "the lease request did not complete within {after:?}: is the apiserver reachable and not overloaded?"
+    )]
+    Timeout {
+        /// The deadline that passed.
+        after: Duration,
+    },
+    /// Any other error (network, server, ...). Its message is part of
+    /// this error's message (not repeated as its `source`).
     #[error("lease request failed: {0}")]
-    Other(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl LeaseError {
+    /// Whether this is ordinary contention between candidates (a conflict
+    /// or a lost create race), not a failure anyone has to fix.
+    pub fn is_contention(&self) -> bool {
+        matches!(self, LeaseError::Conflict | LeaseError::AlreadyExists)
+    }
 }
 
 /// Reads and writes the lease record: the only thing leader election needs
@@ -156,6 +196,29 @@ fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
+impl KubeLeaseLock {
+    /// Maps a failed `verb` on the lease to the [`LeaseError`] that says
+    /// what to fix.
+    fn classify(&self, verb: &'static str, e: kube::Error) -> LeaseError {
+        match &e {
+            kube::Error::Api(s) if s.code == 403 => LeaseError::Forbidden {
+                verb,
+                lease: self.describe(),
+                message: s.message.clone(),
+            },
+            // A create answered 404 names the namespace, the only parent a
+            // Lease has.
+            kube::Error::Api(s) if s.code == 404 && verb == "create" => {
+                LeaseError::NamespaceNotFound {
+                    lease: self.describe(),
+                    namespace: self.namespace.clone(),
+                }
+            }
+            _ => LeaseError::Other(Box::new(e)),
+        }
+    }
+}
+
 #[async_trait]
 impl LeaseLock for KubeLeaseLock {
     async fn get(&self) -> Result<Option<(LeaderElectionRecord, String)>, LeaseError> {
@@ -163,7 +226,7 @@ impl LeaseLock for KubeLeaseLock {
             .api
             .get_opt(&self.name)
             .await
-            .map_err(|e| LeaseError::Other(Box::new(e)))?;
+            .map_err(|e| self.classify("get", e))?;
         Ok(lease.map(|l| {
             let rv = l.metadata.resource_version.clone().unwrap_or_default();
             (record_of(&l), rv)
@@ -178,7 +241,7 @@ impl LeaseLock for KubeLeaseLock {
         {
             Ok(l) => Ok(l.metadata.resource_version.unwrap_or_default()),
             Err(e) if is_conflict(&e) => Err(LeaseError::AlreadyExists),
-            Err(e) => Err(LeaseError::Other(Box::new(e))),
+            Err(e) => Err(self.classify("create", e)),
         }
     }
 
@@ -198,7 +261,7 @@ impl LeaseLock for KubeLeaseLock {
         {
             Ok(l) => Ok(l.metadata.resource_version.unwrap_or_default()),
             Err(e) if is_conflict(&e) => Err(LeaseError::Conflict),
-            Err(e) => Err(LeaseError::Other(Box::new(e))),
+            Err(e) => Err(self.classify("update", e)),
         }
     }
 
@@ -347,7 +410,17 @@ pub struct LeaderElectionConfig {
     /// How long to wait between attempts.
     pub retry_period: Duration,
     /// Clear the holder when the election is cancelled, so that a standby
-    /// takes over at once.
+    /// takes over at once instead of waiting a lease duration (default on).
+    ///
+    /// client-go leaves this off by default: its callers may cancel the
+    /// election while work guarded by the lease still runs, and a released
+    /// lease would then let a standby act beside it. A kcache
+    /// [`Controller`](crate::Controller) cancels its election only after
+    /// every worker has stopped (running reconciles finished, or were
+    /// abandoned at the graceful timeout), so releasing is safe there and
+    /// shortens a rolling update's gap without a leader from a lease
+    /// duration to about a retry period. Turn it off if you run a
+    /// [`LeaderElector`] yourself and cannot guarantee that order.
     pub release_on_cancel: bool,
 }
 
@@ -514,12 +587,30 @@ impl Default for LeaderCallbacks {
     }
 }
 
+/// How often a lasting lease failure is logged again at WARN (a change of
+/// error is logged at once).
+const LEASE_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Lease requests that failed for a reason someone has to fix (not
+/// contention), since the last one that worked.
+struct LeaseProblem {
+    since: Instant,
+    message: String,
+    failures: u64,
+    last_warned: Instant,
+}
+
 /// A candidate in a leader election (client-go's `LeaderElector`).
 pub struct LeaderElector {
     config: LeaderElectionConfig,
     lock: Arc<dyn LeaseLock>,
     observed: Mutex<Observed>,
     status: watch::Sender<LeaderStatus>,
+    /// When the last successful write of this candidate's own record (an
+    /// acquire or a renewal) was started.
+    renewed_at: Mutex<Option<Instant>>,
+    problem: Mutex<Option<LeaseProblem>>,
+    errors: Mutex<Option<prometheus_client::metrics::counter::Counter>>,
 }
 
 impl fmt::Debug for LeaderElector {
@@ -548,7 +639,95 @@ impl LeaderElector {
             lock,
             observed: Mutex::new(Observed::default()),
             status: watch::Sender::new(LeaderStatus::NotStarted),
+            renewed_at: Mutex::new(None),
+            problem: Mutex::new(None),
+            errors: Mutex::new(None),
         })
+    }
+
+    /// Counts every failed lease request (contention excluded) in
+    /// `counter` (the controller's `kcache_leader_election_errors_total`).
+    pub fn set_error_counter(&self, counter: prometheus_client::metrics::counter::Counter) {
+        *self.errors.lock() = Some(counter);
+    }
+
+    /// Since when lease requests have been failing (contention excluded),
+    /// and the last error; `None` while they work. A standby that cannot
+    /// read or create its Lease (RBAC, a missing namespace) never leads:
+    /// readiness reports this once it lasted a lease duration.
+    pub fn failing_since(&self) -> Option<(Instant, String)> {
+        self.problem
+            .lock()
+            .as_ref()
+            .map(|p| (p.since, p.message.clone()))
+    }
+
+    /// While leading: the instant from which a standby may take the lease
+    /// over if no renewal succeeds any more (the start of the last
+    /// successful write of this candidate's record plus the lease duration,
+    /// on this process's clock). Work guarded by the lease must have
+    /// stopped by then.
+    pub fn lease_expiry(&self) -> Option<Instant> {
+        (*self.renewed_at.lock()).map(|t| t + self.config.lease_duration)
+    }
+
+    fn lease_ok(&self) {
+        if let Some(p) = self.problem.lock().take() {
+            tracing::info!(
+                lease = %self.lock.describe(),
+                failures = p.failures,
+                failing_for = ?p.since.elapsed(),
+                "lease requests work again"
+            );
+        }
+    }
+
+    /// Records a failed lease request: contention stays at DEBUG; anything
+    /// else is counted and logged at WARN, at once when the error changes
+    /// and at most every [`LEASE_WARN_EVERY`] while it lasts.
+    fn lease_failed(&self, verb: &str, e: &LeaseError) {
+        if e.is_contention() {
+            tracing::debug!(lease = %self.lock.describe(), error = %e, "lease {verb}: lost a race with another candidate");
+            return;
+        }
+        if let Some(c) = &*self.errors.lock() {
+            c.inc();
+        }
+        let now = Instant::now();
+        let message = e.to_string();
+        let warn = {
+            let mut guard = self.problem.lock();
+            match &mut *guard {
+                Some(p) => {
+                    p.failures += 1;
+                    let due = p.message != message || now >= p.last_warned + LEASE_WARN_EVERY;
+                    if due {
+                        p.last_warned = now;
+                    }
+                    p.message = message;
+                    due.then_some((p.failures, p.since))
+                }
+                None => {
+                    *guard = Some(LeaseProblem {
+                        since: now,
+                        message,
+                        failures: 1,
+                        last_warned: now,
+                    });
+                    Some((1, now))
+                }
+            }
+        };
+        if let Some((failures, since)) = warn {
+            tracing::warn!(
+                lease = %self.lock.describe(),
+                identity = %self.config.identity,
+                failures,
+                failing_for = ?now.saturating_duration_since(since),
+                error = %e,
+                "leader election: the lease {verb} failed"
+            );
+        }
     }
 
     /// The configuration.
@@ -605,6 +784,7 @@ impl LeaderElector {
     /// One attempt to acquire or renew the lease (client-go's
     /// `tryAcquireOrRenew`); `true` when this candidate holds it afterwards.
     pub async fn try_acquire_or_renew(&self) -> bool {
+        let attempt_started = Instant::now();
         let now_wall = now_timestamp();
         // Whole seconds on the wire, rounded up: a standby must never wait
         // less than the duration this leader's renew deadline assumes.
@@ -639,6 +819,7 @@ impl LeaderElector {
             match self.lock.update(&record, &rv).await {
                 Ok(new_rv) => {
                     self.set_observed(record, new_rv, Instant::now());
+                    self.wrote_own_record(attempt_started);
                     return true;
                 }
                 Err(e) => {
@@ -650,22 +831,26 @@ impl LeaderElector {
 
         // 1. Read (or create) the lease.
         let (old, old_rv) = match self.lock.get().await {
-            Ok(Some(found)) => found,
+            Ok(Some(found)) => {
+                self.lease_ok();
+                found
+            }
             Ok(None) => {
                 return match self.lock.create(&record).await {
                     Ok(rv) => {
                         self.set_observed(record, rv, Instant::now());
+                        self.wrote_own_record(attempt_started);
                         self.report_leader();
                         true
                     }
                     Err(e) => {
-                        tracing::debug!(lease = %self.lock.describe(), error = %e, "creating the lease failed");
+                        self.lease_failed("create", &e);
                         false
                     }
                 };
             }
             Err(e) => {
-                tracing::debug!(lease = %self.lock.describe(), error = %e, "reading the lease failed");
+                self.lease_failed("get", &e);
                 return false;
             }
         };
@@ -701,14 +886,22 @@ impl LeaderElector {
         match self.lock.update(&record, &old_rv).await {
             Ok(rv) => {
                 self.set_observed(record, rv, Instant::now());
+                self.wrote_own_record(attempt_started);
                 self.report_leader();
                 true
             }
             Err(e) => {
-                tracing::debug!(lease = %self.lock.describe(), error = %e, "updating the lease failed");
+                self.lease_failed("update", &e);
                 false
             }
         }
+    }
+
+    /// A write of this candidate's own record (started at `started`)
+    /// succeeded.
+    fn wrote_own_record(&self, started: Instant) {
+        *self.renewed_at.lock() = Some(started);
+        self.lease_ok();
     }
 
     fn report_leader(&self) {
@@ -762,6 +955,7 @@ impl LeaderElector {
         match self.lock.update(&record, &rv).await {
             Ok(new_rv) => {
                 self.set_observed(record, new_rv, Instant::now());
+                *self.renewed_at.lock() = None;
                 tracing::info!(lease = %self.lock.describe(), identity = %self.config.identity, "released the lease");
                 true
             }
@@ -839,9 +1033,16 @@ impl LeaderElector {
                     return false;
                 }
                 let started = Instant::now();
+                // Bounded: an attempt whose requests hang (no answer, no
+                // error) counts as a failure and is retried.
+                let attempt =
+                    tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew());
                 let acquired = tokio::select! {
                     _ = cancel.cancelled() => false,
-                    ok = self.try_acquire_or_renew() => ok,
+                    r = attempt => r.unwrap_or_else(|_| {
+                        self.lease_failed("acquire", &LeaseError::Timeout { after: self.config.renew_deadline });
+                        false
+                    }),
                 };
                 if acquired {
                     last_ok = started;
@@ -884,7 +1085,10 @@ impl LeaderElector {
                     let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew());
                     let ok = tokio::select! {
                         _ = cancel.cancelled() => break 'renew false,
-                        r = attempt => r.unwrap_or(false),
+                        r = attempt => r.unwrap_or_else(|_| {
+                            self.lease_failed("renew", &LeaseError::Timeout { after: deadline.saturating_duration_since(started) });
+                            false
+                        }),
                     };
                     if ok {
                         last_ok = started;

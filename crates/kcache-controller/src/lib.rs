@@ -90,7 +90,7 @@ pub mod leader;
 pub mod metrics;
 mod predicate;
 mod reconciler;
-mod server;
+pub mod server;
 pub mod shard;
 
 pub use action::Action;

@@ -13,6 +13,7 @@
 //! | `controller_runtime_active_workers` | gauge | `controller` |
 //! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` |
 //! | `leader_election_master_status` | gauge (1 leading, 0 not) | `name` |
+//! | `kcache_leader_election_errors_total` | counter (failed lease requests, conflicts excluded) | `name` |
 //! | `kcache_informer_synced` | gauge (1 synced) | `informer` |
 //! | `kcache_informer_cached_objects` | gauge | `informer` |
 //! | `kcache_informer_handler_backlog` | gauge | `informer` |
@@ -62,6 +63,7 @@ pub(crate) struct Families {
     pub(crate) active_workers: Family<Labels, Gauge>,
     pub(crate) max_concurrent: Family<Labels, Gauge>,
     pub(crate) leader: Family<Labels, Gauge>,
+    pub(crate) leader_errors: Family<Labels, Counter>,
     pub(crate) informer_synced: Family<Labels, Gauge>,
     pub(crate) informer_objects: Family<Labels, Gauge>,
     pub(crate) informer_backlog: Family<Labels, Gauge>,
@@ -114,6 +116,7 @@ impl MetricsRegistry {
             active_workers: Family::default(),
             max_concurrent: Family::default(),
             leader: Family::default(),
+            leader_errors: Family::default(),
             informer_synced: Family::default(),
             informer_objects: Family::default(),
             informer_backlog: Family::default(),
@@ -156,6 +159,11 @@ impl MetricsRegistry {
             "leader_election_master_status",
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
             families.leader.clone(),
+        );
+        registry.register(
+            "kcache_leader_election_errors",
+            "Lease requests of leader election that failed (conflicts between candidates excluded)",
+            families.leader_errors.clone(),
         );
         registry.register(
             "kcache_informer_synced",

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use kcache_core::CachedObject;
+use tokio_util::sync::CancellationToken;
 
 use crate::action::Action;
 
@@ -92,6 +93,13 @@ pub struct Request<K> {
     /// How many times this key has been retried through the rate limiter
     /// since its last success.
     pub retries: u32,
+    /// Cancelled when this reconcile should stop: at shutdown (at once, or
+    /// when the graceful timeout runs out with
+    /// [`Config::drain_on_shutdown`](crate::Config::drain_on_shutdown)),
+    /// and at once when this replica loses its leadership. A reconcile
+    /// that is still running a short while later is dropped at its next
+    /// `.await` (see [`Request::cancelled`]).
+    pub cancellation: CancellationToken,
 }
 
 impl<K> Request<K> {
@@ -107,7 +115,41 @@ impl<K> Request<K> {
             cached: None,
             trigger: Trigger::Manual,
             retries: 0,
+            cancellation: CancellationToken::new(),
         }
+    }
+
+    /// Completes when the reconcile should stop (see
+    /// [`cancellation`](Self::cancellation)). The rule a reconciler
+    /// follows under leader election: check it between steps (or race
+    /// long waits against it with `tokio::select!`), and keep the work
+    /// after a check shorter than the lease duration minus the renew
+    /// deadline (5 s with the defaults): once leadership is lost, a
+    /// reconcile that has not returned by half of that time is dropped, so
+    /// that no reconcile still runs when a standby may take over.
+    ///
+    /// ```
+    /// # use kcache_controller::{Action, Request};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # async fn step(_: &str) {}
+    /// async fn reconcile(req: Request<ConfigMap>) -> Result<Action, std::io::Error> {
+    ///     for part in ["a", "b", "c"] {
+    ///         tokio::select! {
+    ///             _ = req.cancelled() => return Ok(Action::requeue_after(std::time::Duration::ZERO)),
+    ///             _ = step(part) => {}
+    ///         }
+    ///     }
+    ///     Ok(Action::await_change())
+    /// }
+    /// ```
+    pub fn cancelled(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.cancellation.cancelled()
+    }
+
+    /// Whether the reconcile should stop (see
+    /// [`cancellation`](Self::cancellation)).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancellation.is_cancelled()
     }
 
     /// Sets the cached object, trigger and retry count (used by the
@@ -117,10 +159,12 @@ impl<K> Request<K> {
         cached: Option<CachedObject<K>>,
         trigger: Trigger,
         retries: u32,
+        cancellation: CancellationToken,
     ) -> Self {
         self.cached = cached;
         self.trigger = trigger;
         self.retries = retries;
+        self.cancellation = cancellation;
         self
     }
 }

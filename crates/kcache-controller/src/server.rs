@@ -5,20 +5,20 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::leader::LeaderStatus;
+use crate::leader::{LeaderElector, LeaderStatus};
 use crate::metrics::MetricsRegistry;
 
 /// Readiness of one controller: caches synced and, with leader election,
@@ -33,7 +33,7 @@ struct HealthInner {
     name: Mutex<String>,
     synced: AtomicBool,
     stopped: AtomicBool,
-    leader: Mutex<Option<watch::Receiver<LeaderStatus>>>,
+    leader: Mutex<Option<Arc<LeaderElector>>>,
 }
 
 impl fmt::Debug for Health {
@@ -62,8 +62,8 @@ impl Health {
     pub(crate) fn set_stopped(&self) {
         self.inner.stopped.store(true, Ordering::SeqCst);
     }
-    pub(crate) fn set_leader(&self, rx: watch::Receiver<LeaderStatus>) {
-        *self.inner.leader.lock() = Some(rx);
+    pub(crate) fn set_leader(&self, elector: Arc<LeaderElector>) {
+        *self.inner.leader.lock() = Some(elector);
     }
 
     /// Whether the controller is ready, and why not.
@@ -75,8 +75,23 @@ impl Health {
         if !self.inner.synced.load(Ordering::SeqCst) {
             return (false, format!("{name}: caches not synced"));
         }
-        if let Some(rx) = &*self.inner.leader.lock() {
-            return match &*rx.borrow() {
+        if let Some(elector) = &*self.inner.leader.lock() {
+            // A candidate that cannot read or write its Lease (RBAC, a
+            // missing namespace, an unreachable apiserver) would stand by
+            // for ever: not ready once that lasted a lease duration.
+            let lease_duration = elector.config().lease_duration;
+            if let Some((since, error)) = elector.failing_since()
+                && since.elapsed() >= lease_duration
+            {
+                return (
+                    false,
+                    format!(
+                        "{name}: leader election failing for {}s: {error}",
+                        since.elapsed().as_secs()
+                    ),
+                );
+            }
+            return match elector.status() {
                 LeaderStatus::Leading => (true, format!("{name}: ok (leading)")),
                 LeaderStatus::StandingBy { .. } => (true, format!("{name}: ok (standing by)")),
                 LeaderStatus::NotStarted => (false, format!("{name}: leader election not started")),
@@ -208,6 +223,17 @@ impl Drop for MetricsServer {
     }
 }
 
+/// Connections served at once; more are closed as soon as accepted (a
+/// scraper and a few probes need a handful).
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// How long a client may take to send a request's headers (also while an
+/// idle keep-alive connection waits for its next request).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest a connection is kept, whatever it does.
+pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(300);
+
 async fn accept_loop(
     listener: TcpListener,
     registry: MetricsRegistry,
@@ -216,20 +242,29 @@ async fn accept_loop(
 ) {
     let health: Arc<[Health]> = health.into();
     let mut conns = JoinSet::new();
+    let mut refused_logged = false;
     loop {
         let accepted = tokio::select! {
             _ = cancel.cancelled() => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
             a = listener.accept() => a,
         };
-        let (stream, _peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 tracing::debug!(error = %e, "accepting a metrics connection failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
+        if conns.len() >= MAX_CONNECTIONS {
+            if !std::mem::replace(&mut refused_logged, true) {
+                tracing::warn!(%peer, max = MAX_CONNECTIONS, "too many open metrics connections: closing new ones until some end");
+            }
+            drop(stream);
+            continue;
+        }
+        refused_logged = false;
         let registry = registry.clone();
         let health = health.clone();
         let cancel = cancel.clone();
@@ -239,6 +274,8 @@ async fn accept_loop(
                 async move { Ok::<_, Infallible>(resp) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {
@@ -247,6 +284,7 @@ async fn accept_loop(
                         tracing::debug!(error = %e, "metrics connection ended with an error");
                     }
                 }
+                _ = tokio::time::sleep(MAX_CONNECTION_AGE) => {}
                 _ = cancel.cancelled() => {}
             }
         });

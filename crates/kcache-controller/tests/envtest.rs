@@ -562,3 +562,45 @@ async fn one_key_is_never_reconciled_twice_at_once() {
     task.await.unwrap().unwrap();
     factory.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_lease_lock_errors_say_what_to_fix() {
+    use kcache_controller::LeaseLock as _;
+    use kcache_controller::leader::{LeaderElectionRecord, LeaseError};
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let admin = cp.client().expect("client");
+    // The most likely first-deploy mistake: the lease's namespace does not
+    // exist. The get finds nothing; the create names the namespace.
+    let lock = KubeLeaseLock::new(admin.clone(), "no-such-namespace-kcache", "lease");
+    assert!(lock.get().await.expect("get answers").is_none());
+    let err = lock
+        .create(&LeaderElectionRecord::default())
+        .await
+        .expect_err("no namespace");
+    assert!(
+        matches!(err, LeaseError::NamespaceNotFound { .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("namespace \"no-such-namespace-kcache\" does not exist"),
+        "{err}"
+    );
+    // A service account without RBAC on Leases: the verb and the fix.
+    let ns = cp.create_namespace("lease-rbac").await.expect("namespace");
+    let user = cp
+        .client_for_user("lease-less", &[])
+        .await
+        .expect("user client");
+    let lock = KubeLeaseLock::new(user, &ns, "lease");
+    let err = lock.get().await.expect_err("forbidden");
+    assert!(
+        matches!(err, LeaseError::Forbidden { verb: "get", .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("grant the controller's service account the verbs get, create and update"),
+        "{err}"
+    );
+}

@@ -1,6 +1,6 @@
 //! The cached Kubernetes object (the apiserver's bytes + metadata, typed on
-//! demand), key functions, label selectors, tombstones and the store traits
-//! every kcache layer shares.
+//! demand), key functions, label selectors, shard selectors, tombstones and
+//! the store traits every kcache layer shares.
 //!
 //! A [`CachedObject<K>`] keeps the bytes the apiserver sent (JSON, or
 //! [`protobuf`] for built-in types; optionally with `metadata.managedFields`
@@ -12,6 +12,13 @@
 //! dictionary shared by all objects built with the same options: less memory
 //! per cached object, a decompression before every decode (see
 //! [`ObjectOptions`](ObjectOptions#compression) for the trade-off).
+//!
+//! A [`ShardSelector`] is the filter of the apiserver's server-side sharded
+//! list and watch (KEP-5866): a field ([`ShardField`]: uid or namespace) and
+//! hash ranges ([`ShardRange`]), rendered to the `shardSelector` syntax,
+//! parsed back from the `metadata.shardInfo.selector` echo, and matched on
+//! the client with the apiserver's hash ([`shard_hash`], FNV-1a 64) where the
+//! server does not filter.
 //!
 //! ```
 //! use kcache_core::{CachedObject, FieldPaths, ObjectOptions, Selector, split_meta_namespace_key};
@@ -40,6 +47,7 @@ mod managed_fields;
 mod object;
 pub mod protobuf;
 mod selector;
+mod shard_selector;
 mod store;
 mod string_map;
 mod tombstone;
@@ -54,6 +62,10 @@ pub use object::{
     OwnerReference,
 };
 pub use selector::{LabelSet, Operator, Requirement, Selector, SelectorError};
+pub use shard_selector::{
+    HASH_SPACE_END, MAX_QUERY_VALUE_LEN, MAX_SELECTOR_LEN, MAX_SHARDS, ShardField, ShardRange,
+    ShardSelector, ShardSelectorError, ShardSlots, shard_hash,
+};
 pub use store::{KeyListerGetter, Store, StoreError};
 pub use string_map::StringMap;
 pub use tombstone::{DeletedFinalStateUnknown, ObjectOrTombstone};

@@ -34,6 +34,7 @@ pub struct ControlPlaneBuilder {
     start_timeout: Duration,
     detached: bool,
     extra_apiserver_args: Vec<String>,
+    sharded_list_and_watch: bool,
 }
 
 impl Default for ControlPlaneBuilder {
@@ -42,6 +43,7 @@ impl Default for ControlPlaneBuilder {
             start_timeout: DEFAULT_START_TIMEOUT,
             detached: false,
             extra_apiserver_args: Vec::new(),
+            sharded_list_and_watch: true,
         }
     }
 }
@@ -66,7 +68,20 @@ impl ControlPlaneBuilder {
         self
     }
 
-    /// An extra kube-apiserver flag, e.g. `--feature-gates=...`.
+    /// Whether kube-apiserver runs with the alpha feature gate
+    /// `ShardedListAndWatch` (server-side sharded list and watch, KEP-5866:
+    /// the `shardSelector` list/watch parameter). On by default; off to test
+    /// the client-side fallback. With the gate off the apiserver ignores
+    /// `shardSelector` and serves every object, with no
+    /// `metadata.shardInfo` on lists. A later
+    /// `apiserver_arg("--feature-gates=ShardedListAndWatch=...")` overrides this.
+    pub fn sharded_list_and_watch(mut self, enabled: bool) -> Self {
+        self.sharded_list_and_watch = enabled;
+        self
+    }
+
+    /// An extra kube-apiserver flag, e.g. `--feature-gates=...` (the flag
+    /// may be repeated; a later value for the same gate wins).
     pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
         self.extra_apiserver_args.push(arg.into());
         self
@@ -187,8 +202,53 @@ fn free_port() -> Result<u16, EnvtestError> {
     Ok(port)
 }
 
+/// Writes `text` to `path`, readable and writable by this user only (mode
+/// 0600 on Unix): the control plane's files are private keys, a kubeconfig
+/// with the admin's client key, and what points at them. An existing file is
+/// truncated and its mode tightened before anything is written into it.
 fn write_file(path: &Path, text: &str) -> Result<(), EnvtestError> {
-    fs::write(path, text).map_err(|e| EnvtestError::io("writing", path, e))
+    use std::io::Write as _;
+    let err = |e| EnvtestError::io("writing", path, e);
+    let mut open = fs::OpenOptions::new();
+    open.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        open.mode(0o600);
+    }
+    let mut f = open.open(path).map_err(err)?;
+    #[cfg(unix)]
+    {
+        // `mode` applies only to a file the open creates
+        use std::os::unix::fs::PermissionsExt;
+        f.set_permissions(fs::Permissions::from_mode(0o600))
+            .map_err(err)?;
+    }
+    f.write_all(text.as_bytes()).map_err(err)
+}
+
+/// Creates `dir` and its missing parents with mode 0700 (Unix), then sets
+/// 0700 on `dir` and on each of `tighten` (folders under the run folder that
+/// may exist from an earlier run, e.g. the detached control plane's).
+fn create_private_dir(dir: &Path, tighten: &[&Path]) -> Result<(), EnvtestError> {
+    let mut b = fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        b.mode(0o700);
+    }
+    b.create(dir)
+        .map_err(|e| EnvtestError::io("creating", dir, e))?;
+    #[cfg(unix)]
+    for d in tighten.iter().copied().chain([dir]) {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(d, fs::Permissions::from_mode(0o700))
+            .map_err(|e| EnvtestError::io("setting the mode of", d, e))?;
+    }
+    #[cfg(not(unix))]
+    let _ = tighten;
+    Ok(())
 }
 
 /// Removes the data of earlier runs whose process is gone, and keeps at most
@@ -222,9 +282,14 @@ fn prune_runs(runs: &Path) {
 }
 
 fn open_log(path: &Path) -> Result<(Stdio, Stdio), EnvtestError> {
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
+    let mut open = fs::OpenOptions::new();
+    open.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        open.mode(0o600);
+    }
+    let f = open
         .open(path)
         .map_err(|e| EnvtestError::io("opening log", path, e))?;
     let f2 = f
@@ -303,7 +368,7 @@ impl ControlPlane {
             let _ = fs::remove_dir_all(run_dir.join("data"));
         }
         let certs = run_dir.join("data/pki");
-        fs::create_dir_all(&certs).map_err(|e| EnvtestError::io("creating", &certs, e))?;
+        create_private_dir(&certs, &[&run_dir, &run_dir.join("data")])?;
 
         let ca = CertificateAuthority::new()?;
         let serving = ca.serving_cert()?;
@@ -373,6 +438,11 @@ impl ControlPlane {
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
             "--v=1".into(),
+            format!(
+                "--feature-gates=ShardedListAndWatch={}",
+                opts.sharded_list_and_watch
+            )
+            .into(),
         ];
         apiserver_args.extend(opts.extra_apiserver_args.iter().map(OsString::from));
 
@@ -783,6 +853,54 @@ impl Drop for ControlPlane {
         if !self.detached {
             self.shutdown();
         }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(p: &Path) -> String {
+        format!(
+            "{:o}",
+            fs::metadata(p).unwrap().permissions().mode() & 0o7777
+        )
+    }
+
+    #[test]
+    fn files_are_written_0600_and_folders_0700_tightening_old_ones() {
+        let root = std::env::temp_dir().join(format!(
+            "kcache-envtest-modes-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        // an earlier run left a loose folder and a loose file behind
+        let run = root.join("run");
+        fs::create_dir_all(run.join("data")).unwrap();
+        fs::set_permissions(&run, fs::Permissions::from_mode(0o755)).unwrap();
+        let pki = run.join("data/pki");
+        create_private_dir(&pki, &[&run, &run.join("data")]).unwrap();
+        for d in [&run, &run.join("data"), &pki] {
+            assert_eq!(mode(d), "700", "{}", d.display());
+        }
+        let key = pki.join("sa.key");
+        fs::write(&key, "old").unwrap();
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
+        write_file(&key, "new key").unwrap();
+        assert_eq!(mode(&key), "600");
+        assert_eq!(fs::read_to_string(&key).unwrap(), "new key");
+        let fresh = pki.join("kubeconfig");
+        write_file(&fresh, "config").unwrap();
+        assert_eq!(mode(&fresh), "600");
+        // a fresh tree: every level created 0700
+        let fresh_tree = root.join("a/b/c");
+        create_private_dir(&fresh_tree, &[]).unwrap();
+        for d in [root.join("a"), root.join("a/b"), fresh_tree] {
+            assert_eq!(mode(&d), "700", "{}", d.display());
+        }
+        fs::remove_dir_all(&root).unwrap();
     }
 }
 

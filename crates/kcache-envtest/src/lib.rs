@@ -14,7 +14,10 @@
 //!
 //! Each control plane has its own CA and serving certificate, authenticates
 //! users by client certificate (CN = user, O = groups), authorizes with RBAC,
-//! and writes an admin kubeconfig (group `system:masters`).
+//! and writes an admin kubeconfig (group `system:masters`). Its keys, the
+//! kubeconfig, its logs and the state file of a detached control plane are
+//! written with mode 0600, in a run folder (and data and PKI folders) of
+//! mode 0700, tightened when they exist from an earlier run.
 //!
 //! # Example
 //!
@@ -37,6 +40,10 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! kube-apiserver runs with the alpha feature gate `ShardedListAndWatch`
+//! (server-side sharded list and watch: the `shardSelector` parameter);
+//! [`ControlPlaneBuilder::sharded_list_and_watch`]`(false)` starts it without.
 //!
 //! Fault tests start their own control plane with [`ControlPlane::start`] and
 //! use [`ControlPlane::restart_apiserver`], [`ControlPlane::stop_apiserver`],

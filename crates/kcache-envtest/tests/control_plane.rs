@@ -324,3 +324,52 @@ fn processes_exit_when_the_test_process_dies() {
         );
     }
 }
+
+/// Issue 15, finding 9: the control plane's private keys, admin kubeconfig
+/// and logs are readable by this user only (0600), and the run folder, its
+/// data folder and the PKI folder are 0700.
+#[cfg(unix)]
+#[tokio::test]
+async fn keys_and_kubeconfig_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let cp = ControlPlane::shared().await.unwrap();
+    if cp.is_external() {
+        return; // files of someone else's cluster
+    }
+    let mode = |p: &std::path::Path| {
+        let m = std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode();
+        format!("{:o}", m & 0o7777)
+    };
+    let run = cp.run_dir();
+    let pki = run.join("data/pki");
+    for d in [run.to_path_buf(), run.join("data"), pki.clone()] {
+        assert_eq!(mode(&d), "700", "{}", d.display());
+    }
+    let mut files = vec![
+        cp.kubeconfig_path().to_path_buf(),
+        run.join("etcd.log"),
+        run.join("kube-apiserver.log"),
+    ];
+    for f in [
+        "ca.crt",
+        "apiserver.crt",
+        "apiserver.key",
+        "sa.key",
+        "sa.pub",
+    ] {
+        files.push(pki.join(f));
+    }
+    for f in &files {
+        assert_eq!(mode(f), "600", "{}", f.display());
+    }
+    // every file of the PKI folder, including any the apiserver adds
+    for e in std::fs::read_dir(&pki).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() && p.extension().is_some_and(|x| x == "key") {
+            assert_eq!(mode(&p), "600", "{}", p.display());
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! program.
 
 use std::any::{Any, TypeId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -12,7 +12,10 @@ use kube::{Client, Resource};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::informer::{ListOptions, SharedIndexInformer, TransformFunc};
+use crate::error::InformerError;
+use crate::informer::{
+    DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, ListOptions, SharedIndexInformer, TransformFunc,
+};
 use crate::snapshot::SnapshotOptions;
 
 type Tweak = Arc<dyn Fn(&mut ListOptions) + Send + Sync>;
@@ -27,11 +30,32 @@ enum InformerKey {
     },
 }
 
+/// A resource as the factory's snapshot choice names it: API group
+/// (`""` for the core group), version, plural.
+type Gvr = (String, String, String);
+
+fn gvr_of<K: Resource>(dyntype: &K::DynamicType) -> Gvr {
+    (
+        K::group(dyntype).into_owned(),
+        K::version(dyntype).into_owned(),
+        K::plural(dyntype).into_owned(),
+    )
+}
+
+fn gvr_of_resource(r: &ApiResource) -> Gvr {
+    (r.group.clone(), r.version.clone(), r.plural.clone())
+}
+
+/// core/v1 secrets: never persisted unless named.
+fn is_secrets(gvr: &Gvr) -> bool {
+    gvr.0.is_empty() && gvr.1 == "v1" && gvr.2 == "secrets"
+}
+
 /// What the factory needs of an informer without knowing its type.
 trait ErasedInformer: Send + Sync {
     fn name(&self) -> String;
     fn has_synced(&self) -> bool;
-    fn spawn(&self, token: CancellationToken) -> JoinHandle<()>;
+    fn try_start(&self, token: CancellationToken) -> Option<JoinHandle<Result<(), InformerError>>>;
 }
 
 impl<K> ErasedInformer for SharedIndexInformer<K>
@@ -45,13 +69,8 @@ where
     fn has_synced(&self) -> bool {
         SharedIndexInformer::has_synced(self)
     }
-    fn spawn(&self, token: CancellationToken) -> JoinHandle<()> {
-        let informer = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = informer.run(token).await {
-                tracing::error!(informer = %informer.name(), error = %e, "informer did not run");
-            }
-        })
+    fn try_start(&self, token: CancellationToken) -> Option<JoinHandle<Result<(), InformerError>>> {
+        SharedIndexInformer::try_start(self, token)
     }
 }
 
@@ -70,12 +89,38 @@ struct Config {
     transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     transform_ids: HashMap<TypeId, String>,
     snapshots: Option<SnapshotOptions>,
+    /// Resources named with `snapshot_for*`: persisted even if Secrets.
+    snapshot_named: HashSet<Gvr>,
+    /// Resources named with `skip_snapshot_for*`: never persisted.
+    snapshot_skipped: HashSet<Gvr>,
+    handler_shutdown_timeout: Duration,
+}
+
+impl Config {
+    /// Whether the informer of `gvr` persists snapshots: snapshots are on,
+    /// it is not skipped, and it is not core/v1 secrets unless named.
+    fn snapshots_for(&self, gvr: &Gvr) -> Option<&SnapshotOptions> {
+        let options = self.snapshots.as_ref()?;
+        if self.snapshot_skipped.contains(gvr) {
+            return None;
+        }
+        if is_secrets(gvr) && !self.snapshot_named.contains(gvr) {
+            tracing::info!(
+                resource = "secrets",
+                "no snapshots for the Secrets informer: they would hold every Secret on disk; name the type with snapshot_for::<Secret>() to persist them"
+            );
+            return None;
+        }
+        Some(options)
+    }
 }
 
 struct Inner {
     client: Client,
     config: Config,
     informers: Mutex<HashMap<InformerKey, Entry>>,
+    /// The runs this factory started (and owns), each with its error
+    /// logged when it ends.
     tasks: Mutex<Vec<JoinHandle<()>>>,
     cancel: CancellationToken,
 }
@@ -185,17 +230,75 @@ impl SharedInformerFactoryBuilder {
             .insert(TypeId::of::<K>(), id.into());
         self
     }
-    /// Warm restarts for every informer: each persists its cache in this
-    /// folder (one file per informer, named after what it caches) and
-    /// resumes from it on start (see [`SnapshotOptions`]).
+    /// Warm restarts for every informer but Secrets: each persists its
+    /// cache in this folder (one file per informer, named after what it
+    /// caches) and resumes from it on start (see [`SnapshotOptions`]).
+    ///
+    /// core/v1 Secrets (their informer, and their metadata-only or dynamic
+    /// informer) are not persisted unless named with
+    /// [`snapshot_for`](Self::snapshot_for): a snapshot holds the objects'
+    /// JSON as the apiserver sent it. Other types can be left out with
+    /// [`skip_snapshot_for`](Self::skip_snapshot_for).
     pub fn snapshot_dir(self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.snapshots(SnapshotOptions::dir(dir))
     }
-    /// Warm restarts for every informer with these options. The location
-    /// must be a folder ([`SnapshotOptions::dir`]): given a file, its
-    /// folder is used.
+    /// Warm restarts for every informer but Secrets (see
+    /// [`snapshot_dir`](Self::snapshot_dir)) with these options. The
+    /// location must be a folder ([`SnapshotOptions::dir`]): given a file,
+    /// its folder is used.
     pub fn snapshots(mut self, options: SnapshotOptions) -> Self {
         self.config.snapshots = Some(options);
+        self
+    }
+    /// Persist `K`'s informer too, when snapshots are on: needed only for
+    /// core/v1 Secrets, which are otherwise left out (the snapshot then
+    /// holds every Secret the informer caches, in plain JSON, in a 0600
+    /// file: put the folder on a volume only the controller can read).
+    /// Names the resource (group, version, plural): covers
+    /// `PartialObjectMeta<K>` and a dynamic informer of it as well.
+    pub fn snapshot_for<K>(mut self) -> Self
+    where
+        K: Resource,
+        K::DynamicType: Default,
+    {
+        let gvr = gvr_of::<K>(&K::DynamicType::default());
+        self.config.snapshot_skipped.remove(&gvr);
+        self.config.snapshot_named.insert(gvr);
+        self
+    }
+    /// [`snapshot_for`](Self::snapshot_for) for a resource known at run
+    /// time.
+    pub fn snapshot_for_resource(mut self, resource: &ApiResource) -> Self {
+        let gvr = gvr_of_resource(resource);
+        self.config.snapshot_skipped.remove(&gvr);
+        self.config.snapshot_named.insert(gvr);
+        self
+    }
+    /// Never persist `K`'s informer (nor `PartialObjectMeta<K>`'s).
+    pub fn skip_snapshot_for<K>(mut self) -> Self
+    where
+        K: Resource,
+        K::DynamicType: Default,
+    {
+        let gvr = gvr_of::<K>(&K::DynamicType::default());
+        self.config.snapshot_named.remove(&gvr);
+        self.config.snapshot_skipped.insert(gvr);
+        self
+    }
+    /// [`skip_snapshot_for`](Self::skip_snapshot_for) for a resource known
+    /// at run time.
+    pub fn skip_snapshot_for_resource(mut self, resource: &ApiResource) -> Self {
+        let gvr = gvr_of_resource(resource);
+        self.config.snapshot_named.remove(&gvr);
+        self.config.snapshot_skipped.insert(gvr);
+        self
+    }
+    /// How long a stopping informer waits for each handler to return from
+    /// the call it is in, for every informer (see
+    /// [`SharedIndexInformerBuilder::handler_shutdown_timeout`](crate::SharedIndexInformerBuilder::handler_shutdown_timeout);
+    /// default 10 s).
+    pub fn handler_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.config.handler_shutdown_timeout = timeout;
         self
     }
     /// Builds the factory.
@@ -231,6 +334,9 @@ impl SharedInformerFactory {
                 transforms: HashMap::new(),
                 transform_ids: HashMap::new(),
                 snapshots: None,
+                snapshot_named: HashSet::new(),
+                snapshot_skipped: HashSet::new(),
+                handler_shutdown_timeout: DEFAULT_HANDLER_SHUTDOWN_TIMEOUT,
             },
         }
     }
@@ -291,14 +397,16 @@ impl SharedInformerFactory {
             .get(&TypeId::of::<K>())
             .copied()
             .unwrap_or(cfg.default_resync);
+        let gvr = gvr_of::<K>(&dyntype);
         let mut builder =
             SharedIndexInformer::<K>::builder_with(self.inner.client.clone(), dyntype)
                 .list_options(options)
-                .resync_period(resync);
+                .resync_period(resync)
+                .handler_shutdown_timeout(cfg.handler_shutdown_timeout);
         if let Some(m) = &cfg.reflector_metrics {
             builder = builder.reflector_metrics(m.clone());
         }
-        if let Some(s) = &cfg.snapshots {
+        if let Some(s) = cfg.snapshots_for(&gvr) {
             let mut s = s.clone().into_dir();
             if let Some(id) = cfg.transform_ids.get(&TypeId::of::<K>()) {
                 s = s.transform_id(id.clone());
@@ -327,6 +435,13 @@ impl SharedInformerFactory {
 
     /// Starts every informer created so far that has not started yet (call
     /// again after creating more). Needs a tokio runtime.
+    ///
+    /// Each start is an atomic claim
+    /// ([`SharedIndexInformer::try_start`]): when this returns, every
+    /// informer of the factory reports
+    /// [`has_started`](SharedIndexInformer::has_started), and one that
+    /// somebody else had started already is left to its owner (this
+    /// factory's [`shutdown`](Self::shutdown) does not stop it).
     pub fn start(&self) {
         if self.inner.cancel.is_cancelled() {
             tracing::warn!("start after shutdown: the factory's informers stay stopped");
@@ -336,7 +451,26 @@ impl SharedInformerFactory {
         let mut tasks = lock(&self.inner.tasks);
         for entry in informers.values_mut().filter(|e| !e.started) {
             entry.started = true;
-            tasks.push(entry.erased.spawn(self.inner.cancel.child_token()));
+            match entry.erased.try_start(self.inner.cancel.child_token()) {
+                Some(run) => {
+                    let name = entry.erased.name();
+                    tasks.push(tokio::spawn(async move {
+                        match run.await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => {
+                                tracing::error!(informer = %name, error = %e, "informer did not run");
+                            }
+                            Err(e) => {
+                                tracing::error!(informer = %name, error = %e, "informer task failed");
+                            }
+                        }
+                    }));
+                }
+                None => tracing::debug!(
+                    informer = %entry.erased.name(),
+                    "informer already started by its own caller; the factory leaves it to that caller"
+                ),
+            }
         }
     }
 
@@ -359,7 +493,9 @@ impl SharedInformerFactory {
         }
     }
 
-    /// Stops every informer and waits until all of them have stopped.
+    /// Stops every informer this factory started and waits until all of
+    /// them have stopped (each waits at most the handler shutdown timeout
+    /// for its handlers).
     pub async fn shutdown(&self) {
         self.inner.cancel.cancel();
         let tasks: Vec<JoinHandle<()>> = lock(&self.inner.tasks).drain(..).collect();

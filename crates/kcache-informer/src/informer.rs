@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime};
 use kcache_core::{BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
-use kcache_reflector::{MetricsProvider, Reflector, ReflectorError};
+use kcache_reflector::{
+    DEFAULT_MAX_LIST_BYTES, MetricsProvider, Reflector, ReflectorError, RequestTimeouts,
+};
 use kube::{Client, Resource};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -24,6 +26,11 @@ use crate::snapshot::{
 
 /// How long the cluster identity GET may take before a cold start.
 const CLUSTER_ID_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a stopping informer waits, by default, for each handler to
+/// return from the call it is in (see
+/// [`SharedIndexInformerBuilder::handler_shutdown_timeout`]).
+pub const DEFAULT_HANDLER_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Parked listeners are woken at least once per this many pops.
 const FLUSH_EVERY: u64 = 256;
@@ -75,6 +82,16 @@ pub struct ListOptions {
     /// connection) and open a new one; `None`: the reflector's default, the
     /// watch's server-side timeout plus 30 s.
     pub watch_idle_timeout: Option<Duration>,
+    /// Deadlines on the reflector's requests: response headers, LIST page
+    /// bodies (default: [`RequestTimeouts::default`]).
+    pub request_timeouts: RequestTimeouts,
+    /// Largest LIST page body, in bytes (default: 2 GiB); see
+    /// `ReflectorBuilder::max_list_page_bytes`.
+    pub max_list_page_bytes: usize,
+    /// Largest total of a streaming list's buffered initial events, in
+    /// bytes (default: 2 GiB); see
+    /// `ReflectorBuilder::max_initial_events_bytes`.
+    pub max_initial_events_bytes: usize,
 }
 
 impl Default for ListOptions {
@@ -87,6 +104,9 @@ impl Default for ListOptions {
             use_watch_list: true,
             object_options: ObjectOptions::default(),
             watch_idle_timeout: None,
+            request_timeouts: RequestTimeouts::default(),
+            max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
+            max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
         }
     }
 }
@@ -137,6 +157,9 @@ pub(crate) struct Inner<K: Resource> {
     /// cache replayed, so the two never interleave.
     block_deltas: Mutex<()>,
     next_listener_id: AtomicU64,
+    /// Removed listeners whose thread has not been joined yet.
+    retired: Mutex<Vec<Arc<Listener<K>>>>,
+    handler_shutdown_timeout: Duration,
     stopped: CancellationToken,
     snapshot: Option<SnapshotOptions>,
     /// False from a warm start until the cache is known current.
@@ -185,6 +208,7 @@ pub struct SharedIndexInformerBuilder<K: Resource> {
     name: Option<String>,
     reflector_metrics: Option<Arc<dyn MetricsProvider>>,
     snapshot: Option<SnapshotOptions>,
+    handler_shutdown_timeout: Duration,
 }
 
 impl<K: Resource + 'static> SharedIndexInformerBuilder<K>
@@ -253,6 +277,17 @@ where
         self
     }
 
+    /// How long a stopping informer waits for each handler to return from
+    /// the call it is in (default [`DEFAULT_HANDLER_SHUTDOWN_TIMEOUT`], 10
+    /// s). A handler still in a call after that is named in a WARN (with the
+    /// call and the object's key), its thread is left running, detached,
+    /// and [`run`](SharedIndexInformer::run) returns. Removed handlers are
+    /// waited for the same way.
+    pub fn handler_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.handler_shutdown_timeout = timeout;
+        self
+    }
+
     /// Builds the informer (nothing runs until [`SharedIndexInformer::run`]).
     pub fn build(self) -> SharedIndexInformer<K> {
         let mut indexers = self.indexers;
@@ -288,6 +323,8 @@ where
                 }),
                 block_deltas: Mutex::new(()),
                 next_listener_id: AtomicU64::new(1),
+                retired: Mutex::new(Vec::new()),
+                handler_shutdown_timeout: self.handler_shutdown_timeout,
                 stopped: CancellationToken::new(),
                 snapshot: self.snapshot,
                 current: AtomicBool::new(true),
@@ -323,6 +360,7 @@ where
             name: None,
             reflector_metrics: None,
             snapshot: None,
+            handler_shutdown_timeout: DEFAULT_HANDLER_SHUTDOWN_TIMEOUT,
         }
     }
 
@@ -383,12 +421,7 @@ where
     /// Warm-restart state: warm or cold start, objects loaded, snapshot
     /// age, whether the resume needed a relist, writes.
     pub fn snapshot_status(&self) -> SnapshotStatus {
-        let mut s = lock(&self.inner.snapshot_status).clone();
-        s.start = match s.start {
-            StartKind::NotStarted if self.has_started() => StartKind::Cold,
-            other => other,
-        };
-        s
+        lock(&self.inner.snapshot_status).clone()
     }
 
     /// Whether snapshots are configured.
@@ -396,7 +429,9 @@ where
         self.inner.snapshot.is_some()
     }
 
-    /// Whether [`run`](Self::run) was called.
+    /// Whether the run was claimed: [`run`](Self::run) was called or
+    /// [`try_start`](Self::try_start) returned a handle (true from that
+    /// moment, before the run has listed anything).
     pub fn has_started(&self) -> bool {
         lock(&self.inner.lifecycle).started
     }
@@ -503,12 +538,20 @@ where
         })
     }
 
-    /// Removes a handler: it gets no more events. Idempotent.
+    /// Removes a handler: it gets no more events (those still queued for
+    /// it are dropped). Idempotent. Never blocks: the handler's thread ends
+    /// once its current call (if any) returns, and is joined later without
+    /// blocking (on the next removal, or within the handler shutdown
+    /// timeout when the informer stops).
     pub fn remove_event_handler(&self, registration: &ResourceEventHandlerRegistration<K>) {
         let _lc = lock(&self.inner.lifecycle);
-        self.inner
+        let removed = self
+            .inner
             .processor
             .remove_listener(registration.listener.id);
+        let mut retired = lock(&self.inner.retired);
+        retired.extend(removed);
+        retired.retain(|l| !l.try_join());
     }
 
     /// Backlog per handler (notifications not yet handled), by handler name.
@@ -540,24 +583,68 @@ where
 
     /// Runs the informer until `cancel` fires: lists and watches, keeps the
     /// cache, notifies handlers. Returns once everything it started has
-    /// stopped (listener threads included). A second call is an error.
+    /// stopped (listener threads included, within the handler shutdown
+    /// timeout). A second call is an error.
     ///
     /// With [snapshots](SharedIndexInformerBuilder::snapshot), a matching
     /// snapshot is loaded first (warm start), snapshots are written while
     /// synced, and a last one after cancellation (what is still queued is
     /// processed first, so handlers may receive a few events after
     /// `cancel`).
+    ///
+    /// The run is claimed when this future is first polled, before it
+    /// waits for anything: a second `run` returns
+    /// [`InformerError::AlreadyStarted`] at once (a
+    /// [`try_start`](Self::try_start) gets `None`). To claim synchronously,
+    /// before spawning, use [`try_start`](Self::try_start).
+    ///
+    /// On shutdown, each handler gets up to the
+    /// [handler shutdown timeout](SharedIndexInformerBuilder::handler_shutdown_timeout)
+    /// to return from the call it is in; a handler that does not is named in
+    /// a WARN and its thread is left running, detached, and `run` returns.
     pub async fn run(&self, cancel: CancellationToken) -> Result<(), InformerError> {
-        let started_at = Instant::now();
-        {
-            let lc = lock(&self.inner.lifecycle);
-            if lc.started {
-                return Err(InformerError::AlreadyStarted("run"));
-            }
-            if lc.stopped {
-                return Err(InformerError::Stopped);
-            }
+        self.claim()?;
+        self.run_claimed(cancel).await
+    }
+
+    /// Claims this informer's run and spawns it on the current tokio
+    /// runtime, atomically: whoever calls `try_start` (or
+    /// [`run`](Self::run)) first owns the run, and every later caller gets
+    /// `None` (the informer already runs, or ran, under another owner).
+    /// [`has_started`](Self::has_started) is true as soon as this returns.
+    ///
+    /// The handle yields what [`run`](Self::run) returns; only the owner
+    /// should cancel `cancel` (an informer shared through a factory belongs
+    /// to the factory when the factory started it first).
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, like `tokio::spawn`.
+    pub fn try_start(
+        &self,
+        cancel: CancellationToken,
+    ) -> Option<JoinHandle<Result<(), InformerError>>> {
+        self.claim().ok()?;
+        let me = self.clone();
+        Some(tokio::spawn(async move { me.run_claimed(cancel).await }))
+    }
+
+    /// Takes the one run of this informer, under the lifecycle lock.
+    fn claim(&self) -> Result<(), InformerError> {
+        let mut lc = lock(&self.inner.lifecycle);
+        if lc.started {
+            return Err(InformerError::AlreadyStarted("run"));
         }
+        if lc.stopped {
+            return Err(InformerError::Stopped);
+        }
+        lc.started = true;
+        Ok(())
+    }
+
+    /// The run, once [`claim`](Self::claim)ed.
+    async fn run_claimed(&self, cancel: CancellationToken) -> Result<(), InformerError> {
+        let started_at = Instant::now();
         let plan = tokio::select! {
             biased;
             _ = cancel.cancelled() => SnapshotPlan::default(),
@@ -673,17 +760,43 @@ where
                 self.record_write(r);
             }
         }
-        let listeners = self.inner.processor.stop();
-        let _ = tokio::task::spawn_blocking(move || {
-            for l in listeners {
-                l.join();
-            }
-        })
-        .await;
+        let mut listeners = self.inner.processor.stop();
+        listeners.append(&mut lock(&self.inner.retired));
+        self.join_listeners(listeners).await;
         lock(&self.inner.lifecycle).stopped = true;
         self.inner.stopped.cancel();
         tracing::debug!(informer = %self.inner.name, "informer stopped");
         Ok(())
+    }
+
+    /// Waits, up to the handler shutdown timeout, for the threads of the
+    /// (closed) listeners to end, without blocking the runtime; names each
+    /// handler still in a call after that in a WARN and leaves its thread
+    /// detached.
+    async fn join_listeners(&self, mut waiting: Vec<Arc<Listener<K>>>) {
+        let timeout = self.inner.handler_shutdown_timeout;
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            waiting.retain(|l| !l.try_join());
+            let now = Instant::now();
+            if waiting.is_empty() || now >= deadline {
+                break;
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+        for l in waiting {
+            let stuck_in = l.stuck_in().unwrap_or_else(|| "(unknown)".to_owned());
+            tracing::warn!(
+                informer = %self.inner.name,
+                handler = %l.name,
+                stuck_in = %stuck_in,
+                timeout_s = timeout.as_secs_f64(),
+                "an event handler did not return within the handler shutdown timeout; its thread is left running, detached, and the informer stops without it: make the handler return (handlers must not block), or raise handler_shutdown_timeout"
+            );
+            l.detach();
+        }
     }
 
     /// The cache and the resourceVersion it reflects, taken while nothing
@@ -754,6 +867,7 @@ where
         let read_path = path.clone();
         let name = self.inner.name.clone();
         let read = tokio::task::spawn_blocking(move || {
+            crate::snapshot::warn_if_loose_folder(&name, &read_path);
             let removed = crate::snapshot::remove_stale_temp_files(&read_path);
             if removed > 0 {
                 tracing::info!(informer = %name, removed, "removed the temporary files of interrupted snapshot writes");
@@ -847,13 +961,9 @@ where
         InformerError,
     > {
         let mut lc = lock(&self.inner.lifecycle);
-        if lc.started {
-            return Err(InformerError::AlreadyStarted("run"));
-        }
-        if lc.stopped {
-            return Err(InformerError::Stopped);
-        }
-        lc.started = true;
+        // claimed by `run`/`try_start`; `stopped` is set only at the end of
+        // the one run
+        debug_assert!(lc.started && !lc.stopped);
         // Snapshot objects were transformed before they were written: the
         // transform is bypassed while they are queued.
         let bypass = Arc::new(AtomicBool::new(false));
@@ -930,7 +1040,10 @@ where
                 .name(self.inner.name.clone())
                 .page_size(o.page_size)
                 .use_watch_list(o.use_watch_list)
-                .object_options(o.object_options.clone());
+                .object_options(o.object_options.clone())
+                .request_timeouts(o.request_timeouts)
+                .max_list_page_bytes(o.max_list_page_bytes)
+                .max_initial_events_bytes(o.max_initial_events_bytes);
         if let Some(ns) = &o.namespace {
             rb = rb.namespace(ns.clone());
         }

@@ -56,7 +56,11 @@
 //! resumes the watch from the snapshot's resourceVersion instead of
 //! listing everything. If the apiserver no longer has that
 //! resourceVersion (410 Gone), the informer relists and the differences
-//! arrive as updates and tombstone deletes. See `docs/warm-restart.md`.
+//! arrive as updates and tombstone deletes. A factory's snapshot folder
+//! leaves core/v1 Secrets out unless they are named
+//! ([`SharedInformerFactoryBuilder::snapshot_for`]); files are private
+//! (0600, folders 0700) and written without following symlinks. See
+//! `docs/warm-restart.md`.
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::Pod;
@@ -87,6 +91,8 @@
 
 mod error;
 mod factory;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handler;
 mod informer;
 mod listener;
@@ -99,8 +105,8 @@ pub use error::InformerError;
 pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};
 pub use handler::{FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs};
 pub use informer::{
-    FifoKind, HasSynced, ListOptions, ResourceEventHandlerRegistration, SharedIndexInformer,
-    SharedIndexInformerBuilder, TransformFunc, WatchErrorHandler, strip_managed_fields,
-    wait_for_cache_sync,
+    DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, FifoKind, HasSynced, ListOptions,
+    ResourceEventHandlerRegistration, SharedIndexInformer, SharedIndexInformerBuilder,
+    TransformFunc, WatchErrorHandler, strip_managed_fields, wait_for_cache_sync,
 };
 pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};

@@ -65,6 +65,15 @@ impl<K> Notification<K> {
             Notification::Delete { obj } => obj.key(),
         }
     }
+    /// What a handler does with it, e.g. `on_update of ns/name`.
+    fn describe(&self) -> String {
+        let call = match self {
+            Notification::Add { .. } => "on_add",
+            Notification::Update { .. } => "on_update",
+            Notification::Delete { .. } => "on_delete",
+        };
+        format!("{call} of {}", self.key())
+    }
     fn is_initial_add(&self) -> bool {
         matches!(
             self,
@@ -81,6 +90,10 @@ struct Buffer<K> {
     closed: bool,
     /// A notification is being handled right now.
     busy: bool,
+    /// The notification being handled (a reference-count bump; cleared
+    /// under the lock the listener takes anyway for the next one), so a
+    /// handler stuck at shutdown can be named with what it is stuck in.
+    current: Option<Notification<K>>,
     /// The listener thread is parked on the condvar: only then does an
     /// add wake it (a wake is a syscall; most adds find the thread busy).
     waiting: bool,
@@ -134,6 +147,7 @@ impl<K: 'static> Listener<K> {
                 items: VecDeque::with_capacity(INITIAL_BUFFER_SIZE),
                 closed: false,
                 busy: false,
+                current: None,
                 waiting: false,
             }),
             wake: Condvar::new(),
@@ -205,12 +219,14 @@ impl<K: 'static> Listener<K> {
             let n = {
                 let mut buf = lock(&self.buffer);
                 buf.busy = false;
+                buf.current = None;
                 loop {
                     if buf.closed {
                         return;
                     }
                     if let Some(n) = buf.items.pop_front() {
                         buf.busy = true;
+                        buf.current = Some(n.clone());
                         break n;
                     }
                     if buf.items.capacity() > 4 * INITIAL_BUFFER_SIZE {
@@ -262,12 +278,16 @@ impl<K: 'static> Listener<K> {
         let mut buf = lock(&self.buffer);
         buf.closed = true;
         buf.items.clear();
+        buf.items.shrink_to_fit();
         drop(buf);
         self.pending_initial.store(0, Ordering::SeqCst);
         self.wake.notify_all();
     }
 
-    /// Waits for the thread to end (after [`Listener::close`]). Blocking.
+    /// Waits for the thread to end (after [`Listener::close`]). Blocking,
+    /// without a bound: tests only; the informer uses
+    /// [`try_join`](Self::try_join) with a deadline.
+    #[cfg(test)]
     pub(crate) fn join(&self) {
         let handle = lock(&self.thread).take();
         if let Some(h) = handle
@@ -275,6 +295,38 @@ impl<K: 'static> Listener<K> {
         {
             let _ = h.join();
         }
+    }
+
+    /// Joins the thread if it has ended (after [`Listener::close`]), without
+    /// blocking: `true` when there is no thread left (it ended and was
+    /// joined, or never started), `false` while the handler is still in a
+    /// call.
+    pub(crate) fn try_join(&self) -> bool {
+        let mut slot = lock(&self.thread);
+        if slot.as_ref().is_some_and(|h| !h.is_finished()) {
+            return false;
+        }
+        if let Some(h) = slot.take() {
+            // finished: `join` returns at once (std: "can be expected to
+            // return quickly, without blocking for any significant amount
+            // of time"); it only reaps the thread
+            let _ = h.join();
+        }
+        true
+    }
+
+    /// Gives up on the thread: it keeps running, detached, until its
+    /// handler returns (then it ends on its own: the listener is closed).
+    pub(crate) fn detach(&self) {
+        drop(lock(&self.thread).take());
+    }
+
+    /// What the handler is in right now, e.g. `on_update of ns/name`.
+    pub(crate) fn stuck_in(&self) -> Option<String> {
+        lock(&self.buffer)
+            .current
+            .as_ref()
+            .map(Notification::describe)
     }
 
     /// Notifications waiting for the handler.

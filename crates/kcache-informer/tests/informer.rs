@@ -12,7 +12,7 @@ use kcache_informer::{
     InformerError, ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer,
     strip_managed_fields, wait_for_cache_sync,
 };
-use support::{ConfigMap, FakeApi, eventually};
+use support::{ConfigMap, FakeApi, Logs, eventually};
 use tokio_util::sync::CancellationToken;
 
 /// Records every notification as a string.
@@ -643,4 +643,126 @@ async fn listener_backlog_and_panics_are_exported_to_prometheus() {
     );
     gate.open();
     run.stop().await;
+}
+
+/// A handler stuck in a call for ever: it reports the key it is stuck on,
+/// then blocks on a channel nobody sends on (until the test drops the
+/// sender at its very end).
+fn stuck_handler(
+    entered: tokio::sync::mpsc::UnboundedSender<String>,
+) -> (
+    ResourceEventHandlerFuncs<ConfigMap>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let (release, stuck) = std::sync::mpsc::channel::<()>();
+    let stuck = Mutex::new(stuck);
+    let handler = ResourceEventHandlerFuncs::new().add_func(move |o, _| {
+        let _ = entered.send(o.key().to_owned());
+        let _ = stuck.lock().unwrap().recv();
+    });
+    (handler, release)
+}
+
+/// Issue 15, finding 7: a handler that never returns does not hang `run`.
+/// After cancel, the informer waits the handler shutdown timeout (15 s of
+/// paused-clock time here) for its handlers, then names each stuck one in
+/// a WARN (with what it is stuck in) and returns; a handler removed while
+/// stuck is waited for and named the same way, and removing it does not
+/// block.
+#[tokio::test(start_paused = true)]
+async fn shutdown_is_bounded_with_a_stuck_handler() {
+    let logs = Logs::capture();
+    let api = FakeApi::new();
+    api.create("ns", "a", "1");
+    let timeout = Duration::from_secs(15);
+    let informer = api
+        .informer()
+        .name("stuck")
+        .handler_shutdown_timeout(timeout)
+        .build();
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let (h1, release1) = stuck_handler(entered_tx.clone());
+    let (h2, release2) = stuck_handler(entered_tx);
+    let reg1 = informer.add_event_handler(h1).unwrap();
+    let reg2 = informer.add_event_handler(h2).unwrap();
+    let cancel = CancellationToken::new();
+    let run = informer.try_start(cancel.clone()).unwrap();
+    assert_eq!(entered.recv().await.as_deref(), Some("ns/a"));
+    assert_eq!(entered.recv().await.as_deref(), Some("ns/a"));
+    // removing a stuck handler returns at once
+    informer.remove_event_handler(&reg2);
+    assert!(!reg2.is_active());
+
+    let cancelled_at = tokio::time::Instant::now();
+    cancel.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(3600), run)
+        .await
+        .expect("run returned within an hour (paused clock) of cancel");
+    result.unwrap().unwrap();
+    let waited = cancelled_at.elapsed();
+    assert!(
+        waited >= timeout && waited < timeout + Duration::from_secs(1),
+        "run returned {waited:?} after cancel; the bound is {timeout:?}"
+    );
+    assert!(informer.is_stopped());
+
+    let warns = logs.at(tracing::Level::WARN);
+    for reg in [&reg1, &reg2] {
+        let named: Vec<_> = warns
+            .iter()
+            .filter(|w| w.contains(&format!("handler={} ", reg.name())))
+            .collect();
+        assert_eq!(named.len(), 1, "one WARN for {}: {warns:#?}", reg.name());
+        let w = named[0];
+        assert!(w.contains("informer=stuck"), "{w}");
+        assert!(w.contains("stuck_in=on_add of ns/a"), "{w}");
+        assert!(w.contains("handler shutdown timeout"), "{w}");
+    }
+    // (while the test waited for the handlers' threads, the paused clock
+    // ran on to the reflector's watch timeouts: those WARNs are not ours)
+    let about_handlers: Vec<_> = warns.iter().filter(|w| w.contains("handler=")).collect();
+    assert_eq!(about_handlers.len(), 2, "{about_handlers:#?}");
+    assert!(
+        logs.at(tracing::Level::ERROR).is_empty(),
+        "{:#?}",
+        logs.all()
+    );
+    drop((release1, release2));
+}
+
+/// A handler that returns within the bound is joined without a WARN, and
+/// so is a removed one. (Real clock, no timed assertion: with a paused
+/// clock the runtime would jump to the deadline while the handler's thread
+/// is still returning.)
+#[tokio::test]
+async fn shutdown_waits_for_a_handler_that_returns_within_the_bound() {
+    let logs = Logs::capture();
+    let api = FakeApi::new();
+    api.create("ns", "a", "1");
+    let informer = api
+        .informer()
+        .handler_shutdown_timeout(Duration::from_secs(60))
+        .build();
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
+    let (h, release) = stuck_handler(entered_tx);
+    let removed = informer
+        .add_event_handler(ResourceEventHandlerFuncs::new())
+        .unwrap();
+    informer.add_event_handler(h).unwrap();
+    let cancel = CancellationToken::new();
+    let run = informer.try_start(cancel.clone()).unwrap();
+    assert_eq!(entered.recv().await.as_deref(), Some("ns/a"));
+    informer.remove_event_handler(&removed);
+    cancel.cancel();
+    // the handler returns while `run` waits for it
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        drop(release);
+    });
+    run.await.unwrap().unwrap();
+    assert!(
+        logs.at(tracing::Level::WARN).is_empty(),
+        "{:#?}",
+        logs.all()
+    );
 }

@@ -173,6 +173,42 @@ fn subslice(outer: &Bytes, inner: &[u8]) -> Bytes {
     }
 }
 
+/// A list item that failed its metadata decode: `Ok` (skip it) when it is
+/// well-formed JSON that is not a usable object, `Err` (fail the page) when
+/// it is malformed. The metadata decode stops at its first error, which can
+/// be a type error before a syntax error, or invalid UTF-8 (a data error):
+/// then the item is checked on its own (found by fuzzing; only on this
+/// error path).
+fn malformed_item(item: &[u8], e: BadEvent) -> Result<BadEvent, serde_json::Error> {
+    match e.source {
+        Some(ObjectError::Json(json))
+            if matches!(json.classify(), Category::Syntax | Category::Eof) =>
+        {
+            Err(json)
+        }
+        Some(ObjectError::Json(_)) => {
+            match serde_json::from_str::<serde::de::IgnoredAny>(utf8(item)?) {
+                Ok(_) => Ok(e),
+                Err(syntax) => Err(syntax),
+            }
+        }
+        _ => Ok(e),
+    }
+}
+
+/// `bytes` as text: serde_json does not check the UTF-8 of the strings it
+/// skips (a list's members other than metadata and items), so a list is
+/// checked whole (found by fuzzing: the envelope, or the body on the
+/// fallback path; items are checked by their metadata decode).
+fn utf8(bytes: &[u8]) -> Result<&str, serde_json::Error> {
+    std::str::from_utf8(bytes).map_err(|u| {
+        <serde_json::Error as serde::de::Error>::custom(format_args!(
+            "invalid UTF-8 at byte {}",
+            u.valid_up_to()
+        ))
+    })
+}
+
 fn bad(kind: BadEventKind, detail: impl Into<String>) -> BadEvent {
     BadEvent {
         kind,
@@ -366,24 +402,22 @@ impl<K> EventDecoder<K> {
         let mut skipped = Vec::new();
         let (items, metadata) = match crate::split::split_list(body) {
             Some(split) => {
-                let wire: ListWire<'_> = serde_json::from_slice(&split.envelope)?;
+                let wire: ListWire<'_> = serde_json::from_str(utf8(&split.envelope)?)?;
                 let mut items = Vec::with_capacity(split.items.len());
                 for range in split.items {
-                    match self.decode_object_with(body.slice(range), &self.list_options) {
+                    let item = body.slice(range);
+                    match self.decode_object_with(item.clone(), &self.list_options) {
                         Ok(o) => items.push(o),
-                        Err(BadEvent {
-                            source: Some(ObjectError::Json(e)),
-                            ..
-                        }) if matches!(e.classify(), Category::Syntax | Category::Eof) => {
-                            return Err(e);
-                        }
-                        Err(e) => skipped.push(e),
+                        Err(e) => match malformed_item(&item, e) {
+                            Ok(e) => skipped.push(e),
+                            Err(syntax) => return Err(syntax),
+                        },
                     }
                 }
                 (items, wire.metadata.map(ListMetaWire::into_owned))
             }
             None => {
-                let wire: ListWire<'_> = serde_json::from_slice(body)?;
+                let wire: ListWire<'_> = serde_json::from_str(utf8(body)?)?;
                 let raw_items = wire.items.unwrap_or_default();
                 let mut items = Vec::with_capacity(raw_items.len());
                 for raw in raw_items {
@@ -534,6 +568,36 @@ mod tests {
         assert_eq!(page.continue_token.as_deref(), Some("c"));
         assert_eq!(page.resource_version, "3");
         assert_eq!(page.items.len(), 1);
+    }
+
+    #[test]
+    fn malformed_items_and_invalid_utf8_fail_the_page() {
+        // found by fuzzing (tests/fuzz-checks, list_decode): the metadata
+        // decode stops at a type error before a syntax error or reports
+        // invalid UTF-8 as a data error, and serde skips the envelope's
+        // other members without checking their UTF-8
+        let d = dec();
+        for body in [
+            &br#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":1} x}]}"#[..],
+            br#"{"metadata":{"resourceVersion":"9"},"items":[1.2.3]}"#,
+            b"{\"metadata\":{\"resourceVersion\":\"9\"},\"items\":[{\"\xff\x00\":{\"name\":\"a\"}}]}",
+            b"{\"kind\":\"L\xffist\",\"metadata\":{\"resourceVersion\":\"9\"},\"items\":[]}",
+            // not split (no items member): the serde path
+            b"{\"kind\":\"L\xffist\",\"metadata\":{\"resourceVersion\":\"9\"}}",
+        ] {
+            assert!(
+                d.decode_list(&Bytes::copy_from_slice(body)).is_err(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        // well-formed items that are not usable objects are still skipped
+        let page = d
+            .decode_list(&Bytes::from_static(
+                br#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":1}},1.5,{"metadata":{"name":"a"}}]}"#,
+            ))
+            .unwrap();
+        assert_eq!((page.items.len(), page.skipped.len()), (1, 2));
     }
 
     #[test]

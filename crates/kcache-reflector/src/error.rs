@@ -8,6 +8,55 @@ use serde::Deserialize;
 /// The annotation a streaming list's last bookmark carries.
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
 
+/// How many bytes of a server-provided message ([`ApiError::message`])
+/// the `Display` of an error shows; the rest is cut, with a note of the
+/// full length. The field itself keeps the whole message.
+pub const MAX_DISPLAYED_MESSAGE: usize = 512;
+
+/// How many bytes of an error a reflector's log line shows.
+pub(crate) const MAX_LOGGED_ERROR: usize = 2048;
+
+/// Displays at most `.1` bytes of what `.0` displays (cut at a character
+/// boundary), then a note of the full length. Nothing beyond the kept part
+/// is stored: a message of any size costs at most `.1` bytes to log.
+pub(crate) struct Truncated<'a, T: ?Sized>(pub(crate) &'a T, pub(crate) usize);
+
+impl<T: fmt::Display + ?Sized> fmt::Display for Truncated<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Cut {
+            kept: String,
+            room: usize,
+            total: usize,
+        }
+        impl fmt::Write for Cut {
+            fn write_str(&mut self, s: &str) -> fmt::Result {
+                self.total += s.len();
+                if self.room > 0 {
+                    let mut end = self.room.min(s.len());
+                    while !s.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    self.kept.push_str(&s[..end]);
+                    // once something did not fit, keep nothing more
+                    self.room = if end < s.len() { 0 } else { self.room - end };
+                }
+                Ok(())
+            }
+        }
+        let mut cut = Cut {
+            kept: String::new(),
+            room: self.1,
+            total: 0,
+        };
+        let _ = fmt::Write::write_fmt(&mut cut, format_args!("{}", self.0));
+        f.write_str(&cut.kept)?;
+        if cut.total > cut.kept.len() {
+            write!(f, "... [cut: {} bytes in all]", cut.total)?;
+        }
+        Ok(())
+    }
+}
+
 /// A `metav1.Status` failure the apiserver answered with (an HTTP error
 /// status or an `ERROR` watch event).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,14 +175,17 @@ impl ApiError {
     }
 }
 
+/// Shows the code, the reason and at most [`MAX_DISPLAYED_MESSAGE`] bytes
+/// of the message (a Status message can be as large as a watch event), then
+/// what the reflector does about it.
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "{} {}: {} ({})",
             self.code,
-            self.reason,
-            self.message,
+            Truncated(self.reason.as_str(), 128),
+            Truncated(self.message.as_str(), MAX_DISPLAYED_MESSAGE),
             self.hint()
         )
     }
@@ -162,6 +214,41 @@ impl fmt::Display for Operation {
             Operation::Watch => "watch",
             Operation::WatchList => "streaming list",
             Operation::Resync => "resync",
+        })
+    }
+}
+
+/// What a request was waiting for when it timed out (see
+/// [`RequestTimeouts`](crate::RequestTimeouts)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeoutPhase {
+    /// The response headers of a LIST page, a watch or a streaming list.
+    ResponseHeaders,
+    /// The next byte of a LIST page body (the body stalled).
+    ListBodyIdle,
+    /// The end of a LIST page body (it kept trickling).
+    ListBody,
+}
+
+impl TimeoutPhase {
+    /// The [`RequestTimeouts`](crate::RequestTimeouts) setting that bounds
+    /// this phase.
+    pub fn setting(self) -> &'static str {
+        match self {
+            TimeoutPhase::ResponseHeaders => "response_headers",
+            TimeoutPhase::ListBodyIdle => "list_body_idle",
+            TimeoutPhase::ListBody => "list_body",
+        }
+    }
+}
+
+impl fmt::Display for TimeoutPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TimeoutPhase::ResponseHeaders => "the response headers",
+            TimeoutPhase::ListBodyIdle => "the next byte of the list body",
+            TimeoutPhase::ListBody => "the end of the list body",
         })
     }
 }
@@ -318,6 +405,45 @@ pub enum ReflectorError {
         /// The configured limit.
         limit: usize,
     },
+    /// A request missed a deadline of
+    /// [`RequestTimeouts`](crate::RequestTimeouts): no response headers,
+    /// or a LIST page body that stalled or took too long. The reflector
+    /// retries as after any failed request: a relist after a backoff step.
+    #[error(
+        "{op} {resource}: timed out after {after:?} waiting for {phase}: the apiserver or the connection stalled (the reflector retries with backoff; if the apiserver is only slow, raise `RequestTimeouts::{}`)",
+        phase.setting()
+    )]
+    Timeout {
+        /// What was being done.
+        op: Operation,
+        /// The resource.
+        resource: String,
+        /// What the request was waiting for.
+        phase: TimeoutPhase,
+        /// The deadline that passed.
+        after: std::time::Duration,
+    },
+    /// A LIST page body was larger than the cap; it was not read further.
+    #[error(
+        "list {resource}: a list page is larger than {limit} bytes (raise `max_list_page_bytes` on the reflector builder if the collection really is that large; the reflector relists after a backoff)"
+    )]
+    ListPageTooLarge {
+        /// The resource.
+        resource: String,
+        /// The cap ([`ReflectorBuilder::max_list_page_bytes`](crate::ReflectorBuilder::max_list_page_bytes)).
+        limit: usize,
+    },
+    /// The objects a streaming list buffered before its initial-events-end
+    /// bookmark add up to more than the cap; the stream was abandoned.
+    #[error(
+        "streaming list {resource}: the initial events add up to more than {limit} bytes (raise `max_initial_events_bytes` on the reflector builder if the collection really is that large; the reflector relists after a backoff)"
+    )]
+    InitialEventsTooLarge {
+        /// The resource.
+        resource: String,
+        /// The cap ([`ReflectorBuilder::max_initial_events_bytes`](crate::ReflectorBuilder::max_initial_events_bytes)).
+        limit: usize,
+    },
     /// The request could not be built (invalid selector or parameters).
     #[error("{resource}: cannot build the request: {source} (fix the reflector's configuration)")]
     Request {
@@ -361,11 +487,17 @@ pub enum ErrorReason {
     EventTooLarge,
     /// Request build failure.
     Request,
+    /// A request missed a deadline ([`ReflectorError::Timeout`]).
+    Timeout,
+    /// A LIST page over the cap.
+    ListPageTooLarge,
+    /// A streaming list's initial events over the cap.
+    InitialEventsTooLarge,
 }
 
 impl ErrorReason {
     /// Every reason, in label order.
-    pub const ALL: [ErrorReason; 14] = [
+    pub const ALL: [ErrorReason; 17] = [
         ErrorReason::Expired,
         ErrorReason::TooLargeResourceVersion,
         ErrorReason::TooManyRequests,
@@ -380,6 +512,9 @@ impl ErrorReason {
         ErrorReason::WatchStalled,
         ErrorReason::EventTooLarge,
         ErrorReason::Request,
+        ErrorReason::Timeout,
+        ErrorReason::ListPageTooLarge,
+        ErrorReason::InitialEventsTooLarge,
     ];
 
     /// The label value.
@@ -399,6 +534,9 @@ impl ErrorReason {
             ErrorReason::WatchStalled => "watch_stalled",
             ErrorReason::EventTooLarge => "event_too_large",
             ErrorReason::Request => "request",
+            ErrorReason::Timeout => "timeout",
+            ErrorReason::ListPageTooLarge => "list_page_too_large",
+            ErrorReason::InitialEventsTooLarge => "initial_events_too_large",
         }
     }
 
@@ -441,6 +579,9 @@ impl ReflectorError {
             ReflectorError::WatchStalled { .. } => ErrorReason::WatchStalled,
             ReflectorError::EventTooLarge { .. } => ErrorReason::EventTooLarge,
             ReflectorError::Request { .. } => ErrorReason::Request,
+            ReflectorError::Timeout { .. } => ErrorReason::Timeout,
+            ReflectorError::ListPageTooLarge { .. } => ErrorReason::ListPageTooLarge,
+            ReflectorError::InitialEventsTooLarge { .. } => ErrorReason::InitialEventsTooLarge,
         }
     }
 
@@ -569,6 +710,62 @@ mod tests {
                 .to_string()
                 .contains("RBAC")
         );
+    }
+
+    #[test]
+    fn truncated_keeps_short_text_and_cuts_long_text_at_a_char_boundary() {
+        assert_eq!(Truncated("short", 10).to_string(), "short");
+        assert_eq!(Truncated("exactly10!", 10).to_string(), "exactly10!");
+        assert_eq!(
+            Truncated("abcdefghijkl", 5).to_string(),
+            "abcde... [cut: 12 bytes in all]"
+        );
+        // "é" is 2 bytes: never split a character
+        assert_eq!(
+            Truncated("aéééé", 4).to_string(),
+            "aé... [cut: 9 bytes in all]"
+        );
+        // pieces written by a Display impl: nothing kept after the first cut
+        let e = ApiError {
+            code: 500,
+            reason: "InternalError".into(),
+            message: "m".repeat(10),
+            causes: vec![],
+        };
+        let t = Truncated(&e, 8).to_string();
+        assert_eq!(
+            t,
+            format!("500 Inte... [cut: {} bytes in all]", e.to_string().len())
+        );
+    }
+
+    #[test]
+    fn api_error_display_cuts_a_huge_message_but_keeps_it_in_the_field() {
+        let huge = "x".repeat(10 << 20);
+        let body =
+            serde_json::json!({"kind":"Status","code":500,"reason":"InternalError","message":huge})
+                .to_string();
+        let e = ApiError::from_status_bytes(Some(200), body.as_bytes());
+        assert_eq!(e.message.len(), 10 << 20, "the error keeps the message");
+        let shown = e.to_string();
+        assert!(shown.len() < MAX_DISPLAYED_MESSAGE + 300, "{}", shown.len());
+        assert!(shown.contains("[cut: 10485760 bytes in all]"), "{shown}");
+        assert!(
+            shown.contains("the reflector retries with backoff"),
+            "{shown}"
+        );
+        let e = ReflectorError::Api {
+            op: Operation::Watch,
+            resource: "configmaps".into(),
+            error: e,
+        };
+        assert!(e.to_string().len() < MAX_DISPLAYED_MESSAGE + 400);
+        // a short message is shown whole
+        let e = ApiError::from_status_bytes(
+            Some(410),
+            br#"{"code":410,"reason":"Expired","message":"too old"}"#,
+        );
+        assert!(e.to_string().starts_with("410 Expired: too old ("), "{e}");
     }
 
     #[test]

@@ -79,7 +79,21 @@
 //!   429 during one) → back off, watch again without relisting; any other
 //!   error → relist after a backoff step. A watch ending in under a second
 //!   with no events is an error. Backoff: 800 ms doubling to 30 s, jitter
-//!   `[d, 2d)`, reset after 2 minutes without backoff.
+//!   `[d, 2d)`, reset after 2 minutes without backoff; one step after
+//!   every cycle and before every retry inside one (a stalled watch, an
+//!   InternalError re-watch, a streaming list refused at `""` or ended
+//!   before its end bookmark), so no failure becomes a hot loop.
+//! - **Deadlines and byte caps** ([`RequestTimeouts`],
+//!   [`ReflectorBuilder::max_list_page_bytes`],
+//!   [`ReflectorBuilder::max_initial_events_bytes`]): response headers of
+//!   every request (2 min), a LIST page body without a byte (1 min) and
+//!   in all (10 min); a LIST page body and a streaming list's buffered
+//!   initial events at most 2 GiB each. A miss is
+//!   [`ReflectorError::Timeout`], an overflow
+//!   [`ReflectorError::ListPageTooLarge`] /
+//!   [`ReflectorError::InitialEventsTooLarge`] (nothing more is read);
+//!   the reflector relists after a backoff step. The watch body keeps its
+//!   idle limit ([`ReflectorBuilder::watch_idle_timeout`]).
 //! - **Streaming list** (default on): a watch with `sendInitialEvents=true`
 //!   and `resourceVersionMatch=NotOlderThan`; initial events are buffered
 //!   and handed over as one `replace` at the `k8s.io/initial-events-end`
@@ -95,6 +109,12 @@
 //!   another kind is reported (log, [`ReflectorError::BadEvent`] to the
 //!   handler, `reflector_errors_total{reason="bad_event"}`) and skipped. An
 //!   `ERROR` event becomes [`ReflectorError::Api`] and follows the rules.
+//!   Server-provided text is cut in logs: an [`ApiError`] displays at most
+//!   [`MAX_DISPLAYED_MESSAGE`] bytes of its message (the field keeps it
+//!   whole), and a log line at most 2 KiB of an error.
+//! - **Warm resume** ([`ReflectorBuilder::resume_from`]): watch from a
+//!   known resourceVersion without a list; synced on a bookmark or a clean
+//!   end at or after the watch's timeout, never on an earlier end.
 //!
 //! See `docs/reflector.md` for the recovery rules in prose.
 
@@ -102,6 +122,9 @@ mod backoff;
 mod decode;
 mod error;
 mod framing;
+#[doc(hidden)]
+pub mod fuzzing;
+mod limits;
 mod metrics;
 #[cfg(feature = "prometheus")]
 mod prometheus;
@@ -111,10 +134,14 @@ mod split;
 pub use backoff::BackoffConfig;
 pub use decode::{Bookmark, EventDecoder, ListPage, WatchEvent};
 pub use error::{
-    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION, Operation,
-    ReflectorError,
+    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION,
+    MAX_DISPLAYED_MESSAGE, Operation, ReflectorError, TimeoutPhase,
 };
 pub use framing::{DEFAULT_MAX_FRAME, FrameTooLarge, LineFramer};
+pub use limits::{
+    DEFAULT_LIST_BODY_IDLE_TIMEOUT, DEFAULT_LIST_BODY_TIMEOUT, DEFAULT_MAX_LIST_BYTES,
+    DEFAULT_RESPONSE_HEADERS_TIMEOUT, RequestTimeouts,
+};
 pub use metrics::{
     CounterMetric, MetricsProvider, NoopMetric, NoopMetricsProvider, SettableGaugeMetric,
 };

@@ -24,9 +24,13 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::backoff::{Backoff, BackoffConfig};
 use crate::decode::{EventDecoder, WatchEvent};
 use crate::error::{
-    ApiError, BadEventKind, ErrorReason, Operation, ReflectorError, is_probable_eof,
+    ApiError, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError, TimeoutPhase,
+    Truncated, is_probable_eof,
 };
 use crate::framing::{DEFAULT_MAX_FRAME, LineFramer};
+use crate::limits::{
+    BodyError, BodyLimits, DEFAULT_MAX_LIST_BYTES, RequestTimeouts, read_body, read_error_body,
+};
 use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
 
 /// Called with every error the reflector meets (see [`ReflectorError`]).
@@ -52,8 +56,8 @@ const VERY_SHORT_WATCH: Duration = Duration::from_secs(1);
 /// apiserver answers a watch from a resourceVersion it no longer has with
 /// an error at once, and sends bookmarks only when the resource's
 /// resourceVersion has moved; a clean end of the watch at this short
-/// timeout therefore confirms the resume within 2 s even when nothing
-/// changed (long enough not to count as a too-short watch).
+/// timeout (not before it) therefore confirms the resume within 2 s even
+/// when nothing changed (long enough not to count as a too-short watch).
 pub const RESUME_WATCH_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How often a slow streaming list is reported.
@@ -61,6 +65,12 @@ const WATCH_LIST_PROGRESS: Duration = Duration::from_secs(10);
 
 /// Largest error body read.
 const MAX_ERROR_BODY: usize = 1 << 20;
+
+/// Largest part of a server-provided resourceVersion shown in a log line.
+const MAX_LOGGED_RV: usize = 64;
+
+/// Largest part of a request URI shown in a log line.
+const MAX_LOGGED_URI: usize = 1024;
 
 type DataStream = Pin<Box<dyn Stream<Item = Result<Bytes, kube::Error>> + Send>>;
 
@@ -85,6 +95,9 @@ pub struct ReflectorBuilder<K: Resource> {
     metrics: Arc<dyn MetricsProvider>,
     max_internal_error_retry_duration: Duration,
     max_event_size: usize,
+    timeouts: RequestTimeouts,
+    max_list_page_bytes: usize,
+    max_initial_events_bytes: usize,
     resume_from: Option<String>,
 }
 
@@ -214,6 +227,40 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         self
     }
 
+    /// Deadlines on response headers and LIST page bodies (default:
+    /// [`RequestTimeouts::default`]: 2 minutes for headers, 1 minute
+    /// without a byte of a list body, 10 minutes per list page). A request
+    /// that misses one fails with [`ReflectorError::Timeout`] and the
+    /// reflector relists after a backoff step.
+    pub fn request_timeouts(mut self, timeouts: RequestTimeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// Largest accepted LIST page body, in bytes (default: 2 GiB,
+    /// [`DEFAULT_MAX_LIST_BYTES`]). The apiserver answers a list at
+    /// resourceVersion `"0"` (and a relist at an exact resourceVersion)
+    /// from its watch cache as **one** body whatever the page size:
+    /// 20,000 Pods made a 230 MB JSON body, so the default leaves room for
+    /// a collection about 9 times that size. A larger body fails with
+    /// [`ReflectorError::ListPageTooLarge`] as soon as the cap is passed
+    /// (nothing more is read) and the reflector relists after a backoff.
+    pub fn max_list_page_bytes(mut self, bytes: usize) -> Self {
+        self.max_list_page_bytes = bytes.max(1);
+        self
+    }
+
+    /// Largest total size, in bytes, of the objects a streaming list
+    /// buffers before its `initial-events-end` bookmark (default: 2 GiB,
+    /// [`DEFAULT_MAX_LIST_BYTES`]; the buffer is the whole collection, as
+    /// a list at `"0"` is). Passing it fails the streaming list with
+    /// [`ReflectorError::InitialEventsTooLarge`] at once (the buffer is
+    /// dropped) and the reflector relists after a backoff.
+    pub fn max_initial_events_bytes(mut self, bytes: usize) -> Self {
+        self.max_initial_events_bytes = bytes.max(1);
+        self
+    }
+
     /// Start from a known resourceVersion instead of listing (a warm
     /// restart): the store must already hold the state as of `rv`.
     ///
@@ -222,7 +269,10 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// confirmed, and [`Reflector::has_synced`] turns true, when that watch
     /// delivers a bookmark (every change up to the bookmark's
     /// resourceVersion has then been handed to the store) or ends cleanly
-    /// at its timeout (the server accepted `rv` and sent what followed it).
+    /// at or after its timeout (the server accepted `rv` and sent what
+    /// followed it). A watch that ends earlier (a reset or closed
+    /// connection) or stalls confirms nothing: it is re-opened from the
+    /// last resourceVersion after a backoff step.
     /// If the server no longer has `rv` (`410 Gone` / `Expired`), the
     /// reflector relists exactly as after any expired watch; the list's
     /// `replace` corrects the store, and the list confirms the sync. All
@@ -284,6 +334,9 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             handler: self.handler,
             max_internal_error_retry_duration: self.max_internal_error_retry_duration,
             max_event_size: self.max_event_size,
+            timeouts: self.timeouts,
+            max_list_page_bytes: self.max_list_page_bytes,
+            max_initial_events_bytes: self.max_initial_events_bytes,
             shared: Mutex::new(Shared {
                 last_sync_rv: self.resume_from.clone().unwrap_or_default(),
                 synced: false,
@@ -330,6 +383,9 @@ pub struct Reflector<K> {
     metrics: ReflectorMetrics,
     max_internal_error_retry_duration: Duration,
     max_event_size: usize,
+    timeouts: RequestTimeouts,
+    max_list_page_bytes: usize,
+    max_initial_events_bytes: usize,
     shared: Mutex<Shared>,
     synced_notify: tokio::sync::Notify,
     resume_from: Option<String>,
@@ -366,7 +422,10 @@ struct OpenWatch {
     /// No byte for this long: the watch is abandoned as stalled.
     idle_limit: Duration,
     framer: LineFramer,
+    /// When the request was sent.
     start: Instant,
+    /// The server-side timeout the watch asked for.
+    timeout: Duration,
     events: usize,
     op: Operation,
     /// Abandoned for lack of bytes (not a clean end).
@@ -383,6 +442,8 @@ struct InitialBuffer<K> {
     index: HashMap<String, usize>,
     items: Vec<Option<(CachedObject<K>, bool)>>,
     resource_version: String,
+    /// The stored bytes of the objects held (capped).
+    bytes: usize,
 }
 
 impl<K> InitialBuffer<K> {
@@ -391,11 +452,17 @@ impl<K> InitialBuffer<K> {
             index: HashMap::new(),
             items: Vec::new(),
             resource_version: String::new(),
+            bytes: 0,
         }
     }
     fn upsert(&mut self, (obj, reused): (CachedObject<K>, bool)) {
+        self.bytes = self.bytes.saturating_add(obj.bytes().len());
         match self.index.get(obj.key()) {
-            Some(&i) => self.items[i] = Some((obj, reused)),
+            Some(&i) => {
+                if let Some((old, _)) = self.items[i].replace((obj, reused)) {
+                    self.bytes -= old.bytes().len();
+                }
+            }
             None => {
                 self.index.insert(obj.key().to_owned(), self.items.len());
                 self.items.push(Some((obj, reused)));
@@ -403,8 +470,10 @@ impl<K> InitialBuffer<K> {
         }
     }
     fn delete(&mut self, obj: &CachedObject<K>) {
-        if let Some(i) = self.index.remove(obj.key()) {
-            self.items[i] = None;
+        if let Some(i) = self.index.remove(obj.key())
+            && let Some((old, _)) = self.items[i].take()
+        {
+            self.bytes -= old.bytes().len();
         }
     }
     /// The objects, and how many of them were reused from the store.
@@ -532,6 +601,9 @@ impl<K: Resource + 'static> Reflector<K> {
             metrics: Arc::new(NoopMetricsProvider),
             max_internal_error_retry_duration: Duration::ZERO,
             max_event_size: DEFAULT_MAX_FRAME,
+            timeouts: RequestTimeouts::default(),
+            max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
+            max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
             resume_from: None,
         }
     }
@@ -546,8 +618,8 @@ impl<K> Reflector<K> {
 
     /// Whether a first complete list reached the store, or, for a reflector
     /// built with [`resume_from`](ReflectorBuilder::resume_from), whether
-    /// the resume was confirmed (a bookmark or a clean end of the resumed
-    /// watch) or a list replaced the store.
+    /// the resume was confirmed (a bookmark, or a clean end of the resumed
+    /// watch at its timeout) or a list replaced the store.
     pub fn has_synced(&self) -> bool {
         self.shared.lock().synced
     }
@@ -618,10 +690,12 @@ impl<K> Reflector<K> {
 
     fn report(&self, e: &ReflectorError) {
         self.metrics.error(e.reason());
+        // server-provided text is in there: bounded
+        let shown = Truncated(e, MAX_LOGGED_ERROR);
         match e.reason() {
-            ErrorReason::Expired => debug!(error = %e, "watch closed"),
-            ErrorReason::BadEvent => warn!(error = %e, "skipped an event"),
-            _ => warn!(error = %e, "reflector error"),
+            ErrorReason::Expired => debug!(error = %shown, "watch closed"),
+            ErrorReason::BadEvent => warn!(error = %shown, "skipped an event"),
+            _ => warn!(error = %shown, "reflector error"),
         }
         if let Some(h) = &self.handler {
             h(e);
@@ -728,7 +802,7 @@ impl<K> Reflector<K> {
         if self.mark_synced() || self.resume_from.is_some() {
             self.metrics.relists.inc();
         }
-        info!(%op, items = count, relist_reused = reused, resource_version = %rv, "caches populated");
+        info!(%op, items = count, relist_reused = reused, resource_version = %Truncated(rv.as_str(), MAX_LOGGED_RV), "caches populated");
         Ok(())
     }
 
@@ -752,11 +826,15 @@ impl<K> Reflector<K> {
                     if e.api_error().is_some_and(ApiError::is_invalid) {
                         st.watch_list_unsupported = true;
                         if !self.fallback_logged.swap(true, Ordering::Relaxed) {
-                            warn!(error = %e, "the apiserver does not support streaming lists (sendInitialEvents); falling back to list + watch");
+                            warn!(error = %Truncated(&e, MAX_LOGGED_ERROR), "the apiserver does not support streaming lists (sendInitialEvents); falling back to list + watch");
                         }
+                    } else if matches!(e, ReflectorError::InitialEventsTooLarge { .. }) {
+                        // a paged list would hold the same collection:
+                        // relist after a backoff instead of falling back
+                        return Err(e);
                     } else {
                         self.metrics.error(e.reason());
-                        warn!(error = %e, "the streaming list failed; falling back to list + watch for this attempt");
+                        warn!(error = %Truncated(&e, MAX_LOGGED_ERROR), "the streaming list failed; falling back to list + watch for this attempt");
                     }
                 }
             }
@@ -785,50 +863,64 @@ impl<K> Reflector<K> {
                 .await
             {
                 Ok(w) => w,
-                Err(e) if e.is_watch_retriable() => {
-                    self.report(&e);
-                    self.sleep_backoff(backoff, None).await;
+                Err(e) => {
+                    self.watch_list_retry(st, backoff, &rv, e).await?;
                     continue;
                 }
-                Err(e) if e.is_expired() || e.is_too_large_resource_version() => {
-                    self.report(&e);
-                    st.rv_unavailable = true;
-                    continue;
-                }
-                Err(e) => return Err(e),
             };
             let mut buffer = InitialBuffer::new();
-            match self
+            let res = self
                 .handle_watch(&mut w, Mode::Initial(&mut buffer), None)
-                .await
-            {
-                Ok(Some(rv)) => {
-                    st.rv_unavailable = false;
-                    // from here on the stream carries ordered events
-                    w.propagate_rv = true;
-                    let (items, reused) = buffer.into_items();
-                    self.replace(items, rv, Operation::WatchList, reused)?;
-                    return Ok(w);
-                }
-                Ok(None) => {
+                .await;
+            if let Ok(Some(rv)) = res {
+                st.rv_unavailable = false;
+                // from here on the stream carries ordered events
+                w.propagate_rv = true;
+                let (items, reused) = buffer.into_items();
+                self.replace(items, rv, Operation::WatchList, reused)?;
+                return Ok(w);
+            }
+            // nothing held while waiting
+            drop((w, buffer));
+            match res {
+                Err(e) => self.watch_list_retry(st, backoff, &rv, e).await?,
+                _ => {
                     debug!(
-                        "the streaming list closed before its initial-events-end bookmark; retrying"
+                        "the streaming list ended before its initial-events-end bookmark; retrying after a backoff"
                     );
-                    continue;
-                }
-                Err(e) if e.is_watch_retriable() => {
-                    self.report(&e);
                     self.sleep_backoff(backoff, None).await;
-                    continue;
                 }
-                Err(e) if e.is_expired() || e.is_too_large_resource_version() => {
-                    self.report(&e);
-                    st.rv_unavailable = true;
-                    continue;
-                }
-                Err(e) => return Err(e),
             }
         }
+    }
+
+    /// What to do after a streaming list failed (client-go's
+    /// `isErrorRetriableWithSideEffectsFn`), with a backoff on every retry
+    /// path: 429 or a refused connection retry after a backoff step;
+    /// Expired or "too large resource version" retry at `""`, at once when
+    /// the failed request had a resourceVersion (as client-go does), after
+    /// a backoff step when it was already at `""` (a server that refuses
+    /// even that is broken: no hot loop). Any other error is returned.
+    async fn watch_list_retry(
+        &self,
+        st: &mut RunState,
+        backoff: &mut Backoff,
+        rv: &str,
+        e: ReflectorError,
+    ) -> Result<(), ReflectorError> {
+        if e.is_watch_retriable() {
+            self.report(&e);
+            self.sleep_backoff(backoff, None).await;
+        } else if e.is_expired() || e.is_too_large_resource_version() {
+            self.report(&e);
+            st.rv_unavailable = true;
+            if rv.is_empty() {
+                self.sleep_backoff(backoff, None).await;
+            }
+        } else {
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// client-go's `list`: a paged list, retried once at `""` when the
@@ -842,7 +934,7 @@ impl<K> Reflector<K> {
                 && (e.is_expired() || e.is_too_large_resource_version())
             {
                 self.metrics.error(e.reason());
-                info!(error = %e, "resourceVersion unavailable; listing again from the newest state");
+                info!(error = %Truncated(e, MAX_LOGGED_ERROR), "resourceVersion unavailable; listing again from the newest state");
                 st.rv_unavailable = true;
                 result = self.paged_list(st, "").await;
             }
@@ -883,7 +975,7 @@ impl<K> Reflector<K> {
         loop {
             match self.list_page(rv, limit, cont.as_deref()).await {
                 Err(e) if e.is_expired() && cont.is_some() => {
-                    info!(error = %e, "the continue token expired; doing one full list");
+                    info!(error = %Truncated(&e, MAX_LOGGED_ERROR), "the continue token expired; doing one full list");
                     // the pages so far are dropped before the full list
                     drop(items);
                     let page = self.list_page(rv, None, None).await?;
@@ -957,17 +1049,21 @@ impl<K> Reflector<K> {
         {
             *req.uri_mut() = uri;
         }
-        debug!(uri = %req.uri(), "list page");
+        // the URI carries a server-sent resourceVersion or continue token
+        debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "list page");
         let resp = self.send(Operation::List, req).await?;
-        let body = resp
-            .into_body()
-            .collect_bytes()
+        let content_length = resp
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse().ok());
+        let limits = BodyLimits {
+            idle: self.timeouts.list_body_idle,
+            total: self.timeouts.list_body,
+            max_bytes: self.max_list_page_bytes,
+        };
+        let body = read_body(content_length, resp.into_body().into_data_stream(), limits)
             .await
-            .map_err(|e| ReflectorError::Body {
-                op: Operation::List,
-                resource: self.resource.clone(),
-                source: Box::new(e),
-            })?;
+            .map_err(|e| self.list_body_error(e))?;
         let page =
             self.decoder
                 .decode_list(&body)
@@ -1009,10 +1105,15 @@ impl<K> Reflector<K> {
         op: Operation,
         req: http::Request<Vec<u8>>,
     ) -> Result<http::Response<Body>, ReflectorError> {
-        let resp = self
-            .client
-            .send(req.map(Body::from))
+        let after = self.timeouts.response_headers;
+        let resp = tokio::time::timeout(after, self.client.send(req.map(Body::from)))
             .await
+            .map_err(|_| ReflectorError::Timeout {
+                op,
+                resource: self.resource.clone(),
+                phase: TimeoutPhase::ResponseHeaders,
+                after,
+            })?
             .map_err(|source| ReflectorError::Transport {
                 op,
                 resource: self.resource.clone(),
@@ -1022,24 +1123,39 @@ impl<K> Reflector<K> {
         if status.is_success() {
             return Ok(resp);
         }
-        let mut body = resp.into_body().into_data_stream();
-        let mut bytes = Vec::new();
-        while let Some(chunk) = body.next().await {
-            match chunk {
-                Ok(c) => {
-                    bytes.extend_from_slice(&c[..c.len().min(MAX_ERROR_BODY - bytes.len())]);
-                    if bytes.len() >= MAX_ERROR_BODY {
-                        break;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
+        let bytes = read_error_body(
+            resp.into_body().into_data_stream(),
+            MAX_ERROR_BODY,
+            self.timeouts.list_body_idle,
+        )
+        .await;
         Err(ReflectorError::Api {
             op,
             resource: self.resource.clone(),
             error: ApiError::from_status_bytes(Some(status.as_u16()), &bytes),
         })
+    }
+
+    fn list_body_error(&self, e: BodyError<kube::Error>) -> ReflectorError {
+        let timeout = |phase, after| ReflectorError::Timeout {
+            op: Operation::List,
+            resource: self.resource.clone(),
+            phase,
+            after,
+        };
+        match e {
+            BodyError::Idle => timeout(TimeoutPhase::ListBodyIdle, self.timeouts.list_body_idle),
+            BodyError::Total => timeout(TimeoutPhase::ListBody, self.timeouts.list_body),
+            BodyError::TooLarge => ReflectorError::ListPageTooLarge {
+                resource: self.resource.clone(),
+                limit: self.max_list_page_bytes,
+            },
+            BodyError::Stream(e) => ReflectorError::Body {
+                op: Operation::List,
+                resource: self.resource.clone(),
+                source: Box::new(e),
+            },
+        }
     }
 
     async fn open_watch(
@@ -1075,7 +1191,7 @@ impl<K> Reflector<K> {
             http::header::ACCEPT_ENCODING,
             http::HeaderValue::from_static("identity"),
         );
-        debug!(uri = %req.uri(), "watch");
+        debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "watch");
         self.metrics.watches.inc();
         let resp = self.send(op, req).await?;
         let idle_limit = self
@@ -1086,6 +1202,7 @@ impl<K> Reflector<K> {
             idle_limit,
             framer: LineFramer::with_max_frame(self.max_event_size),
             start,
+            timeout: Duration::from_secs(u64::from(timeout_secs)),
             events: 0,
             op,
             stalled: false,
@@ -1139,11 +1256,27 @@ impl<K> Reflector<K> {
                 .instrument(span)
                 .await;
             let stalled = w.stalled;
+            let lasted = w.start.elapsed();
+            let asked = w.timeout;
             drop(w);
             match res {
+                Ok(_) if stalled => {
+                    // reported already; watch again from the last RV
+                    self.sleep_backoff(backoff, resync.as_mut()).await;
+                }
+                Ok(_) if !self.has_synced() && lasted < asked => {
+                    // a reset or closed connection before the server's
+                    // timeout says nothing about the resourceVersion
+                    info!(
+                        lasted_ms = lasted.as_millis() as u64,
+                        timeout_s = asked.as_secs(),
+                        "the resumed watch ended before its timeout: the resume is not confirmed yet; watching again after a backoff"
+                    );
+                    self.sleep_backoff(backoff, resync.as_mut()).await;
+                }
                 Ok(_) => {
-                    if !stalled && !self.mark_synced() {
-                        info!("the resumed watch ended cleanly: resume confirmed");
+                    if !self.mark_synced() {
+                        info!("the resumed watch ended cleanly at its timeout: resume confirmed");
                     }
                     debug!("watch closed; watching again from the last resourceVersion");
                 }
@@ -1158,7 +1291,10 @@ impl<K> Reflector<K> {
                         continue;
                     }
                     if is_internal && internal.should_retry() {
+                        // client-go re-watches at once; a server failing
+                        // every watch would make that a hot loop
                         self.report(&e);
+                        self.sleep_backoff(backoff, resync.as_mut()).await;
                         continue;
                     }
                     // 410 and everything else: relist (after a backoff step)
@@ -1245,7 +1381,7 @@ impl<K> Reflector<K> {
                 }
                 Some(Err(e)) => {
                     if is_probable_eof(&e) {
-                        debug!(error = %e, "watch stream ended");
+                        debug!(error = %Truncated(&e, MAX_LOGGED_ERROR), "watch stream ended");
                         break;
                     }
                     return Err(ReflectorError::Body {
@@ -1313,7 +1449,7 @@ impl<K> Reflector<K> {
                 let keep = obj.clone();
                 match mode {
                     Mode::Normal => self.store_result(op, self.store.add(obj)),
-                    Mode::Initial(buf) => buf.upsert(self.reuse(obj)),
+                    Mode::Initial(buf) => self.buffer_initial(buf, obj)?,
                 }
                 if w.propagate_rv {
                     self.event_rv(mode, keep.resource_version());
@@ -1324,7 +1460,7 @@ impl<K> Reflector<K> {
                 let keep = obj.clone();
                 match mode {
                     Mode::Normal => self.store_result(op, self.store.update(obj)),
-                    Mode::Initial(buf) => buf.upsert(self.reuse(obj)),
+                    Mode::Initial(buf) => self.buffer_initial(buf, obj)?,
                 }
                 self.event_rv(mode, keep.resource_version());
             }
@@ -1346,7 +1482,7 @@ impl<K> Reflector<K> {
                     self.set_last_sync_rv(&b.resource_version);
                     self.store_result(op, self.store.bookmark(&b.resource_version));
                     if !self.mark_synced() {
-                        info!(resource_version = %b.resource_version, "bookmark on the resumed watch: resume confirmed");
+                        info!(resource_version = %Truncated(b.resource_version.as_str(), MAX_LOGGED_RV), "bookmark on the resumed watch: resume confirmed");
                     }
                 }
                 Mode::Initial(buf) => {
@@ -1367,6 +1503,22 @@ impl<K> Reflector<K> {
         w.events += 1;
         self.metrics.events.inc();
         Ok(end)
+    }
+
+    /// Buffers one initial event of a streaming list, within the cap.
+    fn buffer_initial(
+        &self,
+        buf: &mut InitialBuffer<K>,
+        obj: CachedObject<K>,
+    ) -> Result<(), ReflectorError> {
+        buf.upsert(self.reuse(obj));
+        if buf.bytes > self.max_initial_events_bytes {
+            return Err(ReflectorError::InitialEventsTooLarge {
+                resource: self.resource.clone(),
+                limit: self.max_initial_events_bytes,
+            });
+        }
+        Ok(())
     }
 
     fn event_rv(&self, mode: &mut Mode<'_, K>, rv: Option<&str>) {

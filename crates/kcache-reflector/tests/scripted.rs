@@ -11,13 +11,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{Call, RecordingStore};
 use fake::{
-    End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, list, status, too_large,
+    End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, list, list_json, status,
+    too_large,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::ObjectOptions;
 use kcache_reflector::{
     BackoffConfig, BadEventKind, ErrorReason, PrometheusMetricsProvider, Reflector,
-    ReflectorBuilder, ReflectorError,
+    ReflectorBuilder, ReflectorError, RequestTimeouts,
 };
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
@@ -339,7 +340,13 @@ async fn internal_error_retry_budget() {
             assert_eq!(fake.lists()[1].rv(), Some("2"));
         } else {
             assert_eq!(lists, 1);
-            assert_eq!(fake.watches()[1].rv(), Some("2"));
+            let watches = fake.watches();
+            assert_eq!(watches[1].rv(), Some("2"));
+            assert_eq!(
+                watches[1].at - watches[0].at,
+                Duration::from_millis(800),
+                "re-watched after a backoff step, not at once"
+            );
         }
         run.stop().await;
     }
@@ -650,8 +657,8 @@ async fn very_short_watch_relists_but_a_quiet_close_does_not() {
 }
 
 /// A stalled watch (no byte, no FIN) is abandoned after the idle limit and
-/// re-opened from the last RV, without a relist; by default the limit is
-/// the requested server timeout plus a margin.
+/// re-opened from the last RV after a backoff step, without a relist; by
+/// default the limit is the requested server timeout plus a margin.
 #[tokio::test(start_paused = true)]
 async fn stalled_watch_is_abandoned_after_the_idle_limit() {
     let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
@@ -667,7 +674,11 @@ async fn stalled_watch_is_abandoned_after_the_idle_limit() {
         "a stalled watch re-watches without relisting"
     );
     assert_eq!(reqs[2].rv(), Some("5"));
-    assert_eq!(reqs[2].at - reqs[1].at, Duration::from_secs(20));
+    assert_eq!(
+        reqs[2].at - reqs[1].at,
+        Duration::from_millis(20_800),
+        "the idle limit, then a backoff step"
+    );
     assert_eq!(run.reasons(), [ErrorReason::WatchStalled]);
     run.stop().await;
 
@@ -680,7 +691,10 @@ async fn stalled_watch_is_abandoned_after_the_idle_limit() {
     let run = start(builder(&fake, &store));
     let reqs = fake.wait_requests(3).await;
     let timeout: u64 = reqs[1].q("timeoutSeconds").unwrap().parse().unwrap();
-    assert_eq!(reqs[2].at - reqs[1].at, Duration::from_secs(timeout + 30));
+    assert_eq!(
+        reqs[2].at - reqs[1].at,
+        Duration::from_millis((timeout + 30) * 1000 + 800)
+    );
     assert_eq!(run.reasons(), [ErrorReason::WatchStalled]);
     run.stop().await;
 }
@@ -1194,7 +1208,7 @@ async fn watch_list_replaces_once_at_the_end_bookmark() {
 }
 
 /// The stream closes before the end bookmark: not synced, retried with a
-/// clean buffer.
+/// clean buffer after a backoff step.
 #[tokio::test(start_paused = true)]
 async fn watch_list_closed_before_bookmark_is_retried() {
     let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
@@ -1214,6 +1228,7 @@ async fn watch_list_closed_before_bookmark_is_retried() {
     assert_eq!(calls, [Call::Replace(keys(&["b"]), "3".into())]);
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
+    assert_eq!(gaps(&reqs), [800], "retried after a backoff step");
     assert!(reqs.iter().all(is_watch_list));
     assert!(reqs.iter().all(|r| r.rv().unwrap_or("").is_empty()));
     run.stop().await;
@@ -1728,5 +1743,365 @@ async fn resume_from_empty_rv_lists_as_usual() {
     assert!(!reqs[0].is_watch());
     assert_eq!(reqs[0].rv(), Some("0"));
     run.reflector.wait_synced().await;
+    run.stop().await;
+}
+
+// ---------------------------------------------------------------- deadlines, byte caps, backoff on every retry
+
+fn metrics_text(registry: &prometheus_client::registry::Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text
+}
+
+fn live(fake: &Fake) -> usize {
+    fake.live_streams.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// A LIST page body that stops mid-way (no byte for `list_body_idle`, 1
+/// minute by default) fails with a timeout; one that trickles (a byte every
+/// 20 s, under the idle limit, forever) fails at `list_body` (10 minutes
+/// by default). Each is abandoned (its stream dropped) and retried after a
+/// backoff step; the reflector then syncs.
+#[tokio::test(start_paused = true)]
+async fn stalled_list_body_times_out_and_retries() {
+    let body = list_json("1", "", vec![cm("a", "1")]);
+    let half = Bytes::from(body[..body.len() / 2].to_owned());
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let rx = Mutex::new(Some(rx));
+    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (false, 0) => Reply::Chunks(vec![half.clone()], End::Hang),
+        (false, 1) => Reply::Channel(rx.lock().take().unwrap()),
+        (false, 2) => list("1", "", vec![cm("a", "1")]),
+        _ => hang(),
+    });
+    let feeder = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            if tx.send(Bytes::from_static(b" ")).is_err() {
+                return;
+            }
+        }
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    let calls = store
+        .wait_until(Duration::from_secs(3600), |c| !c.is_empty())
+        .await;
+    assert_eq!(calls, [Call::Replace(keys(&["a"]), "1".into())]);
+    let lists = fake.lists();
+    assert_eq!(lists.len(), 3);
+    assert_eq!(
+        lists[1].at - lists[0].at,
+        Duration::from_millis(60_000 + 800),
+        "the idle limit, then a backoff step"
+    );
+    assert_eq!(
+        lists[2].at - lists[1].at,
+        Duration::from_millis(600_000 + 800),
+        "the whole-body limit, then a backoff step (back to 800 ms: the last one was 10 minutes ago)"
+    );
+    assert_eq!(run.reasons(), [ErrorReason::Timeout, ErrorReason::Timeout]);
+    let seen = run.seen();
+    assert!(
+        seen[0]
+            .1
+            .contains("timed out after 60s waiting for the next byte of the list body")
+            && seen[0].1.contains("RequestTimeouts::list_body_idle"),
+        "{}",
+        seen[0].1
+    );
+    assert!(
+        seen[1]
+            .1
+            .contains("timed out after 600s waiting for the end of the list body")
+            && seen[1].1.contains("RequestTimeouts::list_body`"),
+        "{}",
+        seen[1].1
+    );
+    fake.wait_requests(4).await;
+    assert_eq!(
+        live(&fake),
+        1,
+        "only the watch is open: both bodies dropped"
+    );
+    feeder.abort();
+    run.stop().await;
+}
+
+/// Response headers that never come fail the request after
+/// `response_headers` (2 minutes by default), counted as
+/// `reflector_errors_total{reason="timeout"}`: a streaming list falls back
+/// to list + watch for that attempt, a LIST page or a watch relists after
+/// a backoff step.
+#[tokio::test(start_paused = true)]
+async fn missing_response_headers_time_out() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::NoHeaders,
+        (false, 0) => Reply::NoHeaders,
+        // a streaming list that the server closes after its end bookmark;
+        // the next watch gets no headers
+        (true, 1) => Reply::Stream(vec![bookmark("5", true)], End::Close),
+        (true, 2) => Reply::NoHeaders,
+        (true, 3) => Reply::Stream(vec![bookmark("6", true)], End::Hang),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let provider = PrometheusMetricsProvider::new(&mut registry);
+    let run = start(wl_builder(&fake, &store).metrics(Arc::new(provider)));
+    let calls = store.wait_calls(2).await;
+    assert_eq!(
+        calls,
+        [
+            Call::Replace(vec![], "5".into()),
+            Call::Replace(vec![], "6".into())
+        ]
+    );
+    let reqs = fake.requests();
+    let kinds: Vec<_> = reqs
+        .iter()
+        .map(|r| match (r.is_watch(), is_watch_list(r)) {
+            (true, true) => "streaming list",
+            (true, false) => "watch",
+            _ => "list",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "streaming list",
+            "list",
+            "streaming list",
+            "watch",
+            "streaming list"
+        ]
+    );
+    let at: Vec<u64> = reqs.iter().map(|r| r.at.as_millis() as u64).collect();
+    // 120 s each; the backoff after the list is 800 ms, and again 800 ms
+    // after the watch (reset: more than 2 minutes since the last step)
+    assert_eq!(at, [0, 120_000, 240_800, 240_800, 361_600]);
+    assert_eq!(reqs[4].rv(), Some("5"), "the relist is at the last RV");
+    assert_eq!(run.reasons(), [ErrorReason::Timeout, ErrorReason::Timeout]);
+    for (_, m) in run.seen() {
+        assert!(
+            m.contains("timed out after 120s waiting for the response headers")
+                && m.contains("RequestTimeouts::response_headers"),
+            "{m}"
+        );
+    }
+    // the streaming list's timeout is counted too (it falls back instead
+    // of going to the handler)
+    let text = metrics_text(&registry);
+    assert!(
+        text.contains("reflector_errors_total{name=\"configmaps\",reason=\"timeout\"} 3"),
+        "{text}"
+    );
+    run.stop().await;
+
+    // a custom deadline
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => Reply::NoHeaders,
+        (false, _) => list("1", "", vec![]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(
+        builder(&fake, &store)
+            .request_timeouts(RequestTimeouts::default().response_headers(Duration::from_secs(5))),
+    );
+    store.wait_calls(1).await;
+    assert_eq!(
+        fake.lists()[1].at,
+        Duration::from_millis(5_800),
+        "5 s, then a backoff step"
+    );
+    run.stop().await;
+}
+
+/// A LIST page body over `max_list_page_bytes` fails as soon as the cap is
+/// passed (the rest of the body is not waited for) or at once when its
+/// `Content-Length` announces more; the reflector relists after a backoff
+/// step each time, and a page under the cap is accepted.
+#[tokio::test(start_paused = true)]
+async fn list_page_over_the_byte_cap_fails_and_relists() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        // 2 x 3000 bytes, then the body hangs: only the cap can end it early
+        (false, 0) => Reply::Chunks(
+            vec![Bytes::from(vec![b' '; 3000]), Bytes::from(vec![b' '; 3000])],
+            End::Hang,
+        ),
+        (false, 1) => Reply::WithLength(10_000, vec![], End::Hang),
+        (false, 2) => list("1", "", vec![cm("a", "1")]),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let provider = PrometheusMetricsProvider::new(&mut registry);
+    let run = start(
+        builder(&fake, &store)
+            .max_list_page_bytes(4096)
+            .metrics(Arc::new(provider)),
+    );
+    let calls = store.wait_calls(1).await;
+    assert_eq!(calls, [Call::Replace(keys(&["a"]), "1".into())]);
+    assert_eq!(gaps(&fake.lists()), [800, 1600], "backoff steps, no waits");
+    assert_eq!(
+        run.reasons(),
+        [ErrorReason::ListPageTooLarge, ErrorReason::ListPageTooLarge]
+    );
+    for (_, m) in run.seen() {
+        assert!(
+            m.contains("larger than 4096 bytes") && m.contains("raise `max_list_page_bytes`"),
+            "{m}"
+        );
+    }
+    let text = metrics_text(&registry);
+    assert!(
+        text.contains(
+            "reflector_errors_total{name=\"configmaps\",reason=\"list_page_too_large\"} 2"
+        ),
+        "{text}"
+    );
+    fake.wait_requests(4).await;
+    assert_eq!(live(&fake), 1, "the oversized bodies were dropped");
+    run.stop().await;
+}
+
+/// A streaming list whose buffered initial events pass
+/// `max_initial_events_bytes` is abandoned at once (no fallback to a list,
+/// which would hold the same collection) and retried after a backoff step;
+/// events replacing an object already buffered do not add up.
+#[tokio::test(start_paused = true)]
+async fn initial_events_over_the_byte_cap_fail_and_relist() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Stream(
+            (0..20)
+                .map(|i| ev("ADDED", cm(&format!("o{i}"), "2")))
+                .collect(),
+            End::Hang,
+        ),
+        (true, 1) => {
+            let mut lines: Vec<String> = (0..20)
+                .map(|i| ev("MODIFIED", cm("a", &format!("{}", i + 2))))
+                .collect();
+            lines.push(bookmark("30", true));
+            Reply::Stream(lines, End::Hang)
+        }
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(wl_builder(&fake, &store).max_initial_events_bytes(2000));
+    let calls = store.wait_calls(1).await;
+    assert_eq!(calls, [Call::Replace(keys(&["a"]), "30".into())]);
+    assert_eq!(store.state()["ns/a"], "21");
+    let reqs = fake.requests();
+    assert!(reqs.iter().all(is_watch_list), "no list: {reqs:?}");
+    assert_eq!(gaps(&reqs), [800]);
+    assert_eq!(run.reasons(), [ErrorReason::InitialEventsTooLarge]);
+    let m = &run.seen()[0].1;
+    assert!(
+        m.contains("more than 2000 bytes") && m.contains("raise `max_initial_events_bytes`"),
+        "{m}"
+    );
+    assert_eq!(live(&fake), 1);
+    run.stop().await;
+}
+
+/// Every streaming list answered 410 Gone or "too large resource version"
+/// (a broken server or proxy): the retry at `""` is immediate only right
+/// after a request that had a resourceVersion (client-go's rule); after
+/// that every retry waits a backoff step, so the request rate follows the
+/// backoff schedule (it was 2,504 requests in 2 s).
+#[tokio::test(start_paused = true)]
+async fn streaming_list_410_backs_off() {
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        // synced at 5, then the watch expires
+        (true, 0) => Reply::Stream(
+            vec![bookmark("5", true), error_event(410, "Expired")],
+            End::Close,
+        ),
+        (true, n) if n % 3 == 0 => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, n) if n % 3 == 1 => gone(),
+        (true, _) => too_large(),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(wl_builder(&fake, &store));
+    let reqs = fake.wait_requests(9).await;
+    let at: Vec<u64> = reqs[..9].iter().map(|r| r.at.as_millis() as u64).collect();
+    // 0: synced; 800 ms: the relist at "5", at once again at ""; then
+    // 1.6, 3.2, 6.4, 12.8, 25.6, 30 s apart
+    assert_eq!(
+        at,
+        [0, 800, 800, 2_400, 5_600, 12_000, 24_800, 50_400, 80_400]
+    );
+    let rvs: Vec<_> = reqs[..9].iter().map(|r| r.rv().unwrap_or("")).collect();
+    assert_eq!(rvs, ["", "5", "", "", "", "", "", "", ""]);
+    assert!(reqs.iter().all(is_watch_list));
+    assert!(fake.lists().is_empty());
+    // over a whole minute of virtual time
+    let in_a_minute = fake
+        .requests()
+        .iter()
+        .filter(|r| r.at < Duration::from_secs(60))
+        .count();
+    assert_eq!(in_a_minute, 8);
+    run.stop().await;
+}
+
+/// A resumed watch reset ("connection reset", which is read as the end of
+/// the stream) 1 s in, before the server's 2 s timeout, is no
+/// confirmation: the reflector is not synced and watches again from the
+/// same resourceVersion after a backoff step. A clean close before the
+/// timeout does not confirm either; one at the timeout does.
+#[tokio::test(start_paused = true)]
+async fn resume_is_not_confirmed_by_an_early_eof() {
+    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+    let rx = Mutex::new(Some(rx));
+    let (tx2, rx2) = mpsc::unbounded_channel::<Bytes>();
+    let rx2 = Mutex::new(Some(rx2));
+    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (true, 0) => Reply::Stream(vec![], End::ResetAfter(Duration::from_secs(1))),
+        (true, 1) => Reply::Channel(rx.lock().take().unwrap()),
+        (true, 2) => Reply::Channel(rx2.lock().take().unwrap()),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store).resume_from("10"));
+    let reqs = fake.wait_requests(2).await;
+    assert!(
+        !run.reflector.has_synced(),
+        "an early reset confirms nothing"
+    );
+    assert_eq!(
+        reqs[1].at,
+        Duration::from_millis(1_800),
+        "1 s, then a backoff step"
+    );
+    for r in &reqs {
+        assert_eq!((r.rv(), r.q("timeoutSeconds")), (Some("10"), Some("2")));
+    }
+    // the second watch closes cleanly 1.5 s in: still not confirmed
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    drop(tx);
+    let reqs = fake.wait_requests(3).await;
+    assert!(
+        !run.reflector.has_synced(),
+        "an early close confirms nothing"
+    );
+    assert_eq!(
+        reqs[2].at - reqs[1].at,
+        Duration::from_millis(1_500 + 1_600)
+    );
+    assert_eq!(reqs[2].rv(), Some("10"));
+    // the third one lasts its 2 s: confirmed
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(tx2);
+    tokio::time::timeout(Duration::from_secs(1), run.reflector.wait_synced())
+        .await
+        .expect("a clean end at the timeout confirms");
+    assert!(fake.lists().is_empty());
+    assert!(run.seen().is_empty(), "{:?}", run.seen());
     run.stop().await;
 }

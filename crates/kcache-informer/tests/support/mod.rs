@@ -259,3 +259,69 @@ pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
     panic!("timed out waiting for: {what}");
 }
+
+/// Events at WARN or above, as "LEVEL message field=value ...", captured on
+/// the current thread (a current-thread tokio test runs its spawned tasks
+/// here too) while the guard lives.
+pub struct Logs {
+    events: Arc<Mutex<Vec<String>>>,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl Logs {
+    pub fn capture() -> Logs {
+        let events: Arc<Mutex<Vec<String>>> = Arc::default();
+        let guard = tracing::subscriber::set_default(WarnCapture(events.clone()));
+        Logs {
+            events,
+            _guard: guard,
+        }
+    }
+
+    /// Every captured event.
+    pub fn all(&self) -> Vec<String> {
+        self.events.lock().unwrap().clone()
+    }
+
+    /// The captured events at this level.
+    pub fn at(&self, level: tracing::Level) -> Vec<String> {
+        let prefix = format!("{level} ");
+        self.all()
+            .into_iter()
+            .filter(|e| e.starts_with(&prefix))
+            .collect()
+    }
+}
+
+struct WarnCapture(Arc<Mutex<Vec<String>>>);
+
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        let _ = write!(self.0, " {}={:?}", field.name(), value);
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        use std::fmt::Write;
+        let _ = write!(self.0, " {}={}", field.name(), value);
+    }
+}
+
+impl tracing::Subscriber for WarnCapture {
+    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
+        *m.level() <= tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        let mut f = Fields(e.metadata().level().to_string());
+        e.record(&mut f);
+        self.0.lock().unwrap().push(f.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}

@@ -53,6 +53,9 @@ pub enum End {
     Hang,
     /// A body read error (not an EOF).
     Error,
+    /// The connection is reset (`ConnectionReset`, which a client takes
+    /// for the end of the stream) this long after the response started.
+    ResetAfter(Duration),
 }
 
 pub enum Reply {
@@ -62,6 +65,11 @@ pub enum Reply {
     Chunks(Vec<Bytes>, End),
     Channel(mpsc::UnboundedReceiver<Bytes>),
     ConnRefused,
+    /// The request is accepted but the response headers never come.
+    NoHeaders,
+    /// Status 200 with a `Content-Length` header of the given value
+    /// (whatever the chunks add up to), then the chunks and the end.
+    WithLength(u64, Vec<Bytes>, End),
 }
 
 pub fn status(code: u16, reason: &str, message: &str) -> Reply {
@@ -88,10 +96,11 @@ pub fn cm(name: &str, rv: &str) -> serde_json::Value {
 }
 
 pub fn list(rv: &str, cont: &str, items: Vec<serde_json::Value>) -> Reply {
-    Reply::Json(
-        200,
-        json!({"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":rv,"continue":cont},"items":items}).to_string(),
-    )
+    Reply::Json(200, list_json(rv, cont, items))
+}
+
+pub fn list_json(rv: &str, cont: &str, items: Vec<serde_json::Value>) -> String {
+    json!({"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":rv,"continue":cont},"items":items}).to_string()
 }
 
 pub fn ev(ty: &str, obj: serde_json::Value) -> String {
@@ -141,6 +150,11 @@ fn frames(chunks: Vec<Bytes>, end: End, live: Arc<AtomicUsize>) -> RespBody {
         End::Close => stream::empty().boxed(),
         End::Hang => stream::pending().boxed(),
         End::Error => stream::iter([Err(io::Error::other("stream reset by the test"))]).boxed(),
+        End::ResetAfter(d) => stream::once(async move {
+            tokio::time::sleep(d).await;
+            Err(io::Error::from(io::ErrorKind::ConnectionReset))
+        })
+        .boxed(),
     };
     let s = data.chain(tail).map(move |x| {
         let _ = &guard;
@@ -197,6 +211,11 @@ impl Fake {
                             io::ErrorKind::ConnectionRefused,
                         )));
                     }
+                    Reply::NoHeaders => std::future::pending().await,
+                    Reply::WithLength(len, chunks, end) => http::Response::builder()
+                        .status(200)
+                        .header("content-length", len)
+                        .body(frames(chunks, end, live)),
                     Reply::Json(code, body) => http::Response::builder()
                         .status(code)
                         .header("content-type", "application/json")

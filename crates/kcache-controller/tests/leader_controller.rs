@@ -1,0 +1,244 @@
+//! `Controller::run` under leader election, against an in-process fake
+//! apiserver and the in-memory lease store, on tokio's paused clock: the
+//! lease outlives the workers (release after they stopped, reconciles
+//! dropped before a standby can take over), and lease failures are loud.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::{self, StreamExt as _};
+use http_body::Frame;
+use http_body_util::StreamBody;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kcache_controller::leader::LeaderCallbacks;
+use kcache_controller::{
+    Action, Config, Controller, ControllerError, InMemoryLeaseLock, LeaderElectionConfig,
+    LeaderElector, LeaseLock, Request,
+};
+use kcache_informer::SharedInformerFactory;
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// A factory whose client lists the ConfigMaps `names` (namespace `ns`)
+/// and holds every watch open, silent.
+fn factory(names: &[&str]) -> SharedInformerFactory {
+    let items: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": n, "namespace": "ns", "uid": format!("uid-{i}"),
+                    "resourceVersion": (i + 1).to_string()}})
+        })
+        .collect();
+    let list = Bytes::from(
+        json!({"kind": "ConfigMapList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "100"}, "items": items})
+        .to_string(),
+    );
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
+        let body = if is_watch {
+            stream::pending::<Result<Frame<Bytes>, io::Error>>().boxed()
+        } else {
+            stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed()
+        };
+        async move {
+            http::Response::builder()
+                .status(200)
+                .body(StreamBody::new(body))
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+        }
+    });
+    SharedInformerFactory::builder(kube::Client::new(svc, "default"))
+        .tweak_list_options(|o| o.use_watch_list = false)
+        .build()
+}
+
+fn le(id: &str) -> LeaderElectionConfig {
+    // client-go's documented defaults: 15 s lease, 10 s renew deadline,
+    // 2 s retry period.
+    LeaderElectionConfig::new(id)
+}
+
+/// A standby candidate on `lock`; returns when it acquired the lease
+/// (recorded in `acquired`) and the token that stops it.
+fn standby(
+    lock: impl LeaseLock + 'static,
+    acquired: Arc<Mutex<Option<Instant>>>,
+) -> CancellationToken {
+    let elector = LeaderElector::new(le("standby"), Arc::new(lock)).unwrap();
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    tokio::spawn(async move {
+        elector
+            .run(
+                c,
+                LeaderCallbacks {
+                    on_started_leading: Box::new(move |_| {
+                        *acquired.lock() = Some(Instant::now());
+                    }),
+                    ..LeaderCallbacks::default()
+                },
+            )
+            .await
+    });
+    cancel
+}
+
+/// Records when a reconcile future ended (returned or was dropped).
+struct EndGuard(Arc<Mutex<Vec<Instant>>>);
+
+impl Drop for EndGuard {
+    fn drop(&mut self) {
+        self.0.lock().push(Instant::now());
+    }
+}
+
+struct Probe {
+    started: Notify,
+    ends: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Probe {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            started: Notify::new(),
+            ends: Arc::new(Mutex::new(Vec::new())),
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_is_released_only_after_workers_stop() {
+    let store = InMemoryLeaseLock::new();
+    let factory = factory(&["a"]);
+    let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))
+        .leader_election(le("leader"), store.clone());
+    let handle = ctl.handle();
+    let probe = Probe::new();
+    // A reconcile that needs 5 s more after it was asked to stop (it does
+    // not look at its token): the lease must stay held until it returned.
+    let run = tokio::spawn(ctl.run(
+        |_req: Request<ConfigMap>, p: Arc<Probe>| async move {
+            let _end = EndGuard(p.ends.clone());
+            p.started.notify_one();
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok::<_, io::Error>(Action::await_change())
+        },
+        probe.clone(),
+    ));
+    probe.started.notified().await;
+    assert_eq!(store.record().unwrap().holder_identity, "leader");
+    let acquired = Arc::new(Mutex::new(None));
+    let stop_standby = standby(store.clone(), acquired.clone());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(acquired.lock().is_none(), "the standby took a held lease");
+
+    // Stop: the running reconcile is cancelled, ignores it, and is
+    // dropped at the graceful timeout (30 s).
+    let stopped_at = Instant::now();
+    handle.stop();
+    run.await.unwrap().expect("a clean shutdown");
+    let ended = probe
+        .ends
+        .lock()
+        .first()
+        .copied()
+        .expect("the reconcile ended");
+    assert!(
+        ended >= stopped_at + kcache_controller::DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
+        "the reconcile was dropped before the graceful timeout"
+    );
+    // The standby acquires only after the reconcile ended ...
+    if let Some(taken) = *acquired.lock() {
+        assert!(
+            taken >= ended,
+            "the standby acquired the lease {:?} before the old leader's reconcile ended",
+            ended - taken
+        );
+    }
+    // ... and promptly: the lease was released (release_on_cancel), not
+    // left to expire (15 s after the last renewal).
+    let deadline = ended + Duration::from_secs(10);
+    while acquired.lock().is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let taken = acquired
+        .lock()
+        .expect("the standby took the released lease within 10 s");
+    assert!(taken >= ended);
+    stop_standby.cancel();
+    factory.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn reconciles_end_before_a_standby_can_take_over() {
+    let store = InMemoryLeaseLock::new();
+    let leader_lock = store.handle();
+    let factory = factory(&["polite", "stubborn"]);
+    let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm").workers(2))
+        .leader_election(le("leader"), leader_lock.clone());
+    let probe = Probe::new();
+    let cancelled_seen = Arc::new(Mutex::new(None::<Instant>));
+    let seen = cancelled_seen.clone();
+    let run = tokio::spawn(ctl.run(
+        move |req: Request<ConfigMap>, p: Arc<Probe>| {
+            let seen = seen.clone();
+            async move {
+                let _end = EndGuard(p.ends.clone());
+                p.started.notify_one();
+                if req.name == "polite" {
+                    // Follows the rule: stops when told.
+                    req.cancelled().await;
+                    *seen.lock() = Some(Instant::now());
+                } else {
+                    // Ignores its token: must be dropped in time.
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                }
+                Ok::<_, io::Error>(Action::await_change())
+            }
+        },
+        probe.clone(),
+    ));
+    probe.started.notified().await;
+    probe.started.notified().await;
+    let acquired = Arc::new(Mutex::new(None));
+    let stop_standby = standby(store.clone(), acquired.clone());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // The leader is cut off from the apiserver: it loses the lease after
+    // its renew deadline; the standby may take over a lease duration
+    // after the last renewal it saw.
+    leader_lock.set_failing(true);
+    let result = run.await.unwrap();
+    assert!(
+        matches!(result, Err(ControllerError::LeadershipLost)),
+        "{result:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while acquired.lock().is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let taken = acquired.lock().expect("the standby took over");
+    let ends = probe.ends.lock().clone();
+    assert_eq!(ends.len(), 2, "both reconciles ended");
+    for end in &ends {
+        assert!(
+            *end < taken,
+            "a reconcile of the old leader still ran {:?} after the standby acquired the lease",
+            *end - taken
+        );
+    }
+    assert!(
+        cancelled_seen.lock().is_some(),
+        "the polite reconcile saw its token cancelled"
+    );
+    stop_standby.cancel();
+    factory.shutdown().await;
+}

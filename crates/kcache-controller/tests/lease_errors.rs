@@ -1,0 +1,200 @@
+//! A standby that cannot read its Lease is loud: one WARN with what to
+//! fix (not one per attempt), a metric, and `/readyz` 503 once it lasted a
+//! lease duration. Its own test binary: it captures the logs with a
+//! thread-local subscriber, which other tests running in parallel in the
+//! same binary would disturb (tracing caches per-callsite interest
+//! process-wide).
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::{self, StreamExt as _};
+use http_body::Frame;
+use http_body_util::StreamBody;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kcache_controller::leader::{LeaderElectionRecord, LeaseError};
+use kcache_controller::{
+    Action, Config, Controller, LeaderElectionConfig, LeaseLock, MetricsRegistry, Request,
+};
+use kcache_informer::SharedInformerFactory;
+use parking_lot::Mutex;
+use serde_json::json;
+
+/// A factory whose client lists the ConfigMaps `names` (namespace `ns`)
+/// and holds every watch open, silent.
+fn factory(names: &[&str]) -> SharedInformerFactory {
+    let items: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": n, "namespace": "ns", "uid": format!("uid-{i}"),
+                    "resourceVersion": (i + 1).to_string()}})
+        })
+        .collect();
+    let list = Bytes::from(
+        json!({"kind": "ConfigMapList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "100"}, "items": items})
+        .to_string(),
+    );
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
+        let body = if is_watch {
+            stream::pending::<Result<Frame<Bytes>, io::Error>>().boxed()
+        } else {
+            stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed()
+        };
+        async move {
+            http::Response::builder()
+                .status(200)
+                .body(StreamBody::new(body))
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+        }
+    });
+    SharedInformerFactory::builder(kube::Client::new(svc, "default"))
+        .tweak_list_options(|o| o.use_watch_list = false)
+        .build()
+}
+
+fn le(id: &str) -> LeaderElectionConfig {
+    // client-go's documented defaults: 15 s lease, 10 s renew deadline,
+    // 2 s retry period.
+    LeaderElectionConfig::new(id)
+}
+
+/// A lease lock whose every request is refused by RBAC.
+struct Forbidden;
+
+#[async_trait]
+impl LeaseLock for Forbidden {
+    async fn get(&self) -> Result<Option<(LeaderElectionRecord, String)>, LeaseError> {
+        Err(LeaseError::Forbidden {
+            verb: "get",
+            lease: self.describe(),
+            message: "leases.coordination.k8s.io \"cm\" is forbidden".into(),
+        })
+    }
+    async fn create(&self, _: &LeaderElectionRecord) -> Result<String, LeaseError> {
+        unreachable!("get never succeeds")
+    }
+    async fn update(&self, _: &LeaderElectionRecord, _: &str) -> Result<String, LeaseError> {
+        unreachable!("get never succeeds")
+    }
+    fn describe(&self) -> String {
+        "kube-system/cm".into()
+    }
+}
+
+/// Collects what tracing writes.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_errors_are_warned_and_fail_readiness() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let factory = factory(&["a"]);
+    let registry = MetricsRegistry::new();
+    let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))
+        .metrics(registry.clone())
+        .leader_election(le("leader"), Forbidden);
+    let handle = ctl.handle();
+    let run =
+        tokio::spawn(ctl.run(
+            |_req: Request<ConfigMap>, _: Arc<()>| async move {
+                Ok::<_, io::Error>(Action::await_change())
+            },
+            Arc::new(()),
+        ));
+    // Synced and standing by: ready, until the failures lasted a lease
+    // duration.
+    // (the informer's listener threads run on the real clock: wait for
+    // them without letting the paused clock run ahead)
+    for _ in 0..1000 {
+        if handle.health().readiness().0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (ready, reason) = handle.health().readiness();
+    assert!(ready, "{reason}\n{}", logs.text());
+    assert!(reason.contains("standing by"), "{reason}");
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let (ready, reason) = handle.health().readiness();
+    assert!(
+        !ready,
+        "a candidate that cannot read its lease is ready: {reason}"
+    );
+    assert!(
+        reason.contains("leader election failing") && reason.contains("forbidden to get"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("leases.coordination.k8s.io") && reason.contains("Role"),
+        "the reason says what to fix: {reason}"
+    );
+    let metrics = registry.encode();
+    let errors = metrics
+        .lines()
+        .find(|l| l.starts_with("kcache_leader_election_errors_total{"))
+        .unwrap_or_default()
+        .to_owned();
+    let count: f64 = errors
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(count >= 5.0, "failures counted: {errors:?}");
+
+    // One WARN for the lasting failure (not one per attempt), with the fix.
+    let text = logs.text();
+    let warns: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("the lease get failed"))
+        .collect();
+    assert_eq!(warns.len(), 1, "{text}");
+    assert!(
+        warns[0].contains("grant the controller's service account"),
+        "{}",
+        warns[0]
+    );
+    assert!(!text.contains("ERROR"), "{text}");
+    // ... and it is repeated while it lasts, once a minute.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let again = logs
+        .text()
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("the lease get failed"))
+        .count();
+    assert_eq!(again, 2);
+    handle.stop();
+    run.await.unwrap().unwrap();
+    factory.shutdown().await;
+}

@@ -1,0 +1,41 @@
+//! `ListOptions` reach the informer's reflector: the byte caps and the
+//! request deadlines of kcache-reflector.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use kcache_informer::{ListOptions, SharedIndexInformer};
+use kcache_reflector::ErrorReason;
+use support::{ConfigMap, FakeApi, eventually};
+use tokio_util::sync::CancellationToken;
+
+/// A list page over `max_list_page_bytes` fails with the reflector's typed
+/// error, so the setting made it through; the informer does not sync.
+#[tokio::test]
+async fn list_page_cap_reaches_the_reflector() {
+    let api = FakeApi::new();
+    api.create("ns", "a", &"x".repeat(2000));
+    let informer = SharedIndexInformer::<ConfigMap>::builder(api.client.clone())
+        .list_options(ListOptions {
+            use_watch_list: false,
+            max_list_page_bytes: 1000,
+            ..ListOptions::default()
+        })
+        .build();
+    let reasons: Arc<Mutex<Vec<ErrorReason>>> = Arc::default();
+    let r2 = reasons.clone();
+    informer
+        .set_watch_error_handler(Arc::new(move |e| r2.lock().unwrap().push(e.reason())))
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (i, c) = (informer.clone(), cancel.clone());
+        async move { i.run(c).await }
+    });
+    eventually("the cap error", || !reasons.lock().unwrap().is_empty()).await;
+    assert_eq!(reasons.lock().unwrap()[0], ErrorReason::ListPageTooLarge);
+    assert!(!informer.has_synced());
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+}

@@ -1,0 +1,287 @@
+//! Deadlines and byte caps on what the reflector reads from the network.
+//!
+//! kube's client sets no read timeout, so without these a stalled LIST (no
+//! response headers, or a body that stops mid-way) would hang a reflector
+//! forever, and a server sending an endless body would grow its memory
+//! without bound. See `docs/reflector.md` ("Deadlines and byte caps") for
+//! why the defaults are safe for a large LIST on a loaded apiserver.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, StreamExt};
+use tokio::time::Instant;
+
+/// The default of [`RequestTimeouts::response_headers`]: 2 minutes.
+pub const DEFAULT_RESPONSE_HEADERS_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The default of [`RequestTimeouts::list_body_idle`]: 1 minute.
+pub const DEFAULT_LIST_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The default of [`RequestTimeouts::list_body`]: 10 minutes.
+pub const DEFAULT_LIST_BODY_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The default cap on one LIST page body and on a streaming list's buffered
+/// initial events: 2 GiB (see
+/// [`ReflectorBuilder::max_list_page_bytes`](crate::ReflectorBuilder::max_list_page_bytes)).
+pub const DEFAULT_MAX_LIST_BYTES: usize = 2 << 30;
+
+/// Deadlines on the reflector's requests, set with
+/// [`ReflectorBuilder::request_timeouts`](crate::ReflectorBuilder::request_timeouts).
+///
+/// A request that misses one fails with [`ReflectorError::Timeout`]
+/// (`reflector_errors_total{reason="timeout"}`) and is retried as client-go
+/// retries a failed request: a relist after a backoff step. The watch
+/// body keeps its own idle limit
+/// ([`ReflectorBuilder::watch_idle_timeout`](crate::ReflectorBuilder::watch_idle_timeout)).
+///
+/// The defaults are above what a healthy apiserver with its default
+/// settings ever takes, so that only a stalled server or connection hits
+/// them: the apiserver ends a LIST itself after its `--request-timeout`
+/// (60 s by default) plus at most 15 s of priority-and-fairness queueing,
+/// and a watch's headers come as soon as the watch is registered. Raise
+/// them for an apiserver run with a longer `--request-timeout`, and
+/// `response_headers` above the watch idle limit behind a proxy that holds
+/// a watch's headers until its first event. A zero duration fails every
+/// request; `Duration::MAX` in effect turns a deadline off.
+///
+/// ```
+/// use std::time::Duration;
+/// use kcache_reflector::RequestTimeouts;
+///
+/// let t = RequestTimeouts::default().response_headers(Duration::from_secs(300));
+/// assert_eq!(t.response_headers, Duration::from_secs(300));
+/// assert_eq!(t.list_body_idle, Duration::from_secs(60));
+/// ```
+///
+/// [`ReflectorError::Timeout`]: crate::ReflectorError::Timeout
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestTimeouts {
+    /// From sending a request (a LIST page, a watch, a streaming list) to
+    /// its response headers. Default: 2 minutes
+    /// ([`DEFAULT_RESPONSE_HEADERS_TIMEOUT`]).
+    pub response_headers: Duration,
+    /// The longest wait for the next byte of a LIST page body (a stalled
+    /// body). Default: 1 minute ([`DEFAULT_LIST_BODY_IDLE_TIMEOUT`]).
+    pub list_body_idle: Duration,
+    /// The longest read of one LIST page body, from its headers to its
+    /// last byte (a body that trickles). Default: 10 minutes
+    /// ([`DEFAULT_LIST_BODY_TIMEOUT`]).
+    pub list_body: Duration,
+}
+
+impl Default for RequestTimeouts {
+    fn default() -> Self {
+        RequestTimeouts {
+            response_headers: DEFAULT_RESPONSE_HEADERS_TIMEOUT,
+            list_body_idle: DEFAULT_LIST_BODY_IDLE_TIMEOUT,
+            list_body: DEFAULT_LIST_BODY_TIMEOUT,
+        }
+    }
+}
+
+impl RequestTimeouts {
+    /// Sets [`response_headers`](Self::response_headers).
+    pub fn response_headers(mut self, d: Duration) -> Self {
+        self.response_headers = d;
+        self
+    }
+
+    /// Sets [`list_body_idle`](Self::list_body_idle).
+    pub fn list_body_idle(mut self, d: Duration) -> Self {
+        self.list_body_idle = d;
+        self
+    }
+
+    /// Sets [`list_body`](Self::list_body).
+    pub fn list_body(mut self, d: Duration) -> Self {
+        self.list_body = d;
+        self
+    }
+}
+
+/// `now + d`, or a point about 30 years ahead when that overflows (a
+/// `Duration::MAX` setting).
+pub(crate) fn deadline_after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
+}
+
+/// Why reading a body stopped.
+#[derive(Debug)]
+pub(crate) enum BodyError<E> {
+    /// No byte for the idle limit.
+    Idle,
+    /// The whole-body limit passed.
+    Total,
+    /// More bytes than the cap (announced by `Content-Length`, or read).
+    TooLarge,
+    /// The body stream failed.
+    Stream(E),
+}
+
+/// Limits for [`read_body`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BodyLimits {
+    pub(crate) idle: Duration,
+    pub(crate) total: Duration,
+    pub(crate) max_bytes: usize,
+}
+
+/// Reads a whole response body within `limits`. Stops as soon as a limit
+/// is passed: with [`BodyError::TooLarge`] at the chunk that passes
+/// `max_bytes` (or at once when `Content-Length` announces more). A body of
+/// one chunk is returned without a copy.
+pub(crate) async fn read_body<E>(
+    content_length: Option<u64>,
+    mut stream: impl Stream<Item = Result<Bytes, E>> + Unpin,
+    limits: BodyLimits,
+) -> Result<Bytes, BodyError<E>> {
+    if content_length.is_some_and(|n| n > limits.max_bytes as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    // at most the cap, and at most 64 MiB up front on the server's word
+    let hint = content_length.map_or(0, |n| n.min(64 << 20) as usize);
+    let end = deadline_after(limits.total);
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
+    let mut len = 0usize;
+    loop {
+        let wake = deadline_after(limits.idle).min(end);
+        let next = match tokio::time::timeout_at(wake, stream.next()).await {
+            Ok(next) => next,
+            Err(_) if Instant::now() >= end => return Err(BodyError::Total),
+            Err(_) => return Err(BodyError::Idle),
+        };
+        let chunk = match next {
+            None => break,
+            Some(Ok(c)) => c,
+            Some(Err(e)) => return Err(BodyError::Stream(e)),
+        };
+        len = len.saturating_add(chunk.len());
+        if len > limits.max_bytes {
+            return Err(BodyError::TooLarge);
+        }
+        if first.is_none() && buf.is_empty() {
+            first = Some(chunk);
+        } else {
+            if let Some(f) = first.take() {
+                buf.reserve(hint.max(f.len() + chunk.len()));
+                buf.extend_from_slice(&f);
+            }
+            buf.extend_from_slice(&chunk);
+        }
+    }
+    Ok(first.unwrap_or_else(|| buf.freeze()))
+}
+
+/// Reads an error response body: at most `max` bytes (the rest is not
+/// read) and only while bytes keep coming within `idle` (what arrived by
+/// then is kept). An error body only explains a failure; it never holds the
+/// reflector up.
+pub(crate) async fn read_error_body<E>(
+    mut stream: impl Stream<Item = Result<Bytes, E>> + Unpin,
+    max: usize,
+    idle: Duration,
+) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    while let Ok(Some(Ok(c))) = tokio::time::timeout(idle, stream.next()).await {
+        bytes.extend_from_slice(&c[..c.len().min(max - bytes.len())]);
+        if bytes.len() >= max {
+            break;
+        }
+    }
+    bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::stream::{self, BoxStream};
+
+    type Chunks = BoxStream<'static, Result<Bytes, std::io::Error>>;
+
+    fn body(chunks: Vec<&'static [u8]>, hang: bool) -> Chunks {
+        let data = stream::iter(chunks.into_iter().map(|c| Ok(Bytes::from_static(c))));
+        if hang {
+            data.chain(stream::pending()).boxed()
+        } else {
+            data.boxed()
+        }
+    }
+
+    const L: BodyLimits = BodyLimits {
+        idle: Duration::from_secs(5),
+        total: Duration::from_secs(60),
+        max_bytes: 10,
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_within_the_limits() {
+        let b = read_body(None, body(vec![b"abc", b"def"], false), L)
+            .await
+            .unwrap();
+        assert_eq!(&b[..], b"abcdef");
+        let b = read_body(Some(4), body(vec![b"abcd"], false), L)
+            .await
+            .unwrap();
+        assert_eq!(&b[..], b"abcd");
+        let b = read_body(None, body(vec![b"0123456789"], false), L)
+            .await
+            .unwrap();
+        assert_eq!(b.len(), 10, "exactly the cap is accepted");
+        let b = read_body(None, body(vec![], false), L).await.unwrap();
+        assert!(b.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stops_at_the_cap_and_on_a_stall() {
+        let t0 = Instant::now();
+        // the cap is passed by the second chunk: no wait for the rest
+        let r = read_body(None, body(vec![b"012345", b"6789ab"], true), L).await;
+        assert!(matches!(r, Err(BodyError::TooLarge)), "{r:?}");
+        // announced too large: not read at all
+        let r = read_body(Some(11), body(vec![], true), L).await;
+        assert!(matches!(r, Err(BodyError::TooLarge)), "{r:?}");
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        let r = read_body(None, body(vec![b"ab"], true), L).await;
+        assert!(matches!(r, Err(BodyError::Idle)), "{r:?}");
+        assert_eq!(t0.elapsed(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_hits_the_whole_body_limit() {
+        // one byte every 4 s (under the idle limit), forever
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+        let s = stream::poll_fn(move |cx| rx.poll_recv(cx)).map(Ok::<_, std::io::Error>);
+        let feeder = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                if tx.send(Bytes::from_static(b"x")).is_err() {
+                    return;
+                }
+            }
+        });
+        let t0 = Instant::now();
+        let limits = BodyLimits {
+            max_bytes: 1 << 20,
+            ..L
+        };
+        let r = read_body(None, Box::pin(s), limits).await;
+        assert!(matches!(r, Err(BodyError::Total)), "{r:?}");
+        assert_eq!(t0.elapsed(), Duration::from_secs(60));
+        feeder.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn error_bodies_are_capped_and_never_wait_long() {
+        let b = read_error_body(body(vec![b"0123456789abc"], false), 4, L.idle).await;
+        assert_eq!(b, b"0123");
+        let t0 = Instant::now();
+        let b = read_error_body(body(vec![b"ab"], true), 4, L.idle).await;
+        assert_eq!(b, b"ab");
+        assert_eq!(t0.elapsed(), Duration::from_secs(5));
+    }
+}
