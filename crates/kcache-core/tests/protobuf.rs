@@ -260,6 +260,19 @@ fn protobuf_watch_frames_from_the_apiserver() {
         Some("true")
     );
     assert!(cm.metadata.resource_version.is_some());
+    let b = protobuf::Bookmark::decode(bookmark.raw).unwrap();
+    assert!(b.initial_events_end);
+    assert_eq!(
+        Some(b.resource_version),
+        cm.metadata.resource_version.as_deref()
+    );
+    // Other events are not initial-events-end bookmarks.
+    let first = events[0].envelope().unwrap();
+    assert!(
+        !protobuf::Bookmark::decode(first.raw)
+            .unwrap()
+            .initial_events_end
+    );
     assert!(matches!(
         CachedObject::<ConfigMap>::from_protobuf_envelope_with(
             last.object.to_vec(),

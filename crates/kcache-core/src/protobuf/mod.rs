@@ -58,6 +58,38 @@ pub fn is_builtin_kind(api_version: &str, kind: &str) -> bool {
     kind_message(api_version, kind).is_some()
 }
 
+/// What a reflector needs from a `BOOKMARK` event's object (which has no
+/// name, so it is not a cached object): its resourceVersion and whether it
+/// carries the `k8s.io/initial-events-end: "true"` annotation that ends the
+/// initial events of a streaming list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bookmark<'a> {
+    /// `metadata.resourceVersion` (empty when absent).
+    pub resource_version: &'a str,
+    /// Whether `metadata.annotations["k8s.io/initial-events-end"]` is `"true"`.
+    pub initial_events_end: bool,
+}
+
+/// The annotation that marks the bookmark ending a streaming list's
+/// initial events.
+pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
+
+impl<'a> Bookmark<'a> {
+    /// Reads a bookmark's object (the `raw` of its envelope).
+    pub fn decode(object: &'a [u8]) -> Result<Self, WireError> {
+        let m = meta::ObjectMetaView::scan(object)?;
+        Ok(Bookmark {
+            resource_version: m.resource_version,
+            initial_events_end: m
+                .annotations
+                .iter()
+                .rev()
+                .find(|(k, _)| *k == INITIAL_EVENTS_END_ANNOTATION)
+                .is_some_and(|(_, v)| *v == "true"),
+        })
+    }
+}
+
 fn message_for(type_meta: TypeMeta<'_>) -> Result<&'static Message, ProtoDecodeError> {
     kind_message(type_meta.api_version, type_meta.kind).ok_or_else(|| {
         <ProtoDecodeError as serde::de::Error>::custom(format_args!(
