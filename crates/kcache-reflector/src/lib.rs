@@ -130,14 +130,15 @@ mod metrics;
 mod prometheus;
 mod reflector;
 mod split;
+mod wire_format;
 
 pub use backoff::BackoffConfig;
 pub use decode::{Bookmark, EventDecoder, ListPage, WatchEvent};
 pub use error::{
-    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION,
+    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION, ListBodyError,
     MAX_DISPLAYED_MESSAGE, Operation, ReflectorError, TimeoutPhase,
 };
-pub use framing::{DEFAULT_MAX_FRAME, FrameTooLarge, LineFramer};
+pub use framing::{DEFAULT_MAX_FRAME, FrameTooLarge, LineFramer, ProtobufFramer};
 pub use limits::{
     DEFAULT_LIST_BODY_IDLE_TIMEOUT, DEFAULT_LIST_BODY_TIMEOUT, DEFAULT_MAX_LIST_BYTES,
     DEFAULT_RESPONSE_HEADERS_TIMEOUT, RequestTimeouts,
@@ -151,3 +152,4 @@ pub use reflector::{
     DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, RESUME_WATCH_TIMEOUT, Reflector,
     ReflectorBuilder, WATCH_IDLE_MARGIN, WatchErrorHandler,
 };
+pub use wire_format::WireFormat;

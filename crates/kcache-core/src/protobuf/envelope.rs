@@ -93,7 +93,7 @@ impl<'a> Unknown<'a> {
     }
 }
 
-fn type_meta(b: &[u8]) -> Result<TypeMeta<'_>, WireError> {
+pub(super) fn type_meta(b: &[u8]) -> Result<TypeMeta<'_>, WireError> {
     let mut t = TypeMeta::default();
     let mut r = Reader::new(b);
     while let Some(f) = r.field()? {
@@ -119,7 +119,7 @@ pub struct ListMeta<'a> {
     pub shard_selector: Option<&'a str>,
 }
 
-fn list_meta(b: &[u8]) -> Result<ListMeta<'_>, WireError> {
+pub(super) fn list_meta(b: &[u8]) -> Result<ListMeta<'_>, WireError> {
     let mut m = ListMeta::default();
     let mut r = Reader::new(b);
     while let Some(f) = r.field()? {

@@ -35,6 +35,7 @@
 mod de;
 mod envelope;
 mod json;
+mod list_reader;
 pub(crate) mod meta;
 mod schema;
 mod tables;
@@ -46,6 +47,7 @@ pub use envelope::{
     CONTENT_TYPE, List, ListMeta, MAGIC, Status, StatusCause, StatusDetails, TypeMeta, Unknown,
     WATCH_CONTENT_TYPE, WatchEvent, item_kind, split_frame,
 };
+pub use list_reader::{ListItem, ListReader, ListSummary};
 pub use wire::WireError;
 
 pub(crate) use de::field_value;
