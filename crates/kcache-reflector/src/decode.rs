@@ -755,6 +755,184 @@ mod tests {
         assert!(empty.items.is_empty() && empty.continue_token.is_none());
     }
 
+    fn pb(out: &mut Vec<u8>, n: u8, b: &[u8]) {
+        out.push(n << 3 | 2);
+        out.push(b.len() as u8);
+        out.extend_from_slice(b);
+    }
+
+    /// A ConfigMap's protobuf: name, namespace "n", a managedFields entry.
+    fn pb_cm(name: &str) -> Vec<u8> {
+        let mut mf = Vec::new();
+        pb(&mut mf, 1, b"kubectl");
+        let mut meta = Vec::new();
+        pb(&mut meta, 1, name.as_bytes());
+        pb(&mut meta, 3, b"n");
+        meta.extend_from_slice(&[17 << 3 | 2, 1, mf.len() as u8]);
+        meta.extend_from_slice(&mf);
+        let mut cm = Vec::new();
+        pb(&mut cm, 1, &meta);
+        cm
+    }
+
+    fn pb_list(kind: &str, items: &[Vec<u8>]) -> Bytes {
+        let mut meta = Vec::new();
+        pb(&mut meta, 2, b"9");
+        let mut list = Vec::new();
+        pb(&mut list, 1, &meta);
+        for i in items {
+            pb(&mut list, 2, i);
+        }
+        let mut tm = Vec::new();
+        pb(&mut tm, 1, b"v1");
+        pb(&mut tm, 2, kind.as_bytes());
+        let mut body = b"k8s\0".to_vec();
+        pb(&mut body, 1, &tm);
+        body.extend_from_slice(&[2 << 3 | 2]);
+        let mut len = Vec::new();
+        let mut v = list.len();
+        while v >= 0x80 {
+            len.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        len.push(v as u8);
+        body.extend_from_slice(&len);
+        body.extend_from_slice(&list);
+        Bytes::from(body)
+    }
+
+    #[test]
+    fn protobuf_list_items_are_own_buffers_and_bad_ones_skipped() {
+        let nameless = {
+            let mut cm = Vec::new();
+            pb(&mut cm, 1, &[]);
+            cm
+        };
+        let body = pb_list(
+            "ConfigMapList",
+            &[pb_cm("a"), nameless, vec![0x0a, 0x7f], pb_cm("b")],
+        );
+        for options in [
+            ObjectOptions::new(),
+            ObjectOptions::new().strip_managed_fields(true),
+        ] {
+            let dec = EventDecoder::<V>::new(options.clone(), Some("ConfigMap"), Some("v1"));
+            let page = dec.decode_protobuf_list(&body).unwrap();
+            assert_eq!(page.resource_version, "9");
+            assert_eq!(page.continue_token, None);
+            let keys: Vec<_> = page.items.iter().map(|o| o.key()).collect();
+            assert_eq!(keys, ["n/a", "n/b"]);
+            assert_eq!(page.skipped.len(), 2);
+            assert!(
+                page.skipped
+                    .iter()
+                    .all(|b| b.kind == BadEventKind::InvalidObject)
+            );
+            // no item keeps the body alive
+            let range = body.as_ptr() as usize..body.as_ptr() as usize + body.len();
+            for item in &page.items {
+                assert_eq!(item.format(), kcache_core::Format::Protobuf);
+                assert!(!range.contains(&(item.bytes().as_ptr() as usize)));
+                let v = item.decode().unwrap();
+                assert_eq!(v["kind"], "ConfigMap");
+                assert_eq!(
+                    v["metadata"].get("managedFields").is_some(),
+                    !options.strips_managed_fields()
+                );
+            }
+        }
+        // items of another kind are skipped as such; a malformed list fails
+        let page = dec()
+            .decode_protobuf_list(&pb_list("SecretList", &[pb_cm("a")]))
+            .unwrap();
+        assert_eq!(page.skipped[0].kind, BadEventKind::WrongKind);
+        assert!(
+            dec()
+                .decode_protobuf_list(&body.slice(..body.len() - 3))
+                .is_err()
+        );
+        assert!(
+            dec()
+                .decode_protobuf_list(&Bytes::from_static(b"{}"))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn protobuf_events_bookmarks_and_errors() {
+        let frame = |ty: &str, object: &[u8]| {
+            let mut raw = Vec::new();
+            pb(&mut raw, 1, object);
+            let mut ev = Vec::new();
+            pb(&mut ev, 1, ty.as_bytes());
+            pb(&mut ev, 2, &raw);
+            Bytes::from(ev)
+        };
+        let envelope = |kind: &str, raw: &[u8]| {
+            let mut tm = Vec::new();
+            pb(&mut tm, 1, b"v1");
+            pb(&mut tm, 2, kind.as_bytes());
+            let mut out = b"k8s\0".to_vec();
+            pb(&mut out, 1, &tm);
+            pb(&mut out, 2, raw);
+            out
+        };
+        let d = dec();
+        match d.decode_protobuf_event(frame("MODIFIED", &envelope("ConfigMap", &pb_cm("a")))) {
+            Ok(WatchEvent::Modified(o)) => {
+                assert_eq!(o.key(), "n/a");
+                assert_eq!(o.format(), kcache_core::Format::Protobuf);
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut meta = Vec::new();
+        pb(&mut meta, 6, b"12");
+        let mut entry = Vec::new();
+        pb(&mut entry, 1, b"k8s.io/initial-events-end");
+        pb(&mut entry, 2, b"true");
+        pb(&mut meta, 12, &entry);
+        let mut bm = Vec::new();
+        pb(&mut bm, 1, &meta);
+        match d.decode_protobuf_event(frame("BOOKMARK", &envelope("ConfigMap", &bm))) {
+            Ok(WatchEvent::Bookmark(b)) => assert_eq!(
+                b,
+                Bookmark {
+                    resource_version: "12".into(),
+                    initial_events_end: true
+                }
+            ),
+            other => panic!("{other:?}"),
+        }
+        let mut st = Vec::new();
+        pb(&mut st, 4, b"Expired");
+        st.extend_from_slice(&[6 << 3, 0x9a, 0x03]);
+        match d.decode_protobuf_event(frame("ERROR", &envelope("Status", &st))) {
+            Ok(WatchEvent::Error(e)) => assert!(e.is_expired() && e.code == 410),
+            other => panic!("{other:?}"),
+        }
+        let kind = |r: Result<WatchEvent<V>, BadEvent>| r.unwrap_err().kind;
+        assert_eq!(
+            kind(d.decode_protobuf_event(Bytes::from_static(b"\x0a\x09A"))),
+            BadEventKind::Undecodable
+        );
+        assert_eq!(
+            kind(d.decode_protobuf_event(frame("WEIRD", &envelope("ConfigMap", &pb_cm("a"))))),
+            BadEventKind::UnknownType
+        );
+        assert_eq!(
+            kind(d.decode_protobuf_event(frame("ADDED", &envelope("Secret", &pb_cm("a"))))),
+            BadEventKind::WrongKind
+        );
+        assert_eq!(
+            kind(d.decode_protobuf_event(frame("ADDED", b"{\"kind\":\"ConfigMap\"}"))),
+            BadEventKind::InvalidObject
+        );
+        assert_eq!(
+            kind(d.decode_protobuf_event(frame("BOOKMARK", &envelope("ConfigMap", &[])))),
+            BadEventKind::InvalidObject
+        );
+    }
+
     #[test]
     fn list_items_are_own_buffers_when_stripping_managed_fields() {
         let dec = EventDecoder::<V>::new(
