@@ -13,6 +13,7 @@ use serde_json::error::Category;
 use serde_json::value::RawValue;
 
 use crate::error::{ApiError, BadEvent, BadEventKind, INITIAL_EVENTS_END_ANNOTATION};
+use crate::split::JsonListReader;
 
 /// A watch bookmark: only moves the resource version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +162,67 @@ impl<K> fmt::Debug for ListPage<K> {
             .field("continue_token", &self.continue_token)
             .field("skipped", &self.skipped.len())
             .finish()
+    }
+}
+
+/// A JSON list page read as it arrives: items cut by a
+/// [`JsonListReader`] and built (or skipped) one by one.
+pub(crate) struct JsonPage<K> {
+    reader: JsonListReader,
+    items: Vec<CachedObject<K>>,
+    skipped: Vec<BadEvent>,
+}
+
+impl<K> JsonPage<K> {
+    pub(crate) fn new() -> Self {
+        JsonPage {
+            reader: JsonListReader::new(),
+            items: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+
+    /// Adds the next chunk of the body.
+    pub(crate) fn push(&mut self, chunk: Bytes) {
+        self.reader.push(chunk);
+    }
+
+    /// The next item that was built, after the skipped ones before it;
+    /// `None` when more bytes are needed. The caller keeps the objects
+    /// ([`finish`](Self::finish) returns only what was not taken).
+    pub(crate) fn next(
+        &mut self,
+        decoder: &EventDecoder<K>,
+    ) -> Result<Option<CachedObject<K>>, serde_json::Error> {
+        while let Some((item, shares)) = self.reader.next_item()? {
+            match decoder.json_list_item(item, shares)? {
+                Ok(o) => return Ok(Some(o)),
+                Err(bad) => self.skipped.push(bad),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Keeps an object the caller does not take.
+    fn keep(&mut self, obj: CachedObject<K>) {
+        self.items.push(obj);
+    }
+
+    /// The end of the body: the page, with every object not taken by the
+    /// caller, the skipped items and the list's metadata.
+    pub(crate) fn finish(
+        self,
+        decoder: &EventDecoder<K>,
+    ) -> Result<ListPage<K>, serde_json::Error> {
+        let envelope = self.reader.finish()?;
+        let mut page = decoder.json_list_end(envelope)?;
+        let mut items = self.items;
+        items.append(&mut page.items);
+        let mut skipped = self.skipped;
+        skipped.append(&mut page.skipped);
+        page.items = items;
+        page.skipped = skipped;
+        Ok(page)
     }
 }
 
@@ -517,7 +579,77 @@ impl<K> EventDecoder<K> {
         })
     }
 
-    /// Splits a list body into items without decoding them, then builds
+    /// One item cut by a [`JsonListReader`]: `Ok(Ok)` an object,
+    /// `Ok(Err)` an item that is well-formed JSON but not a usable object
+    /// (skipped), `Err` malformed JSON (the page fails), as in
+    /// [`decode_list`](Self::decode_list).
+    fn json_list_item(
+        &self,
+        item: Bytes,
+        shares_chunk: bool,
+    ) -> Result<Result<CachedObject<K>, BadEvent>, serde_json::Error> {
+        let options = if shares_chunk {
+            &self.list_options
+        } else {
+            &self.options
+        };
+        match self.decode_object_with(item.clone(), options) {
+            Ok(o) => Ok(Ok(o)),
+            Err(e) => malformed_item(&item, e).map(Err),
+        }
+    }
+
+    /// The end of a JSON list read by a [`JsonListReader`]: its envelope
+    /// decoded (and so validated) by serde, and the items it holds itself
+    /// (a body whose items member is not a literal `"items"` array, which
+    /// serde reads).
+    fn json_list_end(&self, envelope: Vec<u8>) -> Result<ListPage<K>, serde_json::Error> {
+        let envelope = Bytes::from(envelope);
+        let wire: ListWire<'_> = serde_json::from_str(utf8(&envelope)?)?;
+        let mut items = Vec::new();
+        let mut skipped = Vec::new();
+        for raw in wire.items.unwrap_or_default() {
+            let item = subslice(&envelope, raw.get().as_bytes());
+            match self.decode_object_with(item, &self.list_options) {
+                Ok(o) => items.push(o),
+                Err(e) => skipped.push(e),
+            }
+        }
+        let (rv, cont) = match wire.metadata {
+            Some(m) => (
+                m.resource_version.map(Cow::into_owned).unwrap_or_default(),
+                m.continue_.filter(|c| !c.is_empty()).map(Cow::into_owned),
+            ),
+            None => (String::new(), None),
+        };
+        Ok(ListPage {
+            items,
+            resource_version: rv,
+            continue_token: cont,
+            skipped,
+        })
+    }
+
+    /// [`decode_list`](Self::decode_list) over a body given in chunks, as
+    /// the reflector reads it: items are cut and built as they arrive. The
+    /// same page (items, skipped items, metadata) and the same acceptance
+    /// as `decode_list` of the whole body.
+    #[doc(hidden)]
+    pub fn decode_list_chunks(
+        &self,
+        chunks: impl IntoIterator<Item = Bytes>,
+    ) -> Result<ListPage<K>, serde_json::Error> {
+        let mut page = JsonPage::new();
+        for chunk in chunks {
+            page.push(chunk);
+            while let Some(obj) = page.next(self)? {
+                page.keep(obj);
+            }
+        }
+        page.finish(self)
+    }
+
+    /// Splits a list body into items without decoding them, then builds    /// Splits a list body into items without decoding them, then builds
     /// each item's cached object. Items that fail are skipped and returned
     /// in [`ListPage::skipped`].
     ///
@@ -731,6 +863,95 @@ mod tests {
             ))
             .unwrap();
         assert_eq!((page.items.len(), page.skipped.len()), (1, 2));
+    }
+
+    /// The page of `body` read in chunks of `size` equals the page of the
+    /// whole body (or both fail).
+    fn same_page(d: &EventDecoder<V>, body: &[u8], size: usize) {
+        let whole = d.decode_list(&Bytes::copy_from_slice(body));
+        let chunks: Vec<Bytes> = body
+            .chunks(size.max(1))
+            .map(Bytes::copy_from_slice)
+            .collect();
+        let chunked = d.decode_list_chunks(chunks);
+        let show = || format!("{} in chunks of {size}", String::from_utf8_lossy(body));
+        match (whole, chunked) {
+            (Ok(a), Ok(b)) => {
+                let items = |p: &ListPage<V>| {
+                    p.items
+                        .iter()
+                        .map(|o| (o.key().to_owned(), o.bytes().clone()))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(items(&a), items(&b), "{}", show());
+                assert_eq!(a.skipped.len(), b.skipped.len(), "{}", show());
+                assert_eq!(a.resource_version, b.resource_version, "{}", show());
+                assert_eq!(a.continue_token, b.continue_token, "{}", show());
+            }
+            (Err(_), Err(_)) => {}
+            (a, b) => panic!("{}: whole {:?}, chunked {:?}", show(), a.is_ok(), b.is_ok()),
+        }
+    }
+
+    #[test]
+    fn json_lists_read_in_chunks_equal_the_whole_body() {
+        let bodies: [&[u8]; 22] = [
+            br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"9","continue":"a]b\"}"},"items":[{"metadata":{"name":"a","namespace":"n","labels":{"x":"}]"}}},7,{"metadata":{}},"s",{"metadata":{"name":"b"}},null ] , "z":[{}] }  "#,
+            br#" {"items":[ ],"metadata":{"resourceVersion":"1"}}"#,
+            br#"{"metadata":{"resourceVersion":"1"}}"#,
+            br#"{"items":null,"metadata":{"resourceVersion":"1"}}"#,
+            br#"{"it\u0065ms":[{"metadata":{"name":"e"}}],"metadata":{}}"#,
+            br#"{"items":[{"metadata":{"name":"a"}}],"items":[]}"#,
+            br#"{"items":[{"metadata":{"name":"a"}} {"metadata":{"name":"b"}}]}"#,
+            br#"{"items":[{"metadata":{"name":"a"}},]}"#,
+            br#"{"items":[,]}"#,
+            br#"{"items":[1.2.3]}"#,
+            br#"{"items":[{"metadata":{"name":"a"}}}"#,
+            br#"{"items":[{"metadata":{"name":tru}}]}"#,
+            br#"{"items":[]} trailing"#,
+            br#"{"items":[] "x":1}"#,
+            br#"{items:[]}"#,
+            br#"{"items":[1,2"#,
+            br#"[{"metadata":{"name":"a"}}]"#,
+            br#""#,
+            br#"   "#,
+            br#"{}"#,
+            br#"{"metadata":{"resourceVersion":9x},"items":[]}"#,
+            b"{\"kind\":\"L\xffist\",\"items\":[{\"metadata\":{\"name\":\"a\"}}]}",
+        ];
+        for options in [
+            ObjectOptions::new(),
+            ObjectOptions::new().strip_managed_fields(true),
+        ] {
+            let d = EventDecoder::<V>::new(options, None, None);
+            for body in bodies {
+                for size in 1..=body.len().max(1) {
+                    same_page(&d, body, size);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn json_list_items_read_in_chunks_own_their_bytes() {
+        let body = br#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a","namespace":"n"}},{"metadata":{"name":"b","namespace":"n"}}]}"#;
+        for size in [7, 40, body.len()] {
+            let chunks: Vec<Bytes> = body.chunks(size).map(Bytes::copy_from_slice).collect();
+            let ranges: Vec<_> = chunks
+                .iter()
+                .map(|c| c.as_ptr() as usize..c.as_ptr() as usize + c.len())
+                .collect();
+            let page = dec().decode_list_chunks(chunks.clone()).unwrap();
+            assert_eq!(page.items.len(), 2);
+            for item in &page.items {
+                let p = item.bytes().as_ptr() as usize;
+                assert!(ranges.iter().all(|r| !r.contains(&p)), "chunks of {size}");
+            }
+            assert_eq!(
+                page.items[1].bytes().as_ref(),
+                br#"{"metadata":{"name":"b","namespace":"n"}}"#
+            );
+        }
     }
 
     #[test]
