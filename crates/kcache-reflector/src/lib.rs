@@ -8,10 +8,23 @@
 //!
 //! The reflector reads the apiserver's bytes itself through
 //! [`kube::Client::send`] (which still applies configuration, auth and TLS):
-//! a list body is split into its items without decoding them, a watch
-//! stream is framed by line ([`LineFramer`]), and each object becomes a
-//! [`CachedObject`](kcache_core::CachedObject) (bytes + metadata) through
-//! [`EventDecoder`]. No typed decode happens on the ingest path.
+//! a list body is cut into its items as it arrives, without decoding them
+//! and without holding the body whole, a watch stream is framed by line
+//! ([`LineFramer`]) or by length prefix ([`ProtobufFramer`]), and each
+//! object becomes a [`CachedObject`](kcache_core::CachedObject) (bytes +
+//! metadata) through [`EventDecoder`]. No typed decode happens on the
+//! ingest path.
+//!
+//! # Protobuf for built-in types
+//!
+//! With [`WireFormat::Auto`] (the default), lists, watches and streaming
+//! lists of a built-in type accept `application/vnd.kubernetes.protobuf`
+//! with JSON as the fallback, as client-go's typed clients do (it costs
+//! the apiserver 2-3x less CPU than JSON); custom resources and
+//! metadata-only reflectors ask for JSON, and
+//! [`ReflectorBuilder::wire_format`]`(WireFormat::Json)` forces it. Each
+//! response is read in the format its `Content-Type` names; a `406 Not
+//! Acceptable` to protobuf switches the reflector to JSON.
 //!
 //! # Example
 //!
