@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backoff::{Backoff, BackoffConfig};
-use crate::decode::{EventDecoder, WatchEvent};
+use crate::decode::{EventDecoder, JsonPage, WatchEvent};
 use crate::error::ListBodyError;
 use crate::error::{
     ApiError, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError, TimeoutPhase,
@@ -31,8 +31,7 @@ use crate::error::{
 };
 use crate::framing::{DEFAULT_MAX_FRAME, WatchFramer};
 use crate::limits::{
-    BodyError, BodyLimits, DEFAULT_MAX_LIST_BYTES, RequestTimeouts, read_body, read_body_with,
-    read_error_body,
+    BodyError, BodyLimits, DEFAULT_MAX_LIST_BYTES, RequestTimeouts, read_body_with, read_error_body,
 };
 use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
 use crate::wire_format::{
@@ -1108,47 +1107,83 @@ impl<K> Reflector<K> {
         };
         let format = BodyFormat::of(resp.headers());
         let stream = resp.into_body().into_data_stream();
-        if format == BodyFormat::Protobuf {
-            return self
-                .protobuf_list_page(content_length, stream, limits)
-                .await;
+        match format {
+            BodyFormat::Protobuf => {
+                self.protobuf_list_page(content_length, stream, limits)
+                    .await
+            }
+            BodyFormat::Json => self.json_list_page(content_length, stream, limits).await,
         }
-        let body = read_body(content_length, stream, limits)
-            .await
-            .map_err(|e| self.list_body_error(e))?;
-        let page =
-            self.decoder
-                .decode_list(&body)
-                .map_err(|source| ReflectorError::InvalidList {
-                    resource: self.resource.clone(),
-                    source: ListBodyError::Json(source),
-                })?;
-        drop(body);
-        for bad in page.skipped {
+    }
+
+    /// One JSON list page, read as it arrives: each item is cut, built
+    /// and (when unchanged) swapped for the store's copy as soon as its
+    /// last byte is in; the envelope (everything but the items) is decoded
+    /// at the end. A syntax error anywhere fails the page, as it does for
+    /// [`EventDecoder::decode_list`] of the whole body.
+    async fn json_list_page(
+        &self,
+        content_length: Option<u64>,
+        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
+        limits: BodyLimits,
+    ) -> Result<Page<K>, ReflectorError> {
+        let invalid = |e| ReflectorError::InvalidList {
+            resource: self.resource.clone(),
+            source: ListBodyError::Json(e),
+        };
+        let mut page = JsonPage::new();
+        let mut items = Vec::new();
+        let mut reused = 0;
+        let mut malformed = None;
+        let read = read_body_with(content_length, stream, limits, |chunk| {
+            page.push(chunk);
+            loop {
+                match page.next(&self.decoder) {
+                    Ok(Some(obj)) => {
+                        let (obj, r) = self.reuse(obj);
+                        reused += usize::from(r);
+                        items.push(obj);
+                    }
+                    Ok(None) => return true,
+                    Err(e) => {
+                        malformed = Some(e);
+                        return false;
+                    }
+                }
+            }
+        })
+        .await;
+        match read {
+            Ok(()) => {}
+            Err(BodyError::Stopped) => {
+                return Err(match malformed {
+                    Some(e) => invalid(e),
+                    None => self.list_body_error(BodyError::Stopped),
+                });
+            }
+            Err(e) => return Err(self.list_body_error(e)),
+        }
+        let end = page.finish(&self.decoder).map_err(invalid)?;
+        // items the envelope held itself (not a literal "items" array)
+        for obj in end.items {
+            let (obj, r) = self.reuse(obj);
+            reused += usize::from(r);
+            items.push(obj);
+        }
+        for bad in end.skipped {
             self.report(&ReflectorError::BadEvent {
                 op: Operation::List,
                 resource: self.resource.clone(),
                 source: bad,
             });
         }
-        // Unchanged objects: keep the store's copy, drop the fresh one now.
-        let mut reused = 0;
-        let items = page
-            .items
-            .into_iter()
-            .map(|obj| {
-                let (obj, r) = self.reuse(obj);
-                reused += usize::from(r);
-                obj
-            })
-            .collect();
         Ok(Page {
             listed: Listed {
                 items,
-                resource_version: page.resource_version,
+                resource_version: end.resource_version,
                 reused,
             },
-            continue_token: page.continue_token,
+            continue_token: end.continue_token,
         })
     }
 

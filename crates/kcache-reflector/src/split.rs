@@ -339,6 +339,7 @@ impl JsonListReader {
     }
 
     /// Bytes held (an incomplete item, the envelope).
+    #[cfg(test)]
     pub(crate) fn buffered(&self) -> usize {
         self.chunks.iter().map(Bytes::len).sum::<usize>() + self.envelope.len()
     }
