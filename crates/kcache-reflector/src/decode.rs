@@ -550,8 +550,9 @@ impl<K> EventDecoder<K> {
         Ok(obj)
     }
 
-    /// [`decode_list`](Self::decode_list) for a protobuf list body (`k8s\0`
-    /// + `runtime.Unknown` holding e.g. a `PodList`), read whole. A
+    /// [`decode_list`](Self::decode_list) for a protobuf list body (the
+    /// `k8s\0` magic and a `runtime.Unknown` holding e.g. a `PodList`),
+    /// read whole. A
     /// malformed envelope or list fails the page; an item whose own bytes
     /// are not a usable object is skipped (its length prefix still says
     /// where the next item starts). The reflector reads list bodies with a

@@ -522,7 +522,7 @@ impl ListReader {
             // the list ends inside this header
             Some(_) => Err(WireError::Truncated {
                 what: "a field of List",
-                offset: limit as usize + self.pos as usize,
+                offset: limit + self.pos as usize,
             }),
             None if limit <= self.buffered => Err(WireError::Truncated {
                 what: "a field of List",
