@@ -15,7 +15,8 @@
 //! - `cargo xtask bench [--quick]`: every crate's criterion benchmarks and a
 //!   Markdown summary.
 //! - `cargo xtask bench-compare [--quick]`: kcache against kube-runtime and
-//!   client-go on the same replayed data (docs/performance.md).
+//!   client-go on the same replayed data; `--real`: against the local
+//!   kube-apiserver, the reference (docs/performance.md).
 //! - `cargo xtask fuzz [--seconds N]`: the cargo-fuzz targets, N seconds each.
 
 use std::process::ExitCode;
@@ -24,6 +25,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_compare;
+mod bench_real;
 mod codegen;
 mod controlplane;
 mod demo;
@@ -67,7 +69,8 @@ enum Task {
     /// Run every crate's criterion benchmarks and print a Markdown summary.
     Bench(bench::BenchArgs),
     /// Compare kcache with kube-runtime and client-go on a replayed data set
-    /// (ingest, memory, relist, workqueue); prints medians and ratios.
+    /// (ingest, memory, relist, workqueue), or with `--real` against the
+    /// local kube-apiserver (sync, update load); prints medians and ratios.
     BenchCompare(bench_compare::CompareArgs),
     /// Build the cargo-fuzz targets (fuzz/) and run each for N seconds
     /// (default 60); fails on a crash.
@@ -80,6 +83,8 @@ fn main() -> ExitCode {
     // the client's errors while the apiserver starts) would only repeat it.
     let default_filter = match cli.command {
         Task::Demo(_) => "error,kube_client=off",
+        // bench-compare --real polls the apiserver while it starts
+        Task::BenchCompare(_) => "warn,kube_client=off",
         _ => "warn",
     };
     tracing_subscriber::fmt()

@@ -8,6 +8,8 @@ use async_trait::async_trait;
 use kcache_core::CachedObject;
 use tokio_util::sync::CancellationToken;
 
+use kcache_lease::LeaderElector;
+
 use crate::action::Action;
 
 /// Why a key was queued (the first cause since it was last handed out).
@@ -100,6 +102,10 @@ pub struct Request<K> {
     /// that is still running a short while later is dropped at its next
     /// `.await` (see [`Request::cancelled`]).
     pub cancellation: CancellationToken,
+    /// Under leader election: the elector, whose renew deadline is checked
+    /// on the clock by [`is_cancelled`](Self::is_cancelled) and
+    /// [`cancelled`](Self::cancelled).
+    lease: Option<Arc<LeaderElector>>,
 }
 
 impl<K> Request<K> {
@@ -116,6 +122,7 @@ impl<K> Request<K> {
             trigger: Trigger::Manual,
             retries: 0,
             cancellation: CancellationToken::new(),
+            lease: None,
         }
     }
 
@@ -142,14 +149,33 @@ impl<K> Request<K> {
     ///     Ok(Action::await_change())
     /// }
     /// ```
-    pub fn cancelled(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
-        self.cancellation.cancelled()
+    pub async fn cancelled(&self) {
+        let lease_gone = async {
+            let Some(elector) = &self.lease else {
+                return std::future::pending::<()>().await;
+            };
+            // The deadline moves with every renewal: sleep to the current
+            // one, then look again.
+            while let Some(deadline) = elector.acting_deadline() {
+                if tokio::time::Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep_until(deadline).await;
+            }
+        };
+        tokio::select! {
+            _ = self.cancellation.cancelled() => {}
+            _ = lease_gone => {}
+        }
     }
 
     /// Whether the reconcile should stop (see
-    /// [`cancellation`](Self::cancellation)).
+    /// [`cancellation`](Self::cancellation)). Under leader election this
+    /// also looks at the clock: true once this replica's renew deadline has
+    /// passed, even before the election task cancelled the token (a process
+    /// resumed after a pause runs its tasks in any order).
     pub fn is_cancelled(&self) -> bool {
-        self.cancellation.is_cancelled()
+        self.cancellation.is_cancelled() || self.lease.as_ref().is_some_and(|e| !e.may_act())
     }
 
     /// Sets the cached object, trigger and retry count (used by the
@@ -160,11 +186,13 @@ impl<K> Request<K> {
         trigger: Trigger,
         retries: u32,
         cancellation: CancellationToken,
+        lease: Option<Arc<LeaderElector>>,
     ) -> Self {
         self.cached = cached;
         self.trigger = trigger;
         self.retries = retries;
         self.cancellation = cancellation;
+        self.lease = lease;
         self
     }
 }
@@ -216,6 +244,14 @@ where
 
     /// Reconciles one object.
     async fn reconcile(&self, request: Request<K>, ctx: Arc<C>) -> Result<Action, Self::Error>;
+
+    /// Whether `error` is terminal: counted and logged but not retried
+    /// (see [`TerminalError`](crate::TerminalError)). The default
+    /// recognizes a `TerminalError`, also inside a boxed error's chain;
+    /// override it for an error type of your own.
+    fn is_terminal(&self, error: &Self::Error) -> bool {
+        crate::retry::is_terminal_error(error)
+    }
 }
 
 #[async_trait]

@@ -18,8 +18,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::leader::{LeaderElector, LeaderStatus};
 use crate::metrics::MetricsRegistry;
+use kcache_lease::{LeaderElector, LeaderStatus};
 
 /// Readiness of one controller: caches synced and, with leader election,
 /// the candidate leading or standing by. Cheap to clone.
@@ -79,7 +79,7 @@ impl Health {
             // A candidate that cannot read or write its Lease (RBAC, a
             // missing namespace, an unreachable apiserver) would stand by
             // for ever: not ready once that lasted a lease duration.
-            let lease_duration = elector.config().lease_duration;
+            let lease_duration = elector.config().timings.lease_duration;
             if let Some((since, error)) = elector.failing_since()
                 && since.elapsed() >= lease_duration
             {

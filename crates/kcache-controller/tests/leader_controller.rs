@@ -12,12 +12,13 @@ use futures::stream::{self, StreamExt as _};
 use http_body::Frame;
 use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_controller::leader::LeaderCallbacks;
 use kcache_controller::{
-    Action, Config, Controller, ControllerError, InMemoryLeaseLock, LeaderElectionConfig,
-    LeaderElector, LeaseLock, Request,
+    Action, Config, Controller, ControllerError, LeaderElectionConfig, LeaderElector, LeaseLock,
+    Request,
 };
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::LeaderCallbacks;
+use kcache_lease::testing::InMemoryLeaseLock;
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -240,5 +241,85 @@ async fn reconciles_end_before_a_standby_can_take_over() {
         "the polite reconcile saw its token cancelled"
     );
     stop_standby.cancel();
+    factory.shutdown().await;
+}
+
+/// A client that answers every write with 200 `{}` and records when each
+/// one was sent.
+fn recording_client(writes: Arc<Mutex<Vec<Instant>>>) -> kube::Client {
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        if req.method() != http::Method::GET {
+            writes.lock().push(Instant::now());
+        }
+        async move {
+            http::Response::builder()
+                .status(200)
+                .body(http_body_util::Full::new(Bytes::from_static(b"{}")))
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+        }
+    });
+    kube::Client::new(svc, "default")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fenced_client_sends_no_write_after_the_renew_deadline() {
+    let store = InMemoryLeaseLock::new();
+    let leader_lock = store.handle();
+    let factory = factory(&["stubborn"]);
+    let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))
+        .leader_election(le("leader"), leader_lock.clone());
+    let handle = ctl.handle();
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let fenced = handle.fenced_client(recording_client(writes.clone()));
+    let refused = Arc::new(Mutex::new(0usize));
+    let started = Arc::new(Notify::new());
+    let (r, s) = (refused.clone(), started.clone());
+    // A reconcile that ignores its token and writes every 500 ms: only the
+    // fence can stop its writes once the lease may have been taken over.
+    let run = tokio::spawn(ctl.run(
+        move |_req: Request<ConfigMap>, client: Arc<kube::Client>| {
+            let (refused, started) = (r.clone(), s.clone());
+            async move {
+                started.notify_one();
+                loop {
+                    let req = http::Request::post("/api/v1/namespaces/ns/configmaps")
+                        .body(kube::client::Body::empty())
+                        .unwrap();
+                    if let Err(e) = client.send(req).await {
+                        assert!(e.to_string().contains("not the leader"), "{e}");
+                        *refused.lock() += 1;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                #[allow(unreachable_code)]
+                Ok::<_, io::Error>(Action::await_change())
+            }
+        },
+        Arc::new(fenced),
+    ));
+    started.notified().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(handle.may_act());
+    // Cut off: the last renewal started at most a retry period (2 s) ago,
+    // so the renew deadline (10 s) falls within [cut + 8 s, cut + 10 s].
+    leader_lock.set_failing(true);
+    let cut = Instant::now();
+    let result = run.await.unwrap();
+    assert!(
+        matches!(result, Err(ControllerError::LeadershipLost)),
+        "{result:?}"
+    );
+    let writes = writes.lock().clone();
+    let last = *writes.last().expect("writes were sent while leading");
+    assert!(
+        last < cut + Duration::from_secs(10),
+        "a write was sent {:?} after the cut, past the renew deadline",
+        last - cut
+    );
+    assert!(
+        *refused.lock() > 0,
+        "the fence refused the writes between the renew deadline and the drop"
+    );
+    assert!(!handle.may_act());
     factory.shutdown().await;
 }

@@ -15,11 +15,11 @@ use futures::stream::{self, StreamExt as _};
 use http_body::Frame;
 use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_controller::leader::{LeaderElectionRecord, LeaseError};
 use kcache_controller::{
     Action, Config, Controller, LeaderElectionConfig, LeaseLock, MetricsRegistry, Request,
 };
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::{LeaderElectionRecord, LeaseError};
 use parking_lot::Mutex;
 use serde_json::json;
 

@@ -44,6 +44,7 @@
 mod compression;
 mod key;
 mod managed_fields;
+pub mod metrics;
 mod object;
 pub mod protobuf;
 mod selector;

@@ -98,6 +98,13 @@ pub struct DecodeError {
     pub source: serde_json::Error,
 }
 
+impl From<DecodeError> for std::io::Error {
+    /// A reconciler returning `std::io::Error` can use `?` on a decode.
+    fn from(e: DecodeError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+    }
+}
+
 /// An entry of `metadata.ownerReferences`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]

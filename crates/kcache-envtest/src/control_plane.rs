@@ -28,6 +28,42 @@ pub const EXTERNAL_KUBECONFIG_ENV: &str = "KCACHE_E2E_KUBECONFIG";
 /// How long to wait for etcd and kube-apiserver to become ready by default.
 const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// What the apiserver's audit log records (see
+/// [`ControlPlaneBuilder::audit_log`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuditPolicy {
+    /// Every write (create, update, patch, delete, deletecollection): an
+    /// event when it arrives (stage `RequestReceived`, with its request
+    /// body) and one when it was answered (`ResponseComplete`, with the
+    /// request and response bodies; `requestReceivedTimestamp` and
+    /// `stageTimestamp` give when it arrived and when it was answered). A
+    /// write in flight when the apiserver was killed has only the first. No
+    /// reads.
+    Writes,
+    /// A policy of one's own: the YAML of an `audit.k8s.io/v1` `Policy`.
+    Custom(String),
+}
+
+impl AuditPolicy {
+    const WRITES: &'static str = "\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [\"ResponseStarted\", \"Panic\"]
+rules:
+  - level: RequestResponse
+    verbs: [\"create\", \"update\", \"patch\", \"delete\", \"deletecollection\"]
+  - level: None
+";
+
+    fn yaml(&self) -> &str {
+        match self {
+            AuditPolicy::Writes => Self::WRITES,
+            AuditPolicy::Custom(yaml) => yaml,
+        }
+    }
+}
+
 /// Configuration of a [`ControlPlane`] before it starts.
 #[derive(Debug, Clone)]
 pub struct ControlPlaneBuilder {
@@ -35,6 +71,7 @@ pub struct ControlPlaneBuilder {
     detached: bool,
     extra_apiserver_args: Vec<String>,
     sharded_list_and_watch: bool,
+    audit: Option<AuditPolicy>,
 }
 
 impl Default for ControlPlaneBuilder {
@@ -44,6 +81,7 @@ impl Default for ControlPlaneBuilder {
             detached: false,
             extra_apiserver_args: Vec::new(),
             sharded_list_and_watch: true,
+            audit: None,
         }
     }
 }
@@ -87,6 +125,16 @@ impl ControlPlaneBuilder {
         self
     }
 
+    /// Turns on the apiserver's audit log (JSON lines, one event per
+    /// request, in the order the apiserver completes them) with `policy`;
+    /// it is written to [`ControlPlane::audit_log_path`] and survives
+    /// apiserver restarts (appended). Off by default (it costs a write per
+    /// request).
+    pub fn audit_log(mut self, policy: AuditPolicy) -> Self {
+        self.audit = Some(policy);
+        self
+    }
+
     /// Builds the binaries if needed, starts etcd and kube-apiserver, waits
     /// until the apiserver answers `/readyz`, and writes an admin kubeconfig.
     pub async fn start(self) -> Result<ControlPlane, EnvtestError> {
@@ -113,6 +161,7 @@ pub struct ControlPlane {
     apiserver_args: Vec<OsString>,
     start_timeout: Duration,
     detached: bool,
+    audit_log: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -350,6 +399,7 @@ impl ControlPlane {
             apiserver_args: Vec::new(),
             start_timeout: DEFAULT_START_TIMEOUT,
             detached: true,
+            audit_log: None,
         })
     }
 
@@ -444,6 +494,21 @@ impl ControlPlane {
             )
             .into(),
         ];
+        let audit_log = match &opts.audit {
+            Some(policy) => {
+                let policy_path = run_dir.join("audit-policy.yaml");
+                write_file(&policy_path, policy.yaml())?;
+                let log = run_dir.join("audit.log");
+                apiserver_args.extend([
+                    format!("--audit-policy-file={}", policy_path.display()).into(),
+                    format!("--audit-log-path={}", log.display()).into(),
+                    "--audit-log-format=json".into(),
+                    "--audit-log-mode=blocking".into(),
+                ]);
+                Some(log)
+            }
+            None => None,
+        };
         apiserver_args.extend(opts.extra_apiserver_args.iter().map(OsString::from));
 
         let cp = ControlPlane {
@@ -459,6 +524,7 @@ impl ControlPlane {
             apiserver_args,
             start_timeout: opts.start_timeout,
             detached: opts.detached,
+            audit_log,
         };
         let etcd = cp.spawn("etcd", &binaries.etcd, &etcd_args)?;
         *lock(&cp.etcd) = Some(etcd);
@@ -587,6 +653,12 @@ impl ControlPlane {
     /// logs (`etcd.log`, `kube-apiserver.log`).
     pub fn run_dir(&self) -> &Path {
         &self.run_dir
+    }
+
+    /// The apiserver's audit log, when turned on with
+    /// [`ControlPlaneBuilder::audit_log`].
+    pub fn audit_log_path(&self) -> Option<&Path> {
+        self.audit_log.as_deref()
     }
 
     /// The admin client configuration.

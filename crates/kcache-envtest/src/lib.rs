@@ -66,7 +66,7 @@ mod raw_http;
 pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION, cache_dir};
 pub use certs::CertAndKey;
 pub use control_plane::{
-    ControlPlane, ControlPlaneBuilder, DetachedState, EXTERNAL_KUBECONFIG_ENV, detached_state,
-    detached_state_path, pid_alive, stop_detached,
+    AuditPolicy, ControlPlane, ControlPlaneBuilder, DetachedState, EXTERNAL_KUBECONFIG_ENV,
+    detached_state, detached_state_path, pid_alive, stop_detached,
 };
 pub use error::EnvtestError;

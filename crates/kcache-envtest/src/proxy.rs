@@ -14,7 +14,10 @@
 //!   for ever (a peer that vanished without a FIN), while new connections
 //!   work;
 //! - [`FaultProxy::delay`] delays every forwarded chunk;
-//! - [`FaultProxy::refuse`] accepts new connections and closes them at once.
+//! - [`FaultProxy::refuse`] accepts new connections and closes them at once;
+//! - [`FaultProxy::unlisten`] closes the listening socket, so that new
+//!   connections are refused by the kernel (`ECONNREFUSED`, as when the
+//!   apiserver is down), and listens again on the same port later.
 //!
 //! [`FaultProxy::client`] builds a [`kube::Client`] that goes through the
 //! proxy. Dropping the proxy stops its tasks and closes its connections.
@@ -37,7 +40,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -83,6 +86,8 @@ struct Faults {
     blackhole_generation: u64,
     stalled: bool,
     refuse: bool,
+    /// Not listening: connection attempts are refused by the kernel.
+    unlisten: bool,
     delay: Duration,
     shutdown: bool,
 }
@@ -96,6 +101,11 @@ struct Counters {
     upstream_failed: AtomicU64,
     injected: AtomicU64,
     http_requests: AtomicU64,
+    held_stalled: AtomicU64,
+    held_blackholed: AtomicU64,
+    delayed: AtomicU64,
+    open: AtomicU64,
+    unlistened: AtomicBool,
 }
 
 /// A snapshot of a proxy's counters.
@@ -114,6 +124,18 @@ pub struct ProxyStats {
     /// HTTP mode: requests forwarded (or answered 502 when the upstream
     /// failed).
     pub http_requests: u64,
+    /// Chunks held back by [`FaultProxy::stall`] (each counted once, in
+    /// either direction): what a stall really stopped.
+    pub held_stalled: u64,
+    /// Chunks held back for ever by [`FaultProxy::blackhole_open`].
+    pub held_blackholed: u64,
+    /// Chunks forwarded late by [`FaultProxy::delay`].
+    pub delayed: u64,
+    /// Connections open now (accepted and not ended).
+    pub open: u64,
+    /// The listening socket is closed ([`FaultProxy::unlisten`] has taken
+    /// effect): new connections are refused by the kernel.
+    pub unlistened: bool,
 }
 
 /// A loopback TCP proxy the test controls (see the [module docs](self)).
@@ -267,11 +289,23 @@ impl FaultProxy {
         self.faults.send_modify(|f| f.refuse = refuse);
     }
 
+    /// Closes the listening socket (`true`): new connections are refused
+    /// by the kernel (`ECONNREFUSED`), which a client treats as a server
+    /// that is down (a reflector backs off and watches again, without a
+    /// relist), unlike [`FaultProxy::refuse`], whose accepted-then-reset
+    /// connections are transport errors. Open connections are not touched.
+    /// `false` listens again on the same port. Both take effect shortly
+    /// after the call: [`ProxyStats::unlistened`] tells when.
+    pub fn unlisten(&self, unlisten: bool) {
+        self.faults.send_modify(|f| f.unlisten = unlisten);
+    }
+
     /// Clears every fault (open blackholed connections stay stalled).
     pub fn heal(&self) {
         self.faults.send_modify(|f| {
             f.stalled = false;
             f.refuse = false;
+            f.unlisten = false;
             f.delay = Duration::ZERO;
         });
     }
@@ -285,6 +319,11 @@ impl FaultProxy {
             upstream_failed: self.counters.upstream_failed.load(Ordering::Relaxed),
             injected: self.counters.injected.load(Ordering::Relaxed),
             http_requests: self.counters.http_requests.load(Ordering::Relaxed),
+            held_stalled: self.counters.held_stalled.load(Ordering::Relaxed),
+            held_blackholed: self.counters.held_blackholed.load(Ordering::Relaxed),
+            delayed: self.counters.delayed.load(Ordering::Relaxed),
+            open: self.counters.open.load(Ordering::Relaxed),
+            unlistened: self.counters.unlistened.load(Ordering::Relaxed),
         }
     }
 }
@@ -301,12 +340,44 @@ impl Drop for FaultProxy {
 }
 
 async fn accept_loop(
-    listener: TcpListener,
+    mut listener: TcpListener,
     upstream: SocketAddr,
     mut faults: watch::Receiver<Faults>,
     counters: Arc<Counters>,
 ) {
     loop {
+        if faults.borrow().unlisten {
+            let Ok(addr) = listener.local_addr() else {
+                return;
+            };
+            drop(listener);
+            counters.unlistened.store(true, Ordering::Relaxed);
+            listener = loop {
+                let (unlisten, shutdown) = {
+                    let f = faults.borrow_and_update();
+                    (f.unlisten, f.shutdown)
+                };
+                if shutdown {
+                    return;
+                }
+                if !unlisten {
+                    match TcpListener::bind(addr).await {
+                        Ok(l) => {
+                            counters.unlistened.store(false, Ordering::Relaxed);
+                            break l;
+                        }
+                        // the port may still be held for a moment: retry
+                        Err(_) => {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    }
+                }
+                if faults.changed().await.is_err() {
+                    return;
+                }
+            };
+        }
         let accepted = tokio::select! {
             a = listener.accept() => a,
             changed = faults.changed() => {
@@ -332,12 +403,12 @@ async fn accept_loop(
             continue;
         }
         counters.accepted.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(connection(
-            client,
-            upstream,
-            faults.clone(),
-            counters.clone(),
-        ));
+        counters.open.fetch_add(1, Ordering::Relaxed);
+        let (faults, counters) = (faults.clone(), counters.clone());
+        tokio::spawn(async move {
+            connection(client, upstream, faults, counters.clone()).await;
+            counters.open.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 }
 
@@ -370,8 +441,8 @@ async fn connection(
     let _ = server.set_nodelay(true);
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
-    let up = pump(cr, sw, faults.clone(), cut_at, blackhole_at);
-    let down = pump(sr, cw, faults, cut_at, blackhole_at);
+    let up = pump(cr, sw, faults.clone(), cut_at, blackhole_at, &counters);
+    let down = pump(sr, cw, faults, cut_at, blackhole_at, &counters);
     tokio::pin!(up, down);
     // The first direction to end decides: after a clean close (FIN) the
     // other direction may still finish; after a cut both sockets are reset.
@@ -421,6 +492,7 @@ async fn pump(
     mut faults: watch::Receiver<Faults>,
     cut_at: u64,
     blackhole_at: u64,
+    counters: &Counters,
 ) -> (End, tokio::net::tcp::OwnedWriteHalf) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -445,20 +517,30 @@ async fn pump(
             }
         };
         // hold the bytes while stalled or blackholed
+        let (mut counted_stall, mut counted_blackhole) = (false, false);
         loop {
-            let (end, hold, delay) = {
+            let (end, stalled, blackholed, delay) = {
                 let f = faults.borrow_and_update();
                 (
                     ending(&f, cut_at),
-                    f.stalled || f.blackhole_generation != blackhole_at,
+                    f.stalled,
+                    f.blackhole_generation != blackhole_at,
                     f.delay,
                 )
             };
             if let Some(end) = end {
                 return (end, to);
             }
-            if !hold {
+            if blackholed && !counted_blackhole {
+                counted_blackhole = true;
+                counters.held_blackholed.fetch_add(1, Ordering::Relaxed);
+            } else if stalled && !blackholed && !counted_stall {
+                counted_stall = true;
+                counters.held_stalled.fetch_add(1, Ordering::Relaxed);
+            }
+            if !stalled && !blackholed {
                 if !delay.is_zero() {
+                    counters.delayed.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(delay).await;
                 }
                 break;

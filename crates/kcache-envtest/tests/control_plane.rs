@@ -325,6 +325,61 @@ fn processes_exit_when_the_test_process_dies() {
     }
 }
 
+#[tokio::test]
+async fn audit_log_records_writes_in_order() {
+    let cp = ControlPlane::builder()
+        .audit_log(kcache_envtest::AuditPolicy::Writes)
+        .start()
+        .await
+        .unwrap();
+    let log = cp.audit_log_path().expect("audit log on").to_path_buf();
+    let ns = cp.create_namespace("audit").await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
+    api.create(&PostParams::default(), &config_map("one"))
+        .await
+        .unwrap();
+    api.delete("one", &Default::default()).await.unwrap();
+    api.list(&ListParams::default()).await.unwrap();
+    // blocking mode: the event is written before the answer
+    let events: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["objectRef"]["namespace"] == ns.as_str())
+        .collect();
+    let writes: Vec<_> = events
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "configmaps")
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["verb"].as_str().unwrap(),
+                e["stage"].as_str().unwrap()
+            )
+        })
+        .collect();
+    // writes only, in order, each when received and when answered
+    assert_eq!(
+        writes,
+        [
+            "create RequestReceived",
+            "create ResponseComplete",
+            "delete RequestReceived",
+            "delete ResponseComplete"
+        ]
+    );
+    let created = events
+        .iter()
+        .find(|e| {
+            e["verb"] == "create"
+                && e["objectRef"]["resource"] == "configmaps"
+                && e["stage"] == "ResponseComplete"
+        })
+        .unwrap();
+    // with the response: the created object's uid
+    assert!(created["responseObject"]["metadata"]["uid"].is_string());
+}
+
 /// Issue 15, finding 9: the control plane's private keys, admin kubeconfig
 /// and logs are readable by this user only (0600), and the run folder, its
 /// data folder and the PKI folder are 0700.

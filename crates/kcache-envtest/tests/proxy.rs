@@ -55,6 +55,7 @@ async fn forwards_and_cuts() {
             .unwrap(),
         b"hello"
     );
+    assert_eq!(proxy.stats().open, 1);
     proxy.cut_all();
     let mut buf = [0u8; 8];
     let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
@@ -97,6 +98,9 @@ async fn stall_holds_bytes_without_closing() {
         .unwrap()
         .unwrap();
     assert_eq!(&got, b"held");
+    // the stall is counted where it bit: the one chunk it held
+    let stats = proxy.stats();
+    assert_eq!((stats.held_stalled, stats.held_blackholed), (1, 0));
 }
 
 #[tokio::test]
@@ -119,6 +123,8 @@ async fn blackhole_stalls_open_connections_only() {
             .unwrap(),
         b"fresh"
     );
+    let stats = proxy.stats();
+    assert_eq!((stats.held_blackholed, stats.held_stalled), (1, 0));
 }
 
 #[tokio::test]
@@ -137,6 +143,7 @@ async fn delay_and_refuse() {
         t.elapsed()
     );
     proxy.delay(Duration::ZERO);
+    assert_eq!(proxy.stats().delayed, 2, "one chunk delayed each way");
 
     proxy.refuse(true);
     let mut r = TcpStream::connect(proxy.addr()).await.unwrap();
@@ -167,4 +174,52 @@ async fn dropping_the_proxy_closes_everything() {
     // the listener is gone too
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test]
+async fn unlisten_refuses_new_connections_and_keeps_open_ones() {
+    let proxy = FaultProxy::start(echo().await).await.unwrap();
+    let addr = proxy.addr();
+    let mut open = TcpStream::connect(addr).await.unwrap();
+    roundtrip(&mut open, b"warm", Duration::from_secs(5))
+        .await
+        .unwrap();
+    proxy.unlisten(true);
+    // the listener closes asynchronously: wait for the kernel's refusal
+    let refused = async {
+        loop {
+            match TcpStream::connect(addr).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return,
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), refused)
+        .await
+        .expect("new connections are refused (ECONNREFUSED)");
+    assert!(proxy.stats().unlistened);
+    assert_eq!(
+        roundtrip(&mut open, b"still", Duration::from_secs(5))
+            .await
+            .unwrap(),
+        b"still",
+        "an open connection keeps working"
+    );
+    proxy.unlisten(false);
+    let back = async {
+        loop {
+            if let Ok(mut s) = TcpStream::connect(addr).await
+                && roundtrip(&mut s, b"back", Duration::from_secs(1))
+                    .await
+                    .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), back)
+        .await
+        .expect("listening again on the same port");
+    assert!(!proxy.stats().unlistened);
 }

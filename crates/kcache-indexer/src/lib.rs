@@ -1,6 +1,6 @@
 //! Thread-safe store of cached Kubernetes objects with named indexes, and
 //! listers: client-go's `Indexer`, `ThreadSafeStore` and listers, on
-//! `dashmap`.
+//! one `parking_lot::RwLock`.
 //!
 //! ```
 //! use std::sync::Arc;

@@ -170,6 +170,8 @@ pub(crate) struct Inner<K: Resource> {
     /// False from a warm start until the cache is known current.
     current: AtomicBool,
     snapshot_status: Mutex<SnapshotStatus>,
+    /// The last error the reflector reported, as text.
+    last_error: Arc<Mutex<Option<String>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -334,6 +336,7 @@ where
                 snapshot: self.snapshot,
                 current: AtomicBool::new(true),
                 snapshot_status: Mutex::new(SnapshotStatus::default()),
+                last_error: Arc::new(Mutex::new(None)),
             }),
         }
     }
@@ -948,6 +951,14 @@ where
         })
     }
 
+    /// The last error the informer's reflector reported (a failed list or
+    /// watch, a skipped event), as text; `None` before any. What a
+    /// controller's cache-sync timeout names for an informer that never
+    /// synced.
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.inner.last_error).clone()
+    }
+
     /// Waits until the informer has stopped after its `run` was cancelled.
     pub async fn stopped(&self) {
         self.inner.stopped.cancelled().await
@@ -1068,9 +1079,15 @@ where
         if let Some(m) = &self.inner.reflector_metrics {
             rb = rb.metrics(m.clone());
         }
-        if let Some(h) = &lc.watch_error_handler {
-            let h = h.clone();
-            rb = rb.watch_error_handler(move |e: &ReflectorError| h(e));
+        {
+            let user = lc.watch_error_handler.clone();
+            let last = self.inner.last_error.clone();
+            rb = rb.watch_error_handler(move |e: &ReflectorError| {
+                *lock(&last) = Some(e.to_string());
+                if let Some(h) = &user {
+                    h(e);
+                }
+            });
         }
         if let Some(rv) = resume_rv {
             rb = rb.resume_from(rv);

@@ -20,7 +20,7 @@ fn labels(name: &str) -> Labels {
 /// labelled `name=<reflector name>`: `reflector_lists_total`,
 /// `reflector_watches_total`, `reflector_watch_events_total`,
 /// `reflector_relists_total`, `reflector_errors_total{reason}`,
-/// `reflector_last_resource_version`.
+/// `reflector_last_sync_timestamp_seconds`.
 ///
 /// Register it once per registry and share it (it is cheap to clone).
 #[derive(Clone, Debug)]
@@ -30,7 +30,7 @@ pub struct PrometheusMetricsProvider {
     events: Family<Labels, Counter>,
     relists: Family<Labels, Counter>,
     errors: Family<Labels, Counter>,
-    last_rv: Family<Labels, Gauge<f64, AtomicU64>>,
+    last_sync: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
 impl PrometheusMetricsProvider {
@@ -42,7 +42,7 @@ impl PrometheusMetricsProvider {
             events: Family::default(),
             relists: Family::default(),
             errors: Family::default(),
-            last_rv: Family::default(),
+            last_sync: Family::default(),
         };
         // prometheus-client appends `_total` to counters.
         registry.register(
@@ -71,9 +71,9 @@ impl PrometheusMetricsProvider {
             this.errors.clone(),
         );
         registry.register(
-            "reflector_last_resource_version",
-            "The last resourceVersion the reflector synced to",
-            this.last_rv.clone(),
+            "reflector_last_sync_timestamp_seconds",
+            "When the reflector's cache was last known current (a list, a watch event or a bookmark), as Unix time",
+            this.last_sync.clone(),
         );
         this
     }
@@ -81,8 +81,8 @@ impl PrometheusMetricsProvider {
 
 struct PCounter(Counter);
 impl CounterMetric for PCounter {
-    fn inc(&self) {
-        self.0.inc();
+    fn inc_by(&self, n: u64) {
+        self.0.inc_by(n);
     }
 }
 
@@ -111,7 +111,7 @@ impl MetricsProvider for PrometheusMetricsProvider {
         l.push(("reason".to_owned(), reason.as_str().to_owned()));
         Box::new(PCounter(self.errors.get_or_create_owned(&l)))
     }
-    fn new_last_resource_version_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
-        Box::new(PGauge(self.last_rv.get_or_create_owned(&labels(name))))
+    fn new_last_sync_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(PGauge(self.last_sync.get_or_create_owned(&labels(name))))
     }
 }

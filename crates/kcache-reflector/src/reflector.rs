@@ -746,7 +746,7 @@ impl<K> Reflector<K> {
             g.last_sync_rv.clear();
             g.last_sync_rv.push_str(rv);
         }
-        self.metrics.resource_version(rv);
+        self.metrics.synced_now();
     }
 
     /// Marks the store as synced (first time only: wakes `wait_synced`).

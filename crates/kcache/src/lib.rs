@@ -11,7 +11,8 @@
 //! | [`reflector`] | `kcache-reflector` | list + watch into a store, with client-go's recovery rules |
 //! | [`informer`] | `kcache-informer` | shared index informers, per-handler listeners, factory |
 //! | [`workqueue`] | `kcache-workqueue` | dedup, delaying, rate-limited, priority queues; rate limiters |
-//! | [`controller`] | `kcache-controller` | reconcile loop, leader election, events, finalizers, metrics |
+//! | [`lease`] | `kcache-lease` | leader election and shard membership on Leases |
+//! | [`controller`] | `kcache-controller` | reconcile loop, owns/watches, events, finalizers, metrics, health; composes `kcache-lease` |
 //!
 //! The [`prelude`] brings in what a controller author uses every day.
 //!
@@ -38,14 +39,15 @@ pub use kcache_core as core;
 pub use kcache_deltafifo as deltafifo;
 pub use kcache_indexer as indexer;
 pub use kcache_informer as informer;
+pub use kcache_lease as lease;
 pub use kcache_reflector as reflector;
 pub use kcache_workqueue as workqueue;
 
 /// What a controller author uses every day.
 pub mod prelude {
     pub use kcache_controller::{
-        Action, Config, Controller, ControllerError, LeaderElectionConfig, MetricsRegistry,
-        Predicate, Reconciler, Request, Trigger,
+        Action, Config, Controller, ControllerError, MetricsRegistry, Predicate, Reconciler,
+        Request, Trigger,
     };
     pub use kcache_core::{
         CachedObject, DeletedFinalStateUnknown, ObjectOptions, ObjectOrTombstone, Selector,
@@ -56,5 +58,7 @@ pub mod prelude {
         ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer,
         SharedInformerFactory, wait_for_cache_sync,
     };
+    pub use kcache_lease::shard::{KubeMembershipStore, ShardConfig};
+    pub use kcache_lease::{KubeLeaseLock, LeaderElectionConfig};
     pub use kcache_workqueue::{AddOpts, RateLimiter, WorkQueue, default_controller_rate_limiter};
 }

@@ -1,6 +1,7 @@
 //! The Foo controller: reconcile, context and wiring.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -98,6 +99,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// Deployment creates whose answer was lost.
     pub unknown_creates: Arc<UnknownCreates>,
+    /// Deployments the orphan sweeper deleted (see `delete_orphans`): each
+    /// one a Foo that went away without its finalizer's cleanup.
+    pub orphans_deleted: Arc<AtomicU64>,
 }
 
 /// Builds the Foo controller (owning Deployments) and its context on
@@ -108,16 +112,20 @@ pub fn build_controller(
     client: Client,
     config: Config,
 ) -> (Controller<Foo>, Arc<Context>) {
+    let controller = Controller::<Foo>::new(factory, config.name(CONTROLLER_NAME))
+        .owns::<Deployment>()
+        // Our own status writes do not change the generation: skip them.
+        .with_predicate(Predicate::generation_changed() | Predicate::labels_changed());
+    // Writes go through the controller's fence: with leader election, a
+    // replica that lost (or may have lost) its lease sends none.
+    let client = controller.handle().fenced_client(client);
     let ctx = Arc::new(Context {
         client: client.clone(),
         deployments: factory.informer::<Deployment>(),
         recorder: Recorder::new(client, Reporter::new(CONTROLLER_NAME)),
         unknown_creates: Arc::default(),
+        orphans_deleted: Arc::default(),
     });
-    let controller = Controller::<Foo>::new(factory, config.name(CONTROLLER_NAME))
-        .owns::<Deployment>()
-        // Our own status writes do not change the generation: skip them.
-        .with_predicate(Predicate::generation_changed() | Predicate::labels_changed());
     (controller, ctx)
 }
 
@@ -228,6 +236,7 @@ async fn delete_orphans(name: &str, ns: &str, ctx: &Context) -> Result<Action, E
         let dep = d.name_any();
         match deployments.delete(&dep, &params).await {
             Ok(_) => {
+                ctx.orphans_deleted.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(deployment = %format!("{ns}/{dep}"), foo = %name, "deleted the deployment of a Foo that is gone")
             }
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}

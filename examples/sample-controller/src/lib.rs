@@ -18,6 +18,7 @@
 // The custom resource of k8s.io/sample-controller is called Foo.
 #![allow(clippy::disallowed_names)]
 
+pub mod cli;
 pub mod controller;
 pub mod crd;
 pub mod simulator;

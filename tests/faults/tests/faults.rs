@@ -3,19 +3,30 @@
 //! ConfigMaps. After each fault the driver stops and [`support::converge`]
 //! checks: cache == fresh LIST (keys and resourceVersions), the handler's
 //! view == fresh LIST (so every deleted key it had seen got a delete or a
-//! tombstone), no update went backwards, and the informer ends cleanly.
+//! tombstone), no update went backwards, no notification was delivered
+//! twice, no deleted object came back, and the informer ends cleanly.
+//!
+//! Faults 1-5 run on both list paths: the streaming list
+//! (`sendInitialEvents`, the default) and, in the `_paged` variants, the
+//! paged LIST + watch (`use_watch_list(false)`, pages of [`PAGE`] items),
+//! which is the reflector's fallback whenever a streaming list fails.
 //!
 //! Quick form by default (CI); `KCACHE_FAULT_FULL=1` for more faults and
 //! operations; `KCACHE_FAULT_SEED=<n>` replays a run.
 
+#[path = "faults/fault8.rs"]
+mod fault8;
+#[path = "faults/fault9.rs"]
+mod fault9;
 mod support;
 
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_envtest::ControlPlane;
-use kcache_envtest::proxy::FaultProxy;
-use kcache_informer::{SharedIndexInformer, wait_for_cache_sync};
+use kcache_envtest::proxy::{FaultProxy, ProxyStats};
+use kcache_informer::{ListOptions, SharedIndexInformer, wait_for_cache_sync};
 use kube::api::{Api, PostParams};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -24,6 +35,63 @@ use support::*;
 /// Convergence bound after the driver stops: the reflector's backoff caps at
 /// 30 s with up to 100 % jitter.
 const CONVERGE: Duration = Duration::from_secs(90);
+
+/// Page size of the paged variants: lists of more than this many objects
+/// take several pages (continue tokens).
+const PAGE: u32 = 10;
+
+/// ConfigMaps created before the informer starts, so that its initial list
+/// (and every relist) has several pages on the paged path.
+const PREFILL: usize = 25;
+
+/// The list path an informer takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ListPath {
+    /// Streaming lists (`sendInitialEvents=true`), the default.
+    Streaming,
+    /// `use_watch_list(false)`: LIST in pages of [`PAGE`], then watch.
+    Paged,
+}
+
+impl ListPath {
+    fn options(self, ns: &str) -> ListOptions {
+        let mut o = ListOptions {
+            namespace: Some(ns.to_owned()),
+            ..ListOptions::default()
+        };
+        if self == ListPath::Paged {
+            o.use_watch_list = false;
+            o.page_size = PAGE;
+        }
+        o
+    }
+
+    /// The test's name on this path.
+    fn name(self, test: &str) -> String {
+        match self {
+            ListPath::Streaming => test.to_owned(),
+            ListPath::Paged => format!("{test}_paged"),
+        }
+    }
+
+    /// Asserts, from the requests the informer sent, that it took this
+    /// path (a paged variant that silently streamed would test nothing).
+    fn assert_taken(self, kinds: RequestKinds) {
+        match self {
+            ListPath::Streaming => assert!(
+                kinds.streaming_lists >= 1,
+                "the streaming path sent no streaming list: {kinds:?}"
+            ),
+            // a list at resourceVersion "0" (the initial one) is served
+            // whole from the watch cache whatever the limit; relists at
+            // "" or at an exact resourceVersion come in pages
+            ListPath::Paged => assert!(
+                kinds.streaming_lists == 0 && kinds.lists >= 1,
+                "the paged path must LIST and never stream: {kinds:?}"
+            ),
+        }
+    }
+}
 
 async fn synced(informer: &SharedIndexInformer<ConfigMap>, within: Duration) {
     let cancel = tokio_util::sync::CancellationToken::new();
@@ -34,35 +102,152 @@ async fn synced(informer: &SharedIndexInformer<ConfigMap>, within: Duration) {
     );
 }
 
-/// A fresh namespace, a fault proxy in front of `cp`'s apiserver, and a
-/// synced informer on that namespace through the proxy, with a recorder.
+/// Creates `n` ConfigMaps `pre<i>` of `pad` bytes each.
+async fn prefill(api: &Api<ConfigMap>, n: usize, pad: usize) {
+    for i in 0..n {
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": format!("pre{i}") },
+            "data": { "pad": "x".repeat(pad) }
+        }))
+        .expect("configmap");
+        api.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+    }
+}
+
+/// A fresh namespace with [`PREFILL`] ConfigMaps, a fault proxy in front of
+/// `cp`'s apiserver, and a synced informer on that namespace through the
+/// proxy and an [`HttpFaults`] layer, on `path`, with a recorder and a
+/// watch-error counter.
 struct Proxied {
     ns: String,
     proxy: FaultProxy,
+    http: HttpFaults,
     informer: SharedIndexInformer<ConfigMap>,
     rec: Recorder,
+    errors: ErrorCounts,
     cancel: tokio_util::sync::CancellationToken,
     task: tokio::task::JoinHandle<Result<(), String>>,
 }
 
-async fn proxied(cp: &ControlPlane, ns_prefix: &str) -> Proxied {
-    let ns = cp.create_namespace(ns_prefix).await.expect("namespace");
-    let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
-    let informer =
-        SharedIndexInformer::<ConfigMap>::builder(proxy.client(cp.config()).expect("client"))
-            .namespace(&ns)
-            .build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).expect("handler");
-    let (cancel, task) = spawn_informer(&informer);
-    synced(&informer, Duration::from_secs(30)).await;
-    Proxied {
-        ns,
-        proxy,
-        informer,
-        rec,
-        cancel,
-        task,
+impl Proxied {
+    async fn start(cp: &ControlPlane, ns_prefix: &str, path: ListPath) -> Proxied {
+        Proxied::start_with(cp, ns_prefix, path, None).await
+    }
+
+    async fn start_with(
+        cp: &ControlPlane,
+        ns_prefix: &str,
+        path: ListPath,
+        watch_idle: Option<Duration>,
+    ) -> Proxied {
+        let ns = cp.create_namespace(ns_prefix).await.expect("namespace");
+        prefill(&api(cp, &ns), PREFILL, 64).await;
+        let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
+        let http = HttpFaults::default();
+        let mut options = path.options(&ns);
+        options.watch_idle_timeout = watch_idle;
+        let informer = SharedIndexInformer::<ConfigMap>::builder(
+            http.client(proxy.config(cp.config()).expect("config")),
+        )
+        .list_options(options)
+        .build();
+        let errors = ErrorCounts::default();
+        informer
+            .set_watch_error_handler(errors.handler())
+            .expect("error handler");
+        let rec = Recorder::default();
+        informer.add_event_handler(rec.clone()).expect("handler");
+        let (cancel, task) = spawn_informer(&informer);
+        synced(&informer, Duration::from_secs(30)).await;
+        Proxied {
+            ns,
+            proxy,
+            http,
+            informer,
+            rec,
+            errors,
+            cancel,
+            task,
+        }
+    }
+
+    fn driver(
+        &self,
+        cp: &ControlPlane,
+        prefix: &str,
+        seed: u64,
+        ops: u64,
+        pace: Duration,
+    ) -> Driver {
+        Driver::start(
+            cp.client().expect("client"),
+            &self.ns,
+            prefix,
+            seed,
+            ops,
+            pace,
+        )
+    }
+
+    /// [`converge`]; on a failure, also prints what the proxy, the
+    /// informer's requests and its watch-error reports show.
+    async fn converge(&self, cp: &ControlPlane, done: &DriverReport) -> Outcome {
+        use futures::FutureExt as _;
+        let api = api(cp, &self.ns);
+        let check = converge(&self.informer, &self.rec, &api, done, CONVERGE);
+        match std::panic::AssertUnwindSafe(check).catch_unwind().await {
+            Ok(out) => out,
+            Err(panic) => {
+                eprintln!(
+                    "at the failure: proxy {:?}; requests {:?}; watch errors reported {:?}",
+                    self.proxy.stats(),
+                    self.http.kinds(),
+                    self.errors.all()
+                );
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    /// Checks the list path taken and stops the informer.
+    async fn finish(self, path: ListPath) {
+        eprintln!(
+            "requests: {:?}; watch errors reported: {:?}",
+            self.http.kinds(),
+            self.errors.all()
+        );
+        path.assert_taken(self.http.kinds());
+        stop_informer(self.cancel, self.task).await;
+    }
+}
+
+/// A direct (unproxied) client's API for ConfigMaps in `ns`.
+fn api(cp: &ControlPlane, ns: &str) -> Api<ConfigMap> {
+    Api::namespaced(cp.client().expect("client"), ns)
+}
+
+/// Keeps a fault on until the proxy's counters show it bit (`bit` on the
+/// stats since `before`), at least `min` and at most `max` long. Returns
+/// whether it bit.
+async fn until_bitten(
+    proxy: &FaultProxy,
+    before: ProxyStats,
+    min: Duration,
+    max: Duration,
+    bit: impl Fn(&ProxyStats, &ProxyStats) -> bool,
+) -> bool {
+    tokio::time::sleep(min).await;
+    let start = Instant::now();
+    loop {
+        if bit(&before, &proxy.stats()) {
+            return true;
+        }
+        if start.elapsed() + min >= max {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -70,35 +255,31 @@ async fn proxied(cp: &ControlPlane, ns_prefix: &str) -> Proxied {
 /// while the driver runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_cuts() {
-    let seed = seed("connection_cuts");
+    connection_cuts_on(ListPath::Streaming).await;
+}
+
+/// Fault 1 on the paged LIST + watch path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cuts_paged() {
+    connection_cuts_on(ListPath::Paged).await;
+}
+
+async fn connection_cuts_on(path: ListPath) {
+    let name = path.name("connection_cuts");
+    let seed = seed(&name);
     let mut rng = StdRng::seed_from_u64(seed);
     let (cuts, ops) = if full() { (15, 600) } else { (4, 200) };
     let cp = ControlPlane::shared().await.expect("control plane");
-    let Proxied {
-        ns,
-        proxy,
-        informer,
-        rec,
-        cancel,
-        task,
-    } = proxied(cp, "fault-cuts").await;
+    let p = Proxied::start(cp, "fault-cuts", path).await;
 
-    let driver = Driver::start(
-        cp.client().expect("client"),
-        &ns,
-        "c",
-        seed,
-        ops,
-        Duration::from_millis(20),
-    );
+    let driver = p.driver(cp, "c", seed, ops, Duration::from_millis(20));
     for _ in 0..cuts {
         tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
-        proxy.cut_all();
+        p.proxy.cut_all();
     }
     let done = driver.stop().await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
-    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
-    let stats = proxy.stats();
+    let out = p.converge(cp, &done).await;
+    let stats = p.proxy.stats();
     assert!(
         stats.cut >= 1,
         "no connection was cut: the fault was not injected ({stats:?})"
@@ -107,79 +288,157 @@ async fn connection_cuts() {
         !done.deleted.is_empty() && out.deletes > 0,
         "no delete exercised"
     );
-    report("connection_cuts", stats.cut, &done, &out);
-    stop_informer(cancel, task).await;
+    report(&name, stats.cut, &done, &out);
+    p.finish(path).await;
 }
 
 /// Fault 1, mixed: at random intervals, one of: reset every connection;
 /// stall every connection for 0.5-2 s (then resume: the held bytes flow);
 /// delay every chunk by 100 ms for 1 s; refuse new connections and reset
-/// the open ones for 1 s.
+/// the open ones for 1 s. Each episode lasts until the proxy's counters
+/// show that it bit (bounded), and every episode must have bitten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn network_chaos() {
-    let seed = seed("network_chaos");
-    let mut rng = StdRng::seed_from_u64(seed);
-    let (faults, ops) = if full() { (20, 600) } else { (6, 200) };
-    let cp = ControlPlane::shared().await.expect("control plane");
-    let Proxied {
-        ns,
-        proxy,
-        informer,
-        rec,
-        cancel,
-        task,
-    } = proxied(cp, "fault-chaos").await;
+    network_chaos_on(ListPath::Streaming).await;
+}
 
-    let driver = Driver::start(
-        cp.client().expect("client"),
-        &ns,
-        "c",
-        seed,
-        ops,
-        Duration::from_millis(20),
-    );
-    let mut kinds = [0u32; 4];
+/// Fault 1b on the paged LIST + watch path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_chaos_paged() {
+    network_chaos_on(ListPath::Paged).await;
+}
+
+async fn network_chaos_on(path: ListPath) {
+    let name = path.name("network_chaos");
+    let seed = seed(&name);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let faults = if full() { 20 } else { 6 };
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let p = Proxied::start(cp, "fault-chaos", path).await;
+    let proxy = &p.proxy;
+
+    // the driver runs until the faults are done: a stall or a delay bites
+    // only while events flow
+    let driver = p.driver(cp, "c", seed, 100_000, Duration::from_millis(20));
+    const KINDS: [&str; 4] = ["cut", "stall", "delay", "refusal"];
+    let (mut chosen, mut bitten) = ([0u64; 4], [0u64; 4]);
+    // a fault is kept on until it bites: the reflector may be between
+    // connections (backoff) when it starts
+    let max = Duration::from_secs(5);
     for _ in 0..faults {
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..1000))).await;
         let kind = rng.random_range(0..4usize);
-        kinds[kind] += 1;
-        match kind {
-            0 => proxy.cut_all(),
+        chosen[kind] += 1;
+        // a fault bites only where a connection is open: the reflector may
+        // be in its backoff (which grows with every failure) between two
+        let open = until_bitten(proxy, proxy.stats(), Duration::ZERO, CONVERGE, |_, a| {
+            a.open >= 1
+        })
+        .await;
+        assert!(
+            open,
+            "the informer opened no connection within {CONVERGE:?}"
+        );
+        let before = proxy.stats();
+        let bit = match kind {
+            0 => {
+                // a cut bites only if a connection is open: if none was,
+                // wait for the next one and cut again
+                let deadline = Instant::now() + max;
+                loop {
+                    let b = proxy.stats();
+                    proxy.cut_all();
+                    let short = Duration::from_millis(200);
+                    if until_bitten(proxy, b, Duration::ZERO, short, |b, a| a.cut > b.cut).await {
+                        break true;
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break false;
+                    }
+                    let b = proxy.stats();
+                    until_bitten(proxy, b, Duration::ZERO, left, |b, a| {
+                        a.accepted > b.accepted
+                    })
+                    .await;
+                }
+            }
             1 => {
                 proxy.stall(true);
-                tokio::time::sleep(Duration::from_millis(rng.random_range(500..2000))).await;
+                let min = Duration::from_millis(rng.random_range(500..2000));
+                let bit = until_bitten(proxy, before, min, max, |b, a| {
+                    a.held_stalled > b.held_stalled
+                })
+                .await;
                 proxy.stall(false);
+                bit
             }
             2 => {
                 proxy.delay(Duration::from_millis(100));
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                let bit = until_bitten(proxy, before, Duration::from_secs(1), max, |b, a| {
+                    a.delayed > b.delayed
+                })
+                .await;
                 proxy.delay(Duration::ZERO);
+                bit
             }
             _ => {
                 proxy.refuse(true);
                 proxy.cut_all();
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                let bit = until_bitten(proxy, before, Duration::from_secs(1), max, |b, a| {
+                    a.refused > b.refused || a.cut > b.cut
+                })
+                .await;
                 proxy.refuse(false);
+                bit
             }
-        }
+        };
+        bitten[kind] += u64::from(bit);
     }
+    let summary: Vec<String> = (0..4)
+        .map(|k| format!("{} {}/{}", KINDS[k], bitten[k], chosen[k]))
+        .collect();
     eprintln!(
-        "network_chaos: cuts {}, stalls {}, delays {}, refusals {}",
-        kinds[0], kinds[1], kinds[2], kinds[3]
+        "{name}: faults that bit / injected: {}; proxy {:?}",
+        summary.join(", "),
+        proxy.stats()
+    );
+    assert_eq!(
+        bitten, chosen,
+        "every fault must bite (measured by the proxy): {summary:?}"
     );
     let done = driver.stop().await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
-    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
+    let out = p.converge(cp, &done).await;
     assert!(out.deletes > 0, "no delete exercised");
-    report("network_chaos", faults, &done, &out);
-    stop_informer(cancel, task).await;
+    report(&name, bitten.iter().sum(), &done, &out);
+    p.finish(path).await;
 }
 
 /// Fault 2: the apiserver is restarted (etcd kept) during the informer's
 /// initial list, then again while the driver runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apiserver_restarts() {
-    let seed = seed("apiserver_restarts");
+    apiserver_restarts_on(ListPath::Streaming).await;
+}
+
+/// Fault 2 on the paged LIST + watch path (the restart lands between the
+/// pages of the initial list).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_restarts_paged() {
+    apiserver_restarts_on(ListPath::Paged).await;
+}
+
+/// Restarts the apiserver; returns 1 if a new apiserver process runs.
+async fn restart(cp: &ControlPlane) -> u64 {
+    let before = cp.pids().1;
+    cp.restart_apiserver().await.expect("restart");
+    let after = cp.pids().1;
+    u64::from(after.is_some() && after != before)
+}
+
+async fn apiserver_restarts_on(path: ListPath) {
+    let name = path.name("apiserver_restarts");
+    let seed = seed(&name);
     let mut rng = StdRng::seed_from_u64(seed);
     let (restarts, ops) = if full() { (4, 600) } else { (2, 200) };
     let cp = ControlPlane::start().await.expect("control plane");
@@ -187,24 +446,16 @@ async fn apiserver_restarts() {
         .create_namespace("fault-restart")
         .await
         .expect("namespace");
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
-    for i in 0..150 {
-        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": format!("pre{i}") },
-            "data": { "pad": "x".repeat(512) }
-        }))
-        .expect("configmap");
-        api.create(&PostParams::default(), &cm)
-            .await
-            .expect("create");
-    }
+    prefill(&api(&cp, &ns), 150, 512).await;
     // slow every chunk down so the initial list is still in flight
     let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
     proxy.delay(Duration::from_millis(150));
-    let informer =
-        SharedIndexInformer::<ConfigMap>::builder(proxy.client(cp.config()).expect("client"))
-            .namespace(&ns)
-            .build();
+    let http = HttpFaults::default();
+    let informer = SharedIndexInformer::<ConfigMap>::builder(
+        http.client(proxy.config(cp.config()).expect("config")),
+    )
+    .list_options(path.options(&ns))
+    .build();
     let rec = Recorder::default();
     informer.add_event_handler(rec.clone()).expect("handler");
     let (cancel, task) = spawn_informer(&informer);
@@ -217,7 +468,7 @@ async fn apiserver_restarts() {
         !informer.has_synced(),
         "the initial list finished before the restart: the fault missed its window"
     );
-    cp.restart_apiserver().await.expect("restart");
+    let mut restarted = restart(&cp).await;
     proxy.delay(Duration::ZERO);
     synced(&informer, Duration::from_secs(60)).await;
 
@@ -231,13 +482,19 @@ async fn apiserver_restarts() {
     );
     for _ in 0..restarts {
         tokio::time::sleep(Duration::from_millis(rng.random_range(500..2000))).await;
-        cp.restart_apiserver().await.expect("restart");
+        restarted += restart(&cp).await;
     }
     let done = driver.finish().await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
-    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
+    let out = converge(&informer, &rec, &api(&cp, &ns), &done, CONVERGE).await;
     assert!(out.deletes > 0, "no delete exercised");
-    report("apiserver_restarts", 1 + restarts, &done, &out);
+    assert_eq!(
+        restarted,
+        1 + restarts,
+        "every restart must start a new apiserver process"
+    );
+    report(&name, restarted, &done, &out);
+    eprintln!("requests: {:?}", http.kinds());
+    path.assert_taken(http.kinds());
     stop_informer(cancel, task).await;
 }
 
@@ -247,47 +504,44 @@ async fn apiserver_restarts() {
 /// storm, but more than one (it keeps retrying); then it recovers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_429_storm() {
-    http_storm("http_429_storm", 429).await;
+    http_storm(ListPath::Streaming, 429).await;
 }
 
 /// Fault 4: a 500 storm, as [`http_429_storm`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_500_storm() {
-    http_storm("http_500_storm", 500).await;
+    http_storm(ListPath::Streaming, 500).await;
 }
 
-async fn http_storm(name: &str, status: u16) {
-    let seed = seed(name);
+/// Fault 4 (429) on the paged LIST + watch path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_429_storm_paged() {
+    http_storm(ListPath::Paged, 429).await;
+}
+
+/// Fault 4 (500) on the paged LIST + watch path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_500_storm_paged() {
+    http_storm(ListPath::Paged, 500).await;
+}
+
+async fn http_storm(path: ListPath, status: u16) {
+    let name = path.name(&format!("http_{status}_storm"));
+    let seed = seed(&name);
     let storm = if full() {
         Duration::from_secs(20)
     } else {
         Duration::from_secs(6)
     };
     let cp = ControlPlane::shared().await.expect("control plane");
-    let ns = cp.create_namespace("fault-storm").await.expect("namespace");
-    let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
-    let faults = HttpFaults::default();
-    let client = faults.client(proxy.config(cp.config()).expect("config"));
-    let informer = SharedIndexInformer::<ConfigMap>::builder(client)
-        .namespace(&ns)
-        .build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).expect("handler");
-    let (cancel, task) = spawn_informer(&informer);
-    synced(&informer, Duration::from_secs(30)).await;
+    let p = Proxied::start(cp, "fault-storm", path).await;
+    let faults = &p.http;
 
-    let driver = Driver::start(
-        cp.client().expect("client"),
-        &ns,
-        "c",
-        seed,
-        10_000,
-        Duration::from_millis(30),
-    );
+    let driver = p.driver(cp, "c", seed, 10_000, Duration::from_millis(30));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = faults.requests();
     faults.storm(status);
-    proxy.cut_all();
+    p.proxy.cut_all();
     tokio::time::sleep(storm).await;
     faults.calm();
     let during = faults.requests() - before;
@@ -307,99 +561,114 @@ async fn http_storm(name: &str, status: u16) {
         "{status} storm: {during} requests in {storm:?} (bound {bound}): no backoff (hot loop)"
     );
     let done = driver.stop().await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
-    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
-    report(name, injected, &done, &out);
-    stop_informer(cancel, task).await;
+    let out = p.converge(cp, &done).await;
+    report(&name, injected, &done, &out);
+    p.finish(path).await;
 }
 
 /// Fault 5: the watch connection is blackholed (no bytes, no FIN, no RST)
-/// while new connections work. A watch silent for longer than its
-/// timeoutSeconds (at most 2 x 300 s) plus a margin must be abandoned and
-/// the informer must recover.
+/// while new connections work. A watch silent for longer than its idle
+/// limit (5 s here) must be abandoned, reported as `watch_stalled`, and the
+/// informer must recover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_watch_is_abandoned() {
-    let seed = seed("stalled_watch_is_abandoned");
+    stalled_watch_on(ListPath::Streaming).await;
+}
+
+/// Fault 5 on the paged LIST + watch path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_watch_is_abandoned_paged() {
+    stalled_watch_on(ListPath::Paged).await;
+}
+
+async fn stalled_watch_on(path: ListPath) {
+    let name = path.name("stalled_watch_is_abandoned");
+    let seed = seed(&name);
     let cp = ControlPlane::shared().await.expect("control plane");
-    let ns = cp.create_namespace("fault-stall").await.expect("namespace");
-    let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
     // The reflector abandons a watch silent for longer than its idle limit
     // (default: the server-side timeout + 30 s, i.e. 5.5-10.5 min); a short
     // limit keeps the test quick.
-    let informer =
-        SharedIndexInformer::<ConfigMap>::builder(proxy.client(cp.config()).expect("client"))
-            .namespace(&ns)
-            .watch_idle_timeout(Duration::from_secs(5))
-            .build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).expect("handler");
-    let (cancel, task) = spawn_informer(&informer);
-    synced(&informer, Duration::from_secs(30)).await;
-    let accepted = proxy.stats().accepted;
-    proxy.blackhole_open();
-    let done = Driver::start(
-        cp.client().expect("client"),
-        &ns,
-        "c",
-        seed,
-        100,
-        Duration::from_millis(10),
-    )
-    .finish()
-    .await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
-    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
+    let p = Proxied::start_with(cp, "fault-stall", path, Some(Duration::from_secs(5))).await;
+    let accepted = p.proxy.stats().accepted;
+    p.proxy.blackhole_open();
+    let done = p
+        .driver(cp, "c", seed, 100, Duration::from_millis(10))
+        .finish()
+        .await;
+    let out = p.converge(cp, &done).await;
+    let stats = p.proxy.stats();
     assert!(
-        proxy.stats().accepted > accepted,
+        stats.held_blackholed >= 1,
+        "the blackhole held nothing: the fault was not injected ({stats:?})"
+    );
+    assert!(
+        stats.accepted > accepted,
         "no new connection after the blackhole"
     );
-    report("stalled_watch_is_abandoned", 1, &done, &out);
-    stop_informer(cancel, task).await;
+    let stalls = p.errors.get("watch_stalled");
+    assert!(
+        stalls >= 1,
+        "the stall was never detected (no watch_stalled report): {:?}",
+        p.errors.all()
+    );
+    eprintln!("{name}: stalls detected {stalls}");
+    report(&name, stats.held_blackholed, &done, &out);
+    p.finish(path).await;
 }
 
-/// Fault 3: while the informer is cut off, objects are created and
+/// Fault 3: while the informer is cut off (the proxy stops listening, as
+/// an apiserver that is down: connections refused), objects are created and
 /// deleted, the apiserver restarts (emptying its watch cache) and etcd is
 /// compacted past the informer's resourceVersion: the re-watch gets
-/// 410 Gone, the informer relists, and the deletes of the gap arrive as
-/// tombstones.
+/// 410 Gone (asserted: counted by the watch-error handler), the informer
+/// relists, and the deletes of the gap arrive as tombstones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_while_disconnected() {
-    let seed = seed("compaction_while_disconnected");
+    compaction_on(ListPath::Streaming).await;
+}
+
+/// Fault 3 on the paged LIST + watch path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_while_disconnected_paged() {
+    compaction_on(ListPath::Paged).await;
+}
+
+async fn compaction_on(path: ListPath) {
+    let name = path.name("compaction_while_disconnected");
+    let seed = seed(&name);
     let ops = if full() { 400 } else { 150 };
     let cp = ControlPlane::start().await.expect("control plane");
-    let Proxied {
-        ns,
-        proxy,
-        informer,
-        rec,
-        cancel,
-        task,
-    } = proxied(&cp, "fault-compact").await;
+    let p = Proxied::start(&cp, "fault-compact", path).await;
+    let api = api(&cp, &p.ns);
 
     // phase 1: connected churn, so the informer knows some keys
-    let before = Driver::start(
-        cp.client().expect("client"),
-        &ns,
-        "before",
-        seed,
-        ops / 2,
-        Duration::ZERO,
-    )
-    .finish()
-    .await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
-    converge(&informer, &rec, &api, &before, CONVERGE).await;
-    let known: std::collections::BTreeSet<String> = informer
+    let before = p
+        .driver(&cp, "before", seed, ops / 2, Duration::ZERO)
+        .finish()
+        .await;
+    converge(&p.informer, &p.rec, &api, &before, CONVERGE).await;
+    let known: BTreeSet<String> = p
+        .informer
         .indexer()
         .list()
         .iter()
         .map(|o| o.key().to_string())
         .collect();
 
-    // phase 2: disconnected; delete the known keys, create new ones
-    proxy.refuse(true);
-    proxy.cut_all();
-    let mut gap_deleted = std::collections::BTreeSet::new();
+    // phase 2: disconnected (connections refused: the reflector backs off
+    // and watches again from its resourceVersion, without a relist); delete
+    // the known keys, create new ones
+    p.proxy.unlisten(true);
+    // cut only once nothing can connect: a re-watch that slipped in before
+    // would watch through the gap
+    eventually(
+        "the proxy stopped listening",
+        Duration::from_secs(5),
+        || p.proxy.stats().unlistened,
+    )
+    .await;
+    p.proxy.cut_all();
+    let mut gap_deleted = BTreeSet::new();
     for key in &known {
         let name = key.rsplit('/').next().unwrap_or_default();
         if api
@@ -410,30 +679,31 @@ async fn compaction_while_disconnected() {
             gap_deleted.insert(key.clone());
         }
     }
-    let during = Driver::start(
-        cp.client().expect("client"),
-        &ns,
-        "gap",
-        seed ^ 0x5eed,
-        ops / 2,
-        Duration::ZERO,
-    )
-    .finish()
-    .await;
+    let during = p
+        .driver(&cp, "gap", seed ^ 0x5eed, ops / 2, Duration::ZERO)
+        .finish()
+        .await;
+    let expired_before = p.errors.get("expired");
     cp.restart_apiserver().await.expect("restart");
     let compacted = cp.compact_etcd().await.expect("compact");
     eprintln!("compacted etcd at revision {compacted}");
-    proxy.refuse(false);
+    p.proxy.unlisten(false);
 
     let mut done = during;
     done.deleted.extend(gap_deleted.iter().cloned());
     done.ok += before.ok;
     done.deleted.extend(before.deleted.iter().cloned());
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
-    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
+    let out = p.converge(&cp, &done).await;
+    // the 410 really happened: the informer's resourceVersion was compacted
+    let gone = p.errors.get("expired") - expired_before;
+    assert!(
+        gone >= 1,
+        "no 410 Gone after the compaction: the fault did not bite ({:?})",
+        p.errors.all()
+    );
     // the gap's deletes were never seen as events: only a relist can
     // deliver them, as tombstones
-    let events = rec.all();
+    let events = p.rec.all();
     for key in &gap_deleted {
         let last = events.iter().rev().find(|e| &e.key == key);
         assert!(
@@ -442,8 +712,9 @@ async fn compaction_while_disconnected() {
         );
     }
     assert!(!gap_deleted.is_empty(), "no delete during the gap");
-    report("compaction_while_disconnected", 1, &done, &out);
-    stop_informer(cancel, task).await;
+    eprintln!("{name}: 410 Gone answers {gone}");
+    report(&name, gone, &done, &out);
+    p.finish(path).await;
 }
 
 /// A watch event line (newline-terminated).
@@ -610,9 +881,12 @@ async fn malformed_watch_frames() {
     let done = driver.stop().await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
     let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
+    // measured by the proxy: what was really written into the watches
+    let written = proxy.stats().injected;
+    assert_eq!(written, injected, "every injection was written once");
     assert_eq!(
         errors.get("bad_event"),
-        injected - 1,
+        written - 1,
         "every malformed line reported exactly once: {:?}",
         errors.all()
     );
@@ -633,7 +907,7 @@ async fn malformed_watch_frames() {
         "malformed_watch_frames: watch errors reported {:?}",
         errors.all()
     );
-    report("malformed_watch_frames", injected, &done, &out);
+    report("malformed_watch_frames", written, &done, &out);
     stop_informer(cancel, task).await;
 }
 
@@ -687,6 +961,8 @@ struct Blocking {
     block: Duration,
     every: u64,
     calls: std::sync::atomic::AtomicU64,
+    /// Blocking calls made (counted when they end).
+    blocks: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Blocking {
@@ -694,6 +970,8 @@ impl Blocking {
         let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if n.is_multiple_of(self.every) {
             std::thread::sleep(self.block);
+            self.blocks
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     }
 }
@@ -764,8 +1042,9 @@ async fn handler_panics_and_blocks() {
         block,
         every,
         calls: Default::default(),
+        blocks: Default::default(),
     };
-    let blocking_rec = blocking.rec.clone();
+    let (blocking_rec, blocks) = (blocking.rec.clone(), blocking.blocks.clone());
     let panicky_reg = informer.add_event_handler(panicky).expect("handler");
     let blocking_reg = informer.add_event_handler(blocking).expect("handler");
     informer.add_event_handler(rec.clone()).expect("handler");
@@ -818,560 +1097,8 @@ async fn handler_panics_and_blocks() {
         caught_up.as_secs_f64()
     );
     assert_eq!(blocking_reg.backlog(), 0);
-    report(
-        "handler_panics_and_blocks",
-        panics + (out.events as u64).div_ceil(every),
-        &done,
-        &out,
-    );
+    let blocks = blocks.load(std::sync::atomic::Ordering::SeqCst);
+    eprintln!("handler_panics_and_blocks: {panics} panics, {blocks} blocking calls");
+    report("handler_panics_and_blocks", panics + blocks, &done, &out);
     stop_informer(cancel, task).await;
-}
-
-// ---------------------------------------------------------------- fault 8
-
-/// One leader-election candidate: a `fault-elector` child process behind a
-/// proxy of its own.
-struct Candidate {
-    identity: String,
-    log: std::path::PathBuf,
-    proxy: FaultProxy,
-    child: std::process::Child,
-}
-
-impl Drop for Candidate {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A leadership term of one candidate, from its own log.
-#[derive(Debug, Clone)]
-struct Term {
-    identity: String,
-    first_act: u128,
-    last_act: u128,
-}
-
-/// Parses a candidate's log into its terms (a term with no act is
-/// dropped: it never acted).
-fn terms_of(identity: &str, log: &std::path::Path) -> Vec<Term> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut terms = Vec::new();
-    let mut cur: Option<Term> = None;
-    for line in text.lines() {
-        let mut it = line.split(' ');
-        let (Some(what), Some(ts)) = (it.next(), it.next().and_then(|t| t.parse::<u128>().ok()))
-        else {
-            continue; // a line cut by SIGKILL
-        };
-        match what {
-            "lead" => {
-                terms.extend(cur.take());
-                let _ = ts;
-                cur = Some(Term {
-                    identity: identity.to_owned(),
-                    first_act: 0,
-                    last_act: 0,
-                });
-            }
-            "act" => {
-                if let Some(t) = cur.as_mut() {
-                    if t.first_act == 0 {
-                        t.first_act = ts;
-                    }
-                    t.last_act = ts;
-                }
-            }
-            "stop" | "lost" | "start" => terms.extend(cur.take()),
-            _ => {}
-        }
-    }
-    terms.extend(cur);
-    terms.retain(|t| t.first_act != 0);
-    terms
-}
-
-fn unix_nanos() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
-}
-
-/// Fault 8: leader election between candidate processes (3 at a time,
-/// each behind its own proxy) on a Lease of the real apiserver. The leader
-/// is killed with SIGKILL, or partitioned from the apiserver (its proxy
-/// refuses and resets, or stalls every connection) and healed after a
-/// takeover; seeded order. Checked from the candidates' own logs (each act
-/// stamped): at most one candidate acts at a time (the acting intervals of
-/// all terms never overlap), and after each fault a new leader acts within
-/// lease duration + 2 jittered retry periods + 2 s. Settings: 4 s lease,
-/// 3 s renew deadline, 1 s retry period (valid by client-go's rules, with
-/// a margin of only one retry period).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_election_kill_and_partition() {
-    let seed = seed("leader_election_kill_and_partition");
-    let mut rng = StdRng::seed_from_u64(seed);
-    let rounds = if full() { 6 } else { 2 };
-    let (lease_ms, renew_ms, retry_ms) = (4000u64, 3000u64, 1000u64);
-    let takeover_bound =
-        Duration::from_millis(lease_ms + 2 * retry_ms * 22 / 10) + Duration::from_secs(2);
-    let cp = ControlPlane::shared().await.expect("control plane");
-    let ns = cp
-        .create_namespace("fault-leader")
-        .await
-        .expect("namespace");
-    let dir =
-        std::env::temp_dir().join(format!("kcache-fault-leader-{}-{seed}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("log dir");
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    let lease_name = "fault-leader";
-    let spawn = |identity: String| {
-        let dir = dir.clone();
-        let kubeconfig = kubeconfig.clone();
-        let ns = ns.clone();
-        async move {
-            let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
-            let log = dir.join(format!("{identity}.log"));
-            let child = std::process::Command::new(env!("CARGO_BIN_EXE_fault-elector"))
-                .arg(&kubeconfig)
-                .arg(proxy.url())
-                .arg(&ns)
-                .arg(lease_name)
-                .arg(&identity)
-                .arg(&log)
-                .args([
-                    lease_ms.to_string(),
-                    renew_ms.to_string(),
-                    retry_ms.to_string(),
-                ])
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("spawn fault-elector");
-            Candidate {
-                identity,
-                log,
-                proxy,
-                child,
-            }
-        }
-    };
-    let mut candidates = Vec::new();
-    let mut next_id = 0;
-    for _ in 0..3 {
-        candidates.push(spawn(format!("cand-{next_id}")).await);
-        next_id += 1;
-    }
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(cp.client().expect("client"), &ns);
-    let acting = |c: &Candidate| {
-        terms_of(&c.identity, &c.log)
-            .last()
-            .is_some_and(|t| unix_nanos().saturating_sub(t.last_act) < 200_000_000)
-    };
-    // the candidate acting now (exactly one), waiting up to `within`
-    async fn leader_index(
-        candidates: &[Candidate],
-        acting: &dyn Fn(&Candidate) -> bool,
-        within: Duration,
-        not: Option<&str>,
-    ) -> usize {
-        let start = std::time::Instant::now();
-        loop {
-            let now: Vec<usize> = (0..candidates.len())
-                .filter(|&i| acting(&candidates[i]))
-                .filter(|&i| Some(candidates[i].identity.as_str()) != not)
-                .collect();
-            if now.len() == 1 {
-                return now[0];
-            }
-            assert!(
-                start.elapsed() < within,
-                "no single acting leader within {within:?} (acting: {now:?})"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-    let mut i = leader_index(&candidates, &acting, Duration::from_secs(30), None).await;
-    let mut takeovers = Vec::new();
-    let mut kinds = Vec::new();
-    for round in 0..rounds {
-        // let the leader renew a few times first
-        tokio::time::sleep(Duration::from_millis(rng.random_range(1500..3000))).await;
-        let old = candidates[i].identity.clone();
-        let kind = if round % 2 == 0 { "kill" } else { "partition" };
-        let kind = if full() && rng.random_bool(0.5) {
-            if kind == "kill" { "partition" } else { "kill" }
-        } else {
-            kind
-        };
-        let stall = rng.random_bool(0.5);
-        let t0 = unix_nanos();
-        match kind {
-            "kill" => {
-                candidates[i].child.kill().expect("SIGKILL");
-                let _ = candidates[i].child.wait();
-            }
-            _ => {
-                if stall {
-                    candidates[i].proxy.stall(true);
-                } else {
-                    candidates[i].proxy.refuse(true);
-                    candidates[i].proxy.cut_all();
-                }
-            }
-        }
-        let j = leader_index(
-            &candidates,
-            &acting,
-            takeover_bound + Duration::from_secs(5),
-            Some(&old),
-        )
-        .await;
-        let new = &candidates[j];
-        let first = terms_of(&new.identity, &new.log)
-            .last()
-            .map_or(0, |t| t.first_act);
-        let takeover = Duration::from_nanos(first.saturating_sub(t0) as u64);
-        let label = match kind {
-            "kill" => "SIGKILL".to_owned(),
-            _ if stall => "partition (stall)".to_owned(),
-            _ => "partition (refuse + reset)".to_owned(),
-        };
-        eprintln!(
-            "round {round}: {label} of {old}: {} acts {:.2}s later",
-            new.identity,
-            takeover.as_secs_f64()
-        );
-        assert!(
-            takeover <= takeover_bound,
-            "{label}: takeover took {takeover:?} (bound {takeover_bound:?})"
-        );
-        takeovers.push(takeover);
-        kinds.push(label);
-        if kind == "kill" {
-            candidates.remove(i);
-            candidates.push(spawn(format!("cand-{next_id}")).await);
-            next_id += 1;
-        } else {
-            // heal: the old leader rejoins as a standby
-            let p = &candidates[i].proxy;
-            p.heal();
-            p.stall(false);
-            p.cut_all();
-        }
-        i = leader_index(&candidates, &acting, Duration::from_secs(10), None).await;
-        let holder = leases
-            .get(lease_name)
-            .await
-            .ok()
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity);
-        assert_eq!(
-            holder.as_deref(),
-            Some(candidates[i].identity.as_str()),
-            "the acting candidate holds the Lease"
-        );
-    }
-    // the healed ex-leaders stand by for a while without acting
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    drop(candidates);
-    // every log written so far, killed candidates' included
-    let mut terms: Vec<Term> = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("log dir").flatten() {
-        let path = entry.path();
-        let identity = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        terms.extend(terms_of(&identity, &path));
-    }
-    terms.sort_by_key(|t| t.first_act);
-    let mut min_gap = u128::MAX;
-    let mut acts_end = 0u128;
-    let mut prev: Option<&Term> = None;
-    for t in &terms {
-        if let Some(p) = prev {
-            assert!(
-                t.first_act > acts_end,
-                "two leaders acted at once: {} ({p:?}) and {} ({t:?}) overlap by {:.3}s",
-                p.identity,
-                t.identity,
-                (acts_end - t.first_act) as f64 / 1e9
-            );
-            min_gap = min_gap.min(t.first_act - acts_end);
-        }
-        acts_end = acts_end.max(t.last_act);
-        prev = Some(t);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        terms.len() > rounds,
-        "{} terms for {rounds} faults",
-        terms.len()
-    );
-    let max = takeovers.iter().max().copied().unwrap_or_default();
-    eprintln!(
-        "RESULT leader_election_kill_and_partition: faults injected {rounds} ({}), terms {}, \
-         overlapping terms 0, smallest gap between two leaders' acts {:.2}s, takeover max {:.2}s \
-         (bound {:.1}s)",
-        kinds.join(", "),
-        terms.len(),
-        min_gap as f64 / 1e9,
-        max.as_secs_f64(),
-        takeover_bound.as_secs_f64()
-    );
-}
-
-// ---------------------------------------------------------------- fault 9
-
-mod fault9 {
-    #![allow(clippy::disallowed_names)] // the custom resource is called Foo
-
-    use std::collections::{BTreeMap, BTreeSet};
-    use std::time::{Duration, Instant};
-
-    use k8s_openapi::api::apps::v1::Deployment;
-    use kcache_controller::{Config, ControllerHandle};
-    use kcache_envtest::ControlPlane;
-    use kcache_envtest::proxy::FaultProxy;
-    use kcache_informer::SharedInformerFactory;
-    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-    use kube::{Client, ResourceExt};
-    use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
-    use sample_controller::simulator::{self, build_simulator};
-    use sample_controller::{Foo, FooSpec, build_controller, crds, reconcile};
-
-    use crate::support::{full, seed};
-
-    struct Running {
-        factory: SharedInformerFactory,
-        handles: Vec<ControllerHandle>,
-        tasks: Vec<tokio::task::JoinHandle<()>>,
-    }
-
-    fn start(client: &Client, ns: &str) -> Running {
-        let factory = SharedInformerFactory::builder(client.clone())
-            .namespace(ns)
-            .build();
-        let (controller, ctx) =
-            build_controller(&factory, client.clone(), Config::default().workers(4));
-        let (sim, sim_ctx) = build_simulator(&factory, client.clone());
-        let handles = vec![controller.handle(), sim.handle()];
-        let tasks = vec![
-            tokio::spawn(async move { controller.run(reconcile, ctx).await.expect("controller") }),
-            tokio::spawn(async move {
-                sim.run(simulator::reconcile, sim_ctx)
-                    .await
-                    .expect("simulator")
-            }),
-        ];
-        Running {
-            factory,
-            handles,
-            tasks,
-        }
-    }
-
-    #[derive(Default, Debug)]
-    struct FooDriverReport {
-        ok: u64,
-        failed: u64,
-        /// Foos whose delete was accepted.
-        deleted: BTreeSet<String>,
-    }
-
-    /// Creates, updates (replicas) and deletes Foos, seeded; names never
-    /// reused; each Foo's Deployment is `<foo>-dep`.
-    async fn drive(api: Api<Foo>, seed: u64, ops: u64) -> FooDriverReport {
-        let mut rng = StdRng::seed_from_u64(seed);
-        let mut live: Vec<String> = Vec::new();
-        let mut next = 0u64;
-        let mut r = FooDriverReport::default();
-        for _ in 0..ops {
-            let roll: f64 = rng.random();
-            let res = if live.len() < 10 || roll < 0.4 {
-                let name = format!("foo{next}");
-                next += 1;
-                let foo = Foo::new(
-                    &name,
-                    FooSpec {
-                        deployment_name: format!("{name}-dep"),
-                        replicas: Some(rng.random_range(1..4)),
-                    },
-                );
-                let res = api.create(&PostParams::default(), &foo).await;
-                if res.is_ok() {
-                    live.push(name);
-                }
-                res.map(|_| ())
-            } else {
-                let idx = rng.random_range(0..live.len());
-                if roll < 0.75 {
-                    let patch =
-                        serde_json::json!({ "spec": { "replicas": rng.random_range(1..6) } });
-                    api.patch(&live[idx], &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                        .map(|_| ())
-                } else {
-                    let name = live.swap_remove(idx);
-                    let res = api.delete(&name, &DeleteParams::default()).await;
-                    if res.is_ok() {
-                        r.deleted.insert(name);
-                    }
-                    res.map(|_| ())
-                }
-            };
-            match res {
-                Ok(()) => r.ok += 1,
-                Err(_) => r.failed += 1,
-            }
-            tokio::time::sleep(Duration::from_millis(rng.random_range(0..10))).await;
-        }
-        r
-    }
-
-    /// What the sample controller guarantees once quiet: every live Foo has
-    /// exactly its Deployment (name from its spec, controlled by it, with
-    /// its replicas) and no other Deployment exists; every deleted Foo is
-    /// gone (its finalizer ran) and so is its Deployment.
-    async fn state(client: &Client, ns: &str, deleted: &BTreeSet<String>) -> Result<usize, String> {
-        let foos: Api<Foo> = Api::namespaced(client.clone(), ns);
-        let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
-        let foo_list = foos
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let dep_list = deps
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut deps_by_name: BTreeMap<String, &Deployment> =
-            dep_list.items.iter().map(|d| (d.name_any(), d)).collect();
-        let mut bad = Vec::new();
-        for f in &foo_list.items {
-            let name = f.name_any();
-            if deleted.contains(&name) || f.metadata.deletion_timestamp.is_some() {
-                bad.push(format!(
-                    "{name}: deleted but still there (finalizer not done)"
-                ));
-                continue;
-            }
-            let Some(d) = deps_by_name.remove(&f.spec.deployment_name) else {
-                bad.push(format!("{name}: no deployment"));
-                continue;
-            };
-            let owner = d
-                .owner_references()
-                .iter()
-                .find(|o| o.controller == Some(true))
-                .map(|o| o.uid.clone());
-            if owner.as_deref() != f.metadata.uid.as_deref() {
-                bad.push(format!("{name}: deployment not controlled by it"));
-            }
-            let want = f.spec.replicas.unwrap_or(1);
-            if d.spec.replicas != Some(want) {
-                bad.push(format!("{name}: replicas != {want}"));
-            }
-        }
-        for (name, _) in deps_by_name {
-            bad.push(format!("deployment {name} has no live Foo (leaked)"));
-        }
-        if bad.is_empty() {
-            Ok(foo_list.items.len())
-        } else {
-            bad.truncate(20);
-            Err(bad.join("; "))
-        }
-    }
-
-    /// Fault 9: the sample controller (and the Deployment status simulator)
-    /// behind the proxy while a driver creates, updates and deletes Foos
-    /// (200 operations; 1,000 in the full form) and faults 1-3 happen:
-    /// connection resets, an apiserver restart, and a disconnection during
-    /// which etcd is compacted past the controller's resourceVersions
-    /// (410 Gone, relist). Then: every live Foo has exactly its Deployment,
-    /// no Deployment is left without its Foo, every deleted Foo is gone.
-    /// The control plane has no garbage collector: Deployments are deleted
-    /// by the controller's finalizer, not by ownerReferences.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sample_controller_under_churn() {
-        let seed = seed("fault9::sample_controller_under_churn");
-        let mut rng = StdRng::seed_from_u64(seed);
-        let ops = if full() { 1000 } else { 200 };
-        let cp = ControlPlane::start().await.expect("control plane");
-        let crds: Vec<_> = crds().into_iter().map(|(_, c)| c).collect();
-        cp.install_crds(&crds).await.expect("CRD");
-        let ns = cp
-            .create_namespace("fault-sample")
-            .await
-            .expect("namespace");
-        let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
-        let client = proxy.client(cp.config()).expect("client");
-        let running = start(&client, &ns);
-        let direct = cp.client().expect("client");
-        let driver = tokio::spawn(drive(Api::namespaced(direct.clone(), &ns), seed, ops));
-
-        // faults 1-3, seeded times, while the driver runs
-        let mut injected = Vec::new();
-        let plan = ["cut", "cut", "restart", "compaction", "cut"];
-        for what in plan {
-            tokio::time::sleep(Duration::from_millis(rng.random_range(500..1500))).await;
-            match what {
-                "cut" => proxy.cut_all(),
-                "restart" => cp.restart_apiserver().await.expect("restart"),
-                _ => {
-                    proxy.refuse(true);
-                    proxy.cut_all();
-                    tokio::time::sleep(Duration::from_millis(rng.random_range(1000..3000))).await;
-                    cp.restart_apiserver().await.expect("restart");
-                    let rev = cp.compact_etcd().await.expect("compact");
-                    eprintln!("compacted etcd at revision {rev} while disconnected");
-                    proxy.refuse(false);
-                }
-            }
-            injected.push(what);
-        }
-        let done = driver.await.expect("driver");
-        eprintln!(
-            "sample_controller_under_churn: driver ops ok {} failed {}, {} Foos deleted; \
-             faults {injected:?}",
-            done.ok,
-            done.failed,
-            done.deleted.len()
-        );
-        let started = Instant::now();
-        let within = Duration::from_secs(180);
-        let live = loop {
-            match state(&direct, &ns, &done.deleted).await {
-                Ok(n) => break n,
-                Err(why) if started.elapsed() > within => {
-                    panic!("the sample controller did not converge within {within:?}: {why}")
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-            }
-        };
-        eprintln!(
-            "RESULT sample_controller_under_churn: faults injected {} ({}), driver ops ok {} \
-             failed {}, live Foos {live} each with exactly its Deployment, deleted Foos {} \
-             (Deployments gone), leaked 0, converged in {:.1}s",
-            injected.len(),
-            injected.join(", "),
-            done.ok,
-            done.failed,
-            done.deleted.len(),
-            started.elapsed().as_secs_f64()
-        );
-        for h in &running.handles {
-            h.stop();
-        }
-        for t in running.tasks {
-            tokio::time::timeout(Duration::from_secs(30), t)
-                .await
-                .expect("the controller stopped")
-                .expect("controller task");
-        }
-        running.factory.shutdown().await;
-    }
 }

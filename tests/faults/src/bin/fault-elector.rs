@@ -9,17 +9,24 @@
 //!
 //! It connects to `server-url` (normally a fault proxy) with the
 //! kubeconfig's credentials, runs a [`LeaderElector`] on the Lease
-//! `namespace/lease`, and while it leads "acts" every 20 ms. Each act, and
+//! `namespace/lease`, and while it leads "acts" every 20 ms, each time
+//! after checking both its leading token and, on the clock, that its renew
+//! deadline has not passed ([`LeaderElector::lease_expiry`] minus lease
+//! duration minus renew deadline): the token alone is cancelled by the
+//! elector's task, which after a pause (SIGSTOP) may run after this one. Each act, and
 //! each change of state, is appended to `log` as `<what> <unix nanos>`
 //! (`start`, `lead`, `act`, `stop` when the leading token is cancelled,
-//! `lost` when the election ended because renewals failed). After a loss
-//! it stands by again with the same identity.
+//! `lost` when the election ended because renewals failed). `lost` is
+//! written once the acting task has stopped (or after 1 s if it has not),
+//! so every `act` of a term comes before its `lost`: an `act` after it is
+//! a candidate acting without leading. After a loss it stands by again with
+//! the same identity.
 
 use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kcache_controller::leader::{KubeLeaseLock, LeaderCallbacks};
+use kcache_controller::lease::{KubeLeaseLock, LeaderCallbacks};
 use kcache_controller::{LeaderElectionConfig, LeaderElector};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
@@ -78,19 +85,33 @@ async fn main() -> Result<(), String> {
         .renew_deadline(renew_deadline)
         .retry_period(retry_period);
     let cancel = CancellationToken::new();
+    // a leader acts only before its renew deadline: the last successful
+    // lease write started less than the renew deadline ago
+    let margin = lease_duration.saturating_sub(renew_deadline);
     loop {
         let elector =
-            LeaderElector::new(config.clone(), lock.clone()).map_err(|e| e.to_string())?;
+            Arc::new(LeaderElector::new(config.clone(), lock.clone()).map_err(|e| e.to_string())?);
+        let guard = elector.clone();
         let acting = log.clone();
+        let task: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let slot = task.clone();
         let lost = elector
             .run(
                 cancel.clone(),
                 LeaderCallbacks {
                     on_started_leading: Box::new(move |token| {
-                        tokio::spawn(async move {
+                        let acts = tokio::spawn(async move {
                             note(&acting, "lead");
                             loop {
-                                if token.is_cancelled() {
+                                // The token is cancelled by the elector's
+                                // own task, which may run after this one
+                                // (after a pause every expired timer fires at
+                                // once): the lease is also checked on the
+                                // clock before each act.
+                                let in_time = guard.lease_expiry().is_some_and(|expiry| {
+                                    tokio::time::Instant::now() + margin < expiry
+                                });
+                                if token.is_cancelled() || !in_time {
                                     note(&acting, "stop");
                                     return;
                                 }
@@ -101,11 +122,23 @@ async fn main() -> Result<(), String> {
                                 }
                             }
                         });
+                        *slot
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(acts);
                     }),
                     ..LeaderCallbacks::default()
                 },
             )
             .await;
+        let acts = task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(acts) = acts {
+            // bounded: an acting task that ignores its token keeps going,
+            // and its later acts then show up after `lost`
+            let _ = tokio::time::timeout(Duration::from_secs(1), acts).await;
+        }
         if lost {
             note(&log, "lost");
         }

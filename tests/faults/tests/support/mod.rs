@@ -58,8 +58,13 @@ pub struct Seen {
     pub kind: &'static str,
     /// namespace/name.
     pub key: String,
+    /// metadata.uid of the (new) object; of the last known state for a
+    /// delete.
+    pub uid: String,
     /// resourceVersion of the (new) object.
     pub rv: u64,
+    /// An update's old resourceVersion (0 for add and delete).
+    pub old_rv: u64,
     /// A delete delivered as a tombstone (DeletedFinalStateUnknown).
     pub tombstone: bool,
 }
@@ -87,20 +92,28 @@ impl Recorder {
     }
 }
 
+fn uid_of<K>(o: &CachedObject<K>) -> String {
+    o.uid().unwrap_or_default().to_owned()
+}
+
 impl<K: 'static> ResourceEventHandler<K> for Recorder {
     fn on_add(&self, o: &CachedObject<K>, _initial: bool) {
         self.push(Seen {
             kind: "add",
             key: o.key().to_string(),
+            uid: uid_of(o),
             rv: rv_of(o),
+            old_rv: 0,
             tombstone: false,
         });
     }
-    fn on_update(&self, _old: &CachedObject<K>, o: &CachedObject<K>) {
+    fn on_update(&self, old: &CachedObject<K>, o: &CachedObject<K>) {
         self.push(Seen {
             kind: "update",
             key: o.key().to_string(),
+            uid: uid_of(o),
             rv: rv_of(o),
+            old_rv: rv_of(old),
             tombstone: false,
         });
     }
@@ -108,7 +121,9 @@ impl<K: 'static> ResourceEventHandler<K> for Recorder {
         self.push(Seen {
             kind: "delete",
             key: o.key().to_string(),
+            uid: uid_of(o.object()),
             rv: rv_of(o.object()),
+            old_rv: 0,
             tombstone: o.is_tombstone(),
         });
     }
@@ -244,6 +259,25 @@ struct HttpFaultsInner {
     injected: AtomicU64,
     status: AtomicU64,
     storm: AtomicBool,
+    lists: AtomicU64,
+    list_continues: AtomicU64,
+    watches: AtomicU64,
+    streaming_lists: AtomicU64,
+}
+
+/// The kinds of requests a [`HttpFaults`] layer saw (answered or
+/// forwarded), from their query strings: which list path the reflector
+/// took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestKinds {
+    /// GET without `watch`: LIST pages.
+    pub lists: u64,
+    /// Of those, pages after the first (`continue=` set).
+    pub list_continues: u64,
+    /// Watches (`watch=true`/`watch=1`).
+    pub watches: u64,
+    /// Of those, streaming lists (`sendInitialEvents=true`).
+    pub streaming_lists: u64,
 }
 
 impl HttpFaults {
@@ -263,6 +297,16 @@ impl HttpFaults {
     /// Requests answered with an injected status.
     pub fn injected(&self) -> u64 {
         self.inner.injected.load(Ordering::SeqCst)
+    }
+    /// The kinds of requests seen so far.
+    pub fn kinds(&self) -> RequestKinds {
+        let f = &self.inner;
+        RequestKinds {
+            lists: f.lists.load(Ordering::SeqCst),
+            list_continues: f.list_continues.load(Ordering::SeqCst),
+            watches: f.watches.load(Ordering::SeqCst),
+            streaming_lists: f.streaming_lists.load(Ordering::SeqCst),
+        }
     }
 
     /// A client for `config` with this fault layer outermost (above kube's
@@ -313,6 +357,26 @@ where
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
         let f = &self.faults.inner;
         f.requests.fetch_add(1, Ordering::SeqCst);
+        if req.method() == http::Method::GET {
+            let query = req.uri().query().unwrap_or_default();
+            let param = |name: &str| {
+                query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix(name)?.strip_prefix('='))
+                    .filter(|v| !v.is_empty())
+            };
+            if matches!(param("watch"), Some("true" | "1")) {
+                f.watches.fetch_add(1, Ordering::SeqCst);
+                if param("sendInitialEvents") == Some("true") {
+                    f.streaming_lists.fetch_add(1, Ordering::SeqCst);
+                }
+            } else {
+                f.lists.fetch_add(1, Ordering::SeqCst);
+                if param("continue").is_some() {
+                    f.list_continues.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        }
         if f.storm.load(Ordering::SeqCst) {
             f.injected.fetch_add(1, Ordering::SeqCst);
             let status = f.status.load(Ordering::SeqCst) as u16;
@@ -344,7 +408,9 @@ where
 
 // ------------------------------------------------------------- the check
 
-/// The outcome of [`converge`].
+/// The outcome of [`converge`]. Every count is computed from what the
+/// informer and the handler did; the check fails unless `lost`, `stale`,
+/// `duplicates` and `resurrections` are 0.
 #[derive(Debug)]
 pub struct Outcome {
     /// Notifications received.
@@ -355,6 +421,18 @@ pub struct Outcome {
     pub deletes: usize,
     /// Of those, delivered as tombstones.
     pub tombstones: usize,
+    /// Keys the handler or the cache got wrong at the end: held but gone
+    /// from the LIST, missing, or at another resourceVersion; plus keys
+    /// the driver deleted whose last notification is not a delete.
+    pub lost: usize,
+    /// Updates that went backwards in resourceVersion.
+    pub stale: usize,
+    /// Notifications delivered twice (see [`NotificationChecks`]).
+    pub duplicates: usize,
+    /// Adds or updates of an object (uid) after its delete.
+    pub resurrections: usize,
+    /// Sync notifications (unchanged objects told again after a relist).
+    pub syncs: usize,
     /// Time from the driver's stop to convergence.
     pub converged_in: Duration,
 }
@@ -410,38 +488,118 @@ pub fn handler_view(events: &[Seen]) -> BTreeMap<String, u64> {
     view
 }
 
-/// Updates that went backwards in resourceVersion for a key.
-pub fn stale_updates(events: &[Seen]) -> Vec<String> {
-    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut bad = Vec::new();
-    for e in events {
-        match e.kind {
-            "update" => {
-                if let Some(prev) = last.get(e.key.as_str())
-                    && e.rv < *prev
-                {
-                    bad.push(format!(
-                        "{}: update to rv {} after rv {}",
-                        e.key, e.rv, prev
-                    ));
-                }
-                last.insert(&e.key, e.rv);
-            }
-            "add" => {
-                last.insert(&e.key, e.rv);
-            }
-            _ => {
-                last.remove(e.key.as_str());
-            }
+/// The keys on which `have` differs from `want`: missing, extra, or at
+/// another resourceVersion.
+pub fn differences(want: &BTreeMap<String, u64>, have: &BTreeMap<String, u64>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, rv) in want {
+        match have.get(k) {
+            None => out.push(format!("{k}: missing (rv {rv})")),
+            Some(h) if h != rv => out.push(format!("{k}: rv {h}, LIST {rv}")),
+            Some(_) => {}
         }
     }
-    bad
+    for k in have.keys().filter(|k| !want.contains_key(*k)) {
+        out.push(format!("{k}: held but gone from the LIST (no delete)"));
+    }
+    out
+}
+
+/// What is wrong in a handler's sequence of notifications, whatever the
+/// final state.
+#[derive(Debug, Default)]
+pub struct NotificationChecks {
+    /// Updates that went backwards in resourceVersion for a key.
+    pub stale: Vec<String>,
+    /// The same change delivered twice: an update from another
+    /// resourceVersion to the one the handler already holds for that key,
+    /// or an add of a key it holds (no delete in between). An update whose
+    /// old and new resourceVersions are equal is a sync notification, not
+    /// a duplicate: after a relist client-go (and kcache) tell every
+    /// handler that has not asked for resyncs of each unchanged object
+    /// this way (`isSync`; a handler compares the resourceVersions).
+    pub duplicates: Vec<String>,
+    /// Sync notifications (updates with an unchanged resourceVersion).
+    pub syncs: usize,
+    /// An add or update of an object (uid) after a delete of that uid.
+    /// Names are never reused by the drivers, so any such notification is
+    /// an object brought back from the dead.
+    pub resurrections: Vec<String>,
+}
+
+impl NotificationChecks {
+    /// Runs every check over `events`, in delivery order.
+    pub fn of(events: &[Seen]) -> NotificationChecks {
+        let mut out = NotificationChecks::default();
+        let mut held: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut deleted: BTreeMap<&str, &str> = BTreeMap::new();
+        for (i, e) in events.iter().enumerate() {
+            if e.kind == "delete" {
+                held.remove(e.key.as_str());
+                if !e.uid.is_empty() {
+                    deleted.insert(&e.uid, &e.key);
+                }
+                continue;
+            }
+            if let Some(key) = deleted.get(e.uid.as_str()) {
+                out.resurrections.push(format!(
+                    "notification {i}: {} of {} (uid {}, rv {}) after its delete (as {key})",
+                    e.kind, e.key, e.uid, e.rv
+                ));
+            }
+            match (e.kind, held.get(e.key.as_str())) {
+                ("add", Some(prev)) => out.duplicates.push(format!(
+                    "notification {i}: add of {} at rv {} while the handler holds rv {prev}",
+                    e.key, e.rv
+                )),
+                ("update", Some(_)) if e.old_rv == e.rv => out.syncs += 1,
+                ("update", Some(prev)) if e.rv == *prev => out.duplicates.push(format!(
+                    "notification {i}: update of {} from rv {} to rv {} delivered again",
+                    e.key, e.old_rv, e.rv
+                )),
+                ("update", Some(prev)) if e.rv < *prev => out.stale.push(format!(
+                    "notification {i}: update of {} to rv {} after rv {prev}",
+                    e.key, e.rv
+                )),
+                _ => {}
+            }
+            held.insert(&e.key, e.rv);
+        }
+        out
+    }
+
+    /// Panics with the details unless every check passed.
+    pub fn assert_clean(&self, what: &str) {
+        assert!(
+            self.stale.is_empty(),
+            "{what}: {} updates went backwards: {:?}",
+            self.stale.len(),
+            first(&self.stale)
+        );
+        assert!(
+            self.duplicates.is_empty(),
+            "{what}: {} duplicate notifications: {:?}",
+            self.duplicates.len(),
+            first(&self.duplicates)
+        );
+        assert!(
+            self.resurrections.is_empty(),
+            "{what}: {} notifications of deleted objects (resurrections): {:?}",
+            self.resurrections.len(),
+            first(&self.resurrections)
+        );
+    }
+}
+
+fn first(v: &[String]) -> &[String] {
+    &v[..v.len().min(10)]
 }
 
 /// After the driver stopped: within `within`, the informer's cache equals a
 /// fresh LIST (keys and resourceVersions) and so does the handler's view
 /// (every key it saw that is gone got a delete or tombstone); no update went
-/// backwards. Panics with the details (and the seed printed earlier).
+/// backwards, no notification was delivered twice, no deleted object came
+/// back. Panics with the details (and the seed printed earlier).
 pub async fn converge(
     informer: &SharedIndexInformer<ConfigMap>,
     rec: &Recorder,
@@ -451,37 +609,34 @@ pub async fn converge(
 ) -> Outcome {
     let started = Instant::now();
     let want = server_state(api).await;
-    let mut cache;
-    let mut view;
     loop {
-        cache = cache_state(informer);
-        view = handler_view(&rec.all());
+        let cache = cache_state(informer);
+        let view = handler_view(&rec.all());
         if cache == want && view == want {
             break;
         }
         if started.elapsed() > within {
-            let missing: Vec<_> = want.keys().filter(|k| !cache.contains_key(*k)).collect();
-            let extra: Vec<_> = cache.keys().filter(|k| !want.contains_key(*k)).collect();
-            let stale: Vec<_> = want
-                .iter()
-                .filter(|(k, rv)| cache.get(*k).is_some_and(|c| c != *rv))
-                .collect();
-            let lost_deletes: Vec<_> = view.keys().filter(|k| !want.contains_key(*k)).collect();
+            let in_cache = differences(&want, &cache);
+            let in_view = differences(&want, &view);
             panic!(
                 "no convergence after {within:?}: cache {} keys, LIST {} keys; \
-                 missing from cache {missing:?}; extra in cache {extra:?}; \
-                 stale rv in cache {stale:?}; handler never got a delete for {lost_deletes:?}; \
-                 handler view == LIST: {}",
+                 lost {} (cache {}, handler {}); cache vs LIST: {:?}; handler vs LIST: {:?}",
                 cache.len(),
                 want.len(),
-                view == want
+                in_cache.len() + in_view.len(),
+                in_cache.len(),
+                in_view.len(),
+                first(&in_cache),
+                first(&in_view),
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let converged_in = started.elapsed();
+    // the final figures, computed from one snapshot of the notifications
     let events = rec.all();
-    let stale = stale_updates(&events);
-    assert!(stale.is_empty(), "updates went backwards: {stale:?}");
+    let mut wrong = differences(&want, &cache_state(informer));
+    wrong.extend(differences(&want, &handler_view(&events)));
     // every key deleted by the driver that the handler ever saw got a
     // delete (or tombstone) as its last notification
     let mut last: BTreeMap<&str, &Seen> = BTreeMap::new();
@@ -492,23 +647,39 @@ pub async fn converge(
     let mut tombstones = 0;
     for key in &driver.deleted {
         if let Some(e) = last.get(key.as_str()) {
-            assert_eq!(
-                e.kind, "delete",
-                "{key} was deleted but its last notification is {e:?}"
-            );
+            if e.kind != "delete" {
+                wrong.push(format!(
+                    "{key} was deleted but its last notification is {e:?}"
+                ));
+                continue;
+            }
             deletes += 1;
             if e.tombstone {
                 tombstones += 1;
             }
         }
     }
-    Outcome {
+    let checks = NotificationChecks::of(&events);
+    let out = Outcome {
         events: events.len(),
         keys: want.len(),
         deletes,
         tombstones,
-        converged_in: started.elapsed(),
-    }
+        lost: wrong.len(),
+        stale: checks.stale.len(),
+        duplicates: checks.duplicates.len(),
+        resurrections: checks.resurrections.len(),
+        syncs: checks.syncs,
+        converged_in,
+    };
+    assert!(
+        wrong.is_empty(),
+        "lost {}: {:?}",
+        wrong.len(),
+        first(&wrong)
+    );
+    checks.assert_clean("handler");
+    out
 }
 
 /// Runs an informer until cancelled; the join handle yields its result.
@@ -546,17 +717,25 @@ pub async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> 
     }
 }
 
-/// One line of results, printed for docs/reliability.md.
+/// One line of results, printed for docs/reliability.md. `injected` is
+/// what the injector measured (proxy, HTTP layer, control plane), never a
+/// planned count.
 pub fn report(fault: &str, injected: u64, driver: &DriverReport, o: &Outcome) {
     eprintln!(
         "RESULT {fault}: faults injected {injected}, driver ops ok {} failed {}, events {}, \
-         keys compared {}, deletes delivered {} (tombstones {}), lost 0, stale 0, converged in {:.1}s",
+         keys compared {}, deletes delivered {} (tombstones {}), lost {}, stale {}, \
+         duplicates {}, resurrections {}, sync updates {}, converged in {:.1}s",
         driver.ok,
         driver.failed,
         o.events,
         o.keys,
         o.deletes,
         o.tombstones,
+        o.lost,
+        o.stale,
+        o.duplicates,
+        o.resurrections,
+        o.syncs,
         o.converged_in.as_secs_f64()
     );
 }
@@ -607,11 +786,7 @@ pub async fn view_converges(
         let ev = events();
         let view = handler_view(&ev);
         if &view == want {
-            let stale = stale_updates(&ev);
-            assert!(
-                stale.is_empty(),
-                "{what}: updates went backwards: {stale:?}"
-            );
+            NotificationChecks::of(&ev).assert_clean(what);
             return start.elapsed();
         }
         if start.elapsed() > within {

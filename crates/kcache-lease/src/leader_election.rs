@@ -22,405 +22,45 @@
 //! * **Release on cancel**: the holder is cleared (and the duration set to
 //!   1 s) so that a standby takes over at once.
 //!
-//! The lease is read and written through the small [`LeaseLock`] trait:
-//! [`KubeLeaseLock`] talks to the apiserver, [`InMemoryLeaseLock`] is a
-//! fake for tests.
+//! The lease is read and written through the small
+//! [`LeaseLock`](crate::LeaseLock) trait: [`KubeLeaseLock`](crate::KubeLeaseLock)
+//! talks to the apiserver; the `testing` feature adds an in-memory one.
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, PostParams};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// client-go's jitter factor for the acquire loop.
-pub const JITTER_FACTOR: f64 = 1.2;
+use crate::resource_lock::{LeaderElectionRecord, LeaseError, LeaseLock};
+use crate::timings::{LeaseTimings, LeaseTimingsError};
+use kcache_core::metrics::CounterMetric;
 
-/// The state a Lease records (client-go's `LeaderElectionRecord`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct LeaderElectionRecord {
-    /// Identity of the holder; empty when released.
-    pub holder_identity: String,
-    /// How long the lease lasts without renewal, in seconds.
-    pub lease_duration_seconds: i32,
-    /// When the current holder acquired the lease.
-    pub acquire_time: Option<Timestamp>,
-    /// When the current holder last renewed the lease.
-    pub renew_time: Option<Timestamp>,
-    /// How many times the lease changed hands.
-    pub leader_transitions: i32,
-}
-
-/// Why a lease operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum LeaseError {
-    /// Someone else wrote the lease since it was read (HTTP 409 on update).
-    #[error("the lease was changed by someone else (conflict)")]
-    Conflict,
-    /// The lease already exists (HTTP 409 on create).
-    #[error("the lease already exists")]
-    AlreadyExists,
-    /// The apiserver refused the request (HTTP 403): RBAC does not grant
-    /// the verb on Leases to this client.
-    #[error(
-        "forbidden to {verb} the lease {lease}: grant the controller's service account the verbs get, create and update on leases.coordination.k8s.io in that namespace (a Role and RoleBinding) ({message})"
-    )]
-    Forbidden {
-        /// The refused verb (`get`, `create`, `update`).
-        verb: &'static str,
-        /// `namespace/name` of the lease.
-        lease: String,
-        /// The apiserver's message.
-        message: String,
-    },
-    /// The lease's namespace does not exist (HTTP 404 on create).
-    #[error(
-        "cannot create the lease {lease}: namespace {namespace:?} does not exist; create it or choose an existing namespace for the lease"
-    )]
-    NamespaceNotFound {
-        /// `namespace/name` of the lease.
-        lease: String,
-        /// The missing namespace.
-        namespace: String,
-    },
-    /// The request got no answer within its deadline.
-    #[error(
-        "the lease request did not complete within {after:?}: is the apiserver reachable and not overloaded?"
-    )]
-    Timeout {
-        /// The deadline that passed.
-        after: Duration,
-    },
-    /// Any other error (network, server, ...). Its message is part of
-    /// this error's message (not repeated as its `source`).
-    #[error("lease request failed: {0}")]
-    Other(Box<dyn std::error::Error + Send + Sync>),
-}
-
-impl LeaseError {
-    /// Whether this is ordinary contention between candidates (a conflict
-    /// or a lost create race), not a failure anyone has to fix.
-    pub fn is_contention(&self) -> bool {
-        matches!(self, LeaseError::Conflict | LeaseError::AlreadyExists)
-    }
-}
-
-/// Reads and writes the lease record: the only thing leader election needs
-/// from the apiserver (client-go's `resourcelock.Interface`).
-#[async_trait]
-pub trait LeaseLock: Send + Sync + 'static {
-    /// The current record and its resourceVersion; `None` when the lease
-    /// does not exist.
-    async fn get(&self) -> Result<Option<(LeaderElectionRecord, String)>, LeaseError>;
-    /// Creates the lease; returns the new resourceVersion.
-    async fn create(&self, record: &LeaderElectionRecord) -> Result<String, LeaseError>;
-    /// Replaces the record if the lease is still at `resource_version`;
-    /// returns the new resourceVersion, or [`LeaseError::Conflict`].
-    async fn update(
-        &self,
-        record: &LeaderElectionRecord,
-        resource_version: &str,
-    ) -> Result<String, LeaseError>;
-    /// `namespace/name` of the lease, for logs.
-    fn describe(&self) -> String;
-}
-
-/// A [`LeaseLock`] on a `coordination.k8s.io/v1` Lease.
-#[derive(Clone)]
-pub struct KubeLeaseLock {
-    api: Api<Lease>,
-    namespace: String,
-    name: String,
-}
-
-impl fmt::Debug for KubeLeaseLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KubeLeaseLock")
-            .field("namespace", &self.namespace)
-            .field("name", &self.name)
-            .finish()
-    }
-}
-
-impl KubeLeaseLock {
-    /// The lease `namespace/name`.
-    pub fn new(client: kube::Client, namespace: &str, name: &str) -> Self {
-        Self {
-            api: Api::namespaced(client, namespace),
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        }
-    }
-
-    fn to_lease(&self, record: &LeaderElectionRecord, rv: Option<&str>) -> Lease {
-        Lease {
-            metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                namespace: Some(self.namespace.clone()),
-                resource_version: rv.map(str::to_owned),
-                ..ObjectMeta::default()
-            },
-            spec: Some(LeaseSpec {
-                holder_identity: Some(record.holder_identity.clone()),
-                lease_duration_seconds: Some(record.lease_duration_seconds),
-                acquire_time: record.acquire_time.map(MicroTime),
-                renew_time: record.renew_time.map(MicroTime),
-                lease_transitions: Some(record.leader_transitions),
-                ..LeaseSpec::default()
-            }),
-        }
-    }
-}
-
-fn record_of(lease: &Lease) -> LeaderElectionRecord {
-    let spec = lease.spec.clone().unwrap_or_default();
-    LeaderElectionRecord {
-        holder_identity: spec.holder_identity.unwrap_or_default(),
-        lease_duration_seconds: spec.lease_duration_seconds.unwrap_or_default(),
-        acquire_time: spec.acquire_time.map(|t| t.0),
-        renew_time: spec.renew_time.map(|t| t.0),
-        leader_transitions: spec.lease_transitions.unwrap_or_default(),
-    }
-}
-
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
-
-impl KubeLeaseLock {
-    /// Maps a failed `verb` on the lease to the [`LeaseError`] that says
-    /// what to fix.
-    fn classify(&self, verb: &'static str, e: kube::Error) -> LeaseError {
-        match &e {
-            kube::Error::Api(s) if s.code == 403 => LeaseError::Forbidden {
-                verb,
-                lease: self.describe(),
-                message: s.message.clone(),
-            },
-            // A create answered 404 names the namespace, the only parent a
-            // Lease has.
-            kube::Error::Api(s) if s.code == 404 && verb == "create" => {
-                LeaseError::NamespaceNotFound {
-                    lease: self.describe(),
-                    namespace: self.namespace.clone(),
-                }
-            }
-            _ => LeaseError::Other(Box::new(e)),
-        }
-    }
-}
-
-#[async_trait]
-impl LeaseLock for KubeLeaseLock {
-    async fn get(&self) -> Result<Option<(LeaderElectionRecord, String)>, LeaseError> {
-        let lease = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(|e| self.classify("get", e))?;
-        Ok(lease.map(|l| {
-            let rv = l.metadata.resource_version.clone().unwrap_or_default();
-            (record_of(&l), rv)
-        }))
-    }
-
-    async fn create(&self, record: &LeaderElectionRecord) -> Result<String, LeaseError> {
-        match self
-            .api
-            .create(&PostParams::default(), &self.to_lease(record, None))
-            .await
-        {
-            Ok(l) => Ok(l.metadata.resource_version.unwrap_or_default()),
-            Err(e) if is_conflict(&e) => Err(LeaseError::AlreadyExists),
-            Err(e) => Err(self.classify("create", e)),
-        }
-    }
-
-    async fn update(
-        &self,
-        record: &LeaderElectionRecord,
-        resource_version: &str,
-    ) -> Result<String, LeaseError> {
-        match self
-            .api
-            .replace(
-                &self.name,
-                &PostParams::default(),
-                &self.to_lease(record, Some(resource_version)),
-            )
-            .await
-        {
-            Ok(l) => Ok(l.metadata.resource_version.unwrap_or_default()),
-            Err(e) if is_conflict(&e) => Err(LeaseError::Conflict),
-            Err(e) => Err(self.classify("update", e)),
-        }
-    }
-
-    fn describe(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
-}
-
-/// An in-memory [`LeaseLock`] for tests: shared by clones (so several
-/// candidates can compete for it), with resourceVersion checks, and a
-/// switch to make every request fail (a partitioned candidate).
-#[derive(Clone, Default)]
-pub struct InMemoryLeaseLock {
-    state: Arc<Mutex<Option<(LeaderElectionRecord, u64)>>>,
-    next_rv: Arc<AtomicU64>,
-}
-
-impl fmt::Debug for InMemoryLeaseLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("InMemoryLeaseLock")
-            .field("record", &self.record())
-            .finish()
-    }
-}
-
-impl InMemoryLeaseLock {
-    /// An empty store (no lease yet).
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// The stored record, if any.
-    pub fn record(&self) -> Option<LeaderElectionRecord> {
-        self.state.lock().as_ref().map(|(r, _)| r.clone())
-    }
-    /// Overwrites the stored record (as another writer would).
-    pub fn set_record(&self, record: LeaderElectionRecord) {
-        let rv = self.next_rv.fetch_add(1, Ordering::Relaxed) + 1;
-        *self.state.lock() = Some((record, rv));
-    }
-    /// A handle on the same store whose requests fail while `failing` is
-    /// set (a candidate cut off from the apiserver).
-    pub fn handle(&self) -> FlakyLeaseLock {
-        FlakyLeaseLock {
-            store: self.clone(),
-            failing: Arc::new(AtomicBool::new(false)),
-        }
-    }
-}
-
-#[async_trait]
-impl LeaseLock for InMemoryLeaseLock {
-    async fn get(&self) -> Result<Option<(LeaderElectionRecord, String)>, LeaseError> {
-        Ok(self
-            .state
-            .lock()
-            .as_ref()
-            .map(|(r, rv)| (r.clone(), rv.to_string())))
-    }
-    async fn create(&self, record: &LeaderElectionRecord) -> Result<String, LeaseError> {
-        let mut st = self.state.lock();
-        if st.is_some() {
-            return Err(LeaseError::AlreadyExists);
-        }
-        let rv = self.next_rv.fetch_add(1, Ordering::Relaxed) + 1;
-        *st = Some((record.clone(), rv));
-        Ok(rv.to_string())
-    }
-    async fn update(
-        &self,
-        record: &LeaderElectionRecord,
-        resource_version: &str,
-    ) -> Result<String, LeaseError> {
-        let mut st = self.state.lock();
-        match &*st {
-            Some((_, rv)) if rv.to_string() == resource_version => {
-                let rv = self.next_rv.fetch_add(1, Ordering::Relaxed) + 1;
-                *st = Some((record.clone(), rv));
-                Ok(rv.to_string())
-            }
-            Some(_) => Err(LeaseError::Conflict),
-            None => Err(LeaseError::Other("the lease does not exist".into())),
-        }
-    }
-    fn describe(&self) -> String {
-        "in-memory".to_owned()
-    }
-}
-
-/// A handle on an [`InMemoryLeaseLock`] that can be cut off.
-#[derive(Clone, Debug)]
-pub struct FlakyLeaseLock {
-    store: InMemoryLeaseLock,
-    failing: Arc<AtomicBool>,
-}
-
-impl FlakyLeaseLock {
-    /// Makes every request of this handle fail (`true`) or work again.
-    pub fn set_failing(&self, failing: bool) {
-        self.failing.store(failing, Ordering::SeqCst);
-    }
-    fn check(&self) -> Result<(), LeaseError> {
-        if self.failing.load(Ordering::SeqCst) {
-            Err(LeaseError::Other("injected failure".into()))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-#[async_trait]
-impl LeaseLock for FlakyLeaseLock {
-    async fn get(&self) -> Result<Option<(LeaderElectionRecord, String)>, LeaseError> {
-        self.check()?;
-        self.store.get().await
-    }
-    async fn create(&self, record: &LeaderElectionRecord) -> Result<String, LeaseError> {
-        self.check()?;
-        self.store.create(record).await
-    }
-    async fn update(
-        &self,
-        record: &LeaderElectionRecord,
-        resource_version: &str,
-    ) -> Result<String, LeaseError> {
-        self.check()?;
-        self.store.update(record, resource_version).await
-    }
-    fn describe(&self) -> String {
-        "in-memory (flaky handle)".to_owned()
-    }
-}
-
-/// Leader election settings. Defaults: 15 s lease, 10 s renew deadline, 2 s
-/// retry period (client-go's documented values), release on cancel.
+/// Leader election settings: this candidate's identity, the
+/// [`LeaseTimings`] (default 15 s lease, 10 s renew deadline, 2 s retry
+/// period: client-go's documented values) and release on cancel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderElectionConfig {
     /// This candidate's identity (unique per replica: e.g. the pod name).
     pub identity: String,
-    /// How long a lease lasts without renewal; a standby waits this long
-    /// (on its own clock) after the last change it saw before taking over.
-    pub lease_duration: Duration,
-    /// How long after the start of its last successful renewal the leader
-    /// gives up leadership when renewals keep failing (less than the lease
-    /// duration: the leader stops acting before a standby may take over).
-    pub renew_deadline: Duration,
-    /// How long to wait between attempts.
-    pub retry_period: Duration,
+    /// Lease duration, renew deadline and retry period.
+    pub timings: LeaseTimings,
     /// Clear the holder when the election is cancelled, so that a standby
     /// takes over at once instead of waiting a lease duration (default on).
     ///
     /// client-go leaves this off by default: its callers may cancel the
     /// election while work guarded by the lease still runs, and a released
-    /// lease would then let a standby act beside it. A kcache
-    /// [`Controller`](crate::Controller) cancels its election only after
-    /// every worker has stopped (running reconciles finished, or were
-    /// abandoned at the graceful timeout), so releasing is safe there and
-    /// shortens a rolling update's gap without a leader from a lease
-    /// duration to about a retry period. Turn it off if you run a
-    /// [`LeaderElector`] yourself and cannot guarantee that order.
+    /// lease would then let a standby act beside it. A kcache controller
+    /// cancels its election only after every worker has stopped (running
+    /// reconciles finished, or were abandoned at the graceful timeout), so
+    /// releasing is safe there and shortens a rolling update's gap without
+    /// a leader from a lease duration to about a retry period. Turn it off
+    /// if you run a [`LeaderElector`] yourself and cannot guarantee that
+    /// order.
     pub release_on_cancel: bool,
 }
 
@@ -428,67 +68,41 @@ pub struct LeaderElectionConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaderElectionConfigError {
-    /// The lease duration must be greater than the renew deadline.
-    #[error(
-        "leaseDuration ({lease_duration:?}) must be greater than renewDeadline ({renew_deadline:?})"
-    )]
-    LeaseDurationNotGreaterThanRenewDeadline {
-        /// The lease duration.
-        lease_duration: Duration,
-        /// The renew deadline.
-        renew_deadline: Duration,
-    },
-    /// The renew deadline must be greater than 1.2 x the retry period.
-    #[error(
-        "renewDeadline ({renew_deadline:?}) must be greater than retryPeriod*JitterFactor ({retry_period:?} * 1.2 = {jittered:?})"
-    )]
-    RenewDeadlineTooShort {
-        /// The renew deadline.
-        renew_deadline: Duration,
-        /// The retry period.
-        retry_period: Duration,
-        /// 1.2 x the retry period.
-        jittered: Duration,
-    },
-    /// A duration was zero.
-    #[error("{0} must be greater than zero")]
-    ZeroDuration(&'static str),
+    /// The durations break client-go's rules.
+    #[error(transparent)]
+    Timings(#[from] LeaseTimingsError),
     /// The identity was empty.
     #[error("the leader election identity must not be empty")]
     EmptyIdentity,
 }
 
 impl LeaderElectionConfig {
-    /// client-go's documented default lease duration.
-    pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
-    /// client-go's documented default renew deadline.
-    pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
-    /// client-go's documented default retry period.
-    pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
-
     /// Defaults for the candidate `identity`.
     pub fn new(identity: impl Into<String>) -> Self {
         Self {
             identity: identity.into(),
-            lease_duration: Self::DEFAULT_LEASE_DURATION,
-            renew_deadline: Self::DEFAULT_RENEW_DEADLINE,
-            retry_period: Self::DEFAULT_RETRY_PERIOD,
+            timings: LeaseTimings::default(),
             release_on_cancel: true,
         }
     }
     /// Sets the lease duration.
     pub fn lease_duration(mut self, d: Duration) -> Self {
-        self.lease_duration = d;
+        self.timings.lease_duration = d;
         self
     }
     /// Sets the renew deadline.
     pub fn renew_deadline(mut self, d: Duration) -> Self {
-        self.renew_deadline = d;
+        self.timings.renew_deadline = d;
         self
     }
     /// Sets the retry period.
     pub fn retry_period(mut self, d: Duration) -> Self {
-        self.retry_period = d;
+        self.timings.retry_period = d;
+        self
+    }
+    /// Sets all three durations.
+    pub fn timings(mut self, timings: LeaseTimings) -> Self {
+        self.timings = timings;
         self
     }
     /// Whether to release the lease when cancelled.
@@ -497,35 +111,12 @@ impl LeaderElectionConfig {
         self
     }
 
-    /// Checks client-go's rules: all durations positive, lease duration >
-    /// renew deadline > 1.2 x retry period, identity non-empty.
+    /// Checks client-go's rules: the timings ([`LeaseTimings::validate`]),
+    /// and a non-empty identity.
     pub fn validate(&self) -> Result<(), LeaderElectionConfigError> {
-        use LeaderElectionConfigError as E;
-        if self.lease_duration <= self.renew_deadline {
-            return Err(E::LeaseDurationNotGreaterThanRenewDeadline {
-                lease_duration: self.lease_duration,
-                renew_deadline: self.renew_deadline,
-            });
-        }
-        let jittered = self.retry_period.mul_f64(JITTER_FACTOR);
-        if self.renew_deadline <= jittered {
-            return Err(E::RenewDeadlineTooShort {
-                renew_deadline: self.renew_deadline,
-                retry_period: self.retry_period,
-                jittered,
-            });
-        }
-        if self.lease_duration.is_zero() {
-            return Err(E::ZeroDuration("leaseDuration"));
-        }
-        if self.renew_deadline.is_zero() {
-            return Err(E::ZeroDuration("renewDeadline"));
-        }
-        if self.retry_period.is_zero() {
-            return Err(E::ZeroDuration("retryPeriod"));
-        }
+        self.timings.validate()?;
         if self.identity.is_empty() {
-            return Err(E::EmptyIdentity);
+            return Err(LeaderElectionConfigError::EmptyIdentity);
         }
         Ok(())
     }
@@ -610,7 +201,7 @@ pub struct LeaderElector {
     /// acquire or a renewal) was started.
     renewed_at: Mutex<Option<Instant>>,
     problem: Mutex<Option<LeaseProblem>>,
-    errors: Mutex<Option<prometheus_client::metrics::counter::Counter>>,
+    errors: Mutex<Option<Box<dyn CounterMetric>>>,
 }
 
 impl fmt::Debug for LeaderElector {
@@ -646,8 +237,8 @@ impl LeaderElector {
     }
 
     /// Counts every failed lease request (contention excluded) in
-    /// `counter` (the controller's `kcache_leader_election_errors_total`).
-    pub fn set_error_counter(&self, counter: prometheus_client::metrics::counter::Counter) {
+    /// `counter` (a controller's `kcache_leader_election_errors_total`).
+    pub fn set_error_counter(&self, counter: Box<dyn CounterMetric>) {
         *self.errors.lock() = Some(counter);
     }
 
@@ -668,7 +259,28 @@ impl LeaderElector {
     /// on this process's clock). Work guarded by the lease must have
     /// stopped by then.
     pub fn lease_expiry(&self) -> Option<Instant> {
-        (*self.renewed_at.lock()).map(|t| t + self.config.lease_duration)
+        (*self.renewed_at.lock()).map(|t| t + self.config.timings.lease_duration)
+    }
+
+    /// While leading: the instant by which this candidate stops acting
+    /// if no renewal succeeds (the start of its last successful renewal
+    /// plus the renew deadline, on this process's clock); `None` when it
+    /// does not lead.
+    pub fn acting_deadline(&self) -> Option<Instant> {
+        if *self.status.borrow() != LeaderStatus::Leading {
+            return None;
+        }
+        (*self.renewed_at.lock()).map(|t| t + self.config.timings.renew_deadline)
+    }
+
+    /// Whether this candidate may act now: it leads and its renew deadline
+    /// has not passed on this process's clock. Checked on the clock, not
+    /// only through the leading token: a process that was paused (SIGSTOP,
+    /// a stalled VM) runs its ready tasks in any order when it resumes, so
+    /// work may run before the election task that cancels the token.
+    pub fn may_act(&self) -> bool {
+        self.acting_deadline()
+            .is_some_and(|deadline| Instant::now() < deadline)
     }
 
     fn lease_ok(&self) {
@@ -788,12 +400,9 @@ impl LeaderElector {
         let now_wall = now_timestamp();
         // Whole seconds on the wire, rounded up: a standby must never wait
         // less than the duration this leader's renew deadline assumes.
-        let ld = self.config.lease_duration;
-        let secs = ld.as_secs() + u64::from(ld.subsec_nanos() > 0);
-        let lease_secs = i32::try_from(secs).unwrap_or(i32::MAX);
         let mut record = LeaderElectionRecord {
             holder_identity: self.config.identity.clone(),
-            lease_duration_seconds: lease_secs.max(1),
+            lease_duration_seconds: self.config.timings.lease_seconds(),
             acquire_time: Some(now_wall),
             renew_time: Some(now_wall),
             leader_transitions: 0,
@@ -966,11 +575,6 @@ impl LeaderElector {
         }
     }
 
-    fn jittered_retry(&self) -> Duration {
-        let rp = self.config.retry_period;
-        rp + rp.mul_f64(rand::random::<f64>() * JITTER_FACTOR)
-    }
-
     /// Runs the election until `cancel` fires or leadership is lost:
     /// acquire (jittered retries), call `on_started_leading`, renew, and
     /// finally call `on_stopped_leading` (always, even if this candidate
@@ -1035,12 +639,14 @@ impl LeaderElector {
                 let started = Instant::now();
                 // Bounded: an attempt whose requests hang (no answer, no
                 // error) counts as a failure and is retried.
-                let attempt =
-                    tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew());
+                let attempt = tokio::time::timeout(
+                    self.config.timings.renew_deadline,
+                    self.try_acquire_or_renew(),
+                );
                 let acquired = tokio::select! {
                     _ = cancel.cancelled() => false,
                     r = attempt => r.unwrap_or_else(|_| {
-                        self.lease_failed("acquire", &LeaseError::Timeout { after: self.config.renew_deadline });
+                        self.lease_failed("acquire", &LeaseError::Timeout { after: self.config.timings.renew_deadline });
                         false
                     }),
                 };
@@ -1050,7 +656,7 @@ impl LeaderElector {
                 }
                 tokio::select! {
                     _ = cancel.cancelled() => {}
-                    _ = tokio::time::sleep(self.jittered_retry()) => {}
+                    _ = tokio::time::sleep(self.config.timings.jittered_retry()) => {}
                 }
             }
             tracing::info!(lease = %self.lock.describe(), identity = %self.config.identity, "acquired the lease");
@@ -1069,10 +675,10 @@ impl LeaderElector {
             // last success returned: with a renew deadline close to the
             // lease duration two leaders could act at once).
             let lost = 'renew: loop {
-                let deadline = last_ok + self.config.renew_deadline;
+                let deadline = last_ok + self.config.timings.renew_deadline;
                 // never sleep past the deadline (a slow last answer may
                 // leave less than a retry period)
-                let next = deadline.min(Instant::now() + self.config.retry_period);
+                let next = deadline.min(Instant::now() + self.config.timings.retry_period);
                 tokio::select! {
                     _ = cancel.cancelled() => break 'renew false,
                     _ = tokio::time::sleep_until(next) => {}
@@ -1099,7 +705,7 @@ impl LeaderElector {
                     }
                     tokio::select! {
                         _ = cancel.cancelled() => break 'renew false,
-                        _ = tokio::time::sleep_until(deadline.min(Instant::now() + self.config.retry_period)) => {}
+                        _ = tokio::time::sleep_until(deadline.min(Instant::now() + self.config.timings.retry_period)) => {}
                     }
                 }
             };
@@ -1109,7 +715,7 @@ impl LeaderElector {
             } else if self.config.release_on_cancel {
                 // Bounded: a shutdown never hangs on an unreachable apiserver.
                 let released =
-                    tokio::time::timeout(self.config.renew_deadline, self.release()).await;
+                    tokio::time::timeout(self.config.timings.renew_deadline, self.release()).await;
                 if released.is_err() {
                     tracing::warn!(lease = %self.lock.describe(), "releasing the lease timed out");
                 }
