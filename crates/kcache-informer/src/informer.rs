@@ -9,7 +9,7 @@ use kcache_core::{BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, Stor
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
 use kcache_reflector::{
-    DEFAULT_MAX_LIST_BYTES, MetricsProvider, Reflector, ReflectorError, RequestTimeouts,
+    DEFAULT_MAX_LIST_BYTES, MetricsProvider, Reflector, ReflectorError, RequestTimeouts, WireFormat,
 };
 use kube::{Client, Resource};
 use tokio::task::JoinHandle;
@@ -92,6 +92,10 @@ pub struct ListOptions {
     /// bytes (default: 2 GiB); see
     /// `ReflectorBuilder::max_initial_events_bytes`.
     pub max_initial_events_bytes: usize,
+    /// The format asked of the apiserver (default: [`WireFormat::Auto`]:
+    /// protobuf for built-in types, JSON otherwise); see
+    /// `ReflectorBuilder::wire_format`.
+    pub wire_format: WireFormat,
 }
 
 impl Default for ListOptions {
@@ -107,6 +111,7 @@ impl Default for ListOptions {
             request_timeouts: RequestTimeouts::default(),
             max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
             max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
+            wire_format: WireFormat::Auto,
         }
     }
 }
@@ -1054,7 +1059,8 @@ where
                 .object_options(o.object_options.clone())
                 .request_timeouts(o.request_timeouts)
                 .max_list_page_bytes(o.max_list_page_bytes)
-                .max_initial_events_bytes(o.max_initial_events_bytes);
+                .max_initial_events_bytes(o.max_initial_events_bytes)
+                .wire_format(o.wire_format);
         if let Some(ns) = &o.namespace {
             rb = rb.namespace(ns.clone());
         }
