@@ -243,7 +243,15 @@ where
         self.list_options.watch_idle_timeout = Some(idle);
         self
     }
-    /// Replaces all list options at once.
+    /// What to ask the apiserver for: [`WireFormat::Auto`] (the default:
+    /// protobuf for built-in types, JSON for custom resources) or
+    /// [`WireFormat::Json`] (see [`ListOptions::wire_format`]).
+    pub fn wire_format(mut self, format: WireFormat) -> Self {
+        self.list_options.wire_format = format;
+        self
+    }
+    /// Replaces all list options at once (the namespace and selectors
+    /// too: call it before the methods that set one option).
     pub fn list_options(mut self, options: ListOptions) -> Self {
         self.list_options = options;
         self
