@@ -255,7 +255,8 @@ async fn run_plane(gate: bool) -> Caches {
     let client = cp.client().unwrap();
     let run = "r1";
     for i in 0..NAMESPACES {
-        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace(i)}})).unwrap();
+        let ns: Namespace =
+            serde_json::from_value(json!({"metadata": {"name": namespace(i)}})).unwrap();
         Api::<Namespace>::all(client.clone())
             .create(&PostParams::default(), &ns)
             .await
@@ -272,7 +273,10 @@ async fn run_plane(gate: bool) -> Caches {
     };
     // uid: streaming lists (the default); namespace: paged lists, whose
     // pages echo the selector when the gate is on
-    let plans = [("uid", ShardField::Uid, true), ("namespace", ShardField::Namespace, false)];
+    let plans = [
+        ("uid", ShardField::Uid, true),
+        ("namespace", ShardField::Namespace, false),
+    ];
     let reference = Member::start(&cp, run, None, true);
     let mut runs = Vec::new();
     for (name, field, watch_list) in plans {
