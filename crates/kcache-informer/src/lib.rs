@@ -109,7 +109,10 @@ pub use informer::{
     ResourceEventHandlerRegistration, SharedIndexInformer, SharedIndexInformerBuilder,
     TransformFunc, WatchErrorHandler, strip_managed_fields, wait_for_cache_sync,
 };
+/// Server-side sharding's selector types ([`ListOptions::shard_selector`]),
+/// re-exported from kcache-core.
+pub use kcache_core::{ShardField, ShardRange, ShardSelector};
 /// The reflector's settings that [`ListOptions`] carries, re-exported so an
 /// informer user needs no direct dependency on kcache-reflector.
-pub use kcache_reflector::{RequestTimeouts, WireFormat};
+pub use kcache_reflector::{RequestTimeouts, ShardFilterMode, WireFormat};
 pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};
