@@ -378,7 +378,14 @@ fn check_one(package: &Value, ctx: &Shared, n: usize) -> anyhow::Result<()> {
 /// The files `cargo package` would put into the crate (relative paths).
 fn package_files(name: &str) -> anyhow::Result<Vec<String>> {
     let mut cmd = cargo();
-    cmd.args(["package", "--list", "--allow-dirty", "--offline", "-p", name]);
+    cmd.args([
+        "package",
+        "--list",
+        "--allow-dirty",
+        "--offline",
+        "-p",
+        name,
+    ]);
     let out = cmd.output().context("running cargo package --list")?;
     if !out.status.success() {
         bail!(
@@ -464,7 +471,9 @@ fn copy_manifest(package: &Value, lib_path: &Path, lints: &str) -> anyhow::Resul
             let _ = writeln!(out, "{} = {}", key.replace('_', "-"), toml_str(&v));
         }
     }
-    out.push_str("autobins = false\nautoexamples = false\nautotests = false\nautobenches = false\n");
+    out.push_str(
+        "autobins = false\nautoexamples = false\nautotests = false\nautobenches = false\n",
+    );
     let _ = writeln!(
         out,
         "\n[lib]\npath = {}",
@@ -524,10 +533,11 @@ fn copy_manifest(package: &Value, lib_path: &Path, lints: &str) -> anyhow::Resul
         if !feats.is_empty() {
             fields.push(format!("features = {}", toml_list(feats)));
         }
-        tables
-            .entry(header)
-            .or_default()
-            .push(format!("{} = {{ {} }}", toml_str(&key), fields.join(", ")));
+        tables.entry(header).or_default().push(format!(
+            "{} = {{ {} }}",
+            toml_str(&key),
+            fields.join(", ")
+        ));
     }
     for (header, lines) in tables {
         let _ = writeln!(out, "\n[{header}]");
@@ -588,12 +598,18 @@ mod tests {
 
     #[test]
     fn repository_paths_are_found_in_doc_comments_only() {
-        assert!(names_repository_path("//! See `docs/reflector.md` for more."));
-        assert!(names_repository_path("    /// and [this](../docs/sharding.md#x)."));
+        assert!(names_repository_path(
+            "//! See `docs/reflector.md` for more."
+        ));
+        assert!(names_repository_path(
+            "    /// and [this](../docs/sharding.md#x)."
+        ));
         assert!(!names_repository_path(
             "/// See [it](https://github.com/kcache/kcache/blob/main/docs/reflector.md)."
         ));
-        assert!(!names_repository_path("// a plain comment: docs/reflector.md"));
+        assert!(!names_repository_path(
+            "// a plain comment: docs/reflector.md"
+        ));
         assert!(!names_repository_path("/// the docs/ folder"));
     }
 
