@@ -307,7 +307,7 @@ where
     }
     /// Warm restarts: persist the cache as configured and, on start, resume
     /// from a matching snapshot instead of listing (see [`SnapshotOptions`]
-    /// and `docs/warm-restart.md`).
+    /// and [Warm restarts](https://github.com/kcache/kcache/blob/main/docs/warm-restart.md)).
     pub fn snapshot(mut self, options: SnapshotOptions) -> Self {
         self.snapshot = Some(options);
         self

@@ -60,7 +60,7 @@
 //! leaves core/v1 Secrets out unless they are named
 //! ([`SharedInformerFactoryBuilder::snapshot_for`]); files are private
 //! (0600, folders 0700) and written without following symlinks. See
-//! `docs/warm-restart.md`.
+//! [Warm restarts](https://github.com/kcache/kcache/blob/main/docs/warm-restart.md).
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::Pod;
@@ -89,6 +89,10 @@
 //! # }
 //! ```
 
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod error;
 mod factory;
 #[doc(hidden)]
@@ -98,6 +102,7 @@ mod informer;
 mod listener;
 mod processor;
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub mod prometheus;
 pub mod snapshot;
 

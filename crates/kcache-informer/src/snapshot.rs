@@ -351,7 +351,7 @@ enum Location {
 /// delivered to handlers as initial-list adds, and the watch resumes from
 /// the snapshot's resourceVersion instead of listing. A missing, foreign,
 /// truncated or corrupt snapshot is ignored with one warning. See
-/// `docs/warm-restart.md`.
+/// [Warm restarts](https://github.com/kcache/kcache/blob/main/docs/warm-restart.md).
 ///
 /// ```
 /// use std::time::Duration;

@@ -138,7 +138,11 @@
 //!   known resourceVersion without a list; synced on a bookmark or a clean
 //!   end at or after the watch's timeout, never on an earlier end.
 //!
-//! See `docs/reflector.md` for the recovery rules in prose.
+//! See [The reflector](https://github.com/kcache/kcache/blob/main/docs/reflector.md) for the recovery rules in prose.
+
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
 mod decode;
@@ -170,6 +174,7 @@ pub use metrics::{
     CounterMetric, MetricsProvider, NoopMetric, NoopMetricsProvider, SettableGaugeMetric,
 };
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::PrometheusMetricsProvider;
 pub use reflector::{
     DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, RESUME_WATCH_TIMEOUT, Reflector,

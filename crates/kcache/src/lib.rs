@@ -34,6 +34,10 @@
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! ```
 
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub use kcache_controller as controller;
 pub use kcache_core as core;
 pub use kcache_deltafifo as deltafifo;
