@@ -4,6 +4,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+// ANCHOR: greeting
 /// What a Greeting asks for: a ConfigMap holding `"<greeting>, <name>!"`.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -49,6 +50,8 @@ pub struct GreetingStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
+
+// ANCHOR_END: greeting
 
 /// The CRD as YAML, as in `manifests/crd.yaml` (`hello-operator crd`
 /// prints it; a test checks the file matches).

@@ -14,12 +14,14 @@
 //! | [`crd`] | the `Greeting` custom resource |
 //! | [`reconcile`] | the reconciler: ConfigMap, status, events, finalizer |
 //! | [`run`](mod@run) | wiring: factory, controller, leader election, probes |
+//! | [`recipes`] | compiled recipes of the guide (cross-namespace children, same type primary and watched, indexes) |
 //!
 //! `manifests/` holds the CRD, the RBAC (exactly what the operator uses;
 //! `tests/operator.rs` runs the operator as the ServiceAccount bound by it)
 //! and the Deployment.
 
 pub mod crd;
+pub mod recipes;
 pub mod reconcile;
 pub mod run;
 

@@ -21,9 +21,14 @@ pub const NAME: &str = "hello-operator";
 /// deleted.
 pub const FINALIZER: &str = "demo.kcache.dev/cleanup";
 
+/// `"true"` on a Greeting: the operator lets go of it (removes its
+/// finalizer and no longer touches it or its ConfigMap).
+pub const UNMANAGED: &str = "demo.kcache.dev/unmanaged";
+
 /// The ConfigMap key holding the message.
 pub const MESSAGE_KEY: &str = "message";
 
+// ANCHOR: context
 /// What every reconcile shares.
 pub struct Context {
     /// The client for writes (fenced by the lease under leader election:
@@ -34,6 +39,7 @@ pub struct Context {
     /// Publishes events about Greetings.
     pub recorder: Recorder,
 }
+// ANCHOR_END: context
 
 /// What a reconcile can fail with (logged, counted and retried with
 /// backoff).
@@ -92,6 +98,9 @@ pub async fn reconcile(req: Request<Greeting>, ctx: Arc<Context>) -> Result<Acti
     };
     let ns = req.namespace.clone().unwrap_or_default();
     let greetings: Api<Greeting> = Api::namespaced(ctx.client.clone(), &ns);
+    if greeting.annotations().get(UNMANAGED).map(String::as_str) == Some("true") {
+        return unmanage(&greetings, &greeting, &ctx).await;
+    }
     finalizer(&greetings, FINALIZER, greeting, |event| async {
         match event {
             FinalizerEvent::Apply(g) => apply(&g, &ns, &ctx).await,
@@ -155,6 +164,27 @@ async fn apply(greeting: &Greeting, ns: &str, ctx: &Context) -> Result<Action, E
     Ok(Action::await_change())
 }
 // ANCHOR_END: apply
+
+// ANCHOR: unmanage
+/// The Greeting is no longer ours: remove the finalizer (so it can be
+/// deleted without us) and leave it and its ConfigMap alone.
+async fn unmanage(
+    api: &Api<Greeting>,
+    greeting: &Greeting,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    if finalizer::remove(api, greeting, FINALIZER).await?.is_some() {
+        let note = "no longer managed: finalizer removed";
+        publish(
+            ctx,
+            greeting,
+            Event::normal("Unmanaged", note).action("Unmanage"),
+        )
+        .await;
+    }
+    Ok(Action::await_change())
+}
+// ANCHOR_END: unmanage
 
 // ANCHOR: cleanup
 /// The Greeting is being deleted: deletes its ConfigMap (the garbage

@@ -63,8 +63,9 @@ pub async fn run(
     let controller = Controller::<Greeting>::new(&factory, Config::default().name(NAME))
         // Reconcile a Greeting when the ConfigMap it controls changes.
         .owns::<ConfigMap>()
-        // Our own status writes do not change the generation: skip them.
-        .with_predicate(Predicate::generation_changed())
+        // Skip our own status writes (they change neither the generation
+        // nor the annotations); see the `unmanaged` annotation.
+        .with_predicate(Predicate::generation_changed() | Predicate::annotations_changed())
         .leader_election(
             LeaderElectionConfig::new(settings.identity.clone()),
             KubeLeaseLock::new(client.clone(), &settings.lease_namespace, NAME),

@@ -63,3 +63,53 @@ fn deployment_runs_as_the_rbac_service_account_with_probes() {
     assert_eq!(path(&container.liveness_probe).as_deref(), Some("/healthz"));
     assert_eq!(path(&container.readiness_probe).as_deref(), Some("/readyz"));
 }
+
+/// The lines of `path` (relative to the repository root) between
+/// `// ANCHOR: name` and `// ANCHOR_END: name`, or the whole file.
+fn quoted(spec: &str) -> String {
+    let (path, anchor) = spec.split_once('#').unwrap_or((spec, ""));
+    let text = std::fs::read_to_string(format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR")))
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    if anchor.is_empty() {
+        return text;
+    }
+    let start = format!("// ANCHOR: {anchor}");
+    let end = format!("// ANCHOR_END: {anchor}");
+    let mut lines = text
+        .lines()
+        .skip_while(|l| l.trim() != start)
+        .skip(1)
+        .take_while(|l| l.trim() != end)
+        .peekable();
+    assert!(lines.peek().is_some(), "{path} has no anchor {anchor:?}");
+    lines.map(|l| format!("{l}\n")).collect()
+}
+
+#[test]
+fn guide_quotes_the_example() {
+    let guide_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/getting-started.md");
+    let guide = std::fs::read_to_string(guide_path).expect("docs/getting-started.md");
+    let mut lines = guide.lines();
+    let mut quotes = 0;
+    while let Some(line) = lines.next() {
+        let Some(spec) = line
+            .strip_prefix("<!-- quote: ")
+            .and_then(|l| l.strip_suffix(" -->"))
+        else {
+            continue;
+        };
+        let fence = lines.next().unwrap_or_default();
+        assert!(fence.starts_with("```"), "a code block after {line}");
+        let body: String = lines
+            .by_ref()
+            .take_while(|l| *l != "```")
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert!(
+            body.trim_end() == quoted(spec).trim_end(),
+            "docs/getting-started.md quotes {spec} as it no longer is: copy the file's current text into the block"
+        );
+        quotes += 1;
+    }
+    assert!(quotes >= 10, "only {quotes} quotes found");
+}
