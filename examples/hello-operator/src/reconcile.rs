@@ -228,6 +228,7 @@ async fn cleanup(greeting: &Greeting, ns: &str, ctx: &Context) -> Result<Action,
 }
 // ANCHOR_END: cleanup
 
+// ANCHOR: publish
 /// Publishes an event about `greeting`; a failure is logged, not returned
 /// (an event is worth no retry of the reconcile).
 async fn publish(ctx: &Context, greeting: &Greeting, event: Event) {
@@ -235,3 +236,4 @@ async fn publish(ctx: &Context, greeting: &Greeting, event: Event) {
         tracing::warn!(greeting = %greeting.name_any(), error = %e, "publishing an event failed");
     }
 }
+// ANCHOR_END: publish

@@ -85,12 +85,12 @@ fn quoted(spec: &str) -> String {
     lines.map(|l| format!("{l}\n")).collect()
 }
 
-#[test]
-fn guide_quotes_the_example() {
-    let guide_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/getting-started.md");
-    let guide = std::fs::read_to_string(guide_path).expect("docs/getting-started.md");
-    let mut lines = guide.lines();
-    let mut quotes = 0;
+/// The `<!-- quote: path#anchor -->` blocks of `docs/<doc>`: (spec, body).
+fn quotes(doc: &str) -> Vec<(String, String)> {
+    let path = format!("{}/../../docs/{doc}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("docs/{doc}: {e}"));
+    let mut lines = text.lines();
+    let mut out = Vec::new();
     while let Some(line) = lines.next() {
         let Some(spec) = line
             .strip_prefix("<!-- quote: ")
@@ -99,17 +99,37 @@ fn guide_quotes_the_example() {
             continue;
         };
         let fence = lines.next().unwrap_or_default();
-        assert!(fence.starts_with("```"), "a code block after {line}");
+        assert!(
+            fence.starts_with("```"),
+            "docs/{doc}: a code block after {line}"
+        );
         let body: String = lines
             .by_ref()
             .take_while(|l| *l != "```")
             .map(|l| format!("{l}\n"))
             .collect();
-        assert!(
-            body.trim_end() == quoted(spec).trim_end(),
-            "docs/getting-started.md quotes {spec} as it no longer is: copy the file's current text into the block"
-        );
-        quotes += 1;
+        out.push((spec.to_owned(), body));
     }
-    assert!(quotes >= 10, "only {quotes} quotes found");
+    out
+}
+
+/// docs/getting-started.md and docs/from-kube-runtime.md quote the
+/// example as it is: what they show compiles and is what the integration
+/// test runs.
+#[test]
+fn guide_quotes_the_example() {
+    for (doc, at_least) in [("getting-started.md", 10), ("from-kube-runtime.md", 4)] {
+        let quotes = quotes(doc);
+        assert!(
+            quotes.len() >= at_least,
+            "docs/{doc}: only {} quotes",
+            quotes.len()
+        );
+        for (spec, body) in quotes {
+            assert!(
+                body.trim_end() == quoted(&spec).trim_end(),
+                "docs/{doc} quotes {spec} as it no longer is: copy the file's current text into the block"
+            );
+        }
+    }
 }
