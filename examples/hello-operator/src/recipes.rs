@@ -1,10 +1,13 @@
 //! The recipes of docs/getting-started.md, compiled with the operator (not
 //! run by it): what every operator meets sooner or later.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kcache::prelude::*;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
 
 use crate::crd::Greeting;
 
@@ -68,22 +71,52 @@ pub fn same_type_primary_and_watched(
 // ANCHOR_END: same_type
 
 // ANCHOR: reconcile_copy
-/// The copier's reconcile: reads the source from the same cache.
+/// What the copier's reconciles share.
+pub struct CopierContext {
+    /// For the copies' writes.
+    pub client: kube::Client,
+    /// The factory's ConfigMap informer (the primary's and the watched
+    /// one).
+    pub config_maps: SharedIndexInformer<ConfigMap>,
+}
+
+/// The copier's reconcile: reads the source from the same cache and
+/// writes its data into the copy when they differ.
 pub async fn reconcile_copy(
     req: Request<ConfigMap>,
-    informer: std::sync::Arc<SharedIndexInformer<ConfigMap>>,
-) -> Result<Action, kcache::core::DecodeError> {
-    let Some(copy) = req.cached else {
-        return Ok(Action::await_change());
+    ctx: Arc<CopierContext>,
+) -> Result<Action, crate::Error> {
+    let (Some(copy), Some(ns)) = (req.object, req.namespace) else {
+        return Ok(Action::await_change()); // deleted
     };
     let Some(source) = copy.annotations().get(COPY_OF) else {
         return Ok(Action::await_change()); // not a copy
     };
-    let ns = req.namespace.unwrap_or_default();
-    if let Some(source) = informer.indexer().get_by_key(&format!("{ns}/{source}")) {
-        let _data = source.decode()?.data;
-        // ... write `_data` into the copy (a server-side apply) ...
+    let Some(source) = ctx
+        .config_maps
+        .indexer()
+        .get_by_key(&format!("{ns}/{source}"))
+    else {
+        return Ok(Action::await_change()); // its source's creation will bring it back
+    };
+    let data = source.decode()?.data;
+    if copy.data != data {
+        let patch = ConfigMap {
+            metadata: ObjectMeta {
+                name: copy.metadata.name.clone(),
+                ..ObjectMeta::default()
+            },
+            data,
+            ..ConfigMap::default()
+        };
+        Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+            .patch(
+                &copy.name_any(),
+                &PatchParams::apply("copier").force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
     }
-    Ok(Action::requeue_after(Duration::from_secs(600)))
+    Ok(Action::await_change())
 }
 // ANCHOR_END: reconcile_copy

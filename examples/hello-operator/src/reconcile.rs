@@ -1,6 +1,7 @@
 //! The reconciler: a Greeting's ConfigMap, its status, its events, and
 //! the finalizer that deletes the ConfigMap first when the Greeting goes.
 
+// ANCHOR: imports
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Client, Resource, ResourceExt};
 
 use crate::crd::Greeting;
+// ANCHOR_END: imports
 
 /// The operator's name: its field manager, its events' reporting
 /// controller, its metrics label.

@@ -489,3 +489,70 @@ async fn greeting_operator_runs_with_the_manifest_rbac() {
         started.elapsed()
     );
 }
+
+/// The same-type recipe of the guide: a copy follows its source, through
+/// the index on the shared ConfigMap informer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_follows_its_source() {
+    use hello_operator::recipes::{
+        COPY_OF, CopierContext, reconcile_copy, same_type_primary_and_watched,
+    };
+    use kcache::prelude::SharedInformerFactory;
+    use std::collections::BTreeMap;
+
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let client = cp.client().expect("admin client");
+    let ns = cp.create_namespace("copier").await.expect("namespace");
+    let factory = SharedInformerFactory::builder(client.clone())
+        .namespace(ns.clone())
+        .build();
+    let controller = same_type_primary_and_watched(&factory).expect("index");
+    let handle = controller.handle();
+    let ctx = std::sync::Arc::new(CopierContext {
+        client: client.clone(),
+        config_maps: factory.informer::<ConfigMap>(),
+    });
+    let task = tokio::spawn(controller.run(reconcile_copy, ctx));
+
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let cm = |name: &str, data: &[(&str, &str)], copy_of: Option<&str>| {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.to_owned());
+        cm.metadata.annotations =
+            copy_of.map(|source| BTreeMap::from([(COPY_OF.to_owned(), source.to_owned())]));
+        cm.data = Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        cm
+    };
+    let pp = PostParams::default();
+    cms.create(&pp, &cm("source", &[("a", "1")], None))
+        .await
+        .expect("source");
+    cms.create(&pp, &cm("copy", &[], Some("source")))
+        .await
+        .expect("copy");
+    for value in ["1", "2"] {
+        if value == "2" {
+            let patch = serde_json::json!({ "data": { "a": "2" } });
+            cms.patch("source", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("update source");
+        }
+        eventually(&format!("the copy says a={value}"), || async {
+            let copy = cms.get("copy").await.map_err(|e| e.to_string())?;
+            let a = copy.data.unwrap_or_default().remove("a");
+            (a.as_deref() == Some(value))
+                .then_some(())
+                .ok_or(format!("a = {a:?}"))
+        })
+        .await;
+    }
+    handle.stop();
+    task.await
+        .expect("copier task")
+        .expect("the copier stopped cleanly");
+    factory.shutdown().await;
+}
