@@ -147,6 +147,7 @@ async fn apply(greeting: &Greeting, ns: &str, ctx: &Context) -> Result<Action, E
         config_maps
             .patch(&name, &params, &Patch::Apply(&want))
             .await?;
+        tracing::info!(configmap = %format!("{ns}/{name}"), "applied");
         let note = format!("ConfigMap {name:?} says {:?}", greeting.spec.message());
         publish(ctx, greeting, Event::normal("Synced", note).action("Apply")).await;
     }
@@ -218,6 +219,7 @@ async fn cleanup(greeting: &Greeting, ns: &str, ctx: &Context) -> Result<Action,
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
+        tracing::info!(configmap = %format!("{ns}/{name}"), "deleted");
         let note = format!("ConfigMap {name:?} deleted");
         publish(
             ctx,
