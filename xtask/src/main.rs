@@ -8,7 +8,9 @@
 //! - `cargo xtask e2e [--kubeconfig PATH | --kind]`: the integration suite
 //!   against the local control plane, any cluster, or a new kind cluster.
 //! - `cargo xtask codegen [--check]`: the CRD YAML of every custom resource
-//!   type, under `examples/crds/`.
+//!   type, under `examples/crds/`, and kcache-core's protobuf field tables.
+//! - `cargo xtask protobuf-corpus`: kcache-core's protobuf test corpus,
+//!   fetched from a local control plane both as protobuf and as JSON.
 //! - `cargo xtask demo`: the sample controller on a local control plane.
 //! - `cargo xtask bench [--quick]`: every crate's criterion benchmarks and a
 //!   Markdown summary.
@@ -30,6 +32,7 @@ mod demo;
 mod deny;
 mod e2e;
 mod fuzz;
+mod protobuf_corpus;
 mod run;
 mod test;
 
@@ -54,8 +57,12 @@ enum Task {
     /// given by a kubeconfig, or a new kind cluster.
     E2e(e2e::E2eArgs),
     /// Write the CRD YAML of every custom resource type into examples/crds/
-    /// (`--check`: fail when it is stale).
+    /// and the protobuf field tables of kcache-core (`--check`: fail when
+    /// stale).
     Codegen(codegen::CodegenArgs),
+    /// Regenerate kcache-core's protobuf test corpus from a local control
+    /// plane (each object fetched as protobuf and as JSON).
+    ProtobufCorpus(protobuf_corpus::CorpusArgs),
     /// Run the sample controller on a local control plane: create, scale and
     /// delete Foos, show what happened, stop everything.
     Demo(demo::DemoArgs),
@@ -92,6 +99,7 @@ fn main() -> ExitCode {
         Task::Controlplane { action } => controlplane::run(action),
         Task::E2e(args) => e2e::run(args),
         Task::Codegen(args) => codegen::run(args),
+        Task::ProtobufCorpus(args) => protobuf_corpus::run(args),
         Task::Demo(args) => demo::run(args),
         Task::Bench(args) => bench::run(args),
         Task::BenchCompare(args) => bench_compare::run(args),

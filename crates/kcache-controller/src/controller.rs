@@ -18,7 +18,7 @@ use kube::Resource;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ControllerError;
+use crate::error::{ControllerError, UnsyncedInformer};
 use crate::metrics::{MetricsRegistry, label};
 use crate::predicate::Predicate;
 use crate::reconciler::{Reconciler, Trigger};
@@ -38,6 +38,10 @@ pub const INITIAL_LIST_PRIORITY: i32 = -100;
 /// The default time running reconciles get to finish at shutdown.
 pub const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The default time `run` waits for the caches to sync (controller-runtime's
+/// `CacheSyncTimeout`).
+pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// Controller settings (see also the builder methods on [`Controller`]).
 #[derive(Clone)]
 pub struct Config {
@@ -47,6 +51,7 @@ pub struct Config {
     pub(crate) drain_on_shutdown: bool,
     pub(crate) initial_list_priority: i32,
     pub(crate) rate_limiter: Option<Arc<dyn RateLimiter<String>>>,
+    pub(crate) cache_sync_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for Config {
@@ -58,6 +63,7 @@ impl fmt::Debug for Config {
             .field("drain_on_shutdown", &self.drain_on_shutdown)
             .field("initial_list_priority", &self.initial_list_priority)
             .field("custom_rate_limiter", &self.rate_limiter.is_some())
+            .field("cache_sync_timeout", &self.cache_sync_timeout)
             .finish()
     }
 }
@@ -71,6 +77,7 @@ impl Default for Config {
             drain_on_shutdown: false,
             initial_list_priority: INITIAL_LIST_PRIORITY,
             rate_limiter: None,
+            cache_sync_timeout: Some(DEFAULT_CACHE_SYNC_TIMEOUT),
         }
     }
 }
@@ -104,6 +111,15 @@ impl Config {
     /// [`INITIAL_LIST_PRIORITY`]).
     pub fn initial_list_priority(mut self, priority: i32) -> Self {
         self.initial_list_priority = priority;
+        self
+    }
+    /// How long `run` waits for the caches to sync before it fails with
+    /// [`ControllerError::CacheSyncTimeout`], naming the informers that did
+    /// not sync and the last error of each (default
+    /// [`DEFAULT_CACHE_SYNC_TIMEOUT`], controller-runtime's; `None` waits
+    /// for ever).
+    pub fn cache_sync_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.cache_sync_timeout = timeout.into();
         self
     }
     /// The rate limiter for failed keys (default: client-go's
@@ -549,12 +565,32 @@ where
         }
         let health = run.handle.health.clone();
         let synced: Vec<&dyn HasSynced> = handles.iter().map(|h| &*h.synced).collect();
-        if !wait_for_sync(&run.name, &run.handle.stop, &health, &synced).await {
-            health.set_stopped();
-            cleanup.run(handles, &run.queue).await;
-            return Ok(());
-        }
+        let timeout = run.config.cache_sync_timeout;
+        let waited = wait_for_sync(&run.name, &run.handle.stop, &health, &synced, timeout).await;
         drop(synced);
+        if !matches!(waited, Synced::Yes) {
+            health.set_stopped();
+            let unsynced = handles
+                .iter()
+                .filter(|h| !h.synced.has_synced())
+                .map(|h| {
+                    let s = (h.probe)();
+                    UnsyncedInformer {
+                        informer: s.name,
+                        last_error: s.last_error,
+                    }
+                })
+                .collect();
+            cleanup.run(handles, &run.queue).await;
+            return match waited {
+                Synced::TimedOut(timeout) => {
+                    let e = ControllerError::CacheSyncTimeout { timeout, unsynced };
+                    tracing::warn!(controller = %run.name, error = %e, "giving up");
+                    Err(e)
+                }
+                _ => Ok(()),
+            };
+        }
         let queue = run.queue.clone();
         let name = run.name.clone();
         let result = run.run_mode(reconciler, ctx).await;
@@ -770,21 +806,38 @@ where
     Some((token, task))
 }
 
-/// Step 5: waits until every source has synced (false: stopped first).
+/// How waiting for the caches ended.
+enum Synced {
+    Yes,
+    Stopped,
+    TimedOut(Duration),
+}
+
+/// Step 5: waits until every source has synced, the controller is stopped,
+/// or `timeout` passed.
 async fn wait_for_sync(
     name: &str,
     stop: &CancellationToken,
     health: &Health,
     synced: &[&dyn HasSynced],
-) -> bool {
+    timeout: Option<Duration>,
+) -> Synced {
     tracing::info!(controller = %name, "waiting for caches to sync");
-    if !kcache_informer::wait_for_cache_sync(stop, synced).await {
+    let wait = kcache_informer::wait_for_cache_sync(stop, synced);
+    let done = match timeout {
+        None => wait.await,
+        Some(t) => match tokio::time::timeout(t, wait).await {
+            Ok(done) => done,
+            Err(_) => return Synced::TimedOut(t),
+        },
+    };
+    if !done {
         tracing::info!(controller = %name, "stopped before the caches synced");
-        return false;
+        return Synced::Stopped;
     }
     health.set_synced(true);
     tracing::info!(controller = %name, "caches synced");
-    true
+    Synced::Yes
 }
 
 /// Registers the scrape-time refresher of the informer gauges; returns its

@@ -89,6 +89,7 @@ pub mod finalizer;
 pub mod metrics;
 mod predicate;
 mod reconciler;
+pub mod retry;
 mod run_mode;
 pub mod server;
 mod source;
@@ -96,10 +97,10 @@ mod worker;
 
 pub use action::Action;
 pub use controller::{
-    Config, Controller, ControllerHandle, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY,
-    NotLeading,
+    Config, Controller, ControllerHandle, DEFAULT_CACHE_SYNC_TIMEOUT,
+    DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY, NotLeading,
 };
-pub use error::ControllerError;
+pub use error::{ControllerError, UnsyncedInformer};
 /// Leader election and shard membership on Leases: the
 /// [`kcache_lease`] crate, which [`Controller::leader_election`] and
 /// [`Controller::sharded`] compose.
@@ -112,5 +113,20 @@ pub use kcache_lease::{
 pub use metrics::MetricsRegistry;
 pub use predicate::{Predicate, PredicateEvent};
 pub use reconciler::{Reconciler, Request, Trigger};
+pub use retry::TerminalError;
 pub use server::{Health, MetricsServer};
 pub use source::owner_key;
+
+/// A `tracing_subscriber::EnvFilter` directive for an operator: everything
+/// at `level`, except kube-client's per-request trace layer
+/// (`kube_client::client::builder`), whose ERROR lines ("failed with
+/// status 503", "failed with error ... Connection refused") repeat, once
+/// per request, failures that kcache already reports once as a WARN saying
+/// what to fix.
+///
+/// ```
+/// assert_eq!(kcache_controller::log_filter("info"), "info,kube_client::client::builder=off");
+/// ```
+pub fn log_filter(level: &str) -> String {
+    format!("{level},kube_client::client::builder=off")
+}

@@ -9,6 +9,7 @@
 //! | `controller_runtime_reconcile_total` | counter | `controller`, `result` (`success`, `requeue_after`, `error`) |
 //! | `controller_runtime_reconcile_errors_total` | counter | `controller` |
 //! | `controller_runtime_reconcile_panics_total` | counter | `controller` |
+//! | `controller_runtime_terminal_reconcile_errors_total` | counter (errors not retried: [`TerminalError`](crate::TerminalError)) | `controller` |
 //! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` |
 //! | `controller_runtime_active_workers` | gauge | `controller` |
 //! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` |
@@ -76,6 +77,7 @@ pub(crate) struct Families {
     pub(crate) reconcile_total: Family<Labels, Counter>,
     pub(crate) reconcile_errors: Family<Labels, Counter>,
     pub(crate) reconcile_panics: Family<Labels, Counter>,
+    pub(crate) terminal_reconcile_errors: Family<Labels, Counter>,
     pub(crate) reconcile_time: HistogramFamily,
     pub(crate) active_workers: Family<Labels, Gauge>,
     pub(crate) max_concurrent: Family<Labels, Gauge>,
@@ -129,6 +131,7 @@ impl MetricsRegistry {
             reconcile_total: Family::default(),
             reconcile_errors: Family::default(),
             reconcile_panics: Family::default(),
+            terminal_reconcile_errors: Family::default(),
             reconcile_time: Family::new_with_constructor(reconcile_time_histogram),
             active_workers: Family::default(),
             max_concurrent: Family::default(),
@@ -156,6 +159,11 @@ impl MetricsRegistry {
             "controller_runtime_reconcile_panics",
             "Total number of reconciliation panics per controller",
             families.reconcile_panics.clone(),
+        );
+        registry.register(
+            "controller_runtime_terminal_reconcile_errors",
+            "Total number of terminal reconciliation errors per controller",
+            families.terminal_reconcile_errors.clone(),
         );
         registry.register(
             "controller_runtime_reconcile_time_seconds",

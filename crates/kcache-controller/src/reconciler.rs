@@ -244,6 +244,14 @@ where
 
     /// Reconciles one object.
     async fn reconcile(&self, request: Request<K>, ctx: Arc<C>) -> Result<Action, Self::Error>;
+
+    /// Whether `error` is terminal: counted and logged but not retried
+    /// (see [`TerminalError`](crate::TerminalError)). The default
+    /// recognizes a `TerminalError`, also inside a boxed error's chain;
+    /// override it for an error type of your own.
+    fn is_terminal(&self, error: &Self::Error) -> bool {
+        crate::retry::is_terminal_error(error)
+    }
 }
 
 #[async_trait]

@@ -85,9 +85,12 @@ impl Enqueuer {
         }
     }
 
-    pub(crate) fn retry(&self, key: String) {
+    /// Queues `key` through the rate limiter; the wait it got.
+    pub(crate) fn retry(&self, key: String) -> Option<Duration> {
         if self.note(&key, Trigger::Retry) {
-            self.queue.add_rate_limited(key);
+            self.queue.add_rate_limited(key)
+        } else {
+            None
         }
     }
 
@@ -283,6 +286,7 @@ pub(crate) struct InformerStatus {
     pub(crate) synced: bool,
     pub(crate) objects: usize,
     pub(crate) backlog: usize,
+    pub(crate) last_error: Option<String>,
 }
 
 /// Reads an informer's [`InformerStatus`] at scrape time.
@@ -303,6 +307,7 @@ where
         synced: informer.has_synced(),
         objects: informer.indexer().len(),
         backlog: informer.listener_backlogs().iter().map(|(_, n)| n).sum(),
+        last_error: informer.last_error(),
     })
 }
 

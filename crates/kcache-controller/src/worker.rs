@@ -24,6 +24,7 @@ use crate::action::Action;
 use crate::controller::Config;
 use crate::metrics::{MetricsRegistry, label};
 use crate::reconciler::{Reconciler, Request, Trigger};
+use crate::retry::describe;
 use crate::source::Enqueuer;
 
 /// The reconcile metrics of one controller.
@@ -33,6 +34,7 @@ pub(crate) struct WorkerMetrics {
     pub(crate) error: Counter,
     pub(crate) errors: Counter,
     pub(crate) panics: Counter,
+    pub(crate) terminal: Counter,
     pub(crate) time: Histogram,
     pub(crate) active: Gauge,
 }
@@ -59,6 +61,7 @@ impl WorkerMetrics {
             error: result("error"),
             errors: f.reconcile_errors.get_or_create(&l).clone(),
             panics: f.reconcile_panics.get_or_create(&l).clone(),
+            terminal: f.terminal_reconcile_errors.get_or_create(&l).clone(),
             time: f.reconcile_time.get_or_create(&l).clone(),
             active: f.active_workers.get_or_create(&l).clone(),
         }
@@ -100,7 +103,8 @@ impl Drop for ActiveGuard {
 
 enum Outcome {
     Done(Action),
-    Failed(String),
+    /// The error as one log line, and whether it is terminal.
+    Failed(String, bool),
     Panicked(String),
 }
 
@@ -142,7 +146,9 @@ where
                 None => Ok(None),
             };
             let outcome = match decoded {
-                Err(e) => Outcome::Failed(format!("decoding the cached object: {e}")),
+                // The same cached object fails the same way on a retry: it
+                // is reconciled again when it changes.
+                Err(e) => Outcome::Failed(format!("decoding the cached object: {e}"), true),
                 Ok(object) => {
                     let req = Request::new(key, object).with_details(
                         cached,
@@ -156,7 +162,9 @@ where
                     let fut = async { self.reconciler.reconcile(req, self.ctx.clone()).await };
                     match AssertUnwindSafe(fut).catch_unwind().await {
                         Ok(Ok(action)) => Outcome::Done(action),
-                        Ok(Err(e)) => Outcome::Failed(e.to_string()),
+                        Ok(Err(e)) => {
+                            Outcome::Failed(describe(&e), self.reconciler.is_terminal(&e))
+                        }
                         Err(p) => Outcome::Panicked(panic_message(&*p)),
                     }
                 }
@@ -184,22 +192,33 @@ where
                         }
                     }
                 }
-                Outcome::Failed(e) => {
-                    tracing::warn!(error = %e, ?elapsed, "reconcile failed; retrying with backoff");
+                Outcome::Failed(e, true) => {
+                    // Retrying cannot fix it: the next change reconciles
+                    // the key again, with a fresh backoff.
+                    self.queue.forget(&key.to_owned());
+                    tracing::warn!(error = %e, ?elapsed, "reconcile failed with a terminal error: not retried");
+                    if let Some(m) = &self.metrics {
+                        m.error.inc();
+                        m.errors.inc();
+                        m.terminal.inc();
+                    }
+                }
+                Outcome::Failed(e, false) => {
+                    let retry_in = self.enq.retry(key.to_owned());
+                    tracing::warn!(error = %e, ?elapsed, retry_in = ?retry_in.unwrap_or_default(), "reconcile failed; retrying with backoff");
                     if let Some(m) = &self.metrics {
                         m.error.inc();
                         m.errors.inc();
                     }
-                    self.enq.retry(key.to_owned());
                 }
                 Outcome::Panicked(msg) => {
-                    tracing::error!(panic = %msg, ?elapsed, "reconcile panicked; retrying with backoff");
+                    let retry_in = self.enq.retry(key.to_owned());
+                    tracing::error!(panic = %msg, ?elapsed, retry_in = ?retry_in.unwrap_or_default(), "reconcile panicked; retrying with backoff");
                     if let Some(m) = &self.metrics {
                         m.error.inc();
                         m.errors.inc();
                         m.panics.inc();
                     }
-                    self.enq.retry(key.to_owned());
                 }
             }
         }

@@ -604,3 +604,56 @@ async fn kube_lease_lock_errors_say_what_to_fix() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizer_remove_lets_an_object_go() {
+    use kcache_controller::finalizer;
+    let (client, ns) = setup("fin-remove").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "held", "finalizers": ["other.io/keep", "example.com/cleanup"]}
+    }))
+    .unwrap();
+    let cm = api.create(&PostParams::default(), &cm).await.unwrap();
+    // a stale copy is refused (409), the current one is updated
+    let stale = cm.clone();
+    let cm = finalizer::add(&api, &cm, "example.com/more")
+        .await
+        .unwrap()
+        .expect("added");
+    let err = finalizer::remove(&api, &stale, "example.com/cleanup")
+        .await
+        .expect_err("a stale object is refused");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409),
+        "{err}"
+    );
+    let cm = finalizer::remove(&api, &cm, "example.com/cleanup")
+        .await
+        .unwrap()
+        .expect("removed");
+    assert_eq!(
+        cm.metadata.finalizers.as_deref().unwrap_or_default(),
+        ["other.io/keep", "example.com/more"],
+        "only our finalizer is removed"
+    );
+    // nothing to remove: no request
+    assert!(
+        finalizer::remove(&api, &cm, "example.com/cleanup")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // deleting: the object goes once the last finalizers are removed
+    api.delete("held", &Default::default()).await.unwrap();
+    let cm = api.get("held").await.unwrap();
+    let cm = finalizer::remove(&api, &cm, "example.com/more")
+        .await
+        .unwrap()
+        .unwrap();
+    finalizer::remove(&api, &cm, "other.io/keep").await.unwrap();
+    assert!(
+        api.get_opt("held").await.unwrap().is_none(),
+        "gone once no finalizer holds it"
+    );
+}

@@ -1,10 +1,11 @@
-//! The cached Kubernetes object (JSON bytes + metadata, typed on demand), key
-//! functions, label selectors, shard selectors, tombstones and the store
-//! traits every kcache layer shares.
+//! The cached Kubernetes object (the apiserver's bytes + metadata, typed on
+//! demand), key functions, label selectors, shard selectors, tombstones and
+//! the store traits every kcache layer shares.
 //!
-//! A [`CachedObject<K>`] keeps the JSON the apiserver sent (optionally with
-//! `metadata.managedFields` cut out) plus the [`Metadata`] every layer needs,
-//! extracted once by a partial, borrowing serde decode. The typed `K`
+//! A [`CachedObject<K>`] keeps the bytes the apiserver sent (JSON, or
+//! [`protobuf`] for built-in types; optionally with `metadata.managedFields`
+//! cut out) plus the [`Metadata`] every layer needs, extracted once by a
+//! partial, borrowing decode. The typed `K`
 //! (a k8s-openapi type, a custom resource, `DynamicObject`...) is decoded on
 //! demand with [`CachedObject::decode`]. With
 //! [`ObjectOptions::compression`] the JSON is kept LZ4-compressed against a
@@ -45,6 +46,7 @@ mod key;
 mod managed_fields;
 pub mod metrics;
 mod object;
+pub mod protobuf;
 mod selector;
 mod shard_selector;
 mod store;
@@ -57,7 +59,8 @@ pub use key::{
     meta_namespace_key, split_meta_namespace_key,
 };
 pub use object::{
-    CachedObject, DecodeError, FieldPaths, Metadata, ObjectError, ObjectOptions, OwnerReference,
+    CachedObject, DecodeError, FieldPaths, Format, Metadata, ObjectError, ObjectOptions,
+    OwnerReference,
 };
 pub use selector::{LabelSet, Operator, Requirement, Selector, SelectorError};
 pub use shard_selector::{

@@ -9,11 +9,11 @@
 //! wrapper sources change.
 
 use std::fs;
-use std::io::Write as _;
+use std::io::{BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{EnvtestError, tail};
@@ -201,32 +201,41 @@ fn build(root: &Path, out_dir: &Path) -> Result<(), EnvtestError> {
     );
     let _ = writeln!(log, "# {go_version}\n# ldflags: {ldflags}");
     let started = Instant::now();
+    // Phase 1: module download and the package count (what "how far" is
+    // measured against).
+    let total = count_packages(&src, &mut log);
+    // Phase 2: `go build -v` names each package as it compiles it.
+    let built = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let ticker = {
-        let done = done.clone();
+        let (done, built) = (done.clone(), built.clone());
         std::thread::spawn(move || {
+            let compiling = Instant::now();
             let mut last = Instant::now();
             while !done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(200));
-                if last.elapsed() >= Duration::from_secs(20) {
+                if last.elapsed() >= Duration::from_secs(15) {
                     last = Instant::now();
                     eprintln!(
-                        "[kcache-envtest]   still building the control plane... {}s",
-                        started.elapsed().as_secs()
+                        "[kcache-envtest]   {}",
+                        progress_line(
+                            built.load(Ordering::Relaxed),
+                            total,
+                            compiling.elapsed(),
+                            started.elapsed()
+                        )
                     );
                 }
             }
         })
     };
-    let log_err = log
-        .try_clone()
-        .map_err(|e| EnvtestError::io("opening", &log_path, e))?;
-    let status = Command::new(go_command())
+    let child = Command::new(go_command())
         .current_dir(&src)
         .env("GOTOOLCHAIN", "local")
         .env("CGO_ENABLED", "0")
         .args([
             "build",
+            "-v",
             "-trimpath",
             "-mod=readonly",
             "-ldflags",
@@ -236,9 +245,30 @@ fn build(root: &Path, out_dir: &Path) -> Result<(), EnvtestError> {
         .arg(&tmp_out)
         .args(["./cmd/kube-apiserver", "./cmd/etcd"])
         .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log_err)
-        .status();
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let status = child.and_then(|mut child| {
+        // `-v` writes package names to stderr; compiler errors go there too.
+        let stderr = child.stderr.take();
+        let stdout = child.stdout.take();
+        let mut log_out = log.try_clone()?;
+        let out_thread = std::thread::spawn(move || {
+            if let Some(mut out) = stdout {
+                let _ = std::io::copy(&mut out, &mut log_out);
+            }
+        });
+        if let Some(err) = stderr {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                if is_package_path(&line) {
+                    built.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = writeln!(log, "{line}");
+            }
+        }
+        let _ = out_thread.join();
+        child.wait()
+    });
     done.store(true, Ordering::Relaxed);
     let _ = ticker.join();
     let status = status.map_err(|e| EnvtestError::GoMissing(e.to_string()))?;
@@ -261,9 +291,96 @@ fn build(root: &Path, out_dir: &Path) -> Result<(), EnvtestError> {
     Ok(())
 }
 
+/// Downloads the modules and counts the packages the build compiles
+/// (`go list -deps`); `None` when that fails (the build then reports
+/// packages built without a total).
+fn count_packages(src: &Path, log: &mut fs::File) -> Option<usize> {
+    eprintln!("[kcache-envtest]   downloading the Go modules and listing the packages to build...");
+    let listed = Command::new(go_command())
+        .current_dir(src)
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0")
+        .args([
+            "list",
+            "-mod=readonly",
+            "-deps",
+            "-f",
+            "{{.ImportPath}}",
+            "./cmd/kube-apiserver",
+            "./cmd/etcd",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let _ = log.write_all(&listed.stderr);
+    if !listed.status.success() {
+        return None;
+    }
+    let total = listed
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    eprintln!(
+        "[kcache-envtest]   {total} packages to compile (fewer when Go's build cache has some)"
+    );
+    Some(total)
+}
+
+/// Whether a line of `go build -v` names a package (not an error line).
+fn is_package_path(line: &str) -> bool {
+    !line.is_empty() && !line.starts_with('#') && !line.contains(' ') && !line.contains(':')
+}
+
+/// "built 1234 of 3456 packages (36%), about 4 min left (2 min so far)".
+fn progress_line(built: usize, total: Option<usize>, compiling: Duration, all: Duration) -> String {
+    let so_far = format_minutes(all);
+    match total {
+        Some(total) if total > 0 && built > 0 => {
+            let fraction = (built as f64 / total as f64).min(1.0);
+            let left = compiling.as_secs_f64() * (1.0 - fraction) / fraction;
+            format!(
+                "built {built} of {total} packages ({:.0}%), about {} left ({so_far} so far)",
+                fraction * 100.0,
+                format_minutes(Duration::from_secs_f64(left))
+            )
+        }
+        _ => format!("built {built} packages ({so_far} so far)"),
+    }
+}
+
+fn format_minutes(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 90 {
+        format!("{secs} s")
+    } else {
+        format!("{} min", (secs + 30) / 60)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_reads_as_a_person_would_say_it() {
+        assert_eq!(
+            progress_line(
+                1000,
+                Some(4000),
+                Duration::from_secs(60),
+                Duration::from_secs(80)
+            ),
+            "built 1000 of 4000 packages (25%), about 3 min left (80 s so far)"
+        );
+        assert_eq!(
+            progress_line(10, None, Duration::from_secs(5), Duration::from_secs(5)),
+            "built 10 packages (5 s so far)"
+        );
+        assert!(is_package_path("k8s.io/apiserver/pkg/server"));
+        assert!(!is_package_path("# k8s.io/foo"));
+        assert!(!is_package_path("./x.go:3:1: syntax error"));
+    }
 
     #[test]
     fn fingerprint_is_stable_and_names_the_version() {

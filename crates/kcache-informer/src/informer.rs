@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime};
 use kcache_core::{BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
-use kcache_reflector::{DEFAULT_MAX_LIST_BYTES, Reflector, ReflectorError, RequestTimeouts};
+use kcache_reflector::{
+    DEFAULT_MAX_LIST_BYTES, Reflector, ReflectorError, RequestTimeouts, WireFormat,
+};
 use kube::{Client, Resource};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -91,6 +93,10 @@ pub struct ListOptions {
     /// bytes (default: 2 GiB); see
     /// `ReflectorBuilder::max_initial_events_bytes`.
     pub max_initial_events_bytes: usize,
+    /// The format asked of the apiserver (default: [`WireFormat::Auto`]:
+    /// protobuf for built-in types, JSON otherwise); see
+    /// `ReflectorBuilder::wire_format`.
+    pub wire_format: WireFormat,
 }
 
 impl Default for ListOptions {
@@ -106,6 +112,7 @@ impl Default for ListOptions {
             request_timeouts: RequestTimeouts::default(),
             max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
             max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
+            wire_format: WireFormat::Auto,
         }
     }
 }
@@ -167,6 +174,8 @@ pub(crate) struct Inner<K: Resource> {
     /// False from a warm start until the cache is known current.
     current: AtomicBool,
     snapshot_status: Mutex<SnapshotStatus>,
+    /// The last error the reflector reported, as text.
+    last_error: Arc<Mutex<Option<String>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -239,7 +248,15 @@ where
         self.list_options.watch_idle_timeout = Some(idle);
         self
     }
-    /// Replaces all list options at once.
+    /// What to ask the apiserver for: [`WireFormat::Auto`] (the default:
+    /// protobuf for built-in types, JSON for custom resources) or
+    /// [`WireFormat::Json`] (see [`ListOptions::wire_format`]).
+    pub fn wire_format(mut self, format: WireFormat) -> Self {
+        self.list_options.wire_format = format;
+        self
+    }
+    /// Replaces all list options at once (the namespace and selectors
+    /// too: call it before the methods that set one option).
     pub fn list_options(mut self, options: ListOptions) -> Self {
         self.list_options = options;
         self
@@ -349,6 +366,7 @@ where
                 snapshot: self.snapshot,
                 current: AtomicBool::new(true),
                 snapshot_status: Mutex::new(SnapshotStatus::default()),
+                last_error: Arc::new(Mutex::new(None)),
             }),
         }
     }
@@ -996,6 +1014,14 @@ where
         })
     }
 
+    /// The last error the informer's reflector reported (a failed list or
+    /// watch, a skipped event), as text; `None` before any. What a
+    /// controller's cache-sync timeout names for an informer that never
+    /// synced.
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.inner.last_error).clone()
+    }
+
     /// Waits until the informer has stopped after its `run` was cancelled.
     pub async fn stopped(&self) {
         self.inner.stopped.cancelled().await
@@ -1097,7 +1123,8 @@ where
                 .object_options(o.object_options.clone())
                 .request_timeouts(o.request_timeouts)
                 .max_list_page_bytes(o.max_list_page_bytes)
-                .max_initial_events_bytes(o.max_initial_events_bytes);
+                .max_initial_events_bytes(o.max_initial_events_bytes)
+                .wire_format(o.wire_format);
         if let Some(ns) = &o.namespace {
             rb = rb.namespace(ns.clone());
         }
@@ -1116,9 +1143,15 @@ where
         if let Some(m) = self.inner.reflector_metrics.get() {
             rb = rb.metrics(m.clone());
         }
-        if let Some(h) = &lc.watch_error_handler {
-            let h = h.clone();
-            rb = rb.watch_error_handler(move |e: &ReflectorError| h(e));
+        {
+            let user = lc.watch_error_handler.clone();
+            let last = self.inner.last_error.clone();
+            rb = rb.watch_error_handler(move |e: &ReflectorError| {
+                *lock(&last) = Some(e.to_string());
+                if let Some(h) = &user {
+                    h(e);
+                }
+            });
         }
         if let Some(rv) = resume_rv {
             rb = rb.resume_from(rv);

@@ -120,6 +120,9 @@ pub use informer::{
     ResourceEventHandlerRegistration, SharedIndexInformer, SharedIndexInformerBuilder,
     TransformFunc, WatchErrorHandler, strip_managed_fields, wait_for_cache_sync,
 };
+/// The reflector's settings that [`ListOptions`] carries, re-exported so an
+/// informer user needs no direct dependency on kcache-reflector.
+pub use kcache_reflector::{RequestTimeouts, WireFormat};
 pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};
 
 pub use metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetricsProvider};

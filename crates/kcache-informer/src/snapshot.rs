@@ -1,13 +1,13 @@
 //! Warm restart: an informer's cache persisted to disk, and loaded back on
 //! start instead of a full relist.
 //!
-//! # The file format (version 1)
+//! # The file format (version 2)
 //!
 //! All integers are little-endian.
 //!
 //! ```text
 //! magic            8 bytes  89 'K' 'C' 'S' 'N' 'A' 'P' '\n'
-//! format version   u32      1
+//! format version   u32      2
 //! header length    u32      at most 1 MiB
 //! header           fields in a fixed order (strings: u32 length + UTF-8;
 //!                  optional strings: u8 0/1 then the string; booleans: u8):
@@ -17,16 +17,25 @@
 //!                  resourceVersion, written at (u64 ms since the Unix
 //!                  epoch), object count (u64)
 //! header checksum  u64      CRC-64/XZ of every byte before it
-//! objects          object count times: u32 length + the object's JSON
+//! objects          object count times: u8 format, then
+//!                  0 (JSON): u32 length + the object's JSON;
+//!                  1 (protobuf): apiVersion, kind (strings), u32 length +
+//!                  the object's own protobuf message (no envelope)
 //! end marker       8 bytes  'K' 'C' 'S' 'N' 'E' 'N' 'D' '\n'
 //! checksum         u64      CRC-64/XZ of every byte before it
 //! ```
 //!
 //! The header is checked (magic, version, header checksum, fingerprint)
 //! before any object is read, so a snapshot of something else is rejected
-//! without reading it all. The objects are exactly the JSON bytes the cache
-//! held (after the transform and the managedFields cut), so loading one is
-//! the same partial decode as a list, without the network. A file is written
+//! without reading it all. The objects are exactly the bytes the cache
+//! held, in the format it held them in (JSON, or protobuf for the built-in
+//! types the apiserver sent as protobuf; after the transform and the
+//! managedFields cut, decompressed), so loading one is the same partial
+//! decode as a list, without the network, and an object comes back in the
+//! format it was written in. Version 1 files (JSON only, written before
+//! protobuf objects existed) are refused as an unsupported version: the
+//! informer starts cold once, with a warning, and writes a version 2
+//! snapshot when synced. A file is written
 //! to a temporary file in the same folder, fsynced, renamed over the old one
 //! and the folder fsynced: a reader sees the old snapshot or the new one,
 //! never a mix.
@@ -51,10 +60,16 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kcache_core::{CachedObject, ObjectOptions};
+use kcache_core::protobuf::TypeMeta;
+use kcache_core::{CachedObject, Format, ObjectOptions};
 
 /// The snapshot format this version of kcache reads and writes.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
+
+/// Format tag of an object stored as JSON.
+const OBJECT_JSON: u8 = 0;
+/// Format tag of an object stored as protobuf.
+const OBJECT_PROTOBUF: u8 = 1;
 
 /// How often a synced informer writes its snapshot by default.
 pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(300);
@@ -578,11 +593,25 @@ pub(crate) fn encode<K, W: Write>(
     w.write_all(&header)?;
     let header_crc = w.crc.finish();
     w.write_all(&header_crc.to_le_bytes())?;
+    let mut type_meta = Vec::new();
     for o in objects {
-        // The JSON, decompressed when the object is stored compressed.
-        let b = o
-            .json()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        // The bytes in their format, decompressed when stored compressed.
+        let invalid = |e| io::Error::new(io::ErrorKind::InvalidData, e);
+        let b = match o.format() {
+            Format::Protobuf => {
+                type_meta.clear();
+                put_str(&mut type_meta, o.meta().api_version().unwrap_or(""))?;
+                put_str(&mut type_meta, o.meta().kind().unwrap_or(""))?;
+                w.write_all(&[OBJECT_PROTOBUF])?;
+                w.write_all(&type_meta)?;
+                o.encoded().map_err(invalid)?
+            }
+            // JSON, and any later format as its JSON
+            _ => {
+                w.write_all(&[OBJECT_JSON])?;
+                o.json().map_err(invalid)?
+            }
+        };
         let len = u32::try_from(b.len()).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -639,6 +668,27 @@ impl<R: Read> CrcReader<R> {
         self.crc.update(buf);
         self.read += buf.len() as u64;
         Ok(())
+    }
+    fn u8(&mut self, what: &'static str) -> Result<u8, SnapshotError> {
+        let mut b = [0u8; 1];
+        self.exact(&mut b, what)?;
+        Ok(b[0])
+    }
+    /// A length-prefixed string (its length checked against the bytes
+    /// left before a buffer is sized by it).
+    fn string(&mut self, what: &'static str) -> Result<String, SnapshotError> {
+        let bytes = self.bytes(what)?;
+        String::from_utf8(bytes).map_err(|_| SnapshotError::Corrupt(format!("{what}: not UTF-8")))
+    }
+    /// A u32 length, then that many bytes.
+    fn bytes(&mut self, what: &'static str) -> Result<Vec<u8>, SnapshotError> {
+        let len = self.u32(what)?;
+        if u64::from(len) > self.remaining() {
+            return Err(SnapshotError::Truncated(what));
+        }
+        let mut bytes = vec![0u8; len as usize];
+        self.exact(&mut bytes, what)?;
+        Ok(bytes)
     }
     fn u32(&mut self, what: &'static str) -> Result<u32, SnapshotError> {
         let mut b = [0u8; 4];
@@ -781,18 +831,28 @@ pub(crate) fn decode<K, R: Read>(
     if resource_version.is_empty() {
         return Err(SnapshotError::Corrupt("empty resourceVersion".to_owned()));
     }
-    // every object takes at least its 4-byte length
-    let capacity = count.min(r.remaining() / 4);
+    // every object takes at least its format byte and 4-byte length
+    let capacity = count.min(r.remaining() / 5);
     let mut objects = Vec::with_capacity(usize::try_from(capacity).unwrap_or(0));
     for i in 0..count {
-        let len = r.u32("object length")?;
-        if u64::from(len) > r.remaining() {
-            return Err(SnapshotError::Truncated("object"));
+        let obj = match r.u8("object format")? {
+            OBJECT_JSON => CachedObject::from_bytes_with(r.bytes("object")?, options),
+            OBJECT_PROTOBUF => {
+                let api_version = r.string("object apiVersion")?;
+                let kind = r.string("object kind")?;
+                let tm = TypeMeta {
+                    api_version: &api_version,
+                    kind: &kind,
+                };
+                CachedObject::from_protobuf_with(r.bytes("object")?, tm, options)
+            }
+            other => {
+                return Err(SnapshotError::Corrupt(format!(
+                    "object {i}: unknown format {other}"
+                )));
+            }
         }
-        let mut bytes = vec![0u8; len as usize];
-        r.exact(&mut bytes, "object")?;
-        let obj = CachedObject::from_bytes_with(bytes, options)
-            .map_err(|e| SnapshotError::Corrupt(format!("object {i}: {e}")))?;
+        .map_err(|e| SnapshotError::Corrupt(format!("object {i}: {e}")))?;
         objects.push(obj);
     }
     let mut end = [0u8; 8];
@@ -1134,6 +1194,83 @@ mod tests {
         assert_eq!(loaded.objects[1].resource_version(), Some("7"));
     }
 
+    /// A ConfigMap's protobuf (its own message): name, namespace,
+    /// resourceVersion, a managedFields entry, data {k: v}.
+    fn proto_cm(name: &str, rv: &str) -> Vec<u8> {
+        fn field(out: &mut Vec<u8>, n: u8, b: &[u8]) {
+            out.push(n << 3 | 2);
+            out.push(b.len() as u8);
+            out.extend_from_slice(b);
+        }
+        let mut mf = Vec::new();
+        field(&mut mf, 1, b"kubectl");
+        let mut meta = Vec::new();
+        field(&mut meta, 1, name.as_bytes());
+        field(&mut meta, 3, b"ns");
+        field(&mut meta, 6, rv.as_bytes());
+        meta.extend_from_slice(&[17 << 3 | 2, 1, mf.len() as u8]);
+        meta.extend_from_slice(&mf);
+        let mut entry = Vec::new();
+        field(&mut entry, 1, b"k");
+        field(&mut entry, 2, b"v");
+        let mut cm = Vec::new();
+        field(&mut cm, 1, &meta);
+        field(&mut cm, 2, &entry);
+        cm
+    }
+
+    #[test]
+    fn objects_come_back_in_their_format() {
+        let tm = TypeMeta {
+            api_version: "v1",
+            kind: "ConfigMap",
+        };
+        let pb: CachedObject<Cm> = CachedObject::from_protobuf(proto_cm("p", "5"), tm).unwrap();
+        let objects = vec![obj("a", 3), pb.clone(), obj("b", 7)];
+        let mut out = Vec::new();
+        encode(&mut out, &fp(), "42", SystemTime::now(), &objects).unwrap();
+        let loaded = load(&out, &fp()).unwrap();
+        assert_eq!(loaded.objects, objects);
+        let formats: Vec<_> = loaded.objects.iter().map(|o| o.format()).collect();
+        assert_eq!(formats, [Format::Json, Format::Protobuf, Format::Json]);
+        let back = &loaded.objects[1];
+        assert_eq!(back.bytes(), pb.bytes(), "the protobuf as written");
+        assert_eq!(back.meta(), pb.meta());
+        assert_eq!(back.key(), "ns/p");
+        // rebuilt with the informer's options, in its format
+        let strip = ObjectOptions::new().strip_managed_fields(true);
+        let loaded: Loaded<Cm> = decode(&out[..], out.len() as u64, &fp(), &strip).unwrap();
+        let back = &loaded.objects[1];
+        assert_eq!(back.format(), Format::Protobuf);
+        assert!(back.bytes().len() < pb.bytes().len(), "managedFields cut");
+        // a protobuf object of a kind without tables, or an unknown format
+        // tag, is a corrupt snapshot (the informer starts cold)
+        let n = out.len();
+        let kind_at = out.windows(9).position(|w| w == b"ConfigMap").unwrap();
+        let mut bad = out.clone();
+        bad[kind_at] = b'X';
+        let crc = |b: &[u8]| {
+            let mut c = Crc64::new();
+            c.update(b);
+            c.finish()
+        };
+        let fixed = crc(&bad[..n - 8]);
+        bad[n - 8..].copy_from_slice(&fixed.to_le_bytes());
+        match load(&bad, &fp()) {
+            Err(SnapshotError::Corrupt(m)) => assert!(m.contains("object 1"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let header_len = u32::from_le_bytes(out[12..16].try_into().unwrap()) as usize;
+        let mut bad = out.clone();
+        bad[16 + header_len + 8] = 7;
+        let fixed = crc(&bad[..n - 8]);
+        bad[n - 8..].copy_from_slice(&fixed.to_le_bytes());
+        match load(&bad, &fp()) {
+            Err(SnapshotError::Corrupt(m)) => assert!(m.contains("unknown format 7"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn empty_snapshot_round_trips() {
         let mut out = Vec::new();
@@ -1223,14 +1360,19 @@ mod tests {
 
     #[test]
     fn other_format_versions_are_rejected() {
-        let (mut bytes, _) = sample();
-        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
-        match load(&bytes, &fp()) {
-            Err(e @ SnapshotError::UnsupportedVersion { found: 2 }) => {
-                assert_eq!(e.reason(), "version");
-                assert!(e.to_string().contains("version 2"), "{e}");
+        // version 1 (JSON only, before protobuf objects) and a later one
+        for v in [1u32, 3] {
+            let (mut bytes, _) = sample();
+            bytes[8..12].copy_from_slice(&v.to_le_bytes());
+            match load(&bytes, &fp()) {
+                Err(e @ SnapshotError::UnsupportedVersion { found }) => {
+                    assert_eq!(found, v);
+                    assert_eq!(e.reason(), "version");
+                    assert!(e.to_string().contains(&format!("version {v}")), "{e}");
+                    assert!(e.to_string().contains("reads version 2"), "{e}");
+                }
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
         }
         assert!(matches!(
             load(b"{\"not\":\"a snapshot\"}", &fp()),

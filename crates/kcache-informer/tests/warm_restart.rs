@@ -559,7 +559,10 @@ fn corrupt_copy(src: &Path, dst: &Path, how: &str) {
     match how {
         "truncated" => b.truncate(b.len() / 2),
         "corrupt" => {
-            let i = b.len() * 2 / 3;
+            // inside the last object's bytes (before the end marker and the
+            // checksum), not on a length prefix: a flipped length reads as
+            // a file cut short ("truncated"), which is also a cold start
+            let i = b.len() - 8 - 8 - 10;
             b[i] ^= 0x20;
         }
         "version" => b[8] = 9,

@@ -594,121 +594,15 @@ impl LeaderElector {
             }
         }
         let _stopped = Deferred(Some(on_stopped_leading));
-        let notify_task = on_new_leader.map(|f| {
-            let identity = self.config.identity.clone();
-            let mut last: Option<String> = None;
-            let cancel = cancel.clone();
-            let mut rx = self.status.subscribe();
-            async move {
-                loop {
-                    let current = match &*rx.borrow_and_update() {
-                        LeaderStatus::Leading => Some(identity.clone()),
-                        LeaderStatus::StandingBy { leader } => leader.clone(),
-                        _ => None,
-                    };
-                    if current.is_some() && current != last {
-                        if let Some(l) = &current {
-                            f(l);
-                        }
-                        last = current;
-                    }
-                    tokio::select! {
-                        _ = cancel.cancelled() => return,
-                        r = rx.changed() => if r.is_err() { return },
-                    }
-                }
-            }
-        });
         let election = async {
-            self.status.send_if_modified(|s| {
-                if *s == LeaderStatus::NotStarted {
-                    *s = LeaderStatus::StandingBy { leader: None };
-                    true
-                } else {
-                    false
-                }
-            });
-            // Acquire.
-            tracing::info!(lease = %self.lock.describe(), identity = %self.config.identity, "attempting to acquire the lease");
-            let mut last_ok;
-            loop {
-                if cancel.is_cancelled() {
-                    self.status.send_replace(LeaderStatus::Stopped);
-                    return false;
-                }
-                let started = Instant::now();
-                // Bounded: an attempt whose requests hang (no answer, no
-                // error) counts as a failure and is retried.
-                let attempt = tokio::time::timeout(
-                    self.config.timings.renew_deadline,
-                    self.try_acquire_or_renew(),
-                );
-                let acquired = tokio::select! {
-                    _ = cancel.cancelled() => false,
-                    r = attempt => r.unwrap_or_else(|_| {
-                        self.lease_failed("acquire", &LeaseError::Timeout { after: self.config.timings.renew_deadline });
-                        false
-                    }),
-                };
-                if acquired {
-                    last_ok = started;
-                    break;
-                }
-                tokio::select! {
-                    _ = cancel.cancelled() => {}
-                    _ = tokio::time::sleep(self.config.timings.jittered_retry()) => {}
-                }
-            }
-            tracing::info!(lease = %self.lock.describe(), identity = %self.config.identity, "acquired the lease");
+            let Some(acquired_at) = self.acquire(&cancel).await else {
+                self.status.send_replace(LeaderStatus::Stopped);
+                return false;
+            };
             self.status.send_replace(LeaderStatus::Leading);
             let leading = cancel.child_token();
             on_started_leading(leading.clone());
-
-            // Renew. The renew deadline runs from the *start* of the last
-            // successful write (the acquire, at first), not from when its
-            // answer came back nor from the next attempt: a standby that
-            // saw that write waits a whole lease duration after seeing it,
-            // so a leader that gives up at `last_ok + renew_deadline` has
-            // stopped before any standby can take over, whatever the
-            // retry period and the request latency (client-go starts the
-            // deadline at the next attempt, one retry period after the
-            // last success returned: with a renew deadline close to the
-            // lease duration two leaders could act at once).
-            let lost = 'renew: loop {
-                let deadline = last_ok + self.config.timings.renew_deadline;
-                // never sleep past the deadline (a slow last answer may
-                // leave less than a retry period)
-                let next = deadline.min(Instant::now() + self.config.timings.retry_period);
-                tokio::select! {
-                    _ = cancel.cancelled() => break 'renew false,
-                    _ = tokio::time::sleep_until(next) => {}
-                }
-                loop {
-                    let started = Instant::now();
-                    if started >= deadline {
-                        break 'renew true;
-                    }
-                    let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew());
-                    let ok = tokio::select! {
-                        _ = cancel.cancelled() => break 'renew false,
-                        r = attempt => r.unwrap_or_else(|_| {
-                            self.lease_failed("renew", &LeaseError::Timeout { after: deadline.saturating_duration_since(started) });
-                            false
-                        }),
-                    };
-                    if ok {
-                        last_ok = started;
-                        break;
-                    }
-                    if Instant::now() >= deadline {
-                        break 'renew true;
-                    }
-                    tokio::select! {
-                        _ = cancel.cancelled() => break 'renew false,
-                        _ = tokio::time::sleep_until(deadline.min(Instant::now() + self.config.timings.retry_period)) => {}
-                    }
-                }
-            };
+            let lost = self.renew(&cancel, acquired_at).await;
             leading.cancel();
             if lost {
                 tracing::warn!(lease = %self.lock.describe(), identity = %self.config.identity, "failed to renew the lease in time: leadership lost");
@@ -723,16 +617,133 @@ impl LeaderElector {
             self.status.send_replace(LeaderStatus::Stopped);
             lost
         };
-        match notify_task {
-            Some(task) => {
-                let mut task = std::pin::pin!(task);
+        match on_new_leader {
+            Some(f) => {
+                let notify = self.notify_new_leaders(f, &cancel);
+                let mut notify = std::pin::pin!(notify);
                 let mut election = std::pin::pin!(election);
                 tokio::select! {
                     lost = &mut election => lost,
-                    _ = &mut task => election.await,
+                    _ = &mut notify => election.await,
                 }
             }
             None => election.await,
+        }
+    }
+
+    /// Calls `f` with each new leader observed, until `cancel`.
+    async fn notify_new_leaders(&self, f: NewLeaderFn, cancel: &CancellationToken) {
+        let identity = self.config.identity.clone();
+        let mut last: Option<String> = None;
+        let mut rx = self.status.subscribe();
+        loop {
+            let current = match &*rx.borrow_and_update() {
+                LeaderStatus::Leading => Some(identity.clone()),
+                LeaderStatus::StandingBy { leader } => leader.clone(),
+                _ => None,
+            };
+            if current.is_some() && current != last {
+                if let Some(l) = &current {
+                    f(l);
+                }
+                last = current;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = rx.changed() => if r.is_err() { return },
+            }
+        }
+    }
+
+    /// Tries every retry period (jittered) until this candidate holds the
+    /// lease; returns when the successful write started, or `None` when
+    /// cancelled.
+    async fn acquire(&self, cancel: &CancellationToken) -> Option<Instant> {
+        self.status.send_if_modified(|s| {
+            if *s == LeaderStatus::NotStarted {
+                *s = LeaderStatus::StandingBy { leader: None };
+                true
+            } else {
+                false
+            }
+        });
+        tracing::info!(lease = %self.lock.describe(), identity = %self.config.identity, "attempting to acquire the lease");
+        let deadline = self.config.timings.renew_deadline;
+        loop {
+            if cancel.is_cancelled() {
+                return None;
+            }
+            let started = Instant::now();
+            // Bounded: an attempt whose requests hang (no answer, no error)
+            // counts as a failure and is retried.
+            let attempt = tokio::time::timeout(deadline, self.try_acquire_or_renew());
+            let acquired = tokio::select! {
+                _ = cancel.cancelled() => false,
+                r = attempt => r.unwrap_or_else(|_| {
+                    self.lease_failed("acquire", &LeaseError::Timeout { after: deadline });
+                    false
+                }),
+            };
+            if acquired {
+                tracing::info!(lease = %self.lock.describe(), identity = %self.config.identity, "acquired the lease");
+                return Some(started);
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = tokio::time::sleep(self.config.timings.jittered_retry()) => {}
+            }
+        }
+    }
+
+    /// Renews every retry period until `cancel` (returns `false`) or until
+    /// no renewal succeeded within the renew deadline (returns `true`:
+    /// leadership lost).
+    ///
+    /// The renew deadline runs from the *start* of the last successful
+    /// write (the acquire, at first), not from when its answer came back
+    /// nor from the next attempt: a standby that saw that write waits a
+    /// whole lease duration after seeing it, so a leader that gives up at
+    /// `last_ok + renew_deadline` has stopped before any standby can take
+    /// over, whatever the retry period and the request latency (client-go
+    /// starts the deadline at the next attempt, one retry period after the
+    /// last success returned: with a renew deadline close to the lease
+    /// duration two leaders could act at once).
+    async fn renew(&self, cancel: &CancellationToken, mut last_ok: Instant) -> bool {
+        let period = self.config.timings.retry_period;
+        loop {
+            let deadline = last_ok + self.config.timings.renew_deadline;
+            // never sleep past the deadline (a slow last answer may leave
+            // less than a retry period)
+            let next = deadline.min(Instant::now() + period);
+            tokio::select! {
+                _ = cancel.cancelled() => return false,
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            loop {
+                let started = Instant::now();
+                if started >= deadline {
+                    return true;
+                }
+                let attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew());
+                let ok = tokio::select! {
+                    _ = cancel.cancelled() => return false,
+                    r = attempt => r.unwrap_or_else(|_| {
+                        self.lease_failed("renew", &LeaseError::Timeout { after: deadline.saturating_duration_since(started) });
+                        false
+                    }),
+                };
+                if ok {
+                    last_ok = started;
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return true;
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return false,
+                    _ = tokio::time::sleep_until(deadline.min(Instant::now() + period)) => {}
+                }
+            }
         }
     }
 }

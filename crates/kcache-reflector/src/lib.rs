@@ -8,10 +8,23 @@
 //!
 //! The reflector reads the apiserver's bytes itself through
 //! [`kube::Client::send`] (which still applies configuration, auth and TLS):
-//! a list body is split into its items without decoding them, a watch
-//! stream is framed by line ([`LineFramer`]), and each object becomes a
-//! [`CachedObject`](kcache_core::CachedObject) (bytes + metadata) through
-//! [`EventDecoder`]. No typed decode happens on the ingest path.
+//! a list body is cut into its items as it arrives, without decoding them
+//! and without holding the body whole, a watch stream is framed by line
+//! ([`LineFramer`]) or by length prefix ([`ProtobufFramer`]), and each
+//! object becomes a [`CachedObject`](kcache_core::CachedObject) (bytes +
+//! metadata) through [`EventDecoder`]. No typed decode happens on the
+//! ingest path.
+//!
+//! # Protobuf for built-in types
+//!
+//! With [`WireFormat::Auto`] (the default), lists, watches and streaming
+//! lists of a built-in type accept `application/vnd.kubernetes.protobuf`
+//! with JSON as the fallback, as client-go's typed clients do (it costs
+//! the apiserver 2-3x less CPU than JSON); custom resources and
+//! metadata-only reflectors ask for JSON, and
+//! [`ReflectorBuilder::wire_format`]`(WireFormat::Json)` forces it. Each
+//! response is read in the format its `Content-Type` names; a `406 Not
+//! Acceptable` to protobuf switches the reflector to JSON.
 //!
 //! # Example
 //!
@@ -130,14 +143,15 @@ mod metrics;
 mod prometheus;
 mod reflector;
 mod split;
+mod wire_format;
 
 pub use backoff::BackoffConfig;
 pub use decode::{Bookmark, EventDecoder, ListPage, WatchEvent};
 pub use error::{
-    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION,
+    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION, ListBodyError,
     MAX_DISPLAYED_MESSAGE, Operation, ReflectorError, TimeoutPhase,
 };
-pub use framing::{DEFAULT_MAX_FRAME, FrameTooLarge, LineFramer};
+pub use framing::{DEFAULT_MAX_FRAME, FrameTooLarge, LineFramer, ProtobufFramer};
 pub use limits::{
     DEFAULT_LIST_BODY_IDLE_TIMEOUT, DEFAULT_LIST_BODY_TIMEOUT, DEFAULT_MAX_LIST_BYTES,
     DEFAULT_RESPONSE_HEADERS_TIMEOUT, RequestTimeouts,
@@ -151,3 +165,4 @@ pub use reflector::{
     DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, RESUME_WATCH_TIMEOUT, Reflector,
     ReflectorBuilder, WATCH_IDLE_MARGIN, WatchErrorHandler,
 };
+pub use wire_format::WireFormat;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
+use kcache_core::protobuf::ListReader;
 use kcache_core::{CachedObject, ObjectOptions, Store};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
@@ -22,16 +23,20 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backoff::{Backoff, BackoffConfig};
-use crate::decode::{EventDecoder, WatchEvent};
+use crate::decode::{EventDecoder, JsonPage, WatchEvent};
+use crate::error::ListBodyError;
 use crate::error::{
     ApiError, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError, TimeoutPhase,
     Truncated, is_probable_eof,
 };
-use crate::framing::{DEFAULT_MAX_FRAME, LineFramer};
+use crate::framing::{DEFAULT_MAX_FRAME, WatchFramer};
 use crate::limits::{
-    BodyError, BodyLimits, DEFAULT_MAX_LIST_BYTES, RequestTimeouts, read_body, read_error_body,
+    BodyError, BodyLimits, DEFAULT_MAX_LIST_BYTES, RequestTimeouts, read_body_with, read_error_body,
 };
 use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
+use crate::wire_format::{
+    ACCEPT_PROTOBUF_LIST, ACCEPT_PROTOBUF_WATCH, BodyFormat, WireFormat, wants_protobuf,
+};
 
 /// Called with every error the reflector meets (see [`ReflectorError`]).
 /// It must return quickly: it runs on the reflector's task.
@@ -99,6 +104,7 @@ pub struct ReflectorBuilder<K: Resource> {
     max_list_page_bytes: usize,
     max_initial_events_bytes: usize,
     resume_from: Option<String>,
+    wire_format: WireFormat,
 }
 
 impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
@@ -110,6 +116,7 @@ impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
             .field("page_size", &self.page_size)
             .field("use_watch_list", &self.use_watch_list)
             .field("resync_period", &self.resync_period)
+            .field("wire_format", &self.wire_format)
             .finish_non_exhaustive()
     }
 }
@@ -283,6 +290,16 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         self
     }
 
+    /// The format to ask the apiserver for (default: [`WireFormat::Auto`]:
+    /// protobuf for built-in types, with JSON as the fallback; JSON for
+    /// custom resources and metadata-only reflectors).
+    /// [`WireFormat::Json`] asks for JSON always. Either way each response
+    /// is read in the format its `Content-Type` names.
+    pub fn wire_format(mut self, format: WireFormat) -> Self {
+        self.wire_format = format;
+        self
+    }
+
     /// Builds the reflector.
     pub fn build(self) -> Reflector<K> {
         let dt = &self.dyntype;
@@ -310,6 +327,12 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         };
         let kind = (!kind.is_empty()).then_some(kind);
         let api_version = (!api_version.is_empty()).then_some(api_version);
+        let protobuf = wants_protobuf(
+            self.wire_format,
+            metadata_only,
+            api_version.as_deref(),
+            kind.as_deref(),
+        );
         Reflector {
             metrics: ReflectorMetrics::new(&*self.metrics, &name),
             client: self.client,
@@ -345,6 +368,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             resume_from: self.resume_from,
             fallback_logged: AtomicBool::new(false),
             running: AtomicBool::new(false),
+            protobuf: AtomicBool::new(protobuf),
         }
     }
 }
@@ -391,6 +415,9 @@ pub struct Reflector<K> {
     resume_from: Option<String>,
     fallback_logged: AtomicBool,
     running: AtomicBool,
+    /// Lists and watches ask for protobuf (a built-in type with
+    /// [`WireFormat::Auto`]); cleared when the server refuses it (406).
+    protobuf: AtomicBool,
 }
 
 impl<K> fmt::Debug for Reflector<K> {
@@ -421,7 +448,10 @@ struct OpenWatch {
     body: DataStream,
     /// No byte for this long: the watch is abandoned as stalled.
     idle_limit: Duration,
-    framer: LineFramer,
+    /// By line (JSON) or by length prefix (protobuf), as the response's
+    /// `Content-Type` says.
+    framer: WatchFramer,
+    format: BodyFormat,
     /// When the request was sent.
     start: Instant,
     /// The server-side timeout the watch asked for.
@@ -605,6 +635,7 @@ impl<K: Resource + 'static> Reflector<K> {
             max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
             max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
             resume_from: None,
+            wire_format: WireFormat::Auto,
         }
     }
 }
@@ -640,6 +671,13 @@ impl<K> Reflector<K> {
     /// The reflector's name (logs, metrics label).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the reflector asks for protobuf: a built-in type with
+    /// [`WireFormat::Auto`], until a server refused protobuf with `406 Not
+    /// Acceptable` (then JSON for the rest of its life).
+    pub fn asks_for_protobuf(&self) -> bool {
+        self.protobuf.load(Ordering::Relaxed)
     }
 
     /// Runs until `cancel` is cancelled. Returns promptly after
@@ -1049,6 +1087,12 @@ impl<K> Reflector<K> {
         {
             *req.uri_mut() = uri;
         }
+        if self.asks_for_protobuf() {
+            req.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(ACCEPT_PROTOBUF_LIST),
+            );
+        }
         // the URI carries a server-sent resourceVersion or continue token
         debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "list page");
         let resp = self.send(Operation::List, req).await?;
@@ -1061,46 +1105,199 @@ impl<K> Reflector<K> {
             total: self.timeouts.list_body,
             max_bytes: self.max_list_page_bytes,
         };
-        let body = read_body(content_length, resp.into_body().into_data_stream(), limits)
-            .await
-            .map_err(|e| self.list_body_error(e))?;
-        let page =
-            self.decoder
-                .decode_list(&body)
-                .map_err(|source| ReflectorError::InvalidList {
-                    resource: self.resource.clone(),
-                    source,
-                })?;
-        drop(body);
-        for bad in page.skipped {
+        let format = BodyFormat::of(resp.headers());
+        let stream = resp.into_body().into_data_stream();
+        match format {
+            BodyFormat::Protobuf => {
+                self.protobuf_list_page(content_length, stream, limits)
+                    .await
+            }
+            BodyFormat::Json => self.json_list_page(content_length, stream, limits).await,
+        }
+    }
+
+    /// One JSON list page, read as it arrives: each item is cut, built
+    /// and (when unchanged) swapped for the store's copy as soon as its
+    /// last byte is in; the envelope (everything but the items) is decoded
+    /// at the end. A syntax error anywhere fails the page, as it does for
+    /// [`EventDecoder::decode_list`] of the whole body.
+    async fn json_list_page(
+        &self,
+        content_length: Option<u64>,
+        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
+        limits: BodyLimits,
+    ) -> Result<Page<K>, ReflectorError> {
+        let invalid = |e| ReflectorError::InvalidList {
+            resource: self.resource.clone(),
+            source: ListBodyError::Json(e),
+        };
+        let mut page = JsonPage::new();
+        let mut items = Vec::new();
+        let mut reused = 0;
+        let mut malformed = None;
+        let read = read_body_with(content_length, stream, limits, |chunk| {
+            page.push(chunk);
+            loop {
+                match page.next(&self.decoder) {
+                    Ok(Some(obj)) => {
+                        let (obj, r) = self.reuse(obj);
+                        reused += usize::from(r);
+                        items.push(obj);
+                    }
+                    Ok(None) => return true,
+                    Err(e) => {
+                        malformed = Some(e);
+                        return false;
+                    }
+                }
+            }
+        })
+        .await;
+        match read {
+            Ok(()) => {}
+            Err(BodyError::Stopped) => {
+                return Err(match malformed {
+                    Some(e) => invalid(e),
+                    None => self.list_body_error(BodyError::Stopped),
+                });
+            }
+            Err(e) => return Err(self.list_body_error(e)),
+        }
+        let end = page.finish(&self.decoder).map_err(invalid)?;
+        // items the envelope held itself (not a literal "items" array)
+        for obj in end.items {
+            let (obj, r) = self.reuse(obj);
+            reused += usize::from(r);
+            items.push(obj);
+        }
+        for bad in end.skipped {
             self.report(&ReflectorError::BadEvent {
                 op: Operation::List,
                 resource: self.resource.clone(),
                 source: bad,
             });
         }
-        // Unchanged objects: keep the store's copy, drop the fresh one now.
-        let mut reused = 0;
-        let items = page
-            .items
-            .into_iter()
-            .map(|obj| {
-                let (obj, r) = self.reuse(obj);
-                reused += usize::from(r);
-                obj
-            })
-            .collect();
         Ok(Page {
             listed: Listed {
                 items,
-                resource_version: page.resource_version,
+                resource_version: end.resource_version,
                 reused,
             },
-            continue_token: page.continue_token,
+            continue_token: end.continue_token,
         })
     }
 
+    /// One protobuf list page, read as it arrives: each item is cut,
+    /// built and (when unchanged) swapped for the store's copy as soon as
+    /// its bytes are in, so the body is never held whole (the apiserver
+    /// sends a list at resourceVersion "0" as one body, whatever its size).
+    async fn protobuf_list_page(
+        &self,
+        content_length: Option<u64>,
+        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
+        limits: BodyLimits,
+    ) -> Result<Page<K>, ReflectorError> {
+        let invalid = |e| ReflectorError::InvalidList {
+            resource: self.resource.clone(),
+            source: ListBodyError::Protobuf(e),
+        };
+        let mut reader = ListReader::new();
+        let mut items = Vec::new();
+        let mut skipped = Vec::new();
+        let mut reused = 0;
+        let mut malformed = None;
+        let read = read_body_with(content_length, stream, limits, |chunk| {
+            reader.push(chunk);
+            loop {
+                match reader.next_item() {
+                    Ok(Some(item)) => {
+                        let Some(tm) = reader.item_type() else {
+                            continue;
+                        };
+                        match self.decoder.decode_protobuf_item(item, tm) {
+                            Ok(obj) => {
+                                let (obj, r) = self.reuse(obj);
+                                reused += usize::from(r);
+                                items.push(obj);
+                            }
+                            Err(bad) => skipped.push(bad),
+                        }
+                    }
+                    Ok(None) => return true,
+                    Err(e) => {
+                        malformed = Some(e);
+                        return false;
+                    }
+                }
+            }
+        })
+        .await;
+        match read {
+            Ok(()) => {}
+            Err(BodyError::Stopped) => {
+                return Err(match malformed {
+                    Some(e) => invalid(e),
+                    None => self.list_body_error(BodyError::Stopped),
+                });
+            }
+            Err(e) => return Err(self.list_body_error(e)),
+        }
+        let summary = reader.finish().map_err(invalid)?;
+        for bad in skipped {
+            self.report(&ReflectorError::BadEvent {
+                op: Operation::List,
+                resource: self.resource.clone(),
+                source: bad,
+            });
+        }
+        Ok(Page {
+            listed: Listed {
+                items,
+                resource_version: summary.resource_version,
+                reused,
+            },
+            continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
+        })
+    }
+
+    /// Sends a request within the response-headers deadline. A request
+    /// that asked for protobuf and is refused with `406 Not Acceptable` (a
+    /// proxy that dropped the JSON fallback from `Accept`, or a server
+    /// without protobuf for the type) is sent again at once without it,
+    /// and the reflector asks for JSON from then on (one WARN).
     async fn send(
+        &self,
+        op: Operation,
+        req: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<Body>, ReflectorError> {
+        let asked_protobuf = req
+            .headers()
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.starts_with(kcache_core::protobuf::CONTENT_TYPE));
+        if !asked_protobuf {
+            return self.send_once(op, req).await;
+        }
+        let mut again = http::Request::new(req.body().clone());
+        *again.method_mut() = req.method().clone();
+        *again.uri_mut() = req.uri().clone();
+        *again.headers_mut() = req.headers().clone();
+        again.headers_mut().remove(http::header::ACCEPT);
+        match self.send_once(op, req).await {
+            Err(ReflectorError::Api { error, .. }) if error.code == 406 => {
+                if self.protobuf.swap(false, Ordering::Relaxed) {
+                    warn!(
+                        error = %Truncated(&error, MAX_LOGGED_ERROR),
+                        "the apiserver (or a proxy in front of it) refused protobuf with 406 Not Acceptable; this reflector asks for JSON from now on (set WireFormat::Json to skip the attempt, or let the proxy pass `Accept: application/vnd.kubernetes.protobuf, application/json`)"
+                    );
+                }
+                self.send_once(op, again).await
+            }
+            other => other,
+        }
+    }
+
+    async fn send_once(
         &self,
         op: Operation,
         req: http::Request<Vec<u8>>,
@@ -1155,6 +1352,13 @@ impl<K> Reflector<K> {
                 resource: self.resource.clone(),
                 source: Box::new(e),
             },
+            // only a consumer that found the body malformed stops, and it
+            // reports that itself
+            BodyError::Stopped => ReflectorError::Body {
+                op: Operation::List,
+                resource: self.resource.clone(),
+                source: "the list body was not read to its end".into(),
+            },
         }
     }
 
@@ -1191,16 +1395,24 @@ impl<K> Reflector<K> {
             http::header::ACCEPT_ENCODING,
             http::HeaderValue::from_static("identity"),
         );
+        if self.asks_for_protobuf() {
+            req.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(ACCEPT_PROTOBUF_WATCH),
+            );
+        }
         debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "watch");
         self.metrics.watches.inc();
         let resp = self.send(op, req).await?;
         let idle_limit = self
             .watch_idle_timeout
             .unwrap_or(Duration::from_secs(u64::from(timeout_secs)) + WATCH_IDLE_MARGIN);
+        let format = BodyFormat::of(resp.headers());
         Ok(OpenWatch {
             body: Box::pin(resp.into_body().into_data_stream()),
             idle_limit,
-            framer: LineFramer::with_max_frame(self.max_event_size),
+            framer: WatchFramer::new(format, self.max_event_size),
+            format,
             start,
             timeout: Duration::from_secs(u64::from(timeout_secs)),
             events: 0,
@@ -1323,8 +1535,8 @@ impl<K> Reflector<K> {
         loop {
             loop {
                 match w.framer.next_frame() {
-                    Ok(Some(line)) => {
-                        if let Some(rv) = self.handle_line(line, &mut mode, w)? {
+                    Ok(Some(frame)) => {
+                        if let Some(rv) = self.handle_frame(frame, &mut mode, w)? {
                             return Ok(Some(rv));
                         }
                     }
@@ -1393,17 +1605,27 @@ impl<K> Reflector<K> {
                 None => break,
             }
         }
-        if let Some(line) = w.framer.finish() {
-            // a last line without newline: accept it if it is a whole event
-            match self.decoder.decode_event(line.clone()) {
-                Err(e) if e.kind == BadEventKind::Undecodable => {
-                    debug!("ignoring a truncated last line of a watch stream");
-                }
-                _ => {
-                    if let Some(rv) = self.handle_line(line, &mut mode, w)? {
-                        return Ok(Some(rv));
+        match w.framer.finish() {
+            Ok(Some(line)) => {
+                // a last line without newline: accept it if it is a whole event
+                match self.decoder.decode_event(line.clone()) {
+                    Err(e) if e.kind == BadEventKind::Undecodable => {
+                        debug!("ignoring a truncated last line of a watch stream");
+                    }
+                    _ => {
+                        if let Some(rv) = self.handle_frame(line, &mut mode, w)? {
+                            return Ok(Some(rv));
+                        }
                     }
                 }
+            }
+            Ok(None) => {}
+            Err(left) => {
+                // a protobuf frame cut by the end of the stream
+                debug!(
+                    bytes = left,
+                    "ignoring a truncated last frame of a watch stream"
+                );
             }
         }
         if w.events == 0 && w.start.elapsed() < VERY_SHORT_WATCH {
@@ -1425,13 +1647,18 @@ impl<K> Reflector<K> {
         }
     }
 
-    fn handle_line(
+    /// Handles one watch event (a JSON line or a protobuf frame).
+    fn handle_frame(
         &self,
-        line: Bytes,
+        frame: Bytes,
         mode: &mut Mode<'_, K>,
         w: &mut OpenWatch,
     ) -> Result<Option<String>, ReflectorError> {
-        let event = match self.decoder.decode_event(line) {
+        let decoded = match w.format {
+            BodyFormat::Json => self.decoder.decode_event(frame),
+            BodyFormat::Protobuf => self.decoder.decode_protobuf_event(frame),
+        };
+        let event = match decoded {
             Ok(e) => e,
             Err(bad) => {
                 self.report(&ReflectorError::BadEvent {

@@ -45,15 +45,17 @@ pub use kcache_workqueue as workqueue;
 
 /// What a controller author uses every day.
 pub mod prelude {
+    pub use kcache_controller::events::{Event, Recorder, Reporter};
+    pub use kcache_controller::finalizer::{self, FinalizerEvent, finalizer};
     pub use kcache_controller::{
-        Action, Config, Controller, ControllerError, MetricsRegistry, Predicate, Reconciler,
-        Request, Trigger,
+        Action, Config, Controller, ControllerError, ControllerHandle, MetricsRegistry, Predicate,
+        PredicateEvent, Reconciler, Request, TerminalError, Trigger,
     };
     pub use kcache_core::{
-        CachedObject, DeletedFinalStateUnknown, ObjectOptions, ObjectOrTombstone, Selector,
-        meta_namespace_key, split_meta_namespace_key,
+        CachedObject, DeletedFinalStateUnknown, Metadata, ObjectOptions, ObjectOrTombstone,
+        Selector, StringMap, meta_namespace_key, split_meta_namespace_key,
     };
-    pub use kcache_indexer::{Indexer, Indexers, Lister};
+    pub use kcache_indexer::{IndexFunc, Indexer, Indexers, Lister};
     pub use kcache_informer::{
         ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer,
         SharedInformerFactory, wait_for_cache_sync,

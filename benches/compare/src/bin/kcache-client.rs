@@ -22,44 +22,24 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// `--wire-format`: what the informer asks the apiserver for.
-///
-/// A shim until the reflector's protobuf (branch `i16-protobuf`) is merged:
-/// kcache speaks JSON only here, so `auto` fails with a clear message and
-/// `json` changes nothing. Once `kcache_reflector::WireFormat` and
-/// `ListOptions::wire_format` exist, [`wire_format::apply`] sets them (the
-/// replacement body is in its comment) and `auto` becomes the default.
 mod wire_format {
     use kcache_informer::ListOptions;
 
     /// The wire format the client is asked to use.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
     pub enum WireFormat {
-        /// Protobuf for built-in types (kcache's default once integrated).
+        /// Protobuf for built-in types (kcache's default).
         Auto,
         /// JSON forced.
         Json,
     }
 
-    /// The exit code of `auto` on a build without protobuf support, which
-    /// the harness reports as "not integrated yet" rather than a failure.
-    pub const UNSUPPORTED_EXIT: i32 = 3;
-
     /// Sets `format` on the informer's list options.
-    pub fn apply(_opts: &mut ListOptions, format: WireFormat) -> Result<(), String> {
-        // After the merge of i16-protobuf:
-        // _opts.wire_format = match format {
-        //     WireFormat::Auto => kcache_reflector::WireFormat::Auto,
-        //     WireFormat::Json => kcache_reflector::WireFormat::Json,
-        // };
-        // Ok(())
-        match format {
-            WireFormat::Json => Ok(()),
-            WireFormat::Auto => Err(
-                "kcache-client: --wire-format auto (protobuf) needs the reflector's protobuf \
-                 support (branch i16-protobuf), not in this build; use --wire-format json"
-                    .into(),
-            ),
-        }
+    pub fn apply(opts: &mut ListOptions, format: WireFormat) {
+        opts.wire_format = match format {
+            WireFormat::Auto => kcache_informer::WireFormat::Auto,
+            WireFormat::Json => kcache_informer::WireFormat::Json,
+        };
     }
 }
 use wire_format::WireFormat;
@@ -100,7 +80,7 @@ struct Args {
     watch_log: Option<std::path::PathBuf>,
     /// What to ask the apiserver for: `auto` (protobuf for built-in types)
     /// or `json`.
-    #[arg(long, value_enum, default_value = "json")]
+    #[arg(long, value_enum, default_value = "auto")]
     wire_format: WireFormat,
 }
 
@@ -134,10 +114,7 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
         object_options: object_options(args),
         ..ListOptions::default()
     };
-    if let Err(e) = wire_format::apply(&mut opts, args.wire_format) {
-        eprintln!("{e}");
-        std::process::exit(wire_format::UNSUPPORTED_EXIT);
-    }
+    wire_format::apply(&mut opts, args.wire_format);
     let informer = SharedIndexInformer::<Pod>::builder(client)
         .list_options(opts)
         .build();
@@ -199,10 +176,7 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
         object_options: object_options(args),
         ..ListOptions::default()
     };
-    if let Err(e) = wire_format::apply(&mut opts, args.wire_format) {
-        eprintln!("{e}");
-        std::process::exit(wire_format::UNSUPPORTED_EXIT);
-    }
+    wire_format::apply(&mut opts, args.wire_format);
     let informer = SharedIndexInformer::<Pod>::builder(client)
         .list_options(opts)
         .build();
