@@ -110,11 +110,15 @@ pub use kcache_lease::{
     KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError, LeaderElector, LeaderStatus,
     LeaseLock, LeaseTimings,
 };
+#[cfg(feature = "prometheus")]
 pub use metrics::MetricsRegistry;
+pub use metrics::{MetricsProvider, NoopMetricsProvider};
 pub use predicate::{Predicate, PredicateEvent};
 pub use reconciler::{Reconciler, Request, Trigger};
 pub use retry::TerminalError;
-pub use server::{Health, MetricsServer};
+pub use server::Health;
+#[cfg(feature = "prometheus")]
+pub use server::MetricsServer;
 pub use source::owner_key;
 
 /// A `tracing_subscriber::EnvFilter` directive for an operator: everything
