@@ -125,11 +125,11 @@ pub use informer::{
 pub use kcache_reflector::{RequestTimeouts, WireFormat};
 pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};
 
-pub use metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetricsProvider};
-#[cfg(feature = "prometheus")]
-pub use prometheus::PrometheusMetricsProvider;
 /// kcache-reflector's Prometheus provider (`reflector_*` metrics), for the
 /// reflectors under informers: a crate above this one needs no direct
 /// dependency on kcache-reflector for it.
 #[cfg(feature = "prometheus")]
 pub use kcache_reflector::PrometheusMetricsProvider as PrometheusReflectorMetricsProvider;
+pub use metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetricsProvider};
+#[cfg(feature = "prometheus")]
+pub use prometheus::PrometheusMetricsProvider;

@@ -66,8 +66,11 @@ pub trait MetricsProvider: Send + Sync {
         handler: &str,
     ) -> Box<dyn SettableGaugeMetric>;
     /// `kcache_informer_listener_delivered_total`.
-    fn new_listener_delivered_metric(&self, informer: &str, handler: &str)
-    -> Box<dyn CounterMetric>;
+    fn new_listener_delivered_metric(
+        &self,
+        informer: &str,
+        handler: &str,
+    ) -> Box<dyn CounterMetric>;
     /// `kcache_informer_handler_panics_total`.
     fn new_handler_panics_metric(&self, informer: &str, handler: &str) -> Box<dyn CounterMetric>;
     /// The warm-restart metrics of an informer with snapshots.
@@ -285,4 +288,3 @@ pub(crate) struct ListenerMetrics {
     pub(crate) delivered: Box<dyn CounterMetric>,
     pub(crate) panics: Box<dyn CounterMetric>,
 }
-
