@@ -31,8 +31,10 @@
 //! is reconciled by two replicas at once ([`shard`]);
 //! [`events::Recorder`] publishes `events.k8s.io/v1` events folded into
 //! series; [`finalizer::finalizer`] runs cleanup before deletion;
-//! [`MetricsRegistry`] and the endpoint ([`MetricsServer`]) serve
-//! `/metrics`, `/healthz` and `/readyz`. Every reconcile runs in a tracing
+//! [`metrics`] records into a provider of this layer's metrics; with the
+//! `prometheus` feature (on by default), `MetricsRegistry` (every layer's
+//! families, process and REST client metrics) and the endpoint
+//! (`MetricsServer`) serve `/metrics`, `/healthz` and `/readyz`. Every reconcile runs in a tracing
 //! span `reconcile` with the controller name, key, trigger and retry count.
 //!
 //! # Example

@@ -5,12 +5,14 @@
 //! Each layer has a small provider trait that creates its named metrics
 //! from these primitives (`kcache_reflector::MetricsProvider`,
 //! `kcache_informer::metrics::MetricsProvider`,
-//! `kcache_lease::metrics::MetricsProvider`, kcache-controller's), and a
-//! `PrometheusMetricsProvider` behind its own `prometheus` feature.
+//! `kcache_controller::metrics::MetricsProvider`; kcache-lease takes the
+//! primitives themselves), and a Prometheus implementation behind its own
+//! `prometheus` feature.
 //! [`NoopMetric`] records nothing (the default).
 //!
-//! With this crate's `prometheus` feature (enabled by the `prometheus`
-//! feature of every crate above it), `prometheus-client`'s `Counter`,
+//! With this crate's `prometheus` feature (turned on by the `prometheus`
+//! feature of the crates above, never by their defaults alone, except
+//! kcache-controller's, whose `prometheus` is a default), `prometheus-client`'s `Counter`,
 //! `Gauge` and `Histogram` implement the primitives, so a provider hands
 //! out a family's metric as it is: `Box::new(family.get_or_create_owned(&labels))`.
 
