@@ -332,6 +332,13 @@ async fn metrics_endpoint_serves_reconcile_and_workqueue_metrics() {
         "workqueue_work_duration_seconds_bucket{",
         "kcache_informer_synced{informer=\"configmaps\"} 1",
         "kcache_informer_cached_objects{informer=\"configmaps\"} ",
+        // the controller's handler on the primary informer
+        "kcache_informer_listener_backlog{informer=\"configmaps\",handler=\"configmaps#",
+        // the reflector under it (started after the controller gave it
+        // the registry's provider)
+        "reflector_lists_total{name=",
+        "reflector_last_sync_timestamp_seconds{name=",
+        "process_resident_memory_bytes ",
     ] {
         assert!(body.contains(needle), "missing {needle:?} in\n{body}");
     }
