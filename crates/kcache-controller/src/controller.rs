@@ -759,10 +759,10 @@ where
     /// Step 4: the shard metrics, the endpoint, and the task that turns a
     /// shutdown future into the stop signal.
     async fn start_observability(&mut self, cleanup: &mut Cleanup) -> Result<(), ControllerError> {
-        if let (Some(m), Some(s)) = (&self.metrics, self.mode.shard()) {
-            if let Some(id) = shard_metrics(m.as_ref(), s, &self.name, &self.primary) {
-                cleanup.shard_refresher = Some((m.clone(), id));
-            }
+        if let (Some(m), Some(s)) = (&self.metrics, self.mode.shard())
+            && let Some(id) = shard_metrics(m.as_ref(), s, &self.name, &self.primary)
+        {
+            cleanup.shard_refresher = Some((m.clone(), id));
         }
         #[cfg(feature = "prometheus")]
         if let Some(bind) = self.metrics_bind.take() {

@@ -136,6 +136,9 @@ impl Families {
     }
 }
 
+/// A registered refresher, shared so that a scrape runs it without the lock.
+type SharedRefresher = Arc<dyn Fn() + Send + Sync>;
+
 struct Inner {
     registry: Mutex<Registry>,
     families: Families,
@@ -143,7 +146,7 @@ struct Inner {
     informer: kcache_informer::PrometheusMetricsProvider,
     reflector: kcache_informer::PrometheusReflectorMetricsProvider,
     rest_client: RestClientMetrics,
-    refreshers: Mutex<Vec<(u64, Arc<dyn Fn() + Send + Sync>)>>,
+    refreshers: Mutex<Vec<(u64, SharedRefresher)>>,
     next_refresher: AtomicU64,
 }
 
