@@ -500,6 +500,7 @@ where
     /// metrics in `registry` (the one [`serve_metrics`](Self::serve_metrics)
     /// serves).
     #[cfg(feature = "prometheus")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
     pub fn metrics(mut self, registry: MetricsRegistry) -> Self {
         self.metrics = Some(Arc::new(registry.clone()));
         self.registry = Some(registry);
@@ -519,6 +520,7 @@ where
     /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` while running
     /// (with a new registry unless [`metrics`](Self::metrics) gave one).
     #[cfg(feature = "prometheus")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
     pub fn serve_metrics(mut self, addr: SocketAddr) -> Self {
         self.metrics_bind = Some(MetricsBind::Addr(addr));
         self
@@ -527,6 +529,7 @@ where
     /// Like [`serve_metrics`](Self::serve_metrics), on a listener already
     /// bound (e.g. to port 0, to learn the port first).
     #[cfg(feature = "prometheus")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
     pub fn serve_metrics_on(mut self, listener: std::net::TcpListener) -> Self {
         self.metrics_bind = Some(MetricsBind::Listener(listener));
         self

@@ -82,6 +82,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod action;
 mod controller;
@@ -113,6 +114,7 @@ pub use kcache_lease::{
     LeaseLock, LeaseTimings,
 };
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use metrics::MetricsRegistry;
 pub use metrics::{MetricsProvider, NoopMetricsProvider};
 pub use predicate::{Predicate, PredicateEvent};
@@ -120,6 +122,7 @@ pub use reconciler::{Reconciler, Request, Trigger};
 pub use retry::TerminalError;
 pub use server::Health;
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use server::MetricsServer;
 pub use source::owner_key;
 

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 #[cfg(feature = "prometheus")]
 mod endpoint;
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use endpoint::{HEADER_READ_TIMEOUT, MAX_CONNECTION_AGE, MAX_CONNECTIONS, MetricsServer};
 
 /// Readiness of one controller: caches synced and, with leader election,

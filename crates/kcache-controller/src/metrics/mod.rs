@@ -43,8 +43,10 @@ mod prometheus;
 mod rest_client;
 
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::MetricsRegistry;
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use rest_client::{RestClientMetrics, RestClientMetricsLayer, RestClientMetricsService};
 
 /// A function run before every scrape, to read a gauge from live state.
