@@ -3,6 +3,8 @@
 //! - `cargo xtask test`: everything CI checks (fmt, clippy, the control-plane
 //!   build, every test including the integration tests against a real local
 //!   control plane, doc-tests).
+//! - `cargo xtask docsrs [-p CRATE]`: each published crate's docs built as
+//!   docs.rs builds them, from a copy outside the workspace (part of `test`).
 //! - `cargo xtask controlplane build|start|stop|status|kubeconfig`: the local
 //!   kube-apiserver + etcd, by hand.
 //! - `cargo xtask e2e [--kubeconfig PATH | --kind]`: the integration suite
@@ -30,6 +32,7 @@ mod codegen;
 mod controlplane;
 mod demo;
 mod deny;
+mod docsrs;
 mod e2e;
 mod fuzz;
 mod protobuf_corpus;
@@ -48,6 +51,10 @@ enum Task {
     /// Run every check CI runs: fmt, clippy -D warnings, all tests (unit,
     /// integration against a local control plane, doc-tests).
     Test(test::TestArgs),
+    /// Build each published crate's docs as docs.rs does (a copy outside the
+    /// workspace, its [package.metadata.docs.rs], K8S_OPENAPI_ENABLED_VERSION
+    /// unset, -D warnings); part of `test`.
+    Docsrs(docsrs::DocsrsArgs),
     /// Build, start, stop or inspect the local control plane.
     Controlplane {
         #[command(subcommand)]
@@ -96,6 +103,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Task::Test(args) => test::run(args),
+        Task::Docsrs(args) => docsrs::run(args),
         Task::Controlplane { action } => controlplane::run(action),
         Task::E2e(args) => e2e::run(args),
         Task::Codegen(args) => codegen::run(args),

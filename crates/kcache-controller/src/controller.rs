@@ -461,7 +461,7 @@ where
     }
 
     /// Runs the workers only while this replica holds the lease (see
-    /// [`leader`](crate::leader)). Informers run and caches stay warm on
+    /// [`leader_election`](crate::lease::leader_election)). Informers run and caches stay warm on
     /// standbys, so a takeover starts reconciling at once.
     pub fn leader_election(
         mut self,
@@ -477,7 +477,7 @@ where
     /// Runs as one replica of the shard group `config.group`: every
     /// replica is active and reconciles only the keys it owns, handed over
     /// through membership Leases in `store` so that a key is never
-    /// reconciled by two replicas at once (see [`shard`](crate::shard)).
+    /// reconciled by two replicas at once (see [`shard`](crate::lease::shard)).
     /// Keys it does not own are not queued (also through
     /// [`ControllerHandle::enqueue`]) and are dropped when they come out of
     /// the queue; keys it gains are queued from the cache (trigger

@@ -25,10 +25,11 @@
 //!   shuts down and the lease is released.
 //!
 //! With [`leader_election`](Controller::leader_election) only the replica
-//! holding a `coordination.k8s.io/v1` Lease runs workers ([`leader`]);
+//! holding a `coordination.k8s.io/v1` Lease runs workers
+//! ([`lease::leader_election`]);
 //! with [`sharded`](Controller::sharded) every replica runs workers for its
 //! share of the keys, handed over through membership Leases so that no key
-//! is reconciled by two replicas at once ([`shard`]);
+//! is reconciled by two replicas at once ([`lease::shard`]);
 //! [`events::Recorder`] publishes `events.k8s.io/v1` events folded into
 //! series; [`finalizer::finalizer`] runs cleanup before deletion;
 //! [`metrics`] records into a provider of this layer's metrics; with the
@@ -82,6 +83,9 @@
 //! # Ok(())
 //! # }
 //! ```
+
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod action;

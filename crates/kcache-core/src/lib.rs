@@ -41,6 +41,10 @@
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! ```
 
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod compression;
 mod key;
 mod managed_fields;

@@ -65,6 +65,7 @@ impl HistogramMetric for NoopMetric {
 }
 
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 mod prometheus_impls {
     //! `prometheus-client`'s metrics as kcache primitives.
     use std::sync::atomic::{AtomicI64, AtomicU64};

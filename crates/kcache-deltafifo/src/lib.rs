@@ -32,6 +32,10 @@
 //! # }).unwrap();
 //! ```
 
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod delta;
 mod delta_fifo;
 mod real_fifo;

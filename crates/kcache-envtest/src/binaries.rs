@@ -1,8 +1,12 @@
 //! Building kube-apiserver and etcd from the pinned Kubernetes Go modules.
 //!
-//! The Go wrapper module lives in the repository at `xtask/controlplane/`
-//! (go.mod + go.sum pin `k8s.io/kubernetes` and the etcd server module); its
-//! files are embedded in this crate, so a build works from any directory. The
+//! The Go wrapper module lives in this crate's `controlplane/` folder
+//! (go.mod + go.sum pin `k8s.io/kubernetes` and the etcd server module; it
+//! is inside the crate so that the published crate carries it, and its
+//! module path still says `xtask/controlplane`, where it used to live:
+//! changing a byte would change the fingerprint below and rebuild every
+//! cached control plane); its files are embedded in this crate, so a build
+//! works from any directory. The
 //! binaries are built once into the cache directory (`target/controlplane/`
 //! of the workspace, or `$KCACHE_CONTROLPLANE_DIR`) under a folder named by a
 //! hash of those files: they are rebuilt only when go.mod, go.sum or the
@@ -26,19 +30,19 @@ pub const ETCD_VERSION: &str = "v3.7.0";
 
 /// The wrapper module's files, embedded at compile time.
 const SOURCES: &[(&str, &str)] = &[
-    ("go.mod", include_str!("../../../xtask/controlplane/go.mod")),
-    ("go.sum", include_str!("../../../xtask/controlplane/go.sum")),
+    ("go.mod", include_str!("../controlplane/go.mod")),
+    ("go.sum", include_str!("../controlplane/go.sum")),
     (
         "cmd/kube-apiserver/main.go",
-        include_str!("../../../xtask/controlplane/cmd/kube-apiserver/main.go"),
+        include_str!("../controlplane/cmd/kube-apiserver/main.go"),
     ),
     (
         "cmd/etcd/main.go",
-        include_str!("../../../xtask/controlplane/cmd/etcd/main.go"),
+        include_str!("../controlplane/cmd/etcd/main.go"),
     ),
     (
         "internal/parentwatch/parentwatch.go",
-        include_str!("../../../xtask/controlplane/internal/parentwatch/parentwatch.go"),
+        include_str!("../controlplane/internal/parentwatch/parentwatch.go"),
     ),
 ];
 

@@ -25,6 +25,10 @@
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! ```
 
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod index;
 mod indexer;
 mod lister;

@@ -5,11 +5,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
-use kcache_core::{BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
+use kcache_core::{
+    BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, ShardSelector, Store, StoreError,
+};
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
 use kcache_reflector::{
-    DEFAULT_MAX_LIST_BYTES, Reflector, ReflectorError, RequestTimeouts, WireFormat,
+    DEFAULT_MAX_LIST_BYTES, Reflector, ReflectorError, RequestTimeouts, ShardFilterMode, WireFormat,
 };
 use kube::{Client, Resource};
 use tokio::task::JoinHandle;
@@ -97,6 +99,14 @@ pub struct ListOptions {
     /// protobuf for built-in types, JSON otherwise); see
     /// `ReflectorBuilder::wire_format`.
     pub wire_format: WireFormat,
+    /// Server-side sharding (default: none): cache only the objects whose
+    /// `metadata.uid` or `metadata.namespace` hashes into the selector's
+    /// ranges. Sent to the apiserver as `shardSelector` on every list and
+    /// watch, and applied on the client too, so the cache holds exactly
+    /// the shard whether or not the apiserver's `ShardedListAndWatch`
+    /// feature gate is on (see `ReflectorBuilder::shard_selector` and
+    /// [`SharedIndexInformer::shard_filter_mode`]).
+    pub shard_selector: Option<ShardSelector>,
 }
 
 impl Default for ListOptions {
@@ -113,6 +123,7 @@ impl Default for ListOptions {
             max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
             max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
             wire_format: WireFormat::Auto,
+            shard_selector: None,
         }
     }
 }
@@ -255,6 +266,15 @@ where
         self.list_options.wire_format = format;
         self
     }
+    /// Cache only one shard of the objects (see
+    /// [`ListOptions::shard_selector`]), e.g. member `i` of
+    /// `ShardSelector::contiguous(ShardField::Uid, n)?`. The selector is
+    /// fixed for the informer's life: to move to another shard, stop the
+    /// informer and build a new one.
+    pub fn shard_selector(mut self, selector: ShardSelector) -> Self {
+        self.list_options.shard_selector = Some(selector);
+        self
+    }
     /// Replaces all list options at once (the namespace and selectors
     /// too: call it before the methods that set one option).
     pub fn list_options(mut self, options: ListOptions) -> Self {
@@ -299,7 +319,7 @@ where
     }
     /// Warm restarts: persist the cache as configured and, on start, resume
     /// from a matching snapshot instead of listing (see [`SnapshotOptions`]
-    /// and `docs/warm-restart.md`).
+    /// and [Warm restarts](https://github.com/kcache/kcache/blob/main/docs/warm-restart.md)).
     pub fn snapshot(mut self, options: SnapshotOptions) -> Self {
         self.snapshot = Some(options);
         self
@@ -523,6 +543,25 @@ where
             .as_ref()
             .map(|r| r.last_sync_resource_version())
             .unwrap_or_default()
+    }
+
+    /// The shard selector the informer lists and watches with
+    /// ([`ListOptions::shard_selector`]).
+    pub fn shard_selector(&self) -> Option<&ShardSelector> {
+        self.inner.list_options.shard_selector.as_ref()
+    }
+
+    /// Who cuts the collection down to the informer's shard: `None`
+    /// without a shard selector or before the first list;
+    /// [`ShardFilterMode::Server`] when the apiserver filters (each replica
+    /// receives only its share), [`ShardFilterMode::Client`] when it serves
+    /// everything (feature gate `ShardedListAndWatch` off) and the
+    /// reflector drops the rest. The cache holds the same objects either way.
+    pub fn shard_filter_mode(&self) -> Option<ShardFilterMode> {
+        lock(&self.inner.lifecycle)
+            .reflector
+            .as_ref()
+            .and_then(|r| r.shard_filter_mode())
     }
 
     /// Adds a handler with the informer's default resync period.
@@ -1005,6 +1044,7 @@ where
             namespace: nonempty(&o.namespace),
             label_selector: nonempty(&o.label_selector),
             field_selector: nonempty(&o.field_selector),
+            shard_selector: o.shard_selector.as_ref().map(ToString::to_string),
             transform_id: if has_transform {
                 options.transform_id.clone()
             } else {
@@ -1133,6 +1173,9 @@ where
         }
         if let Some(s) = &o.field_selector {
             rb = rb.field_selector(s.clone());
+        }
+        if let Some(s) = &o.shard_selector {
+            rb = rb.shard_selector(s.clone());
         }
         if lc.resync_check_period > Duration::ZERO {
             rb = rb.resync_period(lc.resync_check_period);

@@ -70,7 +70,7 @@
 //! leaves core/v1 Secrets out unless they are named
 //! ([`SharedInformerFactoryBuilder::snapshot_for`]); files are private
 //! (0600, folders 0700) and written without following symlinks. See
-//! `docs/warm-restart.md`.
+//! [Warm restarts](https://github.com/kcache/kcache/blob/main/docs/warm-restart.md).
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::Pod;
@@ -99,6 +99,10 @@
 //! # }
 //! ```
 
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod error;
 mod factory;
 #[doc(hidden)]
@@ -120,16 +124,21 @@ pub use informer::{
     ResourceEventHandlerRegistration, SharedIndexInformer, SharedIndexInformerBuilder,
     TransformFunc, WatchErrorHandler, strip_managed_fields, wait_for_cache_sync,
 };
+/// Server-side sharding's selector types ([`ListOptions::shard_selector`]),
+/// re-exported from kcache-core.
+pub use kcache_core::{ShardField, ShardRange, ShardSelector};
 /// The reflector's settings that [`ListOptions`] carries, re-exported so an
 /// informer user needs no direct dependency on kcache-reflector.
-pub use kcache_reflector::{RequestTimeouts, WireFormat};
+pub use kcache_reflector::{RequestTimeouts, ShardFilterMode, WireFormat};
 pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};
 
 /// kcache-reflector's Prometheus provider (`reflector_*` metrics), for the
 /// reflectors under informers: a crate above this one needs no direct
 /// dependency on kcache-reflector for it.
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use kcache_reflector::PrometheusMetricsProvider as PrometheusReflectorMetricsProvider;
 pub use metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetricsProvider};
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::PrometheusMetricsProvider;

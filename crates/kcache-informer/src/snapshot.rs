@@ -1,19 +1,20 @@
 //! Warm restart: an informer's cache persisted to disk, and loaded back on
 //! start instead of a full relist.
 //!
-//! # The file format (version 2)
+//! # The file format (version 3)
 //!
 //! All integers are little-endian.
 //!
 //! ```text
 //! magic            8 bytes  89 'K' 'C' 'S' 'N' 'A' 'P' '\n'
-//! format version   u32      2
+//! format version   u32      3
 //! header length    u32      at most 1 MiB
 //! header           fields in a fixed order (strings: u32 length + UTF-8;
 //!                  optional strings: u8 0/1 then the string; booleans: u8):
 //!                  cluster uid, server url?, group, version, resource,
 //!                  metadata-only, namespace?, label selector?, field
-//!                  selector?, transform id?, strip managedFields,
+//!                  selector?, shard selector?, transform id?, strip
+//!                  managedFields,
 //!                  resourceVersion, written at (u64 ms since the Unix
 //!                  epoch), object count (u64)
 //! header checksum  u64      CRC-64/XZ of every byte before it
@@ -32,10 +33,10 @@
 //! types the apiserver sent as protobuf; after the transform and the
 //! managedFields cut, decompressed), so loading one is the same partial
 //! decode as a list, without the network, and an object comes back in the
-//! format it was written in. Version 1 files (JSON only, written before
-//! protobuf objects existed) are refused as an unsupported version: the
-//! informer starts cold once, with a warning, and writes a version 2
-//! snapshot when synced. A file is written
+//! format it was written in. Files of other versions (1: JSON only,
+//! written before protobuf objects existed; 2: before shard selectors) are
+//! refused as an unsupported version: the informer starts cold once, with
+//! a warning, and writes a version 3 snapshot when synced. A file is written
 //! to a temporary file in the same folder, fsynced, renamed over the old one
 //! and the folder fsynced: a reader sees the old snapshot or the new one,
 //! never a mix.
@@ -64,7 +65,7 @@ use kcache_core::protobuf::TypeMeta;
 use kcache_core::{CachedObject, Format, ObjectOptions};
 
 /// The snapshot format this version of kcache reads and writes.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 2;
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 3;
 
 /// Format tag of an object stored as JSON.
 const OBJECT_JSON: u8 = 0;
@@ -172,6 +173,9 @@ pub struct Fingerprint {
     pub label_selector: Option<String>,
     /// The field selector.
     pub field_selector: Option<String>,
+    /// The shard selector (server-side sharding), in the apiserver's
+    /// syntax: a snapshot of one shard is never loaded for another.
+    pub shard_selector: Option<String>,
     /// The transform's id (`None`: no transform).
     pub transform_id: Option<String>,
     /// Whether `managedFields` are cut from cached objects.
@@ -186,7 +190,7 @@ fn show(v: &Option<String>) -> String {
 }
 
 impl Fingerprint {
-    fn fields(&self) -> [(&'static str, String); 11] {
+    fn fields(&self) -> [(&'static str, String); 12] {
         [
             ("cluster", format!("{:?}", self.cluster_uid)),
             ("server URL", show(&self.server_url)),
@@ -197,6 +201,7 @@ impl Fingerprint {
             ("namespace", show(&self.namespace)),
             ("label selector", show(&self.label_selector)),
             ("field selector", show(&self.field_selector)),
+            ("shard selector", show(&self.shard_selector)),
             ("transform id", show(&self.transform_id)),
             ("strip managedFields", self.strip_managed_fields.to_string()),
         ]
@@ -346,7 +351,7 @@ enum Location {
 /// delivered to handlers as initial-list adds, and the watch resumes from
 /// the snapshot's resourceVersion instead of listing. A missing, foreign,
 /// truncated or corrupt snapshot is ignored with one warning. See
-/// `docs/warm-restart.md`.
+/// [Warm restarts](https://github.com/kcache/kcache/blob/main/docs/warm-restart.md).
 ///
 /// ```
 /// use std::time::Duration;
@@ -572,6 +577,7 @@ pub(crate) fn encode<K, W: Write>(
     put_opt(&mut header, &f.namespace)?;
     put_opt(&mut header, &f.label_selector)?;
     put_opt(&mut header, &f.field_selector)?;
+    put_opt(&mut header, &f.shard_selector)?;
     put_opt(&mut header, &f.transform_id)?;
     header.push(u8::from(f.strip_managed_fields));
     put_str(&mut header, resource_version)?;
@@ -812,6 +818,7 @@ pub(crate) fn decode<K, R: Read>(
         namespace: h.opt()?,
         label_selector: h.opt()?,
         field_selector: h.opt()?,
+        shard_selector: h.opt()?,
         transform_id: h.opt()?,
         strip_managed_fields: h.boolean()?,
     };
@@ -1136,6 +1143,7 @@ mod tests {
             namespace: Some("ns".into()),
             label_selector: Some("app=web".into()),
             field_selector: None,
+            shard_selector: None,
             transform_id: None,
             strip_managed_fields: true,
         }
@@ -1361,7 +1369,7 @@ mod tests {
     #[test]
     fn other_format_versions_are_rejected() {
         // version 1 (JSON only, before protobuf objects) and a later one
-        for v in [1u32, 3] {
+        for v in [1u32, 2, 4] {
             let (mut bytes, _) = sample();
             bytes[8..12].copy_from_slice(&v.to_le_bytes());
             match load(&bytes, &fp()) {
@@ -1369,7 +1377,7 @@ mod tests {
                     assert_eq!(found, v);
                     assert_eq!(e.reason(), "version");
                     assert!(e.to_string().contains(&format!("version {v}")), "{e}");
-                    assert!(e.to_string().contains("reads version 2"), "{e}");
+                    assert!(e.to_string().contains("reads version 3"), "{e}");
                 }
                 other => panic!("{other:?}"),
             }
@@ -1401,6 +1409,15 @@ mod tests {
                 Box::new(|f| f.field_selector = Some("metadata.name=a".into())),
             ),
             (
+                "shard selector",
+                Box::new(|f| {
+                    f.shard_selector = Some(
+                        "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
+                            .into(),
+                    )
+                }),
+            ),
+            (
                 "transform id",
                 Box::new(|f| f.transform_id = Some("v1".into())),
             ),
@@ -1425,6 +1442,11 @@ mod tests {
         let mut b = fp();
         b.label_selector = Some("app=db".into());
         assert_ne!(a.file_name(), b.file_name());
+        let mut shard = fp();
+        shard.shard_selector = Some(
+            "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')".into(),
+        );
+        assert_ne!(a.file_name(), shard.file_name());
         let mut c = fp();
         c.cluster_uid = "another".into();
         assert_eq!(

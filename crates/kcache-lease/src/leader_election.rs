@@ -23,7 +23,7 @@
 //!   1 s) so that a standby takes over at once.
 //!
 //! The lease is read and written through the small
-//! [`LeaseLock`](crate::LeaseLock) trait: [`KubeLeaseLock`](crate::KubeLeaseLock)
+//! [`LeaseLock`] trait: [`KubeLeaseLock`](crate::KubeLeaseLock)
 //! talks to the apiserver; the `testing` feature adds an in-memory one.
 
 use std::fmt;

@@ -131,6 +131,15 @@ struct ListMetaWire<'a> {
     resource_version: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "continue")]
     continue_: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "shardInfo")]
+    shard_info: Option<ShardInfoWire<'a>>,
+}
+
+/// `metadata.shardInfo` of a list the apiserver filtered (KEP-5866).
+#[derive(Deserialize)]
+struct ShardInfoWire<'a> {
+    #[serde(borrow, default)]
+    selector: Option<Cow<'a, str>>,
 }
 
 impl ListMetaWire<'_> {
@@ -138,7 +147,25 @@ impl ListMetaWire<'_> {
         ListMetaWire {
             resource_version: self.resource_version.map(|c| Cow::Owned(c.into_owned())),
             continue_: self.continue_.map(|c| Cow::Owned(c.into_owned())),
+            shard_info: self.shard_info.map(|i| ShardInfoWire {
+                selector: i.selector.map(|c| Cow::Owned(c.into_owned())),
+            }),
         }
+    }
+
+    /// resourceVersion, continue token, shard selector echo.
+    fn parts(self) -> (String, Option<String>, Option<String>) {
+        (
+            self.resource_version
+                .map(Cow::into_owned)
+                .unwrap_or_default(),
+            self.continue_
+                .filter(|c| !c.is_empty())
+                .map(Cow::into_owned),
+            self.shard_info
+                .and_then(|i| i.selector)
+                .map(Cow::into_owned),
+        )
     }
 }
 
@@ -150,6 +177,9 @@ pub struct ListPage<K> {
     pub resource_version: String,
     /// The list's `metadata.continue`, when non-empty.
     pub continue_token: Option<String>,
+    /// The list's `metadata.shardInfo.selector`: the shard selector the
+    /// apiserver filtered the list with (server-side sharding, KEP-5866).
+    pub shard_selector: Option<String>,
     /// Items that were skipped.
     pub skipped: Vec<BadEvent>,
 }
@@ -160,6 +190,7 @@ impl<K> fmt::Debug for ListPage<K> {
             .field("items", &self.items.len())
             .field("resource_version", &self.resource_version)
             .field("continue_token", &self.continue_token)
+            .field("shard_selector", &self.shard_selector)
             .field("skipped", &self.skipped.len())
             .finish()
     }
@@ -576,6 +607,7 @@ impl<K> EventDecoder<K> {
             items,
             resource_version: summary.resource_version,
             continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
+            shard_selector: summary.shard_selector,
             skipped,
         })
     }
@@ -616,17 +648,12 @@ impl<K> EventDecoder<K> {
                 Err(e) => skipped.push(e),
             }
         }
-        let (rv, cont) = match wire.metadata {
-            Some(m) => (
-                m.resource_version.map(Cow::into_owned).unwrap_or_default(),
-                m.continue_.filter(|c| !c.is_empty()).map(Cow::into_owned),
-            ),
-            None => (String::new(), None),
-        };
+        let (rv, cont, shard) = wire.metadata.map(ListMetaWire::parts).unwrap_or_default();
         Ok(ListPage {
             items,
             resource_version: rv,
             continue_token: cont,
+            shard_selector: shard,
             skipped,
         })
     }
@@ -696,17 +723,12 @@ impl<K> EventDecoder<K> {
                 (items, wire.metadata.map(ListMetaWire::into_owned))
             }
         };
-        let (rv, cont) = match metadata {
-            Some(m) => (
-                m.resource_version.map(Cow::into_owned).unwrap_or_default(),
-                m.continue_.filter(|c| !c.is_empty()).map(Cow::into_owned),
-            ),
-            None => (String::new(), None),
-        };
+        let (rv, cont, shard) = metadata.map(ListMetaWire::parts).unwrap_or_default();
         Ok(ListPage {
             items,
             resource_version: rv,
             continue_token: cont,
+            shard_selector: shard,
             skipped,
         })
     }
@@ -952,6 +974,25 @@ mod tests {
                 page.items[1].bytes().as_ref(),
                 br#"{"metadata":{"name":"b","namespace":"n"}}"#
             );
+        }
+    }
+
+    #[test]
+    fn list_shard_info_echo_is_read_by_every_json_path() {
+        let sel = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
+        let with = Bytes::from(format!(
+            r#"{{"kind":"ConfigMapList","metadata":{{"resourceVersion":"9","shardInfo":{{"selector":"{sel}"}}}},"items":[{{"metadata":{{"name":"a"}}}}]}}"#
+        ));
+        let without = Bytes::from_static(
+            br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"9"},"items":[]}"#,
+        );
+        let d = dec();
+        for (body, expect) in [(&with, Some(sel)), (&without, None)] {
+            let whole = d.decode_list(body).unwrap();
+            assert_eq!(whole.shard_selector.as_deref(), expect);
+            let chunks = body.chunks(5).map(Bytes::copy_from_slice);
+            let streamed = d.decode_list_chunks(chunks).unwrap();
+            assert_eq!(streamed.shard_selector.as_deref(), expect);
         }
     }
 

@@ -501,6 +501,26 @@ pub enum ReflectorError {
         /// The cap ([`ReflectorBuilder::max_initial_events_bytes`](crate::ReflectorBuilder::max_initial_events_bytes)).
         limit: usize,
     },
+    /// The apiserver rejected the reflector's shard selector (`500 invalid
+    /// shard selector`, or a `400`/`422` naming it). Not transient: the
+    /// reflector retries with backoff, but only a fixed selector (or an
+    /// apiserver that accepts its syntax) helps.
+    #[error(
+        "{op} {resource}: the apiserver rejected the shard selector `{}`: {} {} (build the selector with kcache_core::ShardSelector and check that the apiserver supports server-side sharding (Kubernetes 1.36+); the reflector retries with backoff)",
+        Truncated(.selector.as_str(), 512),
+        .error.code,
+        Truncated(.error.message.as_str(), MAX_DISPLAYED_MESSAGE)
+    )]
+    ShardSelectorRejected {
+        /// What was being done.
+        op: Operation,
+        /// The resource.
+        resource: String,
+        /// The selector sent, in the apiserver's syntax.
+        selector: String,
+        /// The apiserver's Status (shown in the message, not as a source).
+        error: Box<ApiError>,
+    },
     /// The request could not be built (invalid selector or parameters).
     #[error("{resource}: cannot build the request: {source} (fix the reflector's configuration)")]
     Request {
@@ -607,6 +627,7 @@ impl ReflectorError {
     pub fn api_error(&self) -> Option<&ApiError> {
         match self {
             ReflectorError::Api { error, .. } => Some(error),
+            ReflectorError::ShardSelectorRejected { error, .. } => Some(error),
             _ => None,
         }
     }
@@ -627,6 +648,8 @@ impl ReflectorError {
                     ErrorReason::Api
                 }
             }
+            // under the existing label: a shard selector is an API error
+            ReflectorError::ShardSelectorRejected { .. } => ErrorReason::Api,
             ReflectorError::Transport { .. } => ErrorReason::Transport,
             ReflectorError::Body { .. } => ErrorReason::Body,
             ReflectorError::InvalidList { .. } => ErrorReason::InvalidList,

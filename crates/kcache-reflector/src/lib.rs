@@ -125,11 +125,24 @@
 //!   Server-provided text is cut in logs: an [`ApiError`] displays at most
 //!   [`MAX_DISPLAYED_MESSAGE`] bytes of its message (the field keeps it
 //!   whole), and a log line at most 2 KiB of an error.
+//! - **Server-side sharding** ([`ReflectorBuilder::shard_selector`],
+//!   KEP-5866): the `shardSelector` parameter on every LIST page,
+//!   streaming list and watch; every list item and watch event is also
+//!   checked on the client with the same hash, so the store holds exactly
+//!   the shard when the apiserver ignores the parameter (feature gate
+//!   `ShardedListAndWatch` off). [`Reflector::shard_filter_mode`] says
+//!   which side filters (a list echoing the selector in
+//!   `metadata.shardInfo`: the apiserver); a rejected selector is
+//!   [`ReflectorError::ShardSelectorRejected`].
 //! - **Warm resume** ([`ReflectorBuilder::resume_from`]): watch from a
 //!   known resourceVersion without a list; synced on a bookmark or a clean
 //!   end at or after the watch's timeout, never on an earlier end.
 //!
-//! See `docs/reflector.md` for the recovery rules in prose.
+//! See [The reflector](https://github.com/kcache/kcache/blob/main/docs/reflector.md) for the recovery rules in prose.
+
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
 mod decode;
@@ -142,6 +155,7 @@ mod metrics;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 mod reflector;
+mod shard;
 mod split;
 mod wire_format;
 
@@ -160,9 +174,11 @@ pub use metrics::{
     CounterMetric, MetricsProvider, NoopMetric, NoopMetricsProvider, SettableGaugeMetric,
 };
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::PrometheusMetricsProvider;
 pub use reflector::{
     DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, RESUME_WATCH_TIMEOUT, Reflector,
     ReflectorBuilder, WATCH_IDLE_MARGIN, WatchErrorHandler,
 };
+pub use shard::ShardFilterMode;
 pub use wire_format::WireFormat;

@@ -3,8 +3,8 @@
 //! kube's client sets no read timeout, so without these a stalled LIST (no
 //! response headers, or a body that stops mid-way) would hang a reflector
 //! forever, and a server sending an endless body would grow its memory
-//! without bound. See `docs/reflector.md` ("Deadlines and byte caps") for
-//! why the defaults are safe for a large LIST on a loaded apiserver.
+//! without bound. See [Deadlines and byte caps](https://github.com/kcache/kcache/blob/main/docs/reflector.md#deadlines-and-byte-caps)
+//! for why the defaults are safe for a large LIST on a loaded apiserver.
 
 use std::time::Duration;
 

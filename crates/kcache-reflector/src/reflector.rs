@@ -5,14 +5,14 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
 use kcache_core::protobuf::ListReader;
-use kcache_core::{CachedObject, ObjectOptions, Store};
+use kcache_core::{CachedObject, ObjectOptions, ShardSelector, Store};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
 use kube::core::Request;
@@ -34,6 +34,7 @@ use crate::limits::{
     BodyError, BodyLimits, DEFAULT_MAX_LIST_BYTES, RequestTimeouts, read_body_with, read_error_body,
 };
 use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
+use crate::shard::{self, ShardFilterMode, Sharding};
 use crate::wire_format::{
     ACCEPT_PROTOBUF_LIST, ACCEPT_PROTOBUF_WATCH, BodyFormat, WireFormat, wants_protobuf,
 };
@@ -105,6 +106,7 @@ pub struct ReflectorBuilder<K: Resource> {
     max_initial_events_bytes: usize,
     resume_from: Option<String>,
     wire_format: WireFormat,
+    shard_selector: Option<ShardSelector>,
 }
 
 impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
@@ -117,6 +119,7 @@ impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
             .field("use_watch_list", &self.use_watch_list)
             .field("resync_period", &self.resync_period)
             .field("wire_format", &self.wire_format)
+            .field("shard_selector", &self.shard_selector)
             .finish_non_exhaustive()
     }
 }
@@ -300,6 +303,28 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         self
     }
 
+    /// Server-side sharding (KEP-5866): list and watch only the objects
+    /// whose hashed field (`metadata.uid` or `metadata.namespace`) falls in
+    /// the selector's ranges.
+    ///
+    /// The selector goes as the `shardSelector` parameter on every LIST
+    /// page, streaming list and watch, and every list item and watch event
+    /// is checked on the client with the same hash, so the store holds
+    /// exactly the shard whether or not the apiserver filters (its feature
+    /// gate `ShardedListAndWatch` is alpha in Kubernetes 1.36+; without it
+    /// the apiserver ignores the parameter and serves everything).
+    /// [`Reflector::shard_filter_mode`] says which side filters; the mode is
+    /// logged (INFO) when first known and when it changes. A selector the
+    /// apiserver rejects fails each attempt with
+    /// [`ReflectorError::ShardSelectorRejected`] (retried with backoff).
+    ///
+    /// The selector is fixed for the reflector's life: to move to another
+    /// shard, stop the reflector and build a new one over a new store.
+    pub fn shard_selector(mut self, selector: ShardSelector) -> Self {
+        self.shard_selector = Some(selector);
+        self
+    }
+
     /// Builds the reflector.
     pub fn build(self) -> Reflector<K> {
         let dt = &self.dyntype;
@@ -366,6 +391,8 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             }),
             synced_notify: tokio::sync::Notify::new(),
             resume_from: self.resume_from,
+            sharding: self.shard_selector.map(Sharding::new),
+            shard_dropped: AtomicU64::new(0),
             fallback_logged: AtomicBool::new(false),
             running: AtomicBool::new(false),
             protobuf: AtomicBool::new(protobuf),
@@ -413,6 +440,10 @@ pub struct Reflector<K> {
     shared: Mutex<Shared>,
     synced_notify: tokio::sync::Notify,
     resume_from: Option<String>,
+    /// The shard selector, and who filters.
+    sharding: Option<Sharding>,
+    /// Objects (list items, watch events) dropped as outside the shard.
+    shard_dropped: AtomicU64,
     fallback_logged: AtomicBool,
     running: AtomicBool,
     /// Lists and watches ask for protobuf (a built-in type with
@@ -474,6 +505,8 @@ struct InitialBuffer<K> {
     resource_version: String,
     /// The stored bytes of the objects held (capped).
     bytes: usize,
+    /// Events dropped as outside the shard.
+    shard_dropped: usize,
 }
 
 impl<K> InitialBuffer<K> {
@@ -483,6 +516,7 @@ impl<K> InitialBuffer<K> {
             items: Vec::new(),
             resource_version: String::new(),
             bytes: 0,
+            shard_dropped: 0,
         }
     }
     fn upsert(&mut self, (obj, reused): (CachedObject<K>, bool)) {
@@ -529,6 +563,11 @@ struct Listed<K> {
     resource_version: String,
     /// How many items are objects reused from the store.
     reused: usize,
+    /// Every page echoed the reflector's shard selector
+    /// (`metadata.shardInfo`): the apiserver filtered.
+    shard_echoed: bool,
+    /// Items dropped as outside the shard.
+    shard_dropped: usize,
 }
 
 /// One list page.
@@ -636,6 +675,7 @@ impl<K: Resource + 'static> Reflector<K> {
             max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
             resume_from: None,
             wire_format: WireFormat::Auto,
+            shard_selector: None,
         }
     }
 }
@@ -678,6 +718,25 @@ impl<K> Reflector<K> {
     /// Acceptable` (then JSON for the rest of its life).
     pub fn asks_for_protobuf(&self) -> bool {
         self.protobuf.load(Ordering::Relaxed)
+    }
+
+    /// The shard selector (see [`ReflectorBuilder::shard_selector`]).
+    pub fn shard_selector(&self) -> Option<&ShardSelector> {
+        self.sharding.as_ref().map(|s| &s.selector)
+    }
+
+    /// Who cuts the collection down to the shard: `None` without a shard
+    /// selector or before the first list; then [`ShardFilterMode::Server`]
+    /// (the apiserver filtered) or [`ShardFilterMode::Client`] (the
+    /// apiserver served everything; the reflector keeps its shard).
+    pub fn shard_filter_mode(&self) -> Option<ShardFilterMode> {
+        self.sharding.as_ref().and_then(Sharding::mode)
+    }
+
+    /// How many list items and watch events the reflector dropped as
+    /// outside its shard (0 while the apiserver filters).
+    pub fn shard_dropped(&self) -> u64 {
+        self.shard_dropped.load(Ordering::Relaxed)
     }
 
     /// Runs until `cancel` is cancelled. Returns promptly after
@@ -804,6 +863,90 @@ impl<K> Reflector<K> {
         }
     }
 
+    /// Appends the shard selector, if any, to a request's query.
+    fn add_shard_selector(&self, req: &mut http::Request<Vec<u8>>) -> Result<(), ReflectorError> {
+        let Some(sh) = &self.sharding else {
+            return Ok(());
+        };
+        let uri = sh
+            .append_to(req.uri())
+            .map_err(|e| ReflectorError::Request {
+                resource: self.resource.clone(),
+                source: kube::core::request::Error::Validation(format!(
+                    "the shard selector does not fit in a request URI ({e}): use fewer ranges"
+                )),
+            })?;
+        *req.uri_mut() = uri;
+        Ok(())
+    }
+
+    /// Whether `obj` is in the reflector's shard (always, without a shard
+    /// selector): the apiserver's filter, applied on the client. Objects
+    /// outside are counted.
+    fn in_shard(&self, obj: &CachedObject<K>) -> bool {
+        match &self.sharding {
+            Some(sh) if !sh.selector.matches(obj.meta()) => {
+                self.shard_dropped.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether a list page's `metadata.shardInfo.selector` is the
+    /// reflector's selector.
+    fn is_shard_echo(&self, echo: Option<&str>) -> bool {
+        match (&self.sharding, echo) {
+            (Some(sh), Some(echo)) => sh.is_echo(echo),
+            _ => false,
+        }
+    }
+
+    /// Decides who filtered a list (see the `shard` module): the echo
+    /// says the apiserver did; its absence, where a list carries it
+    /// (`echo_expected`), or any object outside the shard says it did not.
+    fn settle_shard_mode(&self, echoed: bool, echo_expected: bool, outside: usize) {
+        let Some(sh) = &self.sharding else { return };
+        if echoed && outside > 0 {
+            warn!(
+                outside,
+                selector = %Truncated(sh.rendered(), MAX_LOGGED_URI),
+                "the apiserver echoed the shard selector but sent objects outside it (dropped): kcache's hash disagrees with this apiserver's; please report it with the apiserver's version"
+            );
+        }
+        let mode = if echoed {
+            ShardFilterMode::Server
+        } else if echo_expected || outside > 0 {
+            ShardFilterMode::Client
+        } else {
+            ShardFilterMode::Server
+        };
+        self.set_shard_mode(sh, mode);
+    }
+
+    /// Sets the shard filter mode; logs it when it changes.
+    fn set_shard_mode(&self, sh: &Sharding, mode: ShardFilterMode) {
+        if sh.set_mode(mode) == Some(mode) {
+            return;
+        }
+        let selector = Truncated(sh.rendered(), MAX_LOGGED_URI);
+        let share = sh.selector.fraction();
+        match mode {
+            ShardFilterMode::Server => info!(
+                shard_filter = %mode,
+                %selector,
+                share,
+                "server-side sharding: the apiserver sends only this shard"
+            ),
+            _ => info!(
+                shard_filter = %mode,
+                %selector,
+                share,
+                "client-side sharding: the apiserver ignores the shard selector and sends every object; the reflector keeps its shard (enable the apiserver's ShardedListAndWatch feature gate, Kubernetes 1.36+, to cut each replica's traffic)"
+            ),
+        }
+    }
+
     /// The object the store already holds for `obj`'s key when it is the
     /// same object (see [`same_object`]), else `obj`; and whether it was
     /// reused. A relist thus keeps one copy of each unchanged object: the
@@ -860,6 +1003,10 @@ impl<K> Reflector<K> {
         if self.use_watch_list && !st.watch_list_unsupported {
             match self.watch_list(st, backoff).await {
                 Ok(w) => open = Some(w),
+                Err(e @ ReflectorError::ShardSelectorRejected { .. }) => {
+                    // a list would be rejected the same way
+                    return Err(e);
+                }
                 Err(e) => {
                     if e.api_error().is_some_and(ApiError::is_invalid) {
                         st.watch_list_unsupported = true;
@@ -914,6 +1061,8 @@ impl<K> Reflector<K> {
                 st.rv_unavailable = false;
                 // from here on the stream carries ordered events
                 w.propagate_rv = true;
+                // a streaming list has no list envelope to echo the selector
+                self.settle_shard_mode(false, false, buffer.shard_dropped);
                 let (items, reused) = buffer.into_items();
                 self.replace(items, rv, Operation::WatchList, reused)?;
                 return Ok(w);
@@ -981,6 +1130,13 @@ impl<K> Reflector<K> {
                 st.paginated_result = true;
             }
             st.rv_unavailable = false;
+            // a full list without the echo was not filtered; a
+            // metadata-only list never carries it
+            self.settle_shard_mode(
+                listed.shard_echoed,
+                !self.metadata_only,
+                listed.shard_dropped,
+            );
             self.replace(
                 listed.items,
                 listed.resource_version,
@@ -1008,6 +1164,8 @@ impl<K> Reflector<K> {
         };
         let mut items = Vec::new();
         let mut reused = 0;
+        let mut shard_echoed = true;
+        let mut shard_dropped = 0;
         let mut cont: Option<String> = None;
         let mut paginated = false;
         loop {
@@ -1025,8 +1183,12 @@ impl<K> Reflector<K> {
                         items: page_items,
                         resource_version,
                         reused: page_reused,
+                        shard_echoed: page_echoed,
+                        shard_dropped: page_dropped,
                     } = page.listed;
                     reused += page_reused;
+                    shard_echoed &= page_echoed;
+                    shard_dropped += page_dropped;
                     if items.is_empty() {
                         items = page_items;
                     } else {
@@ -1038,6 +1200,8 @@ impl<K> Reflector<K> {
                                 items,
                                 resource_version,
                                 reused,
+                                shard_echoed,
+                                shard_dropped,
                             };
                             return Ok((listed, paginated));
                         }
@@ -1087,6 +1251,7 @@ impl<K> Reflector<K> {
         {
             *req.uri_mut() = uri;
         }
+        self.add_shard_selector(&mut req)?;
         if self.asks_for_protobuf() {
             req.headers_mut().insert(
                 http::header::ACCEPT,
@@ -1095,7 +1260,10 @@ impl<K> Reflector<K> {
         }
         // the URI carries a server-sent resourceVersion or continue token
         debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "list page");
-        let resp = self.send(Operation::List, req).await?;
+        let resp = self
+            .send(Operation::List, req)
+            .await
+            .map_err(|e| shard::classify(self.sharding.as_ref(), e))?;
         let content_length = resp
             .headers()
             .get(http::header::CONTENT_LENGTH)
@@ -1134,12 +1302,17 @@ impl<K> Reflector<K> {
         let mut page = JsonPage::new();
         let mut items = Vec::new();
         let mut reused = 0;
+        let mut dropped = 0;
         let mut malformed = None;
         let read = read_body_with(content_length, stream, limits, |chunk| {
             page.push(chunk);
             loop {
                 match page.next(&self.decoder) {
                     Ok(Some(obj)) => {
+                        if !self.in_shard(&obj) {
+                            dropped += 1;
+                            continue;
+                        }
                         let (obj, r) = self.reuse(obj);
                         reused += usize::from(r);
                         items.push(obj);
@@ -1166,6 +1339,10 @@ impl<K> Reflector<K> {
         let end = page.finish(&self.decoder).map_err(invalid)?;
         // items the envelope held itself (not a literal "items" array)
         for obj in end.items {
+            if !self.in_shard(&obj) {
+                dropped += 1;
+                continue;
+            }
             let (obj, r) = self.reuse(obj);
             reused += usize::from(r);
             items.push(obj);
@@ -1182,6 +1359,8 @@ impl<K> Reflector<K> {
                 items,
                 resource_version: end.resource_version,
                 reused,
+                shard_echoed: self.is_shard_echo(end.shard_selector.as_deref()),
+                shard_dropped: dropped,
             },
             continue_token: end.continue_token,
         })
@@ -1205,6 +1384,7 @@ impl<K> Reflector<K> {
         let mut items = Vec::new();
         let mut skipped = Vec::new();
         let mut reused = 0;
+        let mut dropped = 0;
         let mut malformed = None;
         let read = read_body_with(content_length, stream, limits, |chunk| {
             reader.push(chunk);
@@ -1215,6 +1395,7 @@ impl<K> Reflector<K> {
                             continue;
                         };
                         match self.decoder.decode_protobuf_item(item, tm) {
+                            Ok(obj) if !self.in_shard(&obj) => dropped += 1,
                             Ok(obj) => {
                                 let (obj, r) = self.reuse(obj);
                                 reused += usize::from(r);
@@ -1255,6 +1436,8 @@ impl<K> Reflector<K> {
                 items,
                 resource_version: summary.resource_version,
                 reused,
+                shard_echoed: self.is_shard_echo(summary.shard_selector.as_deref()),
+                shard_dropped: dropped,
             },
             continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
         })
@@ -1389,6 +1572,7 @@ impl<K> Reflector<K> {
             resource: self.resource.clone(),
             source,
         })?;
+        self.add_shard_selector(&mut req)?;
         // Kubernetes 1.37 gzips watch streams one member per event: ask for
         // an identity encoding and frame the raw bytes.
         req.headers_mut().insert(
@@ -1403,7 +1587,10 @@ impl<K> Reflector<K> {
         }
         debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "watch");
         self.metrics.watches.inc();
-        let resp = self.send(op, req).await?;
+        let resp = self
+            .send(op, req)
+            .await
+            .map_err(|e| shard::classify(self.sharding.as_ref(), e))?;
         let idle_limit = self
             .watch_idle_timeout
             .unwrap_or(Duration::from_secs(u64::from(timeout_secs)) + WATCH_IDLE_MARGIN);
@@ -1491,6 +1678,10 @@ impl<K> Reflector<K> {
                         info!("the resumed watch ended cleanly at its timeout: resume confirmed");
                     }
                     debug!("watch closed; watching again from the last resourceVersion");
+                }
+                Err(e @ ReflectorError::ShardSelectorRejected { .. }) => {
+                    // not transient: relist after a backoff step
+                    return Err(e);
                 }
                 Err(e) => {
                     let is_internal = e.api_error().is_some_and(ApiError::is_internal_error);
@@ -1671,10 +1862,22 @@ impl<K> Reflector<K> {
         };
         let op = w.op;
         let mut end = None;
+        // An object outside the shard (the apiserver did not filter) only
+        // moves the resourceVersion.
+        let outside = match &event {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
+                !self.in_shard(o)
+            }
+            _ => false,
+        };
+        if outside {
+            self.outside_shard(mode);
+        }
         match event {
             WatchEvent::Added(obj) => {
                 let keep = obj.clone();
                 match mode {
+                    _ if outside => {}
                     Mode::Normal => self.store_result(op, self.store.add(obj)),
                     Mode::Initial(buf) => self.buffer_initial(buf, obj)?,
                 }
@@ -1686,6 +1889,7 @@ impl<K> Reflector<K> {
                 w.propagate_rv = true;
                 let keep = obj.clone();
                 match mode {
+                    _ if outside => {}
                     Mode::Normal => self.store_result(op, self.store.update(obj)),
                     Mode::Initial(buf) => self.buffer_initial(buf, obj)?,
                 }
@@ -1695,7 +1899,9 @@ impl<K> Reflector<K> {
                 Mode::Normal => {
                     w.propagate_rv = true;
                     let keep = obj.clone();
-                    self.store_result(op, self.store.delete(obj.into()));
+                    if !outside {
+                        self.store_result(op, self.store.delete(obj.into()));
+                    }
                     self.event_rv(mode, keep.resource_version());
                 }
                 Mode::Initial(buf) => {
@@ -1720,16 +1926,34 @@ impl<K> Reflector<K> {
                 }
             },
             WatchEvent::Error(error) => {
-                return Err(ReflectorError::Api {
-                    op,
-                    resource: self.resource.clone(),
-                    error,
-                });
+                return Err(shard::classify(
+                    self.sharding.as_ref(),
+                    ReflectorError::Api {
+                        op,
+                        resource: self.resource.clone(),
+                        error,
+                    },
+                ));
             }
         }
         w.events += 1;
         self.metrics.events.inc();
         Ok(end)
+    }
+
+    /// An event outside the shard arrived: counted for a streaming list's
+    /// mode; on a watch, proof that the apiserver does not filter.
+    fn outside_shard(&self, mode: &mut Mode<'_, K>) {
+        match mode {
+            Mode::Initial(buf) => buf.shard_dropped += 1,
+            Mode::Normal => {
+                if let Some(sh) = &self.sharding
+                    && sh.mode() != Some(ShardFilterMode::Client)
+                {
+                    self.set_shard_mode(sh, ShardFilterMode::Client);
+                }
+            }
+        }
     }
 
     /// Buffers one initial event of a streaming list, within the cap.

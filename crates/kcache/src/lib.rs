@@ -1,6 +1,12 @@
 //! **kcache**: Kubernetes client-go's informer and controller machinery,
 //! rebuilt in Rust on the `kube` crates.
 //!
+//! **New here?** The [getting-started guide](https://github.com/kcache/kcache/blob/main/docs/getting-started.md)
+//! shows what goes in `Cargo.toml` (this crate, `kube`, and the
+//! k8s-openapi version feature your binary picks), a complete small
+//! operator with its RBAC and Deployment, and recipes. Coming from
+//! kube-runtime? See [from kube-runtime](https://github.com/kcache/kcache/blob/main/docs/from-kube-runtime.md).
+//!
 //! This umbrella crate re-exports the layers, each also usable alone:
 //!
 //! | module | crate | what it is |
@@ -33,6 +39,10 @@
 //! assert_eq!(queue.len(), 1);
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! ```
+
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use kcache_controller as controller;
 pub use kcache_core as core;

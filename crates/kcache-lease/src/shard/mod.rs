@@ -67,7 +67,8 @@
 //! keep reconciles shorter than `lease_duration - renew_deadline`, as with
 //! leader election.
 //!
-//! See `docs/sharding.md` for when to shard and the trade-offs.
+//! See [Sharding](https://github.com/kcache/kcache/blob/main/docs/sharding.md) for when to shard and the
+//! trade-offs.
 //!
 //! # Example
 //!
