@@ -27,7 +27,9 @@
 //! The lower layers' metrics are their own crates' (`workqueue_*`:
 //! kcache-workqueue; `kcache_informer_*`: kcache-informer's
 //! [`metrics`](kcache_informer::metrics); `reflector_*`:
-//! kcache-reflector's); see docs/metrics.md for the whole list.
+//! kcache-reflector's); see
+//! [metrics.md](https://github.com/kcache/kcache/blob/main/docs/metrics.md)
+//! for the whole list.
 
 use std::sync::Arc;
 
