@@ -3,6 +3,7 @@
 use std::any::TypeId;
 use std::fmt;
 use std::future::Future;
+#[cfg(feature = "prometheus")]
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,13 +20,17 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ControllerError, UnsyncedInformer};
-use crate::metrics::{MetricsRegistry, label};
+use crate::metrics::MetricsProvider;
+#[cfg(feature = "prometheus")]
+use crate::metrics::MetricsRegistry;
 use crate::predicate::Predicate;
 use crate::reconciler::{Reconciler, Trigger};
 use crate::run_mode::{RunMode, shard_metrics};
-use crate::server::{Health, MetricsServer};
+use crate::server::Health;
+#[cfg(feature = "prometheus")]
+use crate::server::MetricsServer;
 use crate::source::{
-    Enqueuer, Mapper, OwnedHandler, PrimaryHandler, Probe, SourceFn, SourceHandle, WatchHandler,
+    Enqueuer, Mapper, OwnedHandler, PrimaryHandler, SourceFn, SourceHandle, WatchHandler,
     source_handle,
 };
 use crate::worker::{Shared, WorkerMetrics};
@@ -133,6 +138,7 @@ impl Config {
 
 type ShutdownFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+#[cfg(feature = "prometheus")]
 enum MetricsBind {
     Addr(SocketAddr),
     Listener(std::net::TcpListener),
@@ -250,7 +256,10 @@ pub struct Controller<K: Resource> {
     mode: RunMode,
     /// Set when both leader election and sharding were asked for.
     conflicting_modes: bool,
-    metrics: Option<MetricsRegistry>,
+    metrics: Option<Arc<dyn MetricsProvider>>,
+    #[cfg(feature = "prometheus")]
+    registry: Option<MetricsRegistry>,
+    #[cfg(feature = "prometheus")]
     metrics_bind: Option<MetricsBind>,
     shutdown: Vec<ShutdownFuture>,
     handle: ControllerHandle,
@@ -323,6 +332,9 @@ where
             mode: RunMode::Plain,
             conflicting_modes: false,
             metrics: None,
+            #[cfg(feature = "prometheus")]
+            registry: None,
+            #[cfg(feature = "prometheus")]
             metrics_bind: None,
             shutdown: Vec::new(),
             handle: ControllerHandle {
@@ -484,15 +496,31 @@ where
         self.mode.shard()
     }
 
-    /// Records reconcile, workqueue, informer and leader metrics in
-    /// `registry`.
+    /// Records reconcile, workqueue, informer, reflector and leader
+    /// metrics in `registry` (the one [`serve_metrics`](Self::serve_metrics)
+    /// serves).
+    #[cfg(feature = "prometheus")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
     pub fn metrics(mut self, registry: MetricsRegistry) -> Self {
-        self.metrics = Some(registry);
+        self.metrics = Some(Arc::new(registry.clone()));
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Records this controller's metrics, and its queue's, informers' and
+    /// reflectors' (the providers `provider` hands out), in `provider`:
+    /// metrics without Prometheus, or into another system. Replaces
+    /// [`metrics`](Self::metrics)' registry as the recorder (not as the
+    /// registry served).
+    pub fn metrics_provider(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+        self.metrics = Some(provider);
         self
     }
 
     /// Serves `/metrics`, `/healthz` and `/readyz` on `addr` while running
     /// (with a new registry unless [`metrics`](Self::metrics) gave one).
+    #[cfg(feature = "prometheus")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
     pub fn serve_metrics(mut self, addr: SocketAddr) -> Self {
         self.metrics_bind = Some(MetricsBind::Addr(addr));
         self
@@ -500,6 +528,8 @@ where
 
     /// Like [`serve_metrics`](Self::serve_metrics), on a listener already
     /// bound (e.g. to port 0, to learn the port first).
+    #[cfg(feature = "prometheus")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
     pub fn serve_metrics_on(mut self, listener: std::net::TcpListener) -> Self {
         self.metrics_bind = Some(MetricsBind::Listener(listener));
         self
@@ -554,12 +584,12 @@ where
     {
         let mut run = self.prepare()?;
         let handles = run.register_sources()?;
+        run.attach_informer_metrics(&handles);
         let mut cleanup = Cleanup {
             primary: start_informers(&run.factory, &run.primary),
             ..Cleanup::default()
         };
-        let probes = handles.iter().map(|h| h.probe.clone()).collect();
-        if let Err(e) = run.start_observability(probes, &mut cleanup).await {
+        if let Err(e) = run.start_observability(&mut cleanup).await {
             cleanup.run(handles, &run.queue).await;
             return Err(e);
         }
@@ -613,16 +643,25 @@ where
             .clone()
             .unwrap_or_else(|| self.primary_kind.to_lowercase());
         self.handle.health.set_name(&name);
-        let metrics = match (&self.metrics, &self.metrics_bind) {
+        #[cfg(feature = "prometheus")]
+        let registry = match (&self.registry, &self.metrics_bind) {
             (None, Some(_)) => Some(MetricsRegistry::new()),
-            _ => self.metrics,
+            (r, _) => r.clone(),
         };
+        #[cfg(feature = "prometheus")]
+        let metrics = self.metrics.or_else(|| {
+            registry
+                .clone()
+                .map(|r| Arc::new(r) as Arc<dyn MetricsProvider>)
+        });
+        #[cfg(not(feature = "prometheus"))]
+        let metrics = self.metrics;
         let mut qb = WorkQueue::<String>::builder().name(name.clone());
         if let Some(rl) = &self.config.rate_limiter {
             qb = qb.rate_limiter(rl.clone());
         }
-        if let Some(m) = &metrics {
-            qb = qb.metrics(m.workqueue_provider());
+        if let Some(p) = metrics.as_ref().and_then(|m| m.workqueue_provider()) {
+            qb = qb.metrics(p);
         }
         let queue = qb.build()?;
         let enq = Enqueuer::new(queue.clone(), self.config.initial_list_priority)
@@ -637,6 +676,9 @@ where
             sources: self.sources,
             mode: self.mode,
             metrics,
+            #[cfg(feature = "prometheus")]
+            registry,
+            #[cfg(feature = "prometheus")]
             metrics_bind: self.metrics_bind,
             shutdown: self.shutdown,
             handle: self.handle,
@@ -655,7 +697,10 @@ struct Running<K: Resource> {
     primary_predicate: Option<Predicate>,
     sources: Vec<SourceFn>,
     mode: RunMode,
-    metrics: Option<MetricsRegistry>,
+    metrics: Option<Arc<dyn MetricsProvider>>,
+    #[cfg(feature = "prometheus")]
+    registry: Option<MetricsRegistry>,
+    #[cfg(feature = "prometheus")]
     metrics_bind: Option<MetricsBind>,
     shutdown: Vec<ShutdownFuture>,
     handle: ControllerHandle,
@@ -701,22 +746,30 @@ where
         Ok(handles)
     }
 
-    /// Step 4: reconcile and informer metrics, the endpoint, and the task
-    /// that turns a shutdown future into the stop signal.
-    async fn start_observability(
-        &mut self,
-        probes: Vec<Probe>,
-        cleanup: &mut Cleanup,
-    ) -> Result<(), ControllerError> {
-        if let Some(m) = &self.metrics {
-            cleanup.refresher = Some((m.clone(), informer_metrics(m, probes)));
-            if let Some(s) = self.mode.shard() {
-                let id = shard_metrics(m, s, &self.name, &self.primary);
-                cleanup.shard_refresher = Some((m.clone(), id));
-            }
+    /// Step 2b: the informers' and their reflectors' metrics (before the
+    /// informers start: a started reflector keeps the provider it had).
+    fn attach_informer_metrics(&self, handles: &[SourceHandle]) {
+        let Some(m) = &self.metrics else { return };
+        let Some(informer) = m.informer_provider() else {
+            return;
+        };
+        let reflector = m.reflector_provider();
+        for h in handles {
+            (h.attach_metrics)(informer.clone(), reflector.clone());
         }
+    }
+
+    /// Step 4: the shard metrics, the endpoint, and the task that turns a
+    /// shutdown future into the stop signal.
+    async fn start_observability(&mut self, cleanup: &mut Cleanup) -> Result<(), ControllerError> {
+        if let (Some(m), Some(s)) = (&self.metrics, self.mode.shard())
+            && let Some(id) = shard_metrics(m.as_ref(), s, &self.name, &self.primary)
+        {
+            cleanup.shard_refresher = Some((m.clone(), id));
+        }
+        #[cfg(feature = "prometheus")]
         if let Some(bind) = self.metrics_bind.take() {
-            let registry = self.metrics.clone().unwrap_or_default();
+            let registry = self.registry.clone().unwrap_or_default();
             let health = vec![self.handle.health.clone()];
             let served = match bind {
                 MetricsBind::Addr(addr) => MetricsServer::bind(addr, registry, health).await,
@@ -753,7 +806,7 @@ where
             metrics: self
                 .metrics
                 .as_ref()
-                .map(|m| WorkerMetrics::new(m, &self.name, self.config.workers)),
+                .map(|m| WorkerMetrics::new(m.as_ref(), &self.name, self.config.workers)),
             name: self.name,
             queue: self.queue,
             enq: self.enq,
@@ -770,7 +823,7 @@ where
                 &self.config,
                 &stop,
                 &health,
-                self.metrics.as_ref(),
+                self.metrics.as_deref(),
                 elector,
             )
             .await
@@ -840,27 +893,11 @@ async fn wait_for_sync(
     Synced::Yes
 }
 
-/// Registers the scrape-time refresher of the informer gauges; returns its
-/// id.
-fn informer_metrics(m: &MetricsRegistry, probes: Vec<Probe>) -> u64 {
-    let f = m.families().clone();
-    m.add_refresher(move || {
-        for p in &probes {
-            let s = p();
-            let l = label("informer", &s.name);
-            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-            f.informer_synced.get_or_create(&l).set(i64::from(s.synced));
-            f.informer_objects.get_or_create(&l).set(count(s.objects));
-            f.informer_backlog.get_or_create(&l).set(count(s.backlog));
-        }
-    })
-}
-
 #[derive(Default)]
 struct Cleanup {
     primary: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
-    refresher: Option<(MetricsRegistry, u64)>,
-    shard_refresher: Option<(MetricsRegistry, u64)>,
+    shard_refresher: Option<(Arc<dyn MetricsProvider>, u64)>,
+    #[cfg(feature = "prometheus")]
     server: Option<MetricsServer>,
     watcher: Option<tokio::task::JoinHandle<()>>,
 }
@@ -871,12 +908,10 @@ impl Cleanup {
         for h in handles {
             (h.remove)();
         }
-        if let Some((m, id)) = self.refresher {
-            m.remove_refresher(id);
-        }
         if let Some((m, id)) = self.shard_refresher {
             m.remove_refresher(id);
         }
+        #[cfg(feature = "prometheus")]
         if let Some(s) = self.server {
             s.shutdown().await;
         }

@@ -32,8 +32,10 @@
 //! is reconciled by two replicas at once ([`lease::shard`]);
 //! [`events::Recorder`] publishes `events.k8s.io/v1` events folded into
 //! series; [`finalizer::finalizer`] runs cleanup before deletion;
-//! [`MetricsRegistry`] and the endpoint ([`MetricsServer`]) serve
-//! `/metrics`, `/healthz` and `/readyz`. Every reconcile runs in a tracing
+//! [`metrics`] records into a provider of this layer's metrics; with the
+//! `prometheus` feature (on by default), `MetricsRegistry` (every layer's
+//! families, process and REST client metrics) and the endpoint
+//! (`MetricsServer`) serve `/metrics`, `/healthz` and `/readyz`. Every reconcile runs in a tracing
 //! span `reconcile` with the controller name, key, trigger and retry count.
 //!
 //! # Example
@@ -115,11 +117,17 @@ pub use kcache_lease::{
     KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError, LeaderElector, LeaderStatus,
     LeaseLock, LeaseTimings,
 };
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use metrics::MetricsRegistry;
+pub use metrics::{MetricsProvider, NoopMetricsProvider};
 pub use predicate::{Predicate, PredicateEvent};
 pub use reconciler::{Reconciler, Request, Trigger};
 pub use retry::TerminalError;
-pub use server::{Health, MetricsServer};
+pub use server::Health;
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+pub use server::MetricsServer;
 pub use source::owner_key;
 
 /// A `tracing_subscriber::EnvFilter` directive for an operator: everything

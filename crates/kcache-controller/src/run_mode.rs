@@ -8,13 +8,12 @@ use kcache_informer::SharedIndexInformer;
 use kcache_lease::shard::{Shard, ShardHooks, ShardMetrics};
 use kcache_lease::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock};
 use kube::Resource;
-use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::Config;
 use crate::error::ControllerError;
-use crate::metrics::{MetricsRegistry, Prom, label};
+use crate::metrics::{MetricsProvider, SettableGaugeMetric};
 use crate::reconciler::{Reconciler, Trigger};
 use crate::server::Health;
 use crate::worker::{LeaseGuard, Shared, start_workers};
@@ -70,7 +69,7 @@ impl RunMode {
         config: &Config,
         stop: &CancellationToken,
         health: &Health,
-        metrics: Option<&MetricsRegistry>,
+        metrics: Option<&dyn MetricsProvider>,
         elector: Option<Arc<LeaderElector>>,
     ) -> Result<(), ControllerError>
     where
@@ -91,13 +90,9 @@ impl RunMode {
                     unreachable!("a leader-elected controller has an elector")
                 };
                 health.set_leader(elector.clone());
-                let leader_gauge: Option<Gauge> = metrics.map(|m| {
-                    let f = m.families();
-                    let l = label("name", &shared.name);
-                    elector.set_error_counter(Box::new(Prom(
-                        f.leader_errors.get_or_create(&l).clone(),
-                    )));
-                    f.leader.get_or_create(&l).clone()
+                let leader_gauge = metrics.map(|m| {
+                    elector.set_error_counter(m.new_leader_errors_metric(&shared.name));
+                    m.new_leader_status_metric(&shared.name)
                 });
                 run_leader_elected(shared, config, stop, elector, leader_gauge).await
             }
@@ -106,44 +101,36 @@ impl RunMode {
     }
 }
 
-/// Registers the shard metrics of controller `name`; returns the id of the
-/// refresher that counts owned keys at scrape time.
+/// Records the shard metrics of controller `name` in `m`; returns the id of
+/// the refresher that counts owned keys at scrape time (none when `m` is
+/// never scraped).
 pub(crate) fn shard_metrics<K>(
-    m: &MetricsRegistry,
+    m: &dyn MetricsProvider,
     shard: &Shard,
     name: &str,
     primary: &SharedIndexInformer<K>,
-) -> u64
+) -> Option<u64>
 where
     K: Resource + Send + Sync + 'static,
     K::DynamicType: Clone + Send + Sync + 'static,
 {
-    let f = m.families();
-    let labels = vec![
-        ("controller".to_owned(), name.to_owned()),
-        ("group".to_owned(), shard.config().group.clone()),
-    ];
-    let direction = |d: &str| {
-        let mut l = labels.clone();
-        l.push(("direction".to_owned(), d.to_owned()));
-        f.shard_handovers.get_or_create(&l).clone()
-    };
+    let group = shard.config().group.clone();
     shard.set_metrics(ShardMetrics {
-        members: Box::new(Prom(f.shard_members.get_or_create(&labels).clone())),
-        gained: Box::new(Prom(direction("gained"))),
-        released: Box::new(Prom(direction("released"))),
+        members: m.new_shard_members_metric(name, &group),
+        gained: m.new_shard_handovers_metric(name, &group, "gained"),
+        released: m.new_shard_handovers_metric(name, &group, "released"),
     });
-    let owned = f.shard_owned_keys.get_or_create(&labels).clone();
+    let owned = m.new_shard_owned_keys_metric(name, &group);
     let (shard, primary) = (shard.clone(), primary.clone());
-    m.add_refresher(move || {
+    m.add_refresher(Box::new(move || {
         let n = primary
             .indexer()
             .list_keys()
             .iter()
             .filter(|k| shard.owns(k))
             .count();
-        owned.set(i64::try_from(n).unwrap_or(i64::MAX));
-    })
+        owned.set(n as f64);
+    }))
 }
 
 /// Runs the workers while this replica holds the lease, until `stop` or
@@ -157,7 +144,7 @@ async fn run_leader_elected<K, C, R>(
     config: &Config,
     stop: &CancellationToken,
     elector: Arc<LeaderElector>,
-    leader_gauge: Option<Gauge>,
+    leader_gauge: Option<Box<dyn SettableGaugeMetric>>,
 ) -> Result<(), ControllerError>
 where
     K: Resource + DeserializeOwned + Send + Sync + 'static,
@@ -191,7 +178,7 @@ where
     if let Some(leading) = leading {
         tracing::info!(controller = %shared.name, "leading: starting workers");
         if let Some(g) = &leader_gauge {
-            g.set(1);
+            g.set(1.0);
         }
         let workers = start_workers(shared, config.workers);
         tokio::select! {
@@ -204,7 +191,7 @@ where
         };
         workers.stop(shared, config, Some(lease)).await;
         if let Some(g) = &leader_gauge {
-            g.set(0);
+            g.set(0.0);
         }
     }
     election.cancel();

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kcache_core::{CachedObject, Metadata, ObjectOrTombstone};
+use kcache_informer::ReflectorMetricsProvider;
 use kcache_informer::{
     HasSynced, InformerError, ResourceEventHandler, ResourceEventHandlerRegistration,
     SharedIndexInformer,
@@ -278,18 +279,25 @@ pub(crate) struct SourceHandle {
     pub(crate) synced: Box<dyn HasSynced>,
     pub(crate) remove: Box<dyn FnOnce() + Send>,
     pub(crate) probe: Probe,
+    /// Sets the informer's metrics provider, and its reflector's when it
+    /// has not started.
+    pub(crate) attach_metrics: AttachMetrics,
 }
 
-/// An informer's state as the metrics show it.
+/// Gives an informer its metrics providers.
+pub(crate) type AttachMetrics = Box<
+    dyn Fn(Arc<dyn kcache_informer::MetricsProvider>, Option<Arc<dyn ReflectorMetricsProvider>>)
+        + Send
+        + Sync,
+>;
+
+/// An informer's state, as a cache-sync timeout names it.
 pub(crate) struct InformerStatus {
     pub(crate) name: String,
-    pub(crate) synced: bool,
-    pub(crate) objects: usize,
-    pub(crate) backlog: usize,
     pub(crate) last_error: Option<String>,
 }
 
-/// Reads an informer's [`InformerStatus`] at scrape time.
+/// Reads an informer's [`InformerStatus`].
 pub(crate) type Probe = Arc<dyn Fn() -> InformerStatus + Send + Sync>;
 
 /// Registers a source's handler (with the controller's enqueuer) when the
@@ -304,9 +312,6 @@ where
     let informer = informer.clone();
     Arc::new(move || InformerStatus {
         name: informer.name().to_owned(),
-        synced: informer.has_synced(),
-        objects: informer.indexer().len(),
-        backlog: informer.listener_backlogs().iter().map(|(_, n)| n).sum(),
         last_error: informer.last_error(),
     })
 }
@@ -329,6 +334,15 @@ where
         synced: Box::new(ArcSynced(registration)),
         remove,
         probe: probe_of(informer),
+        attach_metrics: {
+            let informer = informer.clone();
+            Box::new(move |m, r| {
+                informer.set_metrics(m);
+                if let Some(r) = r {
+                    informer.set_reflector_metrics(r);
+                }
+            })
+        },
     }
 }
 

@@ -11,9 +11,6 @@ use kcache_informer::SharedIndexInformer;
 use kcache_lease::{LeaderElector, Shard};
 use kcache_workqueue::WorkQueue;
 use kube::Resource;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -22,48 +19,37 @@ use tracing::Instrument as _;
 
 use crate::action::Action;
 use crate::controller::Config;
-use crate::metrics::{MetricsRegistry, label};
+use crate::metrics::{CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider};
 use crate::reconciler::{Reconciler, Request, Trigger};
 use crate::retry::describe;
 use crate::source::Enqueuer;
 
 /// The reconcile metrics of one controller.
 pub(crate) struct WorkerMetrics {
-    pub(crate) success: Counter,
-    pub(crate) requeue_after: Counter,
-    pub(crate) error: Counter,
-    pub(crate) errors: Counter,
-    pub(crate) panics: Counter,
-    pub(crate) terminal: Counter,
-    pub(crate) time: Histogram,
-    pub(crate) active: Gauge,
+    pub(crate) success: Box<dyn CounterMetric>,
+    pub(crate) requeue_after: Box<dyn CounterMetric>,
+    pub(crate) error: Box<dyn CounterMetric>,
+    pub(crate) errors: Box<dyn CounterMetric>,
+    pub(crate) panics: Box<dyn CounterMetric>,
+    pub(crate) terminal: Box<dyn CounterMetric>,
+    pub(crate) time: Box<dyn HistogramMetric>,
+    pub(crate) active: Box<dyn GaugeMetric>,
 }
 
 impl WorkerMetrics {
-    /// The reconcile families of controller `name` (and its worker count).
-    pub(crate) fn new(m: &MetricsRegistry, name: &str, workers: usize) -> Self {
-        let f = m.families();
-        let l = label("controller", name);
-        let result = |r: &str| {
-            f.reconcile_total
-                .get_or_create(&vec![
-                    ("controller".to_owned(), name.to_owned()),
-                    ("result".to_owned(), r.to_owned()),
-                ])
-                .clone()
-        };
-        f.max_concurrent
-            .get_or_create(&l)
-            .set(i64::try_from(workers).unwrap_or(i64::MAX));
+    /// The reconcile metrics of controller `name` (and its worker count).
+    pub(crate) fn new(m: &dyn MetricsProvider, name: &str, workers: usize) -> Self {
+        m.new_max_concurrent_reconciles_metric(name)
+            .set(workers as f64);
         Self {
-            success: result("success"),
-            requeue_after: result("requeue_after"),
-            error: result("error"),
-            errors: f.reconcile_errors.get_or_create(&l).clone(),
-            panics: f.reconcile_panics.get_or_create(&l).clone(),
-            terminal: f.terminal_reconcile_errors.get_or_create(&l).clone(),
-            time: f.reconcile_time.get_or_create(&l).clone(),
-            active: f.active_workers.get_or_create(&l).clone(),
+            success: m.new_reconcile_total_metric(name, "success"),
+            requeue_after: m.new_reconcile_total_metric(name, "requeue_after"),
+            error: m.new_reconcile_total_metric(name, "error"),
+            errors: m.new_reconcile_errors_metric(name),
+            panics: m.new_reconcile_panics_metric(name),
+            terminal: m.new_terminal_reconcile_errors_metric(name),
+            time: m.new_reconcile_time_metric(name),
+            active: m.new_active_workers_metric(name),
         }
     }
 }
@@ -86,16 +72,16 @@ pub(crate) struct Shared<K: Resource, C, R> {
 
 /// Counts a running reconcile in `controller_runtime_active_workers` for
 /// as long as it lives.
-struct ActiveGuard(Gauge);
+struct ActiveGuard<'a>(&'a dyn GaugeMetric);
 
-impl ActiveGuard {
-    fn new(g: &Gauge) -> Self {
+impl<'a> ActiveGuard<'a> {
+    fn new(g: &'a dyn GaugeMetric) -> Self {
         g.inc();
-        Self(g.clone())
+        Self(g)
     }
 }
 
-impl Drop for ActiveGuard {
+impl Drop for ActiveGuard<'_> {
     fn drop(&mut self) {
         self.0.dec();
     }
@@ -139,7 +125,7 @@ where
             let started = Instant::now();
             // Decremented on drop too: a reconcile dropped at shutdown or
             // after a lost lease leaves the gauge right.
-            let _active = self.metrics.as_ref().map(|m| ActiveGuard::new(&m.active));
+            let _active = self.metrics.as_ref().map(|m| ActiveGuard::new(m.active.as_ref()));
             let cached = self.primary.indexer().get_by_key(key);
             let decoded = match &cached {
                 Some(c) => c.decode().map(Some),

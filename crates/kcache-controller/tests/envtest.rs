@@ -332,6 +332,13 @@ async fn metrics_endpoint_serves_reconcile_and_workqueue_metrics() {
         "workqueue_work_duration_seconds_bucket{",
         "kcache_informer_synced{informer=\"configmaps\"} 1",
         "kcache_informer_cached_objects{informer=\"configmaps\"} ",
+        // the controller's handler on the primary informer
+        "kcache_informer_listener_backlog{informer=\"configmaps\",handler=\"configmaps#",
+        // the reflector under it (started after the controller gave it
+        // the registry's provider)
+        "reflector_lists_total{name=",
+        "reflector_last_sync_timestamp_seconds{name=",
+        "process_resident_memory_bytes ",
     ] {
         assert!(body.contains(needle), "missing {needle:?} in\n{body}");
     }
@@ -656,4 +663,31 @@ async fn finalizer_remove_lets_an_object_go() {
         api.get_opt("held").await.unwrap().is_none(),
         "gone once no finalizer holds it"
     );
+}
+
+/// The REST client layer on a client built as an operator builds one
+/// (`ClientBuilder::with_layer`), against the real apiserver.
+#[tokio::test]
+async fn rest_client_layer_counts_requests_to_the_local_apiserver() {
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let registry = MetricsRegistry::new();
+    let config = cp.config();
+    let host = kcache_controller::metrics::RestClientMetricsLayer::host_of(&config.cluster_url);
+    assert!(!host.is_empty(), "{}", config.cluster_url);
+    let client = kube::client::ClientBuilder::try_from(config)
+        .unwrap()
+        .with_layer(&registry.rest_client_layer(host.clone()))
+        .build();
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.list(&Default::default()).await.unwrap();
+    api.list(&Default::default()).await.unwrap();
+    assert!(api.get("rest-client-layer-missing").await.is_err());
+    let scrape = registry.encode();
+    for needle in [
+        format!("rest_client_requests_total{{code=\"200\",method=\"GET\",host=\"{host}\"}} 2"),
+        format!("rest_client_requests_total{{code=\"404\",method=\"GET\",host=\"{host}\"}} 1"),
+        format!("rest_client_request_duration_seconds_count{{verb=\"GET\",host=\"{host}\"}} 3"),
+    ] {
+        assert!(scrape.contains(&needle), "missing {needle:?} in\n{scrape}");
+    }
 }

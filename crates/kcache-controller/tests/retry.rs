@@ -249,3 +249,147 @@ async fn cache_sync_timeout_names_the_informers() {
     );
     factory.shutdown().await;
 }
+
+/// A provider of the controller's metrics that is not Prometheus: counts
+/// by name in a map.
+#[derive(Clone, Default)]
+struct MapProvider(Arc<Mutex<HashMap<String, f64>>>);
+
+struct MapMetric(Arc<Mutex<HashMap<String, f64>>>, String);
+
+impl kcache_controller::metrics::CounterMetric for MapMetric {
+    fn inc_by(&self, n: u64) {
+        *self.0.lock().entry(self.1.clone()).or_default() += n as f64;
+    }
+}
+impl kcache_controller::metrics::SettableGaugeMetric for MapMetric {
+    fn set(&self, value: f64) {
+        self.0.lock().insert(self.1.clone(), value);
+    }
+}
+
+impl MapProvider {
+    fn metric(&self, name: String) -> Box<MapMetric> {
+        Box::new(MapMetric(self.0.clone(), name))
+    }
+}
+
+impl kcache_controller::MetricsProvider for MapProvider {
+    fn new_reconcile_total_metric(
+        &self,
+        c: &str,
+        result: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        self.metric(format!("{c}/reconcile/{result}"))
+    }
+    fn new_reconcile_errors_metric(
+        &self,
+        c: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        self.metric(format!("{c}/errors"))
+    }
+    fn new_reconcile_panics_metric(
+        &self,
+        c: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        self.metric(format!("{c}/panics"))
+    }
+    fn new_terminal_reconcile_errors_metric(
+        &self,
+        c: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        self.metric(format!("{c}/terminal"))
+    }
+    fn new_reconcile_time_metric(
+        &self,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::HistogramMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_active_workers_metric(
+        &self,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::GaugeMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_max_concurrent_reconciles_metric(
+        &self,
+        c: &str,
+    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
+        self.metric(format!("{c}/max_concurrent"))
+    }
+    fn new_leader_status_metric(
+        &self,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_leader_errors_metric(
+        &self,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_shard_members_metric(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_shard_owned_keys_metric(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_shard_handovers_metric(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_metrics_provider_of_your_own_records_reconciles() {
+    let factory = SharedInformerFactory::builder(client(&["ok", "invalid"], false))
+        .tweak_list_options(|o| o.use_watch_list = false)
+        .build();
+    let provider = MapProvider::default();
+    let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm").workers(3))
+        .metrics_provider(Arc::new(provider.clone()));
+    let handle = ctl.handle();
+    let run = tokio::spawn(ctl.run(
+        |req: Request<ConfigMap>, _: Arc<()>| async move {
+            if req.name == "invalid" {
+                let e: Box<dyn std::error::Error + Send + Sync> =
+                    TerminalError::new("spec.replicas must not be negative").into();
+                return Err(e);
+            }
+            Ok(Action::await_change())
+        },
+        Arc::new(()),
+    ));
+    for _ in 0..100 {
+        if provider.0.lock().get("cm/reconcile/error") == Some(&1.0)
+            && provider.0.lock().get("cm/reconcile/success") == Some(&1.0)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    handle.stop();
+    run.await.unwrap().unwrap();
+    factory.shutdown().await;
+    let m = provider.0.lock().clone();
+    assert_eq!(m.get("cm/reconcile/success"), Some(&1.0), "{m:?}");
+    assert_eq!(m.get("cm/reconcile/error"), Some(&1.0), "{m:?}");
+    assert_eq!(m.get("cm/errors"), Some(&1.0), "{m:?}");
+    assert_eq!(m.get("cm/terminal"), Some(&1.0), "{m:?}");
+    assert_eq!(m.get("cm/max_concurrent"), Some(&3.0), "{m:?}");
+}

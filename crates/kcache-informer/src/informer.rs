@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
 use kcache_core::{
@@ -11,8 +11,7 @@ use kcache_core::{
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
 use kcache_reflector::{
-    DEFAULT_MAX_LIST_BYTES, MetricsProvider, Reflector, ReflectorError, RequestTimeouts,
-    ShardFilterMode, WireFormat,
+    DEFAULT_MAX_LIST_BYTES, Reflector, ReflectorError, RequestTimeouts, ShardFilterMode, WireFormat,
 };
 use kube::{Client, Resource};
 use tokio::task::JoinHandle;
@@ -22,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::InformerError;
 use crate::handler::ResourceEventHandler;
 use crate::listener::{Listener, Notification, SyncedFn};
+use crate::metrics::{InformerMetrics, MetricsProvider, ReflectorMetricsProvider};
 use crate::processor::{MINIMUM_RESYNC_PERIOD, SharedProcessor, determine_resync_period};
 use crate::snapshot::{
     Fingerprint, Loaded, SnapshotError, SnapshotOptions, SnapshotStatus, StartKind, WriteStats,
@@ -166,7 +166,10 @@ pub(crate) struct Inner<K: Resource> {
     list_options: ListOptions,
     fifo_kind: FifoKind,
     default_handler_resync: Duration,
-    reflector_metrics: Option<Arc<dyn MetricsProvider>>,
+    /// Taken when the reflector is built.
+    reflector_metrics: OnceLock<Arc<dyn ReflectorMetricsProvider>>,
+    /// Set once (by the builder or `set_metrics`).
+    metrics: OnceLock<InformerMetrics>,
     indexer: Arc<Indexer<K>>,
     processor: SharedProcessor<K>,
     lifecycle: Mutex<Lifecycle<K>>,
@@ -225,7 +228,8 @@ pub struct SharedIndexInformerBuilder<K: Resource> {
     indexers: Indexers<K>,
     fifo_kind: FifoKind,
     name: Option<String>,
-    reflector_metrics: Option<Arc<dyn MetricsProvider>>,
+    reflector_metrics: Option<Arc<dyn ReflectorMetricsProvider>>,
+    metrics: Option<Arc<dyn MetricsProvider>>,
     snapshot: Option<SnapshotOptions>,
     handler_shutdown_timeout: Duration,
 }
@@ -294,10 +298,18 @@ where
         self
     }
     /// Where the reflector reports its metrics (lists, watches, events,
-    /// relists, errors, last resourceVersion), e.g. kcache-reflector's
-    /// `PrometheusMetricsProvider` or kcache-controller's registry.
-    pub fn reflector_metrics(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+    /// relists, errors, last sync time), e.g.
+    /// [`PrometheusReflectorMetricsProvider`](crate::metrics) (feature
+    /// `prometheus`) or kcache-controller's `MetricsRegistry::reflector_provider`.
+    pub fn reflector_metrics(mut self, provider: Arc<dyn ReflectorMetricsProvider>) -> Self {
         self.reflector_metrics = Some(provider);
+        self
+    }
+    /// Where the informer and its handlers report their metrics (sync
+    /// state, cache size, handler backlogs, deliveries, panics, warm
+    /// restarts: see [`metrics`](crate::metrics)).
+    pub fn metrics(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+        self.metrics = Some(provider);
         self
     }
     /// Name for logs and metrics (default: the resource's plural).
@@ -337,6 +349,14 @@ where
         let name = self
             .name
             .unwrap_or_else(|| K::plural(&self.dyntype).to_string());
+        let reflector_metrics = OnceLock::new();
+        if let Some(p) = self.reflector_metrics {
+            let _ = reflector_metrics.set(p);
+        }
+        let metrics = OnceLock::new();
+        if let Some(p) = self.metrics {
+            let _ = metrics.set(InformerMetrics::new(p, &name, self.snapshot.is_some()));
+        }
         SharedIndexInformer {
             inner: Arc::new(Inner {
                 name,
@@ -345,7 +365,8 @@ where
                 list_options: self.list_options,
                 fifo_kind: self.fifo_kind,
                 default_handler_resync: self.resync,
-                reflector_metrics: self.reflector_metrics,
+                reflector_metrics,
+                metrics,
                 indexer,
                 processor: SharedProcessor::new(),
                 lifecycle: Mutex::new(Lifecycle {
@@ -396,6 +417,7 @@ where
             fifo_kind: FifoKind::default(),
             name: None,
             reflector_metrics: None,
+            metrics: None,
             snapshot: None,
             handler_shutdown_timeout: DEFAULT_HANDLER_SHUTDOWN_TIMEOUT,
         }
@@ -464,6 +486,42 @@ where
     /// Whether snapshots are configured.
     pub fn snapshots_enabled(&self) -> bool {
         self.inner.snapshot.is_some()
+    }
+
+    /// Reports this informer's metrics and its handlers' (see
+    /// [`metrics`](crate::metrics)) to `provider` from now on, starting
+    /// from the current values; before or after [`run`](Self::run).
+    /// `false`, and nothing changes, when the informer has a provider
+    /// already (from its builder, its factory or an earlier call): an
+    /// informer shared by several users is recorded once.
+    pub fn set_metrics(&self, provider: Arc<dyn MetricsProvider>) -> bool {
+        {
+            // under the lifecycle lock: no handler is added meanwhile
+            let _lc = lock(&self.inner.lifecycle);
+            if self.inner.metrics.get().is_some() {
+                // checked first: a second provider gets no series at all
+                return false;
+            }
+            let name = &self.inner.name;
+            let fresh = InformerMetrics::new(provider, name, self.inner.snapshot.is_some());
+            let m = self.inner.metrics.get_or_init(|| fresh);
+            for l in self.inner.processor.listeners() {
+                l.attach_metrics(m.listener(name, &l.name));
+            }
+        }
+        self.inner.push_cache_metrics(self.inner.has_synced());
+        self.inner
+            .snapshot_changed(&lock(&self.inner.snapshot_status));
+        true
+    }
+
+    /// The reflector reports its metrics to `provider` (see
+    /// [`SharedIndexInformerBuilder::reflector_metrics`]). Only before the
+    /// reflector is built (when [`run`](Self::run) starts): `false`, and
+    /// nothing changes, after that or when a provider was given already.
+    pub fn set_reflector_metrics(&self, provider: Arc<dyn ReflectorMetricsProvider>) -> bool {
+        let lc = lock(&self.inner.lifecycle);
+        lc.reflector.is_none() && self.inner.reflector_metrics.set(provider).is_ok()
     }
 
     /// Whether the run was claimed: [`run`](Self::run) was called or
@@ -567,6 +625,9 @@ where
             period,
             synced,
         );
+        if let Some(m) = self.inner.metrics.get() {
+            listener.attach_metrics(m.listener(&self.inner.name, &listener.name));
+        }
         if !lc.started {
             self.inner
                 .processor
@@ -617,23 +678,6 @@ where
             .listeners()
             .iter()
             .map(|l| (l.name.clone(), l.backlog()))
-            .collect()
-    }
-
-    /// Per-handler statistics (backlog, delivered, panics).
-    #[cfg(feature = "prometheus")]
-    pub(crate) fn listener_stats(&self) -> Vec<crate::prometheus::ListenerStats> {
-        self.inner
-            .processor
-            .listeners()
-            .iter()
-            .map(|l| crate::prometheus::ListenerStats {
-                informer: self.inner.name.clone(),
-                handler: l.name.clone(),
-                backlog: l.backlog(),
-                delivered: l.delivered(),
-                panics: l.panics(),
-            })
             .collect()
     }
 
@@ -719,6 +763,7 @@ where
         let mut awaiting_confirmation = warm;
         let mut confirm_target: Option<u64> = None;
         let mut synced_recorded = false;
+        let mut synced_pushed = false;
         let mut snapshot_timer = writer
             .as_ref()
             .and_then(|w| (!w.interval.is_zero()).then_some(w.interval))
@@ -761,7 +806,8 @@ where
             // FLUSH_EVERY pops in any case (a listener that gets few of a
             // long run of deltas, e.g. one not resyncing during another's
             // resync, does not wait for the whole run).
-            if pops.is_multiple_of(FLUSH_EVERY) || queue.is_empty() {
+            let flush = pops.is_multiple_of(FLUSH_EVERY) || queue.is_empty();
+            if flush {
                 self.inner.processor.flush();
             }
             if let Some(target) = confirm_target
@@ -773,7 +819,14 @@ where
             }
             if !synced_recorded && self.has_synced() {
                 synced_recorded = true;
-                lock(&self.inner.snapshot_status).time_to_synced = Some(started_at.elapsed());
+                let mut st = lock(&self.inner.snapshot_status);
+                st.time_to_synced = Some(started_at.elapsed());
+                self.inner.snapshot_changed(&st);
+            }
+            if flush || synced_recorded != synced_pushed {
+                // the cache's metrics follow the listeners' wake-ups
+                synced_pushed = synced_recorded;
+                self.inner.push_cache_metrics(synced_recorded);
             }
             if snapshot_due
                 && write_task.is_none()
@@ -890,6 +943,7 @@ where
                 st.write_failures += 1;
             }
         }
+        self.inner.snapshot_changed(&st);
     }
 
     /// Works out the fingerprint and loads a matching snapshot, if
@@ -1088,6 +1142,7 @@ where
                     }
                 }
             }
+            self.inner.snapshot_changed(&status);
         }
         let tracker = self.inner.snapshot.as_ref().map(|_| {
             Arc::new(PushTracker {
@@ -1128,7 +1183,7 @@ where
         if let Some(idle) = o.watch_idle_timeout {
             rb = rb.watch_idle_timeout(idle);
         }
-        if let Some(m) = &self.inner.reflector_metrics {
+        if let Some(m) = self.inner.reflector_metrics.get() {
             rb = rb.metrics(m.clone());
         }
         {
@@ -1232,6 +1287,21 @@ impl<K: Resource> Inner<K> {
         // Cloned out so the FIFO's lock is not taken under ours.
         let queue = lock(&self.lifecycle).queue.clone();
         queue.is_some_and(|q| q.has_synced()) && self.current.load(Ordering::Acquire)
+    }
+
+    /// Pushes the sync state and the cache size to the metrics, if any.
+    fn push_cache_metrics(&self, synced: bool) {
+        if let Some(m) = self.metrics.get() {
+            m.cache(synced, self.indexer.len());
+        }
+    }
+
+    /// Pushes the warm-restart state to the metrics, if any (called with
+    /// the status lock held, so pushes keep the order of the changes).
+    fn snapshot_changed(&self, status: &SnapshotStatus) {
+        if let Some(m) = self.metrics.get() {
+            m.snapshot(status);
+        }
     }
 }
 
@@ -1344,6 +1414,7 @@ impl<K: Resource + 'static> Store<K> for ResyncGate<K> {
             if !st.resume_relisted {
                 st.resume_relisted = true;
                 tracing::info!(informer = %i.name, "warm start: the snapshot's resourceVersion is too old; relisted");
+                i.snapshot_changed(&st);
             }
         }
         let keep = rv.clone();

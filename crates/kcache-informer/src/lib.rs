@@ -48,6 +48,16 @@
 //! thread: keep them quick, typically computing a key and adding it to a
 //! work queue.
 //!
+//! # Metrics
+//!
+//! An informer given a [`MetricsProvider`] (on its builder, its factory's,
+//! or later with [`SharedIndexInformer::set_metrics`]) records its sync
+//! state, cache size, per-handler backlog, deliveries and panics, and
+//! warm-restart figures (see [`metrics`]); its reflector records into a
+//! [`ReflectorMetricsProvider`]. The `prometheus` feature adds
+//! [`PrometheusMetricsProvider`] and re-exports the reflector's as
+//! [`PrometheusReflectorMetricsProvider`].
+//!
 //! # Warm restarts
 //!
 //! With [`SnapshotOptions`], an informer persists its cache (every few
@@ -100,10 +110,10 @@ pub mod fuzzing;
 mod handler;
 mod informer;
 mod listener;
+pub mod metrics;
 mod processor;
 #[cfg(feature = "prometheus")]
-#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub mod prometheus;
+mod prometheus;
 pub mod snapshot;
 
 pub use error::InformerError;
@@ -121,3 +131,14 @@ pub use kcache_core::{ShardField, ShardRange, ShardSelector};
 /// informer user needs no direct dependency on kcache-reflector.
 pub use kcache_reflector::{RequestTimeouts, ShardFilterMode, WireFormat};
 pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};
+
+/// kcache-reflector's Prometheus provider (`reflector_*` metrics), for the
+/// reflectors under informers: a crate above this one needs no direct
+/// dependency on kcache-reflector for it.
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+pub use kcache_reflector::PrometheusMetricsProvider as PrometheusReflectorMetricsProvider;
+pub use metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetricsProvider};
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+pub use prometheus::PrometheusMetricsProvider;

@@ -349,9 +349,9 @@ async fn fresh_snapshot_resumes_without_a_list() {
 
     let (client, log) = recording_client(cp.config());
     let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = kcache_informer::prometheus::InformerMetrics::register(&mut registry);
+    let metrics = kcache_informer::PrometheusMetricsProvider::new(&mut registry);
     let run = Run::start(client, &ns, "warm-fresh-2", options, true);
-    metrics.add(&run.informer);
+    assert!(run.informer.set_metrics(Arc::new(metrics)));
     // the snapshot is in the cache at once, but the informer has not synced
     // before the apiserver confirmed the resume (here: the resumed watch's
     // clean end after 2 s)

@@ -79,39 +79,27 @@ impl PrometheusMetricsProvider {
     }
 }
 
-struct PCounter(Counter);
-impl CounterMetric for PCounter {
-    fn inc_by(&self, n: u64) {
-        self.0.inc_by(n);
-    }
-}
-
-struct PGauge(Gauge<f64, AtomicU64>);
-impl SettableGaugeMetric for PGauge {
-    fn set(&self, value: f64) {
-        self.0.set(value);
-    }
-}
-
+// prometheus-client's metrics are kcache-core's primitives (kcache-core's
+// `prometheus` feature): a family's metric is handed out as it is.
 impl MetricsProvider for PrometheusMetricsProvider {
     fn new_lists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        Box::new(PCounter(self.lists.get_or_create_owned(&labels(name))))
+        Box::new(self.lists.get_or_create_owned(&labels(name)))
     }
     fn new_watches_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        Box::new(PCounter(self.watches.get_or_create_owned(&labels(name))))
+        Box::new(self.watches.get_or_create_owned(&labels(name)))
     }
     fn new_events_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        Box::new(PCounter(self.events.get_or_create_owned(&labels(name))))
+        Box::new(self.events.get_or_create_owned(&labels(name)))
     }
     fn new_relists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        Box::new(PCounter(self.relists.get_or_create_owned(&labels(name))))
+        Box::new(self.relists.get_or_create_owned(&labels(name)))
     }
     fn new_errors_metric(&self, name: &str, reason: ErrorReason) -> Box<dyn CounterMetric> {
         let mut l = labels(name);
         l.push(("reason".to_owned(), reason.as_str().to_owned()));
-        Box::new(PCounter(self.errors.get_or_create_owned(&l)))
+        Box::new(self.errors.get_or_create_owned(&l))
     }
     fn new_last_sync_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
-        Box::new(PGauge(self.last_sync.get_or_create_owned(&labels(name))))
+        Box::new(self.last_sync.get_or_create_owned(&labels(name)))
     }
 }

@@ -55,11 +55,13 @@ pub use kcache_workqueue as workqueue;
 
 /// What a controller author uses every day.
 pub mod prelude {
+    #[cfg(feature = "prometheus")]
+    pub use kcache_controller::MetricsRegistry;
     pub use kcache_controller::events::{Event, Recorder, Reporter};
     pub use kcache_controller::finalizer::{self, FinalizerEvent, finalizer};
     pub use kcache_controller::{
-        Action, Config, Controller, ControllerError, ControllerHandle, MetricsRegistry, Predicate,
-        PredicateEvent, Reconciler, Request, TerminalError, Trigger,
+        Action, Config, Controller, ControllerError, ControllerHandle, Predicate, PredicateEvent,
+        Reconciler, Request, TerminalError, Trigger,
     };
     pub use kcache_core::{
         CachedObject, DeletedFinalStateUnknown, Metadata, ObjectOptions, ObjectOrTombstone,
