@@ -171,7 +171,10 @@ async fn lease_errors_are_warned_and_fail_readiness() {
         .next()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0);
-    assert!(count >= 5.0, "failures counted: {errors:?}");
+    // a retry every 2 s with jitter over the 16 s, from whenever the
+    // elector started (the readiness wait above advances the paused clock
+    // by a varying amount under load): at least 3 failures, usually 4 to 8
+    assert!(count >= 3.0, "failures counted: {errors:?}");
 
     // One WARN for the lasting failure (not one per attempt), with the fix.
     let text = logs.text();
