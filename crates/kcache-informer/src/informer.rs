@@ -751,7 +751,11 @@ where
             p = self.prepare_snapshot() => p,
         };
         let writer = plan.writer;
-        let (queue, reflector, tracker) = self.start(plan.loaded)?;
+        let Started {
+            queue,
+            reflector,
+            tracker,
+        } = self.start(plan.loaded)?;
         let warm = !self.inner.current.load(Ordering::Acquire);
         let reflector_task = {
             let reflector = reflector.clone();
@@ -1067,18 +1071,11 @@ where
         self.inner.stopped.cancelled().await
     }
 
-    #[allow(clippy::type_complexity)]
-    fn start(
-        &self,
-        warm: Option<Loaded<K>>,
-    ) -> Result<
-        (
-            Arc<dyn Queue<K>>,
-            Arc<Reflector<K>>,
-            Option<Arc<PushTracker>>,
-        ),
-        InformerError,
-    > {
+    /// Builds this run's queue and reflector (what client-go's `Run` does
+    /// before it starts the controller), with a loaded snapshot queued
+    /// first; records both in the lifecycle and starts the listeners'
+    /// threads.
+    fn start(&self, warm: Option<Loaded<K>>) -> Result<Started<K>, InformerError> {
         let mut lc = lock(&self.inner.lifecycle);
         // claimed by `run`/`try_start`; `stopped` is set only at the end of
         // the one run
@@ -1086,64 +1083,7 @@ where
         // Snapshot objects were transformed before they were written: the
         // transform is bypassed while they are queued.
         let bypass = Arc::new(AtomicBool::new(false));
-        let make_queue = |lc: &Lifecycle<K>| -> Arc<dyn Queue<K>> {
-            let mut fifo_options = FifoOptions::new()
-                .known_objects(self.inner.indexer.clone())
-                .emit_delta_type_replaced(true);
-            if let Some(t) = &lc.transform {
-                let t = t.clone();
-                let bypass = bypass.clone();
-                let wrapped: TransformFunc<K> = Arc::new(move |o| {
-                    if bypass.load(Ordering::Relaxed) {
-                        Ok(o)
-                    } else {
-                        t(o)
-                    }
-                });
-                fifo_options = fifo_options.transformer(wrapped);
-            }
-            match self.inner.fifo_kind {
-                FifoKind::DeltaFifo => Arc::new(DeltaFifo::new(fifo_options)),
-                FifoKind::RealFifo => Arc::new(RealFifo::new(fifo_options)),
-            }
-        };
-        let mut queue = make_queue(&lc);
-        let mut resume_rv = None;
-        {
-            let mut status = lock(&self.inner.snapshot_status);
-            status.start = StartKind::Cold;
-            if let Some(loaded) = warm {
-                let count = loaded.objects.len() as u64;
-                let age = SystemTime::now()
-                    .duration_since(loaded.written_at)
-                    .unwrap_or_default();
-                bypass.store(true, Ordering::Relaxed);
-                let queued = queue.replace(loaded.objects, loaded.resource_version.clone());
-                bypass.store(false, Ordering::Relaxed);
-                match queued {
-                    Ok(()) => {
-                        tracing::info!(
-                            informer = %self.inner.name,
-                            objects = count,
-                            age_s = age.as_secs(),
-                            resource_version = %loaded.resource_version,
-                            "warm start: snapshot loaded; resuming the watch without a list"
-                        );
-                        status.start = StartKind::Warm;
-                        status.objects_loaded = count;
-                        status.snapshot_age = Some(age);
-                        self.inner.current.store(false, Ordering::Release);
-                        resume_rv = Some(loaded.resource_version);
-                    }
-                    Err(e) => {
-                        tracing::warn!(informer = %self.inner.name, error = %e, "snapshot not used, starting cold: queueing its objects failed");
-                        status.cold_reason = Some(e.to_string());
-                        queue = make_queue(&lc);
-                    }
-                }
-            }
-            self.inner.snapshot_changed(&status);
-        }
+        let InitialQueue { queue, resume_rv } = self.queue_snapshot(&lc, &bypass, warm);
         let tracker = self.inner.snapshot.as_ref().map(|_| {
             Arc::new(PushTracker {
                 last_rv: Mutex::new(resume_rv.clone().unwrap_or_default()),
@@ -1154,6 +1094,99 @@ where
             informer: Arc::downgrade(&self.inner),
             tracker: tracker.clone(),
         });
+        let reflector = Arc::new(self.build_reflector(&lc, sink, resume_rv));
+        lc.queue = Some(queue.clone());
+        lc.reflector = Some(reflector.clone());
+        self.inner.processor.run().map_err(InformerError::Thread)?;
+        Ok(Started {
+            queue,
+            reflector,
+            tracker,
+        })
+    }
+
+    /// A new, empty queue of the configured kind that knows the indexer's
+    /// objects, with the user's transform (skipped while `bypass` is set).
+    fn new_queue(&self, lc: &Lifecycle<K>, bypass: &Arc<AtomicBool>) -> Arc<dyn Queue<K>> {
+        let mut fifo_options = FifoOptions::new()
+            .known_objects(self.inner.indexer.clone())
+            .emit_delta_type_replaced(true);
+        if let Some(t) = &lc.transform {
+            let t = t.clone();
+            let bypass = bypass.clone();
+            let wrapped: TransformFunc<K> = Arc::new(move |o| {
+                if bypass.load(Ordering::Relaxed) {
+                    Ok(o)
+                } else {
+                    t(o)
+                }
+            });
+            fifo_options = fifo_options.transformer(wrapped);
+        }
+        match self.inner.fifo_kind {
+            FifoKind::DeltaFifo => Arc::new(DeltaFifo::new(fifo_options)),
+            FifoKind::RealFifo => Arc::new(RealFifo::new(fifo_options)),
+        }
+    }
+
+    /// The run's first queue: holding the loaded snapshot's objects (queued
+    /// untransformed) when there is a snapshot and queueing it works, empty
+    /// otherwise. Records the start kind (warm or cold, and why cold) in the
+    /// snapshot status and logs it.
+    fn queue_snapshot(
+        &self,
+        lc: &Lifecycle<K>,
+        bypass: &Arc<AtomicBool>,
+        warm: Option<Loaded<K>>,
+    ) -> InitialQueue<K> {
+        let mut queue = self.new_queue(lc, bypass);
+        let mut resume_rv = None;
+        let mut status = lock(&self.inner.snapshot_status);
+        status.start = StartKind::Cold;
+        if let Some(loaded) = warm {
+            let count = loaded.objects.len() as u64;
+            let age = SystemTime::now()
+                .duration_since(loaded.written_at)
+                .unwrap_or_default();
+            bypass.store(true, Ordering::Relaxed);
+            let queued = queue.replace(loaded.objects, loaded.resource_version.clone());
+            bypass.store(false, Ordering::Relaxed);
+            match queued {
+                Ok(()) => {
+                    tracing::info!(
+                        informer = %self.inner.name,
+                        objects = count,
+                        age_s = age.as_secs(),
+                        resource_version = %loaded.resource_version,
+                        "warm start: snapshot loaded; resuming the watch without a list"
+                    );
+                    status.start = StartKind::Warm;
+                    status.objects_loaded = count;
+                    status.snapshot_age = Some(age);
+                    self.inner.current.store(false, Ordering::Release);
+                    resume_rv = Some(loaded.resource_version);
+                }
+                Err(e) => {
+                    tracing::warn!(informer = %self.inner.name, error = %e, "snapshot not used, starting cold: queueing its objects failed");
+                    status.cold_reason = Some(e.to_string());
+                    queue = self.new_queue(lc, bypass);
+                }
+            }
+        }
+        self.inner.snapshot_changed(&status);
+        InitialQueue { queue, resume_rv }
+    }
+
+    /// The reflector feeding `sink`: the list options, the resync check
+    /// period, the reflector metrics, a watch error handler that records
+    /// the last error before calling the user's, and the resourceVersion to
+    /// resume the watch from after a warm start.
+    fn build_reflector(
+        &self,
+        lc: &Lifecycle<K>,
+        sink: Arc<dyn Store<K>>,
+        resume_rv: Option<String>,
+    ) -> Reflector<K> {
         let o = &self.inner.list_options;
         let mut rb =
             Reflector::builder_with(self.inner.client.clone(), sink, self.inner.dyntype.clone())
@@ -1186,25 +1219,39 @@ where
         if let Some(m) = self.inner.reflector_metrics.get() {
             rb = rb.metrics(m.clone());
         }
-        {
-            let user = lc.watch_error_handler.clone();
-            let last = self.inner.last_error.clone();
-            rb = rb.watch_error_handler(move |e: &ReflectorError| {
-                *lock(&last) = Some(e.to_string());
-                if let Some(h) = &user {
-                    h(e);
-                }
-            });
-        }
+        let user = lc.watch_error_handler.clone();
+        let last = self.inner.last_error.clone();
+        rb = rb.watch_error_handler(move |e: &ReflectorError| {
+            *lock(&last) = Some(e.to_string());
+            if let Some(h) = &user {
+                h(e);
+            }
+        });
         if let Some(rv) = resume_rv {
             rb = rb.resume_from(rv);
         }
-        let reflector = Arc::new(rb.build());
-        lc.queue = Some(queue.clone());
-        lc.reflector = Some(reflector.clone());
-        self.inner.processor.run().map_err(InformerError::Thread)?;
-        Ok((queue, reflector, tracker))
+        rb.build()
     }
+}
+
+/// What [`SharedIndexInformer::start`] builds for one run.
+struct Started<K> {
+    /// The queue between the reflector and the indexer.
+    queue: Arc<dyn Queue<K>>,
+    /// The reflector feeding `queue`.
+    reflector: Arc<Reflector<K>>,
+    /// The resourceVersion of the last change queued, when snapshots are
+    /// configured.
+    tracker: Option<Arc<PushTracker>>,
+}
+
+/// The first queue of a run and where its watch resumes.
+struct InitialQueue<K> {
+    /// Empty, or holding a loaded snapshot's objects.
+    queue: Arc<dyn Queue<K>>,
+    /// The snapshot's resourceVersion when its objects were queued (a warm
+    /// start): the watch resumes there without a list.
+    resume_rv: Option<String>,
 }
 
 /// One wake-up of the informer's loop.
