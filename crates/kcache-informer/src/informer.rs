@@ -742,7 +742,10 @@ where
         Ok(())
     }
 
-    /// The run, once [`claim`](Self::claim)ed.
+    /// The run, once [`claim`](Self::claim)ed; client-go's
+    /// `sharedIndexInformer.Run`: load a snapshot, build the queue and the
+    /// reflector, run the reflector, pop the queue until cancelled, then
+    /// finish the snapshots and stop the listeners.
     async fn run_claimed(&self, cancel: CancellationToken) -> Result<(), InformerError> {
         let started_at = Instant::now();
         let plan = tokio::select! {
@@ -751,135 +754,176 @@ where
             p = self.prepare_snapshot() => p,
         };
         let writer = plan.writer;
-        let Started {
-            queue,
-            reflector,
-            tracker,
-        } = self.start(plan.loaded)?;
+        let run = self.start(plan.loaded)?;
         let warm = !self.inner.current.load(Ordering::Acquire);
         let reflector_task = {
-            let reflector = reflector.clone();
+            let reflector = run.reflector.clone();
             let token = cancel.child_token();
             tokio::spawn(async move { reflector.run(token).await })
         };
+        let mut state = LoopState::new(started_at, warm, writer.as_ref());
+        self.process_loop(&cancel, &run, writer.as_ref(), &mut state)
+            .await;
+        run.queue.close();
+        let _ = reflector_task.await;
+        self.finish_snapshots(&run, writer.as_ref(), state.write_task)
+            .await;
+        self.stop_listeners().await;
+        tracing::debug!(informer = %self.inner.name, "informer stopped");
+        Ok(())
+    }
+
+    /// Pops the queue into the indexer and the handlers until `cancel` or
+    /// the queue closes (client-go's `processLoop`); between pops, marks a
+    /// warm-started cache current once the reflector confirms it, and
+    /// writes the periodic snapshots.
+    async fn process_loop(
+        &self,
+        cancel: &CancellationToken,
+        run: &Started<K>,
+        writer: Option<&SnapshotWriter>,
+        state: &mut LoopState,
+    ) {
         let inner = self.inner.clone();
-        let mut pops: u64 = 0;
-        let mut awaiting_confirmation = warm;
-        let mut confirm_target: Option<u64> = None;
-        let mut synced_recorded = false;
-        let mut synced_pushed = false;
-        let mut snapshot_timer = writer
-            .as_ref()
-            .and_then(|w| (!w.interval.is_zero()).then_some(w.interval))
-            .map(|p| {
-                let mut i = tokio::time::interval_at(Instant::now() + p, p);
-                i.set_missed_tick_behavior(MissedTickBehavior::Delay);
-                i
-            });
-        let mut snapshot_due = false;
-        let mut write_task: Option<JoinHandle<Result<WriteStats, SnapshotError>>> = None;
         loop {
             let step = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
-                _ = reflector.wait_synced(), if awaiting_confirmation => Step::Confirmed,
-                r = join_write(&mut write_task), if write_task.is_some() => Step::Written(r),
-                _ = tick(snapshot_timer.as_mut()) => Step::SnapshotDue,
-                r = queue.pop(Box::new(|deltas, initial| inner.handle_deltas(deltas, initial))) => Step::Popped(r),
+                _ = run.reflector.wait_synced(), if state.awaiting_confirmation => Step::Confirmed,
+                r = join_write(&mut state.write_task), if state.write_task.is_some() => Step::Written(r),
+                _ = tick(state.snapshot_timer.as_mut()) => Step::SnapshotDue,
+                r = run.queue.pop(Box::new(|deltas, initial| inner.handle_deltas(deltas, initial))) => Step::Popped(r),
             };
-            match step {
-                Step::Confirmed => {
-                    awaiting_confirmation = false;
-                    // everything queued now arrived before the confirmation
-                    confirm_target = Some(pops + queue.len() as u64);
-                }
-                Step::Written(r) => {
-                    write_task = None;
-                    self.record_write(r);
-                }
-                Step::SnapshotDue => snapshot_due = true,
-                Step::Popped(Ok(())) => pops += 1,
-                Step::Popped(Err(PopError::Closed)) => break,
-                Step::Popped(Err(PopError::Process(e))) => {
-                    pops += 1;
-                    tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
-                }
+            if !self.apply_step(step, &run.queue, state) {
+                break;
             }
-            // Listeners are woken in batches while deltas keep coming; wake
-            // them for what is left once the queue has run dry, and every
-            // FLUSH_EVERY pops in any case (a listener that gets few of a
-            // long run of deltas, e.g. one not resyncing during another's
-            // resync, does not wait for the whole run).
-            let flush = pops.is_multiple_of(FLUSH_EVERY) || queue.is_empty();
-            if flush {
-                self.inner.processor.flush();
+            self.after_step(run, writer, state);
+        }
+    }
+
+    /// Applies one wake-up of the loop to its state; false when the queue
+    /// has closed (the loop ends).
+    fn apply_step(&self, step: Step, queue: &Arc<dyn Queue<K>>, state: &mut LoopState) -> bool {
+        match step {
+            Step::Confirmed => {
+                state.awaiting_confirmation = false;
+                // everything queued now arrived before the confirmation
+                state.confirm_target = Some(state.pops + queue.len() as u64);
             }
-            if let Some(target) = confirm_target
-                && (pops >= target || queue.is_empty())
-            {
-                confirm_target = None;
-                self.inner.current.store(true, Ordering::Release);
-                tracing::info!(informer = %self.inner.name, "warm start: the cache is current");
+            Step::Written(r) => {
+                state.write_task = None;
+                self.record_write(r);
             }
-            if !synced_recorded && self.has_synced() {
-                synced_recorded = true;
-                let mut st = lock(&self.inner.snapshot_status);
-                st.time_to_synced = Some(started_at.elapsed());
-                self.inner.snapshot_changed(&st);
-            }
-            if flush || synced_recorded != synced_pushed {
-                // the cache's metrics follow the listeners' wake-ups
-                synced_pushed = synced_recorded;
-                self.inner.push_cache_metrics(synced_recorded);
-            }
-            if snapshot_due
-                && write_task.is_none()
-                && self.has_synced()
-                && let (Some(w), Some(t)) = (&writer, &tracker)
-                && let Some((rv, items)) = self.capture(&queue, t)
-            {
-                snapshot_due = false;
-                write_task = Some(w.spawn_write(rv, items));
+            Step::SnapshotDue => state.snapshot_due = true,
+            Step::Popped(Ok(())) => state.pops += 1,
+            Step::Popped(Err(PopError::Closed)) => return false,
+            Step::Popped(Err(PopError::Process(e))) => {
+                state.pops += 1;
+                tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
             }
         }
-        queue.close();
-        let _ = reflector_task.await;
+        true
+    }
+
+    /// The bookkeeping after each wake-up: wakes the listeners, marks a
+    /// warm-started cache current, records the time to sync, pushes the
+    /// cache metrics and starts a due snapshot write.
+    fn after_step(&self, run: &Started<K>, writer: Option<&SnapshotWriter>, state: &mut LoopState) {
+        let queue = &run.queue;
+        // Listeners are woken in batches while deltas keep coming; wake
+        // them for what is left once the queue has run dry, and every
+        // FLUSH_EVERY pops in any case (a listener that gets few of a
+        // long run of deltas, e.g. one not resyncing during another's
+        // resync, does not wait for the whole run).
+        let flush = state.pops.is_multiple_of(FLUSH_EVERY) || queue.is_empty();
+        if flush {
+            self.inner.processor.flush();
+        }
+        if let Some(target) = state.confirm_target
+            && (state.pops >= target || queue.is_empty())
+        {
+            state.confirm_target = None;
+            self.inner.current.store(true, Ordering::Release);
+            tracing::info!(informer = %self.inner.name, "warm start: the cache is current");
+        }
+        if !state.synced_recorded && self.has_synced() {
+            state.synced_recorded = true;
+            let mut st = lock(&self.inner.snapshot_status);
+            st.time_to_synced = Some(state.started_at.elapsed());
+            self.inner.snapshot_changed(&st);
+        }
+        if flush || state.synced_recorded != state.synced_pushed {
+            // the cache's metrics follow the listeners' wake-ups
+            state.synced_pushed = state.synced_recorded;
+            self.inner.push_cache_metrics(state.synced_recorded);
+        }
+        if state.snapshot_due
+            && state.write_task.is_none()
+            && self.has_synced()
+            && let (Some(w), Some(t)) = (writer, &run.tracker)
+            && let Some((rv, items)) = self.capture(queue, t)
+        {
+            state.snapshot_due = false;
+            state.write_task = Some(w.spawn_write(rv, items));
+        }
+    }
+
+    /// After the loop (queue closed, reflector stopped): waits for the
+    /// write in flight, then, when snapshots are written on shutdown and
+    /// the cache has synced, applies what is still queued and writes the
+    /// final snapshot.
+    async fn finish_snapshots(
+        &self,
+        run: &Started<K>,
+        writer: Option<&SnapshotWriter>,
+        mut write_task: Option<JoinHandle<Result<WriteStats, SnapshotError>>>,
+    ) {
         if write_task.is_some() {
             // an older snapshot must not land after the final one
             let r = join_write(&mut write_task).await;
             self.record_write(r);
         }
-        if let (Some(w), Some(t)) = (&writer, &tracker)
+        if let (Some(w), Some(t)) = (writer, &run.tracker)
             && w.on_shutdown
             && self.has_synced()
         {
             // apply what is still queued, so the cache matches the last RV
-            loop {
-                match queue
-                    .pop(Box::new(|deltas, initial| {
-                        inner.handle_deltas(deltas, initial)
-                    }))
-                    .await
-                {
-                    Ok(()) => {}
-                    Err(PopError::Closed) => break,
-                    Err(PopError::Process(e)) => {
-                        tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
-                    }
-                }
-            }
-            if let Some((rv, items)) = self.capture(&queue, t) {
+            self.drain(&run.queue).await;
+            if let Some((rv, items)) = self.capture(&run.queue, t) {
                 let r = join_write(&mut Some(w.spawn_write(rv, items))).await;
                 self.record_write(r);
             }
         }
+    }
+
+    /// Pops the (closed) queue into the indexer and the handlers until it
+    /// is empty.
+    async fn drain(&self, queue: &Arc<dyn Queue<K>>) {
+        let inner = self.inner.clone();
+        loop {
+            match queue
+                .pop(Box::new(|deltas, initial| {
+                    inner.handle_deltas(deltas, initial)
+                }))
+                .await
+            {
+                Ok(()) => {}
+                Err(PopError::Closed) => break,
+                Err(PopError::Process(e)) => {
+                    tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
+                }
+            }
+        }
+    }
+
+    /// Stops the listeners (the current and the removed ones), waits for
+    /// their threads, and marks the informer stopped.
+    async fn stop_listeners(&self) {
         let mut listeners = self.inner.processor.stop();
         listeners.append(&mut lock(&self.inner.retired));
         self.join_listeners(listeners).await;
         lock(&self.inner.lifecycle).stopped = true;
         self.inner.stopped.cancel();
-        tracing::debug!(informer = %self.inner.name, "informer stopped");
-        Ok(())
     }
 
     /// Waits, up to the handler shutdown timeout, for the threads of the
@@ -1283,6 +1327,53 @@ async fn join_write(
             }),
         },
         None => std::future::pending().await,
+    }
+}
+
+/// The state of the informer's loop, carried between its wake-ups.
+struct LoopState {
+    /// When the run began (for the time to sync).
+    started_at: Instant,
+    /// Deltas popped, handled or not.
+    pops: u64,
+    /// A warm start waits for the reflector to confirm the resumed watch.
+    awaiting_confirmation: bool,
+    /// After a confirmation: the pops after which the cache is current.
+    confirm_target: Option<u64>,
+    /// The time to sync has been recorded.
+    synced_recorded: bool,
+    /// The sync state last pushed to the cache metrics.
+    synced_pushed: bool,
+    /// Ticks when a periodic snapshot is due (none without an interval).
+    snapshot_timer: Option<Interval>,
+    /// A snapshot is due and waits for a synced, drained cache.
+    snapshot_due: bool,
+    /// The snapshot write in flight.
+    write_task: Option<JoinHandle<Result<WriteStats, SnapshotError>>>,
+}
+
+impl LoopState {
+    /// The state before the first wake-up; the snapshot timer's first tick
+    /// is one interval from now.
+    fn new(started_at: Instant, warm: bool, writer: Option<&SnapshotWriter>) -> Self {
+        let snapshot_timer = writer
+            .and_then(|w| (!w.interval.is_zero()).then_some(w.interval))
+            .map(|p| {
+                let mut i = tokio::time::interval_at(Instant::now() + p, p);
+                i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                i
+            });
+        LoopState {
+            started_at,
+            pops: 0,
+            awaiting_confirmation: warm,
+            confirm_target: None,
+            synced_recorded: false,
+            synced_pushed: false,
+            snapshot_timer,
+            snapshot_due: false,
+            write_task: None,
+        }
     }
 }
 
