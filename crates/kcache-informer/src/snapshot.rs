@@ -774,6 +774,51 @@ pub(crate) fn decode<K, R: Read>(
         read: 0,
         total: total_len,
     };
+    let header = read_header_bytes(&mut r, total_len)?;
+    let Header {
+        fingerprint: found,
+        resource_version,
+        written_at,
+        count,
+    } = parse_header(&header)?;
+    if let Some((field, found, expected)) = found.first_difference(expected) {
+        return Err(SnapshotError::Mismatch {
+            field,
+            found,
+            expected,
+        });
+    }
+    if resource_version.is_empty() {
+        return Err(SnapshotError::Corrupt("empty resourceVersion".to_owned()));
+    }
+    let objects = read_objects(&mut r, count, options)?;
+    read_trailer(&mut r)?;
+    Ok(Loaded {
+        resource_version,
+        written_at,
+        objects,
+    })
+}
+
+/// What a snapshot's header says, besides its checksum.
+struct Header {
+    /// Which cache the snapshot is of.
+    fingerprint: Fingerprint,
+    /// The resourceVersion the cache reflected.
+    resource_version: String,
+    /// When the snapshot was written.
+    written_at: SystemTime,
+    /// How many objects follow.
+    count: u64,
+}
+
+/// Reads the magic, the format version and the header (length, bytes,
+/// checksum) of a snapshot of `total_len` bytes; the header's bytes,
+/// checked against their checksum.
+fn read_header_bytes<R: Read>(
+    r: &mut CrcReader<R>,
+    total_len: u64,
+) -> Result<Vec<u8>, SnapshotError> {
     let mut magic = [0u8; 8];
     let head = total_len.min(8) as usize;
     r.exact(&mut magic[..head], "magic")?;
@@ -807,8 +852,13 @@ pub(crate) fn decode<K, R: Read>(
             "header checksum mismatch".to_owned(),
         ));
     }
-    let mut h = HeaderCursor(&header);
-    let found = Fingerprint {
+    Ok(header)
+}
+
+/// Parses the header's bytes, all of them.
+fn parse_header(header: &[u8]) -> Result<Header, SnapshotError> {
+    let mut h = HeaderCursor(header);
+    let fingerprint = Fingerprint {
         cluster_uid: h.string()?,
         server_url: h.opt()?,
         group: h.string()?,
@@ -828,16 +878,21 @@ pub(crate) fn decode<K, R: Read>(
     if !h.0.is_empty() {
         return Err(bad_header());
     }
-    if let Some((field, found, expected)) = found.first_difference(expected) {
-        return Err(SnapshotError::Mismatch {
-            field,
-            found,
-            expected,
-        });
-    }
-    if resource_version.is_empty() {
-        return Err(SnapshotError::Corrupt("empty resourceVersion".to_owned()));
-    }
+    Ok(Header {
+        fingerprint,
+        resource_version,
+        written_at,
+        count,
+    })
+}
+
+/// Reads the `count` objects that follow the header, each JSON or
+/// protobuf, built with `options`.
+fn read_objects<K, R: Read>(
+    r: &mut CrcReader<R>,
+    count: u64,
+    options: &ObjectOptions,
+) -> Result<Vec<CachedObject<K>>, SnapshotError> {
     // every object takes at least its format byte and 4-byte length
     let capacity = count.min(r.remaining() / 5);
     let mut objects = Vec::with_capacity(usize::try_from(capacity).unwrap_or(0));
@@ -862,6 +917,12 @@ pub(crate) fn decode<K, R: Read>(
         .map_err(|e| SnapshotError::Corrupt(format!("object {i}: {e}")))?;
         objects.push(obj);
     }
+    Ok(objects)
+}
+
+/// Reads the end marker and the whole-file checksum, and checks that
+/// nothing follows them.
+fn read_trailer<R: Read>(r: &mut CrcReader<R>) -> Result<(), SnapshotError> {
     let mut end = [0u8; 8];
     r.exact(&mut end, "end marker")?;
     if end != END {
@@ -878,11 +939,7 @@ pub(crate) fn decode<K, R: Read>(
             "bytes after the checksum".to_owned(),
         ));
     }
-    Ok(Loaded {
-        resource_version,
-        written_at,
-        objects,
-    })
+    Ok(())
 }
 
 // ------------------------------------------------------------------- files
