@@ -171,30 +171,13 @@ fn check_go() -> Result<String, EnvtestError> {
 
 fn build(root: &Path, out_dir: &Path) -> Result<(), EnvtestError> {
     let go_version = check_go()?;
-    let src = root.join(format!("src-{}", sources_fingerprint()));
-    for (name, text) in SOURCES {
-        let path = src.join(name);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(|e| EnvtestError::io("creating", parent, e))?;
-        }
-        fs::write(&path, text).map_err(|e| EnvtestError::io("writing", &path, e))?;
-    }
+    let src = write_sources(root)?;
     let tmp_out = root.join(format!("bin-tmp-{}", std::process::id()));
     fs::create_dir_all(&tmp_out).map_err(|e| EnvtestError::io("creating", &tmp_out, e))?;
     let log_path = root.join("build.log");
     let mut log =
         fs::File::create(&log_path).map_err(|e| EnvtestError::io("creating", &log_path, e))?;
-    let minor = KUBERNETES_VERSION
-        .trim_start_matches('v')
-        .split('.')
-        .nth(1)
-        .unwrap_or("0");
-    let ldflags = format!(
-        "-s -w -X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION} \
-         -X k8s.io/component-base/version.gitMajor=1 \
-         -X k8s.io/component-base/version.gitMinor={minor} \
-         -X k8s.io/component-base/version.gitTreeState=clean"
-    );
+    let ldflags = ldflags();
     eprintln!(
         "[kcache-envtest] building kube-apiserver {KUBERNETES_VERSION} and etcd {ETCD_VERSION} \
          from Go modules with {go_version}\n[kcache-envtest]   into {}\n[kcache-envtest]   \
@@ -209,32 +192,122 @@ fn build(root: &Path, out_dir: &Path) -> Result<(), EnvtestError> {
     // measured against).
     let total = count_packages(&src, &mut log);
     // Phase 2: `go build -v` names each package as it compiles it.
-    let built = Arc::new(AtomicUsize::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let ticker = {
-        let (done, built) = (done.clone(), built.clone());
-        std::thread::spawn(move || {
-            let compiling = Instant::now();
-            let mut last = Instant::now();
-            while !done.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(200));
-                if last.elapsed() >= Duration::from_secs(15) {
-                    last = Instant::now();
-                    eprintln!(
-                        "[kcache-envtest]   {}",
-                        progress_line(
-                            built.load(Ordering::Relaxed),
-                            total,
-                            compiling.elapsed(),
-                            started.elapsed()
-                        )
-                    );
+    let ticker = ProgressTicker::start(total, started);
+    let status = go_build(&src, &tmp_out, &ldflags, &mut log, &ticker.built);
+    ticker.stop();
+    let status = status.map_err(|e| EnvtestError::GoMissing(e.to_string()))?;
+    if !status.success() {
+        return Err(EnvtestError::BuildFailed {
+            status: status.to_string(),
+            log: log_path.clone(),
+            tail: tail(&log_path, 30),
+        });
+    }
+    // Publish atomically: a reader sees both binaries or neither.
+    if out_dir.exists() {
+        let _ = fs::remove_dir_all(out_dir);
+    }
+    fs::rename(&tmp_out, out_dir).map_err(|e| EnvtestError::io("renaming into", out_dir, e))?;
+    eprintln!(
+        "[kcache-envtest] control plane built in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Writes the Go module that builds the binaries into a directory of
+/// `root` named by the sources' fingerprint; that directory.
+fn write_sources(root: &Path) -> Result<PathBuf, EnvtestError> {
+    let src = root.join(format!("src-{}", sources_fingerprint()));
+    for (name, text) in SOURCES {
+        let path = src.join(name);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(|e| EnvtestError::io("creating", parent, e))?;
+        }
+        fs::write(&path, text).map_err(|e| EnvtestError::io("writing", &path, e))?;
+    }
+    Ok(src)
+}
+
+/// The linker flags: stripped binaries that report
+/// [`KUBERNETES_VERSION`] as their version.
+fn ldflags() -> String {
+    let minor = KUBERNETES_VERSION
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .unwrap_or("0");
+    format!(
+        "-s -w -X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION} \
+         -X k8s.io/component-base/version.gitMajor=1 \
+         -X k8s.io/component-base/version.gitMinor={minor} \
+         -X k8s.io/component-base/version.gitTreeState=clean"
+    )
+}
+
+/// A thread printing the build's progress every 15 s until stopped.
+struct ProgressTicker {
+    /// Packages compiled so far (counted by the build's reader).
+    built: Arc<AtomicUsize>,
+    /// Set to stop the thread.
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ProgressTicker {
+    /// Starts the thread: `total` packages to compile (if known), the
+    /// build having started at `started`.
+    fn start(total: Option<usize>, started: Instant) -> Self {
+        let built = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (done, built) = (done.clone(), built.clone());
+            std::thread::spawn(move || {
+                let compiling = Instant::now();
+                let mut last = Instant::now();
+                while !done.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    if last.elapsed() >= Duration::from_secs(15) {
+                        last = Instant::now();
+                        eprintln!(
+                            "[kcache-envtest]   {}",
+                            progress_line(
+                                built.load(Ordering::Relaxed),
+                                total,
+                                compiling.elapsed(),
+                                started.elapsed()
+                            )
+                        );
+                    }
                 }
-            }
-        })
-    };
+            })
+        };
+        ProgressTicker {
+            built,
+            done,
+            thread,
+        }
+    }
+
+    /// Stops the thread and waits for it.
+    fn stop(self) {
+        self.done.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+/// Runs `go build -v` of both binaries from `src` into `tmp_out`,
+/// copying its output into `log` and counting each package it compiles
+/// in `built`; its exit status.
+fn go_build(
+    src: &Path,
+    tmp_out: &Path,
+    ldflags: &str,
+    log: &mut fs::File,
+    built: &AtomicUsize,
+) -> std::io::Result<std::process::ExitStatus> {
     let child = Command::new(go_command())
-        .current_dir(&src)
+        .current_dir(src)
         .env("GOTOOLCHAIN", "local")
         .env("CGO_ENABLED", "0")
         .args([
@@ -243,16 +316,16 @@ fn build(root: &Path, out_dir: &Path) -> Result<(), EnvtestError> {
             "-trimpath",
             "-mod=readonly",
             "-ldflags",
-            &ldflags,
+            ldflags,
             "-o",
         ])
-        .arg(&tmp_out)
+        .arg(tmp_out)
         .args(["./cmd/kube-apiserver", "./cmd/etcd"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn();
-    let status = child.and_then(|mut child| {
+    child.and_then(|mut child| {
         // `-v` writes package names to stderr; compiler errors go there too.
         let stderr = child.stderr.take();
         let stdout = child.stdout.take();
@@ -272,27 +345,7 @@ fn build(root: &Path, out_dir: &Path) -> Result<(), EnvtestError> {
         }
         let _ = out_thread.join();
         child.wait()
-    });
-    done.store(true, Ordering::Relaxed);
-    let _ = ticker.join();
-    let status = status.map_err(|e| EnvtestError::GoMissing(e.to_string()))?;
-    if !status.success() {
-        return Err(EnvtestError::BuildFailed {
-            status: status.to_string(),
-            log: log_path.clone(),
-            tail: tail(&log_path, 30),
-        });
-    }
-    // Publish atomically: a reader sees both binaries or neither.
-    if out_dir.exists() {
-        let _ = fs::remove_dir_all(out_dir);
-    }
-    fs::rename(&tmp_out, out_dir).map_err(|e| EnvtestError::io("renaming into", out_dir, e))?;
-    eprintln!(
-        "[kcache-envtest] control plane built in {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    })
 }
 
 /// Downloads the modules and counts the packages the build compiles
