@@ -71,7 +71,7 @@ pub use shard_selector::{
     HASH_SPACE_END, MAX_QUERY_VALUE_LEN, MAX_SELECTOR_LEN, MAX_SHARDS, ShardField, ShardRange,
     ShardSelector, ShardSelectorError, ShardSlots, shard_hash,
 };
-pub use store::{KeyListerGetter, Store, StoreError};
+pub use store::{KeyListerGetter, ReflectorStore, StoreError};
 pub use string_map::StringMap;
 pub use tombstone::{DeletedFinalStateUnknown, ObjectOrTombstone};
 

@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use kcache_core::{
-    BoxError, CachedObject, KeyError, KeyFunc, KeyListerGetter, ObjectOrTombstone, Store,
+    BoxError, CachedObject, KeyError, KeyFunc, KeyListerGetter, ObjectOrTombstone, ReflectorStore,
     StoreError, deletion_handling_key, meta_namespace_key,
 };
 use parking_lot::{RwLock, RwLockUpgradableReadGuard};
@@ -484,7 +484,7 @@ impl<K> Indexer<K> {
     }
 }
 
-impl<K: 'static> Store<K> for Indexer<K> {
+impl<K: 'static> ReflectorStore<K> for Indexer<K> {
     fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         Indexer::add(self, obj)
     }

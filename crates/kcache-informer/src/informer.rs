@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
 use kcache_core::{
-    BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, ShardSelector, Store, StoreError,
+    BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, ShardSelector,
+    StoreError,
 };
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
@@ -1133,7 +1134,7 @@ where
                 last_rv: Mutex::new(resume_rv.clone().unwrap_or_default()),
             })
         });
-        let sink: Arc<dyn Store<K>> = Arc::new(ResyncGate {
+        let sink: Arc<dyn ReflectorStore<K>> = Arc::new(ResyncGate {
             queue: queue.clone(),
             informer: Arc::downgrade(&self.inner),
             tracker: tracker.clone(),
@@ -1228,7 +1229,7 @@ where
     fn build_reflector(
         &self,
         lc: &Lifecycle<K>,
-        sink: Arc<dyn Store<K>>,
+        sink: Arc<dyn ReflectorStore<K>>,
         resume_rv: Option<String>,
     ) -> Reflector<K> {
         let o = &self.inner.list_options;
@@ -1531,7 +1532,7 @@ impl<K: Resource> ResyncGate<K> {
     }
 }
 
-impl<K: Resource + 'static> Store<K> for ResyncGate<K> {
+impl<K: Resource + 'static> ReflectorStore<K> for ResyncGate<K> {
     fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         let keep = obj.clone();
         self.tracked(keep.resource_version(), || self.queue.add(obj))

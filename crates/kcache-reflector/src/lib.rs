@@ -1,6 +1,6 @@
 //! client-go's `Reflector`, rebuilt on `kube`: lists a Kubernetes resource
 //! type, then watches it from the list's resourceVersion, and writes every
-//! change into a [`Store`](kcache_core::Store) sink (normally the DeltaFIFO),
+//! change into a [`ReflectorStore`](kcache_core::ReflectorStore) sink (normally the DeltaFIFO),
 //! with client-go's paging, resourceVersion, bookmark, backoff and recovery
 //! rules.
 //!
@@ -31,12 +31,12 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::ConfigMap;
-//! use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
+//! use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, StoreError};
 //! use kcache_reflector::Reflector;
 //! use tokio_util::sync::CancellationToken;
 //!
 //! struct Printer;
-//! impl Store<ConfigMap> for Printer {
+//! impl ReflectorStore<ConfigMap> for Printer {
 //!     fn add(&self, obj: CachedObject<ConfigMap>) -> Result<(), StoreError> {
 //!         println!("added {}", obj.key());
 //!         Ok(())
@@ -114,7 +114,7 @@
 //!   switches to list + watch, logged once.
 //! - **Relist memory** (kcache's own rule): while a list or a streaming
 //!   list is collected, an item whose key the store already holds
-//!   ([`Store::cached`](kcache_core::Store::cached)) with the same
+//!   ([`ReflectorStore::cached`](kcache_core::ReflectorStore::cached)) with the same
 //!   non-empty `metadata.uid` and `metadata.resourceVersion` is replaced by
 //!   the store's object, so an unchanged object is not held twice until
 //!   `replace`. The count is logged as `relist_reused`.

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
 use kcache_core::protobuf::ListReader;
-use kcache_core::{CachedObject, ObjectOptions, ShardSelector, Store};
+use kcache_core::{CachedObject, ObjectOptions, ReflectorStore, ShardSelector};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
 use kube::core::Request;
@@ -84,7 +84,7 @@ type DataStream = Pin<Box<dyn Stream<Item = Result<Bytes, kube::Error>> + Send>>
 /// [`Reflector::builder_with`]. Every setting has client-go's default.
 pub struct ReflectorBuilder<K: Resource> {
     client: Client,
-    store: Arc<dyn Store<K>>,
+    store: Arc<dyn ReflectorStore<K>>,
     dyntype: K::DynamicType,
     namespace: Option<String>,
     label_selector: Option<String>,
@@ -406,7 +406,7 @@ struct Shared {
     synced: bool,
 }
 
-/// Lists and watches one resource type into a [`Store`], following
+/// Lists and watches one resource type into a [`ReflectorStore`], following
 /// client-go's `Reflector` (see the crate docs for the rules).
 ///
 /// Build one with [`Reflector::builder`], then drive it with
@@ -416,7 +416,7 @@ struct Shared {
 /// Run one `run` at a time per reflector.
 pub struct Reflector<K> {
     client: Client,
-    store: Arc<dyn Store<K>>,
+    store: Arc<dyn ReflectorStore<K>>,
     url_path: String,
     metadata_only: bool,
     resource: String,
@@ -557,7 +557,7 @@ impl<K> InitialBuffer<K> {
     }
 }
 
-/// The objects of a (paged) list, ready for `Store::replace`.
+/// The objects of a (paged) list, ready for `ReflectorStore::replace`.
 struct Listed<K> {
     items: Vec<CachedObject<K>>,
     resource_version: String,
@@ -637,7 +637,7 @@ impl<K: Resource + 'static> Reflector<K> {
     /// A builder for a resource whose dynamic type is `Default` (every
     /// k8s-openapi type, derived custom resources, `PartialObjectMeta<K>`
     /// of those).
-    pub fn builder(client: Client, store: Arc<dyn Store<K>>) -> ReflectorBuilder<K>
+    pub fn builder(client: Client, store: Arc<dyn ReflectorStore<K>>) -> ReflectorBuilder<K>
     where
         K::DynamicType: Default,
     {
@@ -648,7 +648,7 @@ impl<K: Resource + 'static> Reflector<K> {
     /// `DynamicObject`.
     pub fn builder_with(
         client: Client,
-        store: Arc<dyn Store<K>>,
+        store: Arc<dyn ReflectorStore<K>>,
         dyntype: K::DynamicType,
     ) -> ReflectorBuilder<K> {
         ReflectorBuilder {

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kcache_core::{CachedObject, ObjectOrTombstone, Store, StoreError};
+use kcache_core::{CachedObject, ObjectOrTombstone, ReflectorStore, StoreError};
 use kcache_envtest::ControlPlane;
 use kcache_reflector::{Reflector, WireFormat};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -38,7 +38,7 @@ struct Keep {
     listed: tokio::sync::Notify,
 }
 
-impl Store<Pod> for Keep {
+impl ReflectorStore<Pod> for Keep {
     fn add(&self, obj: CachedObject<Pod>) -> Result<(), StoreError> {
         self.objects.lock().insert(obj.key().to_owned(), obj);
         Ok(())

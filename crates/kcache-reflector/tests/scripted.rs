@@ -1545,7 +1545,7 @@ async fn synthetic_added_events_do_not_move_the_rv() {
 #[tokio::test(start_paused = true)]
 async fn failing_resync_relists() {
     struct FailingResync(Store);
-    impl kcache_core::Store<ConfigMap> for FailingResync {
+    impl kcache_core::ReflectorStore<ConfigMap> for FailingResync {
         fn add(
             &self,
             o: kcache_core::CachedObject<ConfigMap>,
