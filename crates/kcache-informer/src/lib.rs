@@ -105,7 +105,8 @@
 
 mod error;
 mod factory;
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub mod fuzzing;
 mod handler;
 mod informer;

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::fmt;
 
 use bytes::Bytes;
-use kcache_core::protobuf::{self as pb, ListItem, ListReader, TypeMeta, WireError};
+#[cfg(any(test, feature = "fuzzing"))]
+use kcache_core::protobuf::ListReader;
+use kcache_core::protobuf::{self as pb, ListItem, TypeMeta, WireError};
 use kcache_core::{CachedObject, ObjectError, ObjectOptions};
 use serde::Deserialize;
 use serde_json::error::Category;
@@ -143,6 +145,7 @@ struct ShardInfoWire<'a> {
 }
 
 impl ListMetaWire<'_> {
+    #[cfg(any(test, feature = "fuzzing"))]
     fn into_owned(self) -> ListMetaWire<'static> {
         ListMetaWire {
             resource_version: self.resource_version.map(|c| Cow::Owned(c.into_owned())),
@@ -234,6 +237,7 @@ impl<K> JsonPage<K> {
         Ok(None)
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// Keeps an object the caller does not take.
     fn keep(&mut self, obj: CachedObject<K>) {
         self.items.push(obj);
@@ -347,6 +351,7 @@ impl<K> EventDecoder<K> {
         }
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// The object options in use.
     pub fn options(&self) -> &ObjectOptions {
         &self.options
@@ -581,6 +586,7 @@ impl<K> EventDecoder<K> {
         Ok(obj)
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// [`decode_list`](Self::decode_list) for a protobuf list body (the
     /// `k8s\0` magic and a `runtime.Unknown` holding e.g. a `PodList`),
     /// read whole. A
@@ -658,6 +664,7 @@ impl<K> EventDecoder<K> {
         })
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// [`decode_list`](Self::decode_list) over a body given in chunks, as
     /// the reflector reads it: items are cut and built as they arrive. The
     /// same page (items, skipped items, metadata) and the same acceptance
@@ -677,6 +684,7 @@ impl<K> EventDecoder<K> {
         page.finish(self)
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// Splits a list body into items without decoding them, then builds    /// Splits a list body into items without decoding them, then builds
     /// each item's cached object. Items that fail are skipped and returned
     /// in [`ListPage::skipped`].

@@ -74,6 +74,7 @@ impl LineFramer {
         }
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// Hands out frames as slices of the chunks (no copy), which keeps a
     /// whole chunk alive as long as any frame of it is.
     pub fn zero_copy(mut self) -> Self {
@@ -160,6 +161,7 @@ impl LineFramer {
         trim(self.pending.split().freeze())
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// Bytes buffered and not framed yet.
     pub fn buffered(&self) -> usize {
         self.pending.len() + self.current.len()

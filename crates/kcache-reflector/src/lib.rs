@@ -10,10 +10,20 @@
 //! [`kube::Client::send`] (which still applies configuration, auth and TLS):
 //! a list body is cut into its items as it arrives, without decoding them
 //! and without holding the body whole, a watch stream is framed by line
-//! ([`LineFramer`]) or by length prefix ([`ProtobufFramer`]), and each
-//! object becomes a [`CachedObject`](kcache_core::CachedObject) (bytes +
-//! metadata) through [`EventDecoder`]. No typed decode happens on the
-//! ingest path.
+//! or by length prefix, and each object becomes a
+//! [`CachedObject`](kcache_core::CachedObject) (bytes + metadata) through
+//! the reflector's event decoder. No typed decode happens on the ingest
+//! path.
+//!
+//! # Features
+//!
+//! - `prometheus`: `PrometheusMetricsProvider`, the `reflector_*`
+//!   metrics through `prometheus-client`.
+//! - `fuzzing`: not a stable API, for kcache's fuzz targets, their smoke
+//!   test (`tests/fuzz-checks`) and benchmarks: the framers
+//!   (`LineFramer`, `ProtobufFramer`, `FrameTooLarge`), the event decoder
+//!   (`EventDecoder`, `WatchEvent`, `Bookmark`, `ListPage`) and the
+//!   `fuzzing` module. May change in any release.
 //!
 //! # Protobuf for built-in types
 //!
@@ -148,7 +158,8 @@ mod backoff;
 mod decode;
 mod error;
 mod framing;
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub mod fuzzing;
 mod limits;
 mod metrics;
@@ -160,12 +171,17 @@ mod split;
 mod wire_format;
 
 pub use backoff::BackoffConfig;
+#[cfg(feature = "fuzzing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub use decode::{Bookmark, EventDecoder, ListPage, WatchEvent};
 pub use error::{
     ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION, ListBodyError,
     MAX_DISPLAYED_MESSAGE, Operation, ReflectorError, TimeoutPhase,
 };
-pub use framing::{DEFAULT_MAX_FRAME, FrameTooLarge, LineFramer, ProtobufFramer};
+pub use framing::DEFAULT_MAX_FRAME;
+#[cfg(feature = "fuzzing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
+pub use framing::{FrameTooLarge, LineFramer, ProtobufFramer};
 pub use limits::{
     DEFAULT_LIST_BODY_IDLE_TIMEOUT, DEFAULT_LIST_BODY_TIMEOUT, DEFAULT_MAX_LIST_BYTES,
     DEFAULT_RESPONSE_HEADERS_TIMEOUT, RequestTimeouts,

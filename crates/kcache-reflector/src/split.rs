@@ -15,10 +15,12 @@
 //! falls back to the plain serde decode, which reports the error.
 
 use std::collections::VecDeque;
+#[cfg(any(test, feature = "fuzzing"))]
 use std::ops::Range;
 
 use bytes::Bytes;
 
+#[cfg(any(test, feature = "fuzzing"))]
 /// Where the items are in a list body.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct SplitList {
@@ -32,6 +34,7 @@ fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 fn skip_ws(s: &[u8], mut i: usize) -> usize {
     while i < s.len() && is_ws(s[i]) {
         i += 1;
@@ -39,6 +42,7 @@ fn skip_ws(s: &[u8], mut i: usize) -> usize {
     i
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 /// The index just past the string starting at `s[i] == b'"'`.
 fn string_end(s: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
@@ -61,6 +65,7 @@ fn string_end(s: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 /// The index just past the value starting at `s[i]` (not whitespace).
 /// Strings and brackets are tracked; everything else is skipped unchecked.
 fn value_end(s: &[u8], i: usize) -> Option<usize> {
@@ -98,6 +103,7 @@ fn value_end(s: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 /// Splits a list body; `None` when it does not have the expected shape
 /// (then decode it with serde, which reports what is wrong).
 pub(crate) fn split_list(body: &[u8]) -> Option<SplitList> {
