@@ -55,8 +55,8 @@
 //! state, cache size, per-handler backlog, deliveries and panics, and
 //! warm-restart figures (see [`metrics`]); its reflector records into a
 //! [`ReflectorMetricsProvider`]. The `prometheus` feature adds
-//! [`PrometheusMetricsProvider`] and re-exports the reflector's as
-//! [`PrometheusReflectorMetricsProvider`].
+//! `PrometheusMetricsProvider` and re-exports the reflector's as
+//! `PrometheusReflectorMetricsProvider`.
 //!
 //! # Warm restarts
 //!

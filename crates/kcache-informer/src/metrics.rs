@@ -39,9 +39,8 @@
 //! The reflector under each informer records into its own provider
 //! ([`ReflectorMetricsProvider`], `reflector_*` metrics), given with
 //! `reflector_metrics` on the same builders. The `prometheus` feature adds
-//! [`PrometheusMetricsProvider`](crate::PrometheusMetricsProvider) and
-//! re-exports the reflector's as
-//! [`PrometheusReflectorMetricsProvider`](crate::PrometheusReflectorMetricsProvider).
+//! `PrometheusMetricsProvider` and re-exports the reflector's as
+//! `PrometheusReflectorMetricsProvider`.
 
 use std::sync::{Arc, Mutex};
 
