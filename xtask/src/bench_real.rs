@@ -239,8 +239,6 @@ pub struct RealResults {
     pub syncs: Vec<SyncRun>,
     /// Update-load runs.
     pub updates: Vec<SyncRun>,
-    /// Clients that could not run, and why.
-    pub skipped: Vec<(RealClient, String)>,
     /// Seconds of the whole run (load included).
     pub total_secs: f64,
 }
@@ -321,7 +319,6 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
     let total = 2 * s.reps * REAL_CLIENTS.len() + s.update_reps * REAL_CLIENTS.len();
     let mut done = 0usize;
     let t0 = Instant::now();
-    let mut skip: Vec<RealClient> = Vec::new();
     let ctx = RunCtx {
         bins,
         kubeconfig: &kubeconfig,
@@ -335,50 +332,35 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
         for rep in 0..s.reps {
             for c in REAL_CLIENTS {
                 done += 1;
-                if skip.contains(&c) {
-                    continue;
-                }
-                match ctx.run_one(c, mode, false)? {
-                    Outcome::Ran(r) => {
-                        eprintln!(
-                            "[{done:>2}/{total}] {:>4.0}s  {:<9} {:<36} #{}: {}",
-                            t0.elapsed().as_secs_f64(),
-                            mode.name(),
-                            c.label(),
-                            rep + 1,
-                            summary(&r, s.pods, s.clk_tck)
-                        );
-                        res.syncs.push(*r);
-                    }
-                    Outcome::Unsupported(why) => {
-                        eprintln!("[{done:>2}/{total}] {} skipped: {why}", c.label());
-                        skip.push(c);
-                        res.skipped.push((c, why));
-                    }
-                }
+                let r = ctx.run_one(c, mode, false)?;
+                eprintln!(
+                    "[{done:>2}/{total}] {:>4.0}s  {:<9} {:<36} #{}: {}",
+                    t0.elapsed().as_secs_f64(),
+                    mode.name(),
+                    c.label(),
+                    rep + 1,
+                    summary(&r, s.pods, s.clk_tck)
+                );
+                res.syncs.push(r);
             }
         }
     }
     for rep in 0..s.update_reps {
         for c in REAL_CLIENTS {
             done += 1;
-            if skip.contains(&c) {
-                continue;
-            }
-            if let Outcome::Ran(r) = ctx.run_one(c, Mode::Paged, true)? {
-                let l = lag_stats(&r.lags_us);
-                eprintln!(
-                    "[{done:>2}/{total}] {:>4.0}s  updates   {:<36} #{}: seen {}/{} lag p50 {:.1} ms p99 {:.1} ms",
-                    t0.elapsed().as_secs_f64(),
-                    c.label(),
-                    rep + 1,
-                    r.lags_us.len(),
-                    r.updates_sent,
-                    l.p50_ms,
-                    l.p99_ms
-                );
-                res.updates.push(*r);
-            }
+            let r = ctx.run_one(c, Mode::Paged, true)?;
+            let l = lag_stats(&r.lags_us);
+            eprintln!(
+                "[{done:>2}/{total}] {:>4.0}s  updates   {:<36} #{}: seen {}/{} lag p50 {:.1} ms p99 {:.1} ms",
+                t0.elapsed().as_secs_f64(),
+                c.label(),
+                rep + 1,
+                r.lags_us.len(),
+                r.updates_sent,
+                l.p50_ms,
+                l.p99_ms
+            );
+            res.updates.push(r);
         }
     }
     drop(cp);
@@ -500,11 +482,6 @@ pub fn clk_tck() -> f64 {
         .unwrap_or(100.0)
 }
 
-enum Outcome {
-    Ran(Box<SyncRun>),
-    Unsupported(String),
-}
-
 struct RunCtx<'a> {
     bins: &'a Bins,
     kubeconfig: &'a Path,
@@ -515,13 +492,9 @@ struct RunCtx<'a> {
     out: &'a Path,
 }
 
-/// The exit code of `kcache-client --wire-format auto` in a build without
-/// the reflector's protobuf.
-const UNSUPPORTED_EXIT: i32 = 3;
-
 impl RunCtx<'_> {
     /// One client run: sync (and the update load when `updates`).
-    fn run_one(&self, c: RealClient, mode: Mode, updates: bool) -> anyhow::Result<Outcome> {
+    fn run_one(&self, c: RealClient, mode: Mode, updates: bool) -> anyhow::Result<SyncRun> {
         let s = self.s;
         let timeout = Duration::from_secs(if s.quick { 180 } else { 900 });
         let mut cmd = c.command(self.bins, mode);
@@ -567,9 +540,6 @@ impl RunCtx<'_> {
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                     Err(mpsc::RecvTimeoutError::Disconnected) => {
                         let status = child.wait()?;
-                        if status.code() == Some(UNSUPPORTED_EXIT) {
-                            bail!("unsupported");
-                        }
                         bail!(
                             "{} exited ({status}) before its '{name}' line; stderr in {}",
                             c.label(),
@@ -588,16 +558,7 @@ impl RunCtx<'_> {
                 }
             }
         };
-        let synced = match wait_phase("synced", &mut child) {
-            Ok(p) => p,
-            Err(e) if e.to_string() == "unsupported" => {
-                let _ = reader.join();
-                return Ok(Outcome::Unsupported(
-                    "kcache-client --wire-format auto: the reflector's protobuf is not in this build (branch i16-protobuf)".into(),
-                ));
-            }
-            Err(e) => return Err(e),
-        };
+        let synced = wait_phase("synced", &mut child)?;
         let window = t0.elapsed().as_secs_f64();
         let (api1, etcd1) = self.probe.ticks();
         let rx_bytes = socket_bytes_received(child.id());
@@ -669,7 +630,7 @@ impl RunCtx<'_> {
         } else {
             Vec::new()
         };
-        Ok(Outcome::Ran(Box::new(SyncRun {
+        Ok(SyncRun {
             client: c,
             mode,
             synced,
@@ -681,7 +642,7 @@ impl RunCtx<'_> {
             audit,
             lags_us,
             updates_sent,
-        })))
+        })
     }
 }
 
@@ -907,11 +868,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
                     );
                 }
                 None => {
-                    let why = res.skipped.iter().find(|(k, _)| *k == c).map_or(
-                        "not run",
-                        |_| "not run: waiting for the reflector's protobuf",
-                    );
-                    let _ = writeln!(t, "| {m}: {} | {why} | | | | | | |", c.label());
+                    let _ = writeln!(t, "| {m}: {} | not run | | | | | | |", c.label());
                 }
             }
         }
@@ -1103,7 +1060,7 @@ mod tests {
     }
 
     #[test]
-    fn real_table_renders_rows_ratios_and_skipped_clients() {
+    fn real_table_renders_rows_ratios_and_clients_not_run() {
         let s = settings();
         let mut res = RealResults {
             load: serde_json::json!({"avg_pod_json_bytes": 11500}),
@@ -1117,8 +1074,6 @@ mod tests {
             res.syncs
                 .push(run(RealClient::KubeRuntime, mode, 1.0, 40, 409600));
         }
-        res.skipped
-            .push((RealClient::KcacheProtobuf, "not in this build".into()));
         let mut u = run(RealClient::KcacheJson, Mode::Paged, 0.5, 10, 102400);
         u.updates_sent = 4;
         u.lags_us = vec![1000, 2000, 3000, 50_000];
@@ -1136,9 +1091,7 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains(
-                "| paged list: kcache (protobuf) | not run: waiting for the reflector's protobuf |"
-            ),
+            md.contains("| paged list: kcache (protobuf) | not run |"),
             "{md}"
         );
         // kcache JSON against client-go: half the rate, half the RSS and CPU
