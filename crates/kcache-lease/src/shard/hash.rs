@@ -10,6 +10,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use kcache_core::ShardSlots;
+
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
@@ -113,6 +115,74 @@ impl View {
     /// Whether `member` owns `key` in this view.
     pub fn owned_by(&self, key: &str, member: &str) -> bool {
         self.owner(key) == Some(member)
+    }
+}
+
+/// A key's point in the 64-bit hash space of the apiserver's shard
+/// selectors (`None`: unknown, e.g. not cached).
+pub type KeyPoint = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
+
+/// How a view assigns keys to members.
+#[derive(Clone, Default)]
+pub enum Placement {
+    /// Rendezvous hashing of the key itself ([`View::owner`]).
+    #[default]
+    Keys,
+    /// The hash space is cut into `slots` equal slots, each slot owned by
+    /// the member that rendezvous hashing gives it ([`View::slot_owner`]);
+    /// a key belongs to the owner of the slot of its `point` (the same
+    /// FNV-1a hash the apiserver's shard selector uses), so that a
+    /// member's slots, as a shard selector, select exactly its keys. A
+    /// key without a point belongs to nobody.
+    Slots {
+        /// The slots.
+        slots: ShardSlots,
+        /// A key's hash.
+        point: KeyPoint,
+    },
+}
+
+impl fmt::Debug for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Placement::Keys => f.write_str("Keys"),
+            Placement::Slots { slots, .. } => f
+                .debug_struct("Slots")
+                .field("slots", &slots.count())
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl Placement {
+    /// Whether `member` owns `key` in `view`.
+    pub fn owned_by(&self, view: &View, key: &str, member: &str) -> bool {
+        match self {
+            Placement::Keys => view.owned_by(key, member),
+            Placement::Slots { slots, point } => {
+                point(key).is_some_and(|p| view.slot_owner(slots.slot_of(p)) == Some(member))
+            }
+        }
+    }
+}
+
+fn slot_key(slot: usize) -> String {
+    format!("kcache-slot/{slot}")
+}
+
+impl View {
+    /// The member that owns hash slot `slot` (rendezvous hashing of the
+    /// slot's index: a join moves about 1/(N+1) of the slots, all to the
+    /// newcomer; a leave moves only the leaver's).
+    pub fn slot_owner(&self, slot: usize) -> Option<&str> {
+        self.owner(&slot_key(slot))
+    }
+
+    /// The slots `member` owns, ascending.
+    pub fn slots_of(&self, member: &str, slots: ShardSlots) -> Vec<usize> {
+        (0..slots.count())
+            .filter(|s| self.slot_owner(*s) == Some(member))
+            .collect()
     }
 }
 
