@@ -371,3 +371,104 @@ where
         next
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Config, Controller, ControllerError};
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+    use kcache_lease::shard::ShardConfig;
+    use kcache_lease::testing::InMemoryMembershipStore;
+
+    fn factory() -> SharedInformerFactory {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        SharedInformerFactory::new(kube::Client::try_from(config).unwrap())
+    }
+
+    async fn run_err<K>(c: Controller<K>) -> ControllerError
+    where
+        K: Resource + serde::de::DeserializeOwned + Send + Sync + 'static,
+        K::DynamicType: Clone + Send + Sync + 'static,
+    {
+        let noop = |_req: crate::Request<K>, _ctx: Arc<()>| async {
+            Ok::<_, std::io::Error>(crate::Action::await_change())
+        };
+        c.run(noop, Arc::new(())).await.expect_err("rejected")
+    }
+
+    fn shard() -> (ShardConfig, InMemoryMembershipStore) {
+        (ShardConfig::new("g", "a"), InMemoryMembershipStore::new())
+    }
+
+    #[tokio::test]
+    async fn a_field_that_cannot_keep_relations_together_is_rejected_with_the_reason() {
+        let f = factory();
+        let (cfg, store) = shard();
+        let e = run_err(
+            Controller::<ConfigMap>::new(&f, Config::default())
+                .owns::<Secret>()
+                .sharded(cfg, store)
+                .shard_informers(ShardField::Uid),
+        )
+        .await;
+        assert!(
+            matches!(
+                e,
+                ControllerError::ShardField {
+                    field: ShardField::Uid,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("shard on metadata.namespace"), "{e}");
+
+        let (cfg, store) = shard();
+        let e = run_err(
+            Controller::<Namespace>::new(&f, Config::default())
+                .sharded(cfg, store)
+                .shard_informers(ShardField::Namespace),
+        )
+        .await;
+        assert!(e.to_string().contains("cluster-scoped"), "{e}");
+
+        let e = run_err(
+            Controller::<ConfigMap>::new(&f, Config::default())
+                .shard_informers(ShardField::Namespace),
+        )
+        .await;
+        assert!(e.to_string().contains("call `sharded` too"), "{e}");
+
+        let (cfg, store) = shard();
+        let e = run_err(
+            Controller::<ConfigMap>::for_informer(
+                &f,
+                f.informer::<ConfigMap>(),
+                &(),
+                Config::default(),
+            )
+            .sharded(cfg, store)
+            .shard_informers(ShardField::Uid),
+        )
+        .await;
+        assert!(e.to_string().contains("Controller::new"), "{e}");
+    }
+
+    #[test]
+    fn a_members_selector_is_its_slots() {
+        let view = View::new(["a", "b", "c"]);
+        let mut total = 0.0;
+        for m in ["a", "b", "c"] {
+            let s = selector_of(&view, m, ShardField::Namespace).unwrap();
+            assert_eq!(s.field(), ShardField::Namespace);
+            total += s.fraction();
+            for slot in view.slots_of(m, slots()) {
+                let start = slots().range(slot).unwrap().start();
+                assert!(s.contains(start));
+            }
+        }
+        assert!((total - 1.0).abs() < 1e-9, "{total}");
+        assert_eq!(key_namespace("ns/a"), "ns");
+        assert_eq!(key_namespace("a"), "");
+    }
+}

@@ -215,6 +215,51 @@ mod tests {
     }
 
     #[test]
+    fn slots_partition_the_space_and_move_only_to_a_newcomer() {
+        let slots = ShardSlots::new(128).unwrap();
+        for n in [1usize, 2, 3, 4, 9] {
+            let members: Vec<String> = (0..n).map(|i| format!("r{i}")).collect();
+            let before = View::new(members.clone());
+            let after = View::new(members.iter().cloned().chain(["new".to_owned()]));
+            // every slot has exactly one owner, in both views
+            let mut all: Vec<usize> = members
+                .iter()
+                .flat_map(|m| before.slots_of(m, slots))
+                .collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..128).collect::<Vec<_>>(), "{n} members");
+            let mut moved = 0;
+            for s in 0..128 {
+                let (b, a) = (before.slot_owner(s).unwrap(), after.slot_owner(s).unwrap());
+                if a != b {
+                    assert_eq!(a, "new", "slot {s} moved between old members");
+                    moved += 1;
+                }
+            }
+            let frac = moved as f64 / 128.0;
+            let fair = 1.0 / (n as f64 + 1.0);
+            assert!((frac - fair).abs() < 0.12, "{n} -> {}: {frac} moved", n + 1);
+        }
+        // a key's owner is its point's slot's owner
+        let view = View::new(["a", "b", "c"]);
+        let point: KeyPoint = Arc::new(|k: &str| k.parse::<u64>().ok());
+        let placement = Placement::Slots { slots, point };
+        for p in [0u64, 1 << 60, u64::MAX, 0x8000_0000_0000_0000] {
+            let owner = view.slot_owner(slots.slot_of(p)).unwrap();
+            assert!(placement.owned_by(&view, &p.to_string(), owner));
+            for m in ["a", "b", "c"].iter().filter(|m| **m != owner) {
+                assert!(!placement.owned_by(&view, &p.to_string(), m));
+            }
+        }
+        // no point, no owner
+        assert!(
+            ["a", "b", "c"]
+                .iter()
+                .all(|m| !placement.owned_by(&view, "x", m))
+        );
+    }
+
+    #[test]
     fn keys_spread_evenly() {
         for n in [2usize, 3, 5, 10] {
             let members: Vec<String> = (0..n).map(|i| format!("replica-{i}")).collect();
