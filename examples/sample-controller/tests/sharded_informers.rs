@@ -386,6 +386,8 @@ struct Log {
     violations: Mutex<Vec<String>>,
     /// reconciles that saw no object (the delete path)
     deleted: Mutex<Vec<String>>,
+    /// reconciles that ran while the replica did not cache their range
+    uncached: Mutex<Vec<String>>,
     /// (start, end, replica, key)
     spans: Mutex<Vec<(Instant, Option<Instant>, String, String)>>,
 }
@@ -478,7 +480,33 @@ fn recording(
             if req.object.is_none() {
                 log.deleted.lock().push(format!("{id}: {}", req.key));
             }
-            inner(req, ctx).await
+            // the replica's caches hold the key's range for the whole
+            // reconcile (checked at both ends)
+            let cached = |ctx: &Context| {
+                ctx.handle
+                    .shard_selector()
+                    .is_some_and(|s| s.contains(shard_hash(ns_of(&req.key).as_bytes())))
+            };
+            if !cached(&ctx) {
+                log.uncached
+                    .lock()
+                    .push(format!("{id}: {} started", req.key));
+            }
+            // a tenth of the Foos reconcile slowly: a handover then has
+            // to wait for them
+            if req.key.ends_with("foo-000") {
+                tokio::time::sleep(Duration::from_millis(1500)).await;
+            }
+            let key = req.key.clone();
+            let r = inner(req, ctx.clone()).await;
+            if !ctx
+                .handle
+                .shard_selector()
+                .is_some_and(|s| s.contains(shard_hash(ns_of(&key).as_bytes())))
+            {
+                log.uncached.lock().push(format!("{id}: {key} ended"));
+            }
+            r
         })
     }
 }
@@ -573,6 +601,11 @@ async fn sharded_ranges_hand_over_without_double_reconcile() {
 
     assert_eq!(log.violations.lock().clone(), Vec::<String>::new());
     assert_eq!(log.overlaps(), Vec::<String>::new());
+    assert_eq!(
+        log.uncached.lock().clone(),
+        Vec::<String>::new(),
+        "reconciled while the key's range was not cached"
+    );
     assert_eq!(
         log.deleted.lock().clone(),
         Vec::<String>::new(),
