@@ -170,7 +170,7 @@ where
     R: Reconciler<Foo, Context>,
 {
     let (client, bytes) = counting_client(kube_config)?;
-    let mut fb = SharedInformerFactory::builder(client.clone());
+    let mut fb = SharedInformerFactory::builder(client.clone()).strip_managed_fields(true);
     if let Some(ns) = &config.namespace {
         fb = fb.namespace(ns);
     }
