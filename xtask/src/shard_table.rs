@@ -271,14 +271,14 @@ pub fn run(args: ShardTableArgs) -> anyhow::Result<()> {
             futures::stream::iter(keys.iter())
                 .map(|(ns, name)| {
                     let api: Api<Foo> = Api::namespaced(client.clone(), ns);
-                    let foo = Foo::new(
+                    let object = Foo::new(
                         name,
                         FooSpec {
                             deployment_name: format!("{name}-deploy"),
                             replicas: Some(1),
                         },
                     );
-                    async move { api.create(&PostParams::default(), &foo).await }
+                    async move { api.create(&PostParams::default(), &object).await }
                 })
                 .buffer_unordered(32)
                 .try_collect::<Vec<_>>()

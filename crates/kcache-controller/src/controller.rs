@@ -30,7 +30,7 @@ use crate::run_mode::{RunMode, shard_metrics};
 use crate::server::Health;
 #[cfg(feature = "prometheus")]
 use crate::server::MetricsServer;
-use crate::shard_informers::{Caches, Follower, PrimaryOf};
+use crate::shard_informers::{AttachAll, Caches, Follower, PrimaryOf};
 use crate::source::{
     Enqueuer, Mapper, OwnedHandler, PrimaryHandler, SourceFn, SourceHandle, WatchHandler,
     source_handle,
@@ -941,17 +941,15 @@ where
             cleanup.run(Vec::new(), &self.queue).await;
             return Err(e);
         }
-        let attach: Option<Arc<dyn Fn(&[SourceHandle]) + Send + Sync>> =
-            self.metrics.as_ref().and_then(|m| {
-                let informer = m.informer_provider()?;
-                let reflector = m.reflector_provider();
-                Some(Arc::new(move |handles: &[SourceHandle]| {
-                    for h in handles {
-                        (h.attach_metrics)(informer.clone(), reflector.clone());
-                    }
-                })
-                    as Arc<dyn Fn(&[SourceHandle]) + Send + Sync>)
-            });
+        let attach: Option<AttachAll> = self.metrics.as_ref().and_then(|m| {
+            let informer = m.informer_provider()?;
+            let reflector = m.reflector_provider();
+            Some(Arc::new(move |handles: &[SourceHandle]| {
+                for h in handles {
+                    (h.attach_metrics)(informer.clone(), reflector.clone());
+                }
+            }) as Arc<dyn Fn(&[SourceHandle]) + Send + Sync>)
+        });
         let health = self.handle.health.clone();
         let follower = Follower {
             name: self.name.clone(),

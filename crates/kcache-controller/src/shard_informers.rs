@@ -156,6 +156,9 @@ pub(crate) fn selector_of(view: &View, member: &str, field: ShardField) -> Optio
     slots().selector(field, mine).ok()
 }
 
+/// Gives a set's informers the controller's metrics providers.
+pub(crate) type AttachAll = Arc<dyn Fn(&[SourceHandle]) + Send + Sync>;
+
 /// Builds the primary informer of a sharded factory.
 pub(crate) type PrimaryOf<K> =
     Arc<dyn Fn(&SharedInformerFactory) -> SharedIndexInformer<K> + Send + Sync>;
@@ -203,7 +206,7 @@ pub(crate) struct Follower<K: Resource> {
     /// The controller handle's factory (what `ControllerHandle::informer`
     /// reads).
     pub(crate) handle_factory: Arc<RwLock<SharedInformerFactory>>,
-    pub(crate) attach: Option<Arc<dyn Fn(&[SourceHandle]) + Send + Sync>>,
+    pub(crate) attach: Option<AttachAll>,
     /// Called once the first set is live.
     pub(crate) on_first_sync: Box<dyn Fn() + Send + Sync>,
 }

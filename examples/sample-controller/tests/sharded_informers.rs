@@ -379,6 +379,9 @@ async fn server_side_sharded_replicas_each_cache_only_their_share() {
     eprintln!("test took {:?}", started.elapsed());
 }
 
+/// (start, end, replica, key) of a reconcile.
+type Span = (Instant, Option<Instant>, String, String);
+
 #[derive(Default)]
 struct Log {
     /// key -> replicas reconciling it now
@@ -389,7 +392,7 @@ struct Log {
     /// reconciles that ran while the replica did not cache their range
     uncached: Mutex<Vec<String>>,
     /// (start, end, replica, key)
-    spans: Mutex<Vec<(Instant, Option<Instant>, String, String)>>,
+    spans: Mutex<Vec<Span>>,
 }
 
 impl Log {
