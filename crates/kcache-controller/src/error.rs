@@ -25,6 +25,15 @@ pub enum ControllerError {
     /// workers were stopped.
     #[error("sharding: {0}")]
     Shard(#[from] kcache_lease::ShardError),
+    /// [`Controller::shard_informers`](crate::Controller::shard_informers)
+    /// was asked for a configuration its shard field cannot serve.
+    #[error("cannot shard the informers on {field}: {reason}")]
+    ShardField {
+        /// The field asked for.
+        field: kcache_core::ShardField,
+        /// Why, and what to do instead.
+        reason: &'static str,
+    },
     /// The caches did not sync in time (see
     /// [`Config::cache_sync_timeout`](crate::Config::cache_sync_timeout)).
     #[error(

@@ -127,7 +127,7 @@ use coordinator::Coordinator;
 use crate::timings::{LeaseTimings, LeaseTimingsError};
 use kcache_core::metrics::{CounterMetric, SettableGaugeMetric};
 
-pub use hash::View;
+pub use hash::{KeyPoint, Placement, View};
 pub use store::{
     ACK_ANNOTATION, GROUP_LABEL, INSTANCE_ANNOTATION, KubeMembershipStore, MemberRecord,
     MembershipStore, ShardStoreError, StoredMember,
@@ -302,8 +302,10 @@ struct Gate {
 }
 
 impl Gate {
-    fn allows(&self, key: &str) -> bool {
-        self.blockers.iter().all(|(id, v)| !v.owned_by(key, id))
+    fn allows(&self, placement: &Placement, key: &str) -> bool {
+        self.blockers
+            .iter()
+            .all(|(id, v)| !placement.owned_by(v, key, id))
     }
 }
 
@@ -315,8 +317,9 @@ struct Frozen {
 }
 
 impl Frozen {
-    fn allows(&self, key: &str, me: &str) -> bool {
-        self.views.iter().all(|v| v.owned_by(key, me)) && self.gate.allows(key)
+    fn allows(&self, placement: &Placement, key: &str, me: &str) -> bool {
+        self.views.iter().all(|v| placement.owned_by(v, key, me))
+            && self.gate.allows(placement, key)
     }
 }
 
@@ -338,6 +341,8 @@ struct Pred {
     active: bool,
     /// Renewals must succeed before this instant.
     deadline: Option<Instant>,
+    /// How views assign keys.
+    placement: Placement,
 }
 
 impl Pred {
@@ -346,15 +351,22 @@ impl Pred {
             return false;
         }
         let me = &*self.me;
-        if !self.acked.owned_by(key, me) || !self.uncertain.iter().all(|v| v.owned_by(key, me)) {
+        let pl = &self.placement;
+        if !pl.owned_by(&self.acked, key, me)
+            || !self.uncertain.iter().all(|v| pl.owned_by(v, key, me))
+        {
             return false;
         }
-        if self.pending.as_ref().is_some_and(|p| !p.owned_by(key, me)) {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| !pl.owned_by(p, key, me))
+        {
             return false;
         }
         match &self.gate {
-            Some(g) => g.allows(key),
-            None => self.carry.as_ref().is_some_and(|c| c.allows(key, me)),
+            Some(g) => g.allows(pl, key),
+            None => self.carry.as_ref().is_some_and(|c| c.allows(pl, key, me)),
         }
     }
 }
@@ -512,6 +524,7 @@ impl Shard {
                         carry: None,
                         active: false,
                         deadline: None,
+                        placement: Placement::Keys,
                     },
                     inflight: HashMap::new(),
                 }),
@@ -529,6 +542,25 @@ impl Shard {
     /// The name of this replica's membership Lease.
     pub fn lease_name(&self) -> &str {
         &self.inner.lease_name
+    }
+
+    /// Sets how views assign keys to members (default
+    /// [`Placement::Keys`]); set it before [`run`](Self::run). A
+    /// controller that shards its informers uses [`Placement::Slots`].
+    pub fn set_placement(&self, placement: Placement) {
+        self.inner.state.lock().pred.placement = placement;
+    }
+
+    /// How views assign keys to members.
+    pub fn placement(&self) -> Placement {
+        self.inner.state.lock().pred.placement.clone()
+    }
+
+    /// Whether `member` owns `key` in `view` under this replica's
+    /// placement.
+    pub fn owned_in(&self, view: &View, key: &str, member: &str) -> bool {
+        let placement = self.placement();
+        placement.owned_by(view, key, member)
     }
 
     /// Whether this replica may work `key` now.
