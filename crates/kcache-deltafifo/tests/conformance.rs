@@ -83,8 +83,9 @@ fn replace_makes_deletions_for_objects_only_in_queue<F: Fifo>() {
     // the DeltaFifo's relist delta without / with emit_delta_type_replaced;
     // the RealFifo always emits Replaced
     let relisted = |emit: bool| F::pick(if emit { Replaced } else { Sync }, Replaced);
-    type Ops<F> = fn(&F, &Obj, &Obj);
-    let table: Vec<(&str, bool, Ops<F>, Vec<Delta<Value>>)> = vec![
+    /// name, emit_delta_type_replaced, the writes (given obj and obj_v2), the deltas popped
+    type Case<F> = (&'static str, bool, fn(&F, &Obj, &Obj), Vec<Delta<Value>>);
+    let table: Vec<Case<F>> = vec![
         (
             "added object deleted on replace",
             false,
