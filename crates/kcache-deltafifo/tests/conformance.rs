@@ -77,53 +77,51 @@ fn replace_with_delete_delta_in<F: Fifo>() {
     );
 }
 
+/// A write in a scenario of `replace_makes_deletions_for_objects_only_in_queue`.
+#[derive(Clone, Copy)]
+enum Step {
+    /// `add(foo=2)`
+    Add,
+    /// `add(foo=3)`
+    AddV2,
+    /// `delete(foo=2)`
+    Delete,
+    /// `replace([foo=2])`
+    Relist,
+    /// `replace([])`
+    RelistEmpty,
+}
+
 fn replace_makes_deletions_for_objects_only_in_queue<F: Fifo>() {
+    use Step::*;
     let obj = mk("foo", 2);
     let obj_v2 = mk("foo", 3);
     // the DeltaFifo's relist delta without / with emit_delta_type_replaced;
     // the RealFifo always emits Replaced
     let relisted = |emit: bool| F::pick(if emit { Replaced } else { Sync }, Replaced);
-    /// name, emit_delta_type_replaced, the writes (given obj and obj_v2), the deltas popped
-    type Case<F> = (&'static str, bool, fn(&F, &Obj, &Obj), Vec<Delta<Value>>);
-    let table: Vec<Case<F>> = vec![
+    let table: Vec<(&str, bool, &[Step], Vec<Delta<Value>>)> = vec![
         (
             "added object deleted on replace",
             false,
-            |f, o, _| {
-                f.add(o.clone()).unwrap();
-                f.replace(vec![], "0").unwrap();
-            },
+            &[Add, RelistEmpty],
             vec![d(Added, &obj), tomb("foo", &obj)],
         ),
         (
             "replaced object has a single delete",
             true,
-            |f, o, _| {
-                f.add(o.clone()).unwrap();
-                f.replace(vec![o.clone()], "0").unwrap();
-                f.replace(vec![], "0").unwrap();
-            },
+            &[Add, Relist, RelistEmpty],
             vec![d(Added, &obj), d(relisted(true), &obj), tomb("foo", &obj)],
         ),
         (
             "deleted object has a single delete",
             false,
-            |f, o, _| {
-                f.add(o.clone()).unwrap();
-                f.delete(o.clone()).unwrap();
-                f.replace(vec![], "0").unwrap();
-            },
+            &[Add, Delete, RelistEmpty],
             vec![d(Added, &obj), d(Deleted, &obj)],
         ),
         (
             "synced objects have a single delete",
             false,
-            |f, o, _| {
-                f.add(o.clone()).unwrap();
-                f.replace(vec![o.clone()], "0").unwrap();
-                f.replace(vec![o.clone()], "0").unwrap();
-                f.replace(vec![], "0").unwrap();
-            },
+            &[Add, Relist, Relist, RelistEmpty],
             vec![
                 d(Added, &obj),
                 d(relisted(false), &obj),
@@ -134,22 +132,13 @@ fn replace_makes_deletions_for_objects_only_in_queue<F: Fifo>() {
         (
             "added object has a single delete on multiple replaces",
             false,
-            |f, o, _| {
-                f.add(o.clone()).unwrap();
-                f.replace(vec![], "0").unwrap();
-                f.replace(vec![], "1").unwrap();
-            },
+            &[Add, RelistEmpty, RelistEmpty],
             vec![d(Added, &obj), tomb("foo", &obj)],
         ),
         (
             "added, deleted and added object is deleted",
             false,
-            |f, o, o2| {
-                f.add(o.clone()).unwrap();
-                f.delete(o.clone()).unwrap();
-                f.add(o2.clone()).unwrap();
-                f.replace(vec![], "0").unwrap();
-            },
+            &[Add, Delete, AddV2, RelistEmpty],
             vec![
                 d(Added, &obj),
                 d(Deleted, &obj),
@@ -158,10 +147,20 @@ fn replace_makes_deletions_for_objects_only_in_queue<F: Fifo>() {
             ],
         ),
     ];
-    for (name, emit_replaced, ops, expected) in table {
+    for (name, emit_replaced, steps, expected) in table {
         for known in [Some(vec![]), None] {
             let f = F::with(opts(known.clone()).emit_delta_type_replaced(emit_replaced));
-            ops(&f, &obj, &obj_v2);
+            for (i, step) in steps.iter().enumerate() {
+                let rv = i.to_string();
+                match step {
+                    Add => f.add(obj.clone()),
+                    AddV2 => f.add(obj_v2.clone()),
+                    Delete => f.delete(obj.clone()),
+                    Relist => f.replace(vec![obj.clone()], &rv),
+                    RelistEmpty => f.replace(vec![], &rv),
+                }
+                .unwrap();
+            }
             assert_eq!(
                 drain(&f),
                 F::pick(vec![expected.clone()], each(expected.clone())),
