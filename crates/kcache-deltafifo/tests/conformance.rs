@@ -99,7 +99,9 @@ fn replace_makes_deletions_for_objects_only_in_queue<F: Fifo>() {
     // the DeltaFifo's relist delta without / with emit_delta_type_replaced;
     // the RealFifo always emits Replaced
     let relisted = |emit: bool| F::pick(if emit { Replaced } else { Sync }, Replaced);
-    let table: Vec<(&str, bool, &[Step], Vec<Delta<Value>>)> = vec![
+    /// name, emit_delta_type_replaced, the writes, the deltas popped
+    type Case = (&'static str, bool, &'static [Step], Vec<Delta<Value>>);
+    let table: Vec<Case> = vec![
         (
             "added object deleted on replace",
             false,
