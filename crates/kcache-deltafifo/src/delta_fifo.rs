@@ -7,7 +7,7 @@ use kcache_core::{CachedObject, DeletedFinalStateUnknown, ObjectOrTombstone, Sto
 use parking_lot::Mutex;
 
 use crate::delta::{Delta, DeltaType, Deltas, FifoOptions, PopError};
-use crate::shared::{Bookkeeping, Core, impl_store_and_queue, log_if_slow};
+use crate::shared::{Bookkeeping, Core, impl_common, log_if_slow};
 
 struct State<K> {
     items: HashMap<String, Vec<Delta<K>>>,
@@ -331,27 +331,6 @@ impl<K> DeltaFifo<K> {
             .await
     }
 
-    /// Whether the initial list has been fully popped (see the type docs).
-    pub fn has_synced(&self) -> bool {
-        self.state.lock().book.synced
-    }
-
-    /// Waits until [`has_synced`](Self::has_synced) is true.
-    pub async fn wait_synced(&self) {
-        self.core.wait_synced(|| self.has_synced()).await
-    }
-
-    /// Closes the queue and wakes every waiting pop.
-    pub fn close(&self) {
-        self.state.lock().book.closed = true;
-        self.core.wake_pops();
-    }
-
-    /// Whether the queue was closed.
-    pub fn is_closed(&self) -> bool {
-        self.state.lock().book.closed
-    }
-
     /// Queued keys, in pop order.
     pub fn list_keys(&self) -> Vec<String> {
         self.state.lock().queue.iter().cloned().collect()
@@ -370,14 +349,9 @@ impl<K> DeltaFifo<K> {
     pub fn len(&self) -> usize {
         self.state.lock().queue.len()
     }
-
-    /// Whether no key is queued.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
-impl_store_and_queue!(DeltaFifo);
+impl_common!(DeltaFifo, has_synced: "Whether the initial list has been fully popped (see the type docs).", is_empty: "Whether no key is queued.");
 
 #[cfg(test)]
 mod tests {

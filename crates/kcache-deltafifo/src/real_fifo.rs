@@ -7,7 +7,7 @@ use kcache_core::{CachedObject, DeletedFinalStateUnknown, ObjectOrTombstone, Sto
 use parking_lot::Mutex;
 
 use crate::delta::{Delta, DeltaType, Deltas, FifoOptions, PopError};
-use crate::shared::{Bookkeeping, Core, impl_store_and_queue, log_if_slow};
+use crate::shared::{Bookkeeping, Core, impl_common, log_if_slow};
 
 struct State<K> {
     items: VecDeque<(String, Delta<K>)>,
@@ -234,35 +234,9 @@ impl<K> RealFifo<K> {
             .await
     }
 
-    /// Whether the initial list has been fully popped and processed.
-    pub fn has_synced(&self) -> bool {
-        self.state.lock().book.synced
-    }
-
-    /// Waits until [`has_synced`](Self::has_synced) is true.
-    pub async fn wait_synced(&self) {
-        self.core.wait_synced(|| self.has_synced()).await
-    }
-
-    /// Closes the queue and wakes every waiting pop.
-    pub fn close(&self) {
-        self.state.lock().book.closed = true;
-        self.core.wake_pops();
-    }
-
-    /// Whether the queue was closed.
-    pub fn is_closed(&self) -> bool {
-        self.state.lock().book.closed
-    }
-
     /// Number of queued entries.
     pub fn len(&self) -> usize {
         self.state.lock().items.len()
-    }
-
-    /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Keys of the queued entries, in pop order (a key may repeat).
@@ -276,4 +250,4 @@ impl<K> RealFifo<K> {
     }
 }
 
-impl_store_and_queue!(RealFifo);
+impl_common!(RealFifo, has_synced: "Whether the initial list has been fully popped and processed.", is_empty: "Whether nothing is queued.");

@@ -1,6 +1,7 @@
 //! What the DeltaFIFO and the RealFIFO share: the key function, the known
 //! objects and the transform, the "synced" bookkeeping of the initial list,
-//! the wake-ups of waiting pops, and the `ReflectorStore`/`Queue` impls.
+//! the wake-ups of waiting pops, the synced/close accessors and the
+//! `ReflectorStore`/`Queue` impls.
 //! Each queue keeps its own item storage and its own pop/replace rules.
 
 use std::pin::pin;
@@ -182,10 +183,40 @@ pub(crate) fn log_if_slow(queue: &str, key: &str, depth: usize, started: Instant
     }
 }
 
-/// `ReflectorStore` and `Queue` for a FIFO type, delegating to its
-/// inherent methods of the same names.
-macro_rules! impl_store_and_queue {
-    ($fifo:ident) => {
+/// For a FIFO type (with `state.book: Bookkeeping`, `core: Core` and
+/// `len`): the inherent `has_synced`, `wait_synced`, `close`, `is_closed`
+/// and `is_empty` (docs of the first and last given), and `ReflectorStore`
+/// and `Queue` delegating to the inherent methods of the same names.
+macro_rules! impl_common {
+    ($fifo:ident, has_synced: $synced_doc:literal, is_empty: $empty_doc:literal) => {
+        impl<K> $fifo<K> {
+            #[doc = $synced_doc]
+            pub fn has_synced(&self) -> bool {
+                self.state.lock().book.synced
+            }
+
+            /// Waits until [`has_synced`](Self::has_synced) is true.
+            pub async fn wait_synced(&self) {
+                self.core.wait_synced(|| self.has_synced()).await
+            }
+
+            /// Closes the queue and wakes every waiting pop.
+            pub fn close(&self) {
+                self.state.lock().book.closed = true;
+                self.core.wake_pops();
+            }
+
+            /// Whether the queue was closed.
+            pub fn is_closed(&self) -> bool {
+                self.state.lock().book.closed
+            }
+
+            #[doc = $empty_doc]
+            pub fn is_empty(&self) -> bool {
+                self.len() == 0
+            }
+        }
+
         impl<K: 'static> kcache_core::ReflectorStore<K> for $fifo<K> {
             fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
                 $fifo::add(self, obj)
@@ -234,4 +265,4 @@ macro_rules! impl_store_and_queue {
         }
     };
 }
-pub(crate) use impl_store_and_queue;
+pub(crate) use impl_common;
