@@ -200,14 +200,6 @@ fn enqueueing_with_lister<F: Fifo>() {
     assert!(f.is_empty());
 }
 
-/// A resync does not re-deliver a key whose deletion is queued.
-fn resync_non_existing<F: Fifo>() {
-    let f = new_fifo::<F>(Some(vec![mk("foo", 5)]));
-    f.delete(mk("foo", 10)).unwrap();
-    f.resync().unwrap();
-    assert_eq!(drain(&f), vec![vec![d(Deleted, &mk("foo", 10))]]);
-}
-
 fn resync<F: Fifo>() {
     let f = new_fifo::<F>(Some(vec![mk("foo", 5)]));
     f.resync().unwrap();
@@ -218,13 +210,18 @@ fn resync<F: Fifo>() {
     assert!(f.is_empty());
 }
 
-/// A resync skips a known key with a queued update.
-fn update_resync_race<F: Fifo>() {
-    let f = new_fifo::<F>(Some(vec![mk("foo", 5)]));
-    f.update(mk("foo", 6)).unwrap();
-    f.resync().unwrap();
-    assert_eq!(drain(&f), vec![vec![d(Updated, &mk("foo", 6))]]);
-    assert!(f.is_empty());
+/// A resync does not re-deliver a known key with a queued deletion
+/// (client-go's ResyncNonExisting) or a queued update (UpdateResyncRace).
+fn resync_skips_a_key_with_a_queued_write<F: Fifo>() {
+    type Write<F> = fn(&F, Obj) -> Result<(), StoreError>;
+    let writes: [(Write<F>, _); 2] = [(F::delete, Deleted), (F::update, Updated)];
+    for (write, kind) in writes {
+        let f = new_fifo::<F>(Some(vec![mk("foo", 5)]));
+        write(&f, mk("foo", 10)).unwrap();
+        f.resync().unwrap();
+        assert_eq!(drain(&f), vec![vec![d(kind, &mk("foo", 10))]], "{kind}");
+        assert!(f.is_empty());
+    }
 }
 
 /// A resync skips keys with something queued and its `Sync` deltas are not
@@ -637,9 +634,8 @@ conformance! {
         replace_makes_deletions_for_objects_only_in_queue
         enqueueing_no_lister
         enqueueing_with_lister
-        resync_non_existing
         resync
-        update_resync_race
+        resync_skips_a_key_with_a_queued_write
         resync_skips_queued_keys_and_is_not_transformed
         replace_makes_deletions
         transformer_once_per_object_never_on_tombstones
