@@ -242,57 +242,59 @@ fn resync_skips_queued_keys_and_is_not_transformed<F: Fifo>() {
     );
 }
 
+/// `replace([foo=5])` after some writes, with foo=5, bar=6, baz=7 known
+/// (or nothing known): tombstones for what is queued or known but not
+/// listed.
 fn replace_makes_deletions<F: Fifo>() {
-    // A pre-existing Delete.
-    let f = new_fifo::<F>(known3());
-    f.delete(mk("baz", 10)).unwrap();
-    f.replace(vec![mk("foo", 5)], "0").unwrap();
-    assert_eq!(
-        drain(&f),
-        F::pick(
+    /// what the case is, the known objects, the writes before the replace,
+    /// the pops of the DeltaFifo, the events of the RealFifo
+    type Case<F> = (
+        &'static str,
+        Option<Vec<Obj>>,
+        fn(&F),
+        Vec<Vec<Delta<Value>>>,
+        Vec<Delta<Value>>,
+    );
+    let cases: Vec<Case<F>> = vec![
+        (
+            "a pre-existing Delete",
+            known3(),
+            |f| f.delete(mk("baz", 10)).unwrap(),
             each(vec![
                 d(Deleted, &mk("baz", 10)),
                 d(Sync, &mk("foo", 5)),
                 tomb("bar", &mk("bar", 6)),
             ]),
-            each(vec![
+            vec![
                 d(Deleted, &mk("baz", 10)),
                 tomb("bar", &mk("bar", 6)),
                 d(Replaced, &mk("foo", 5)),
-            ])
-        )
-    );
-
-    // Starting with an Add instead.
-    let f = new_fifo::<F>(known3());
-    f.add(mk("baz", 10)).unwrap();
-    f.replace(vec![mk("foo", 5)], "0").unwrap();
-    assert_eq!(
-        drain(&f),
-        F::pick(
+            ],
+        ),
+        (
+            "starting with an Add instead",
+            known3(),
+            |f| f.add(mk("baz", 10)).unwrap(),
             vec![
                 vec![d(Added, &mk("baz", 10)), tomb("baz", &mk("baz", 10))],
                 vec![d(Sync, &mk("foo", 5))],
                 vec![tomb("bar", &mk("bar", 6))],
             ],
-            each(vec![
+            vec![
                 d(Added, &mk("baz", 10)),
                 tomb("baz", &mk("baz", 10)),
                 tomb("bar", &mk("bar", 6)),
                 d(Replaced, &mk("foo", 5)),
-            ])
-        )
-    );
-
-    // Deleted and recreated in the queue, then deleted by a Replace: the
-    // tombstone carries the newest queued object.
-    let f = new_fifo::<F>(known3());
-    f.delete(mk("bar", 6)).unwrap();
-    f.add(mk("bar", 100)).unwrap();
-    f.replace(vec![mk("foo", 5)], "0").unwrap();
-    assert_eq!(
-        drain(&f),
-        F::pick(
+            ],
+        ),
+        (
+            // the tombstone carries the newest queued object
+            "deleted and recreated in the queue, then deleted by a Replace",
+            known3(),
+            |f| {
+                f.delete(mk("bar", 6)).unwrap();
+                f.add(mk("bar", 100)).unwrap();
+            },
             vec![
                 vec![
                     d(Deleted, &mk("bar", 6)),
@@ -302,57 +304,56 @@ fn replace_makes_deletions<F: Fifo>() {
                 vec![d(Sync, &mk("foo", 5))],
                 vec![tomb("baz", &mk("baz", 7))],
             ],
-            each(vec![
+            vec![
                 d(Deleted, &mk("bar", 6)),
                 d(Added, &mk("bar", 100)),
                 tomb("bar", &mk("bar", 100)),
                 tomb("baz", &mk("baz", 7)),
                 d(Replaced, &mk("foo", 5)),
-            ])
-        )
-    );
-
-    // Synced first: the delete uses the latest version.
-    let f = new_fifo::<F>(known3());
-    f.replace(vec![mk("bar", 100), mk("foo", 5)], "0").unwrap();
-    f.replace(vec![mk("foo", 5)], "0").unwrap();
-    assert_eq!(
-        drain(&f),
-        F::pick(
+            ],
+        ),
+        (
+            "synced first: the delete uses the latest version",
+            known3(),
+            |f| f.replace(vec![mk("bar", 100), mk("foo", 5)], "0").unwrap(),
             vec![
                 vec![d(Sync, &mk("bar", 100)), tomb("bar", &mk("bar", 100))],
                 vec![d(Sync, &mk("foo", 5)), d(Sync, &mk("foo", 5))],
                 vec![tomb("baz", &mk("baz", 7))],
             ],
-            each(vec![
+            vec![
                 tomb("baz", &mk("baz", 7)),
                 d(Replaced, &mk("bar", 100)),
                 d(Replaced, &mk("foo", 5)),
                 tomb("bar", &mk("bar", 100)),
                 d(Replaced, &mk("foo", 5)),
-            ])
+            ],
+        ),
+    ];
+    let without_known = |known: Option<Vec<Obj>>| -> Case<F> {
+        (
+            "without known objects (or none known)",
+            known,
+            |f| f.add(mk("baz", 10)).unwrap(),
+            vec![
+                vec![d(Added, &mk("baz", 10)), tomb("baz", &mk("baz", 10))],
+                vec![d(Sync, &mk("foo", 5))],
+            ],
+            vec![
+                d(Added, &mk("baz", 10)),
+                tomb("baz", &mk("baz", 10)),
+                d(Replaced, &mk("foo", 5)),
+            ],
         )
-    );
-
-    // Without known objects (or none known).
-    for known in [None, Some(vec![])] {
+    };
+    let cases = cases
+        .into_iter()
+        .chain([without_known(None), without_known(Some(vec![]))]);
+    for (name, known, writes, delta_pops, real_events) in cases {
         let f = new_fifo::<F>(known);
-        f.add(mk("baz", 10)).unwrap();
+        writes(&f);
         f.replace(vec![mk("foo", 5)], "0").unwrap();
-        assert_eq!(
-            drain(&f),
-            F::pick(
-                vec![
-                    vec![d(Added, &mk("baz", 10)), tomb("baz", &mk("baz", 10))],
-                    vec![d(Sync, &mk("foo", 5))],
-                ],
-                each(vec![
-                    d(Added, &mk("baz", 10)),
-                    tomb("baz", &mk("baz", 10)),
-                    d(Replaced, &mk("foo", 5)),
-                ])
-            )
-        );
+        assert_eq!(drain(&f), F::pick(delta_pops, each(real_events)), "{name}");
         assert!(f.is_empty());
     }
 }
