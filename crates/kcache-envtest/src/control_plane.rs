@@ -19,6 +19,7 @@ use crate::binaries::{Binaries, cache_dir};
 use crate::certs::{CertAndKey, CertificateAuthority, service_account_key};
 use crate::error::{EnvtestError, tail};
 use crate::kubeconfig::kubeconfig_yaml;
+use crate::lock;
 use crate::raw_http;
 
 /// The environment variable that points [`ControlPlane::shared`] at an
@@ -1036,11 +1037,6 @@ mod tests {
         }
         fs::remove_dir_all(&root).unwrap();
     }
-}
-
-/// Locks a mutex, recovering it if a panicking thread poisoned it.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 async fn config_from_yaml(yaml: &str) -> Result<Config, EnvtestError> {
