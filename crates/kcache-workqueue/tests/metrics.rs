@@ -374,8 +374,9 @@ async fn settle() {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn updater_task_ends_at_shut_down() {
+/// A queue with metrics runs one updater task, which ends after `end`
+/// (the queue `end` returns is kept alive until then).
+async fn assert_updater_task_ends(end: fn(WorkQueue<u8>) -> Option<WorkQueue<u8>>) {
     let before = alive_tasks();
     let q: WorkQueue<u8> = WorkQueue::builder()
         .name("task")
@@ -384,24 +385,28 @@ async fn updater_task_ends_at_shut_down() {
         .unwrap();
     settle().await;
     assert_eq!(alive_tasks(), before + 1);
-    q.shut_down();
+    let kept = end(q);
     settle().await;
     assert_eq!(alive_tasks(), before);
+    drop(kept);
+}
+
+#[tokio::test(start_paused = true)]
+async fn updater_task_ends_at_shut_down() {
+    assert_updater_task_ends(|q| {
+        q.shut_down();
+        Some(q)
+    })
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn updater_task_ends_when_queue_dropped() {
-    let before = alive_tasks();
-    let q: WorkQueue<u8> = WorkQueue::builder()
-        .name("task")
-        .metrics(TestProvider::default())
-        .build()
-        .unwrap();
-    settle().await;
-    assert_eq!(alive_tasks(), before + 1);
-    drop(q);
-    settle().await;
-    assert_eq!(alive_tasks(), before);
+    assert_updater_task_ends(|q| {
+        drop(q);
+        None
+    })
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
