@@ -127,6 +127,25 @@ fn delay_of(i: u64) -> Duration {
     Duration::from_millis(1_000 + (i.wrapping_mul(0x9E37_79B9) % 3_599_000))
 }
 
+/// Runs `iters` iterations on `rt` in batches of at most [`WAITING`]:
+/// `batch(n)` runs `n` and returns the time it measured.
+fn in_batches(
+    rt: &tokio::runtime::Runtime,
+    iters: u64,
+    mut batch: impl AsyncFnMut(u64) -> Duration,
+) -> Duration {
+    rt.block_on(async {
+        let mut total = Duration::ZERO;
+        let mut done = 0;
+        while done < iters {
+            let n = (iters - done).min(WAITING);
+            total += batch(n).await;
+            done += n;
+        }
+        total
+    })
+}
+
 /// `add_after` of new items into a queue already holding 10k waiting
 /// items; and 10k waiting items becoming ready and being processed.
 fn add_after_10k_waiting(c: &mut Criterion) {
@@ -135,48 +154,34 @@ fn add_after_10k_waiting(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("insert", |b| {
         b.iter_custom(|iters| {
-            rt.block_on(async {
-                let mut total = Duration::ZERO;
-                let mut done = 0;
-                while done < iters {
-                    // Untimed: a fresh queue with 10k waiting items.
-                    let q: WorkQueue<u64> = WorkQueue::new();
-                    for i in 0..WAITING {
-                        q.add_after(i, delay_of(i));
-                    }
-                    let n = (iters - done).min(WAITING);
-                    let start = Instant::now();
-                    for i in WAITING..WAITING + n {
-                        q.add_after(black_box(i), delay_of(i));
-                    }
-                    total += start.elapsed();
-                    done += n;
+            in_batches(&rt, iters, async |n| {
+                // Untimed: a fresh queue with 10k waiting items.
+                let q: WorkQueue<u64> = WorkQueue::new();
+                for i in 0..WAITING {
+                    q.add_after(i, delay_of(i));
                 }
-                total
+                let start = Instant::now();
+                for i in WAITING..WAITING + n {
+                    q.add_after(black_box(i), delay_of(i));
+                }
+                start.elapsed()
             })
         })
     });
     g.bench_function("fire_get_done", |b| {
         b.iter_custom(|iters| {
-            rt.block_on(async {
-                let mut total = Duration::ZERO;
-                let mut done = 0;
-                while done < iters {
-                    let q: WorkQueue<u64> = WorkQueue::new();
-                    let n = (iters - done).min(WAITING);
-                    for i in 0..n {
-                        q.add_after(i, delay_of(i));
-                    }
-                    tokio::time::advance(Duration::from_secs(3_601)).await;
-                    let start = Instant::now();
-                    for _ in 0..n {
-                        let item = q.get().await.unwrap();
-                        q.done(&item);
-                    }
-                    total += start.elapsed();
-                    done += n;
+            in_batches(&rt, iters, async |n| {
+                let q: WorkQueue<u64> = WorkQueue::new();
+                for i in 0..n {
+                    q.add_after(i, delay_of(i));
                 }
-                total
+                tokio::time::advance(Duration::from_secs(3_601)).await;
+                let start = Instant::now();
+                for _ in 0..n {
+                    let item = q.get().await.unwrap();
+                    q.done(&item);
+                }
+                start.elapsed()
             })
         })
     });
