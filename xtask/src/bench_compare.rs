@@ -879,7 +879,8 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &kibf,
         "≤ 0.25x both",
     );
-    row(
+    // the medians per client, as in the rows
+    let steady = row(
         &mut t,
         "(b) steady RSS, N cached",
         &res.memory,
@@ -887,11 +888,7 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &mibf,
         "",
     );
-    let steady: Vec<f64> = CLIENTS
-        .iter()
-        .map(|&c| med(&res.memory, c, |r| mib(r.steady_rss_kb)))
-        .collect();
-    row(
+    let peaks = row(
         &mut t,
         "(c) relist after 410: peak RSS",
         &res.relist,
@@ -899,10 +896,6 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &mibf,
         "",
     );
-    let peaks: Vec<f64> = CLIENTS
-        .iter()
-        .map(|&c| med(&res.relist, c, |r| mib(r.peak_rss_kb)))
-        .collect();
     let pr: Vec<f64> = peaks.iter().zip(&steady).map(|(p, s)| p / s).collect();
     let _ = writeln!(
         t,
@@ -925,20 +918,17 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &rate,
         "≥ 2x client-go",
     );
-    let heap = median(
-        res.memory
-            .iter()
-            .filter(|r| r.client == "kcache" && r.cached > 0)
-            .map(|r| r.object_heap_bytes as f64 / r.cached as f64 / 1024.0)
-            .collect(),
-    );
-    let heap_stripped = median(
-        res.memory_stripped
-            .iter()
-            .filter(|r| r.client == "kcache" && r.cached > 0)
-            .map(|r| r.object_heap_bytes as f64 / r.cached as f64 / 1024.0)
-            .collect(),
-    );
+    // kcache's own accounting of a cached object, KiB, median over runs
+    let heap_kib = |runs: &[Report]| {
+        median(
+            runs.iter()
+                .filter(|r| r.client == "kcache" && r.cached > 0)
+                .map(|r| r.object_heap_bytes as f64 / r.cached as f64 / 1024.0)
+                .collect(),
+        )
+    };
+    let heap = heap_kib(&res.memory);
+    let heap_stripped = heap_kib(&res.memory_stripped);
     let _ = writeln!(
         t,
         "\nkcache's own accounting of a cached object (`CachedObject::heap_size`: bytes + extracted metadata): \
@@ -1133,16 +1123,28 @@ fn plot(res: &Results, s: &Settings) -> String {
 const BEGIN: &str = "<!-- bench-compare:begin -->";
 const END: &str = "<!-- bench-compare:end -->";
 
+/// Replaces what stands between the `begin` and `end` markers of the file
+/// at `path` with `md` (the markers stay).
+pub(crate) fn replace_marked_block(
+    path: &std::path::Path,
+    begin: &str,
+    end: &str,
+    md: &str,
+) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let (Some(a), Some(b)) = (text.find(begin), text.find(end)) else {
+        bail!("{} has no {begin} ... {end} block", path.display());
+    };
+    let new = format!("{}{begin}\n{md}{}", &text[..a], &text[b..]);
+    std::fs::write(path, new)?;
+    Ok(())
+}
+
 fn write_docs(md: &str, svg: &str) -> anyhow::Result<()> {
     let docs = workspace_root().join("docs");
     let path = docs.join("performance.md");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
-        bail!("{} has no {BEGIN} ... {END} block", path.display());
-    };
-    let new = format!("{}{BEGIN}\n{md}{}", &text[..a], &text[b..]);
-    std::fs::write(&path, new)?;
+    replace_marked_block(&path, BEGIN, END, md)?;
     std::fs::write(docs.join("performance-compare.svg"), svg)?;
     eprintln!(
         "==> wrote {} and docs/performance-compare.svg",
