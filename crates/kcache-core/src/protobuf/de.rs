@@ -463,10 +463,11 @@ impl<'de> Deserializer<'de> for Value<'de> {
     }
 }
 
-/// A JSON key: a field's JSON name.
-struct Key(&'static str);
+/// A JSON key: a field's JSON name (static), or a map key borrowed from
+/// the input.
+struct Key<'de>(&'de str);
 
-impl<'de> Deserializer<'de> for Key {
+impl<'de> Deserializer<'de> for Key<'de> {
     type Error = ProtoDecodeError;
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
         visitor.visit_borrowed_str(self.0)
@@ -753,7 +754,7 @@ impl<'de> MapAccess<'de> for Entries<'de> {
         };
         self.pending = Some(value);
         match std::str::from_utf8(key) {
-            Ok(k) => seed.deserialize(BorrowedKey(k)).map(Some),
+            Ok(k) => seed.deserialize(Key(k)).map(Some),
             Err(_) => seed
                 .deserialize(de::value::StringDeserializer::<ProtoDecodeError>::new(
                     text(key).into_owned(),
@@ -772,21 +773,6 @@ impl<'de> MapAccess<'de> for Entries<'de> {
             type_meta: None,
             depth: self.elements.depth + 1,
         })
-    }
-}
-
-/// A map key borrowed from the input.
-struct BorrowedKey<'de>(&'de str);
-
-impl<'de> Deserializer<'de> for BorrowedKey<'de> {
-    type Error = ProtoDecodeError;
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_borrowed_str(self.0)
-    }
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf option unit unit_struct newtype_struct seq tuple
-        tuple_struct map struct enum identifier ignored_any
     }
 }
 
