@@ -649,6 +649,26 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// [`EnvtestError::ReadinessTimeout`] (with the tail of its log) once
+    /// `process`, started at `started`, has not become ready within the
+    /// start timeout.
+    fn check_start_timeout(
+        &self,
+        process: &'static str,
+        started: Instant,
+    ) -> Result<(), EnvtestError> {
+        if started.elapsed() <= self.start_timeout {
+            return Ok(());
+        }
+        let log = self.log_path(process);
+        Err(EnvtestError::ReadinessTimeout {
+            process,
+            waited: started.elapsed(),
+            tail: tail(&log, 30),
+            log,
+        })
+    }
+
     async fn wait_etcd_ready(&self) -> Result<(), EnvtestError> {
         let started = Instant::now();
         loop {
@@ -658,15 +678,7 @@ impl ControlPlane {
             {
                 return Ok(());
             }
-            if started.elapsed() > self.start_timeout {
-                let log = self.log_path("etcd");
-                return Err(EnvtestError::ReadinessTimeout {
-                    process: "etcd",
-                    waited: started.elapsed(),
-                    tail: tail(&log, 30),
-                    log,
-                });
-            }
+            self.check_start_timeout("etcd", started)?;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -684,15 +696,7 @@ impl ControlPlane {
             {
                 return Ok(());
             }
-            if started.elapsed() > self.start_timeout {
-                let log = self.log_path("kube-apiserver");
-                return Err(EnvtestError::ReadinessTimeout {
-                    process: "kube-apiserver",
-                    waited: started.elapsed(),
-                    tail: tail(&log, 30),
-                    log,
-                });
-            }
+            self.check_start_timeout("kube-apiserver", started)?;
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
