@@ -261,6 +261,22 @@ fn message_kind<'de>(m: &'static Message, b: &'de [u8]) -> Result<Kind<'de>> {
     })
 }
 
+/// The value of the entry whose key was just read (`pending`), at `depth`.
+fn pending_value<'de, V: DeserializeSeed<'de>>(
+    pending: &mut Option<Kind<'de>>,
+    depth: usize,
+    seed: V,
+) -> Result<V::Value> {
+    let kind = pending
+        .take()
+        .ok_or_else(|| <ProtoDecodeError as de::Error>::custom("value asked before key"))?;
+    seed.deserialize(Value {
+        kind,
+        type_meta: None,
+        depth,
+    })
+}
+
 struct Value<'de> {
     kind: Kind<'de>,
     /// For a top-level object: `apiVersion` and `kind` to present first.
@@ -623,15 +639,7 @@ impl<'de> MapAccess<'de> for MessageAccess<'de> {
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
-        let kind = self
-            .pending
-            .take()
-            .ok_or_else(|| <ProtoDecodeError as de::Error>::custom("value asked before key"))?;
-        seed.deserialize(Value {
-            kind,
-            type_meta: None,
-            depth: self.depth + 1,
-        })
+        pending_value(&mut self.pending, self.depth + 1, seed)
     }
 }
 
@@ -764,15 +772,7 @@ impl<'de> MapAccess<'de> for Entries<'de> {
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
-        let kind = self
-            .pending
-            .take()
-            .ok_or_else(|| <ProtoDecodeError as de::Error>::custom("value asked before key"))?;
-        seed.deserialize(Value {
-            kind,
-            type_meta: None,
-            depth: self.elements.depth + 1,
-        })
+        pending_value(&mut self.pending, self.elements.depth + 1, seed)
     }
 }
 
