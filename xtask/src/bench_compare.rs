@@ -839,22 +839,6 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &mibf,
         "",
     );
-    let b = row(
-        &mut t,
-        "(b) steady RSS per cached Pod",
-        &res.memory,
-        &|r| per_pod_kib(r, pods),
-        &kibf,
-        "≤ 0.25x both",
-    );
-    let bs = row(
-        &mut t,
-        "(b) same, managedFields stripped",
-        &res.memory_stripped,
-        &|r| per_pod_kib(r, pods),
-        &kibf,
-        "≤ 0.25x both",
-    );
     // kcache's compressed runs against the same kube-runtime and client-go runs
     let with_compressed = |kcache: &[Report], others: &[Report]| -> Vec<Report> {
         kcache
@@ -863,22 +847,25 @@ fn markdown(res: &Results, s: &Settings) -> String {
             .cloned()
             .collect()
     };
-    let bc = row(
-        &mut t,
-        "(b) kcache with its LZ4-compressed cache (opt-in)",
-        &with_compressed(&res.memory_compressed, &res.memory),
-        &|r| per_pod_kib(r, pods),
-        &kibf,
-        "≤ 0.25x both",
-    );
-    let bcs = row(
-        &mut t,
-        "(b) same, managedFields stripped",
-        &with_compressed(&res.memory_compressed_stripped, &res.memory_stripped),
-        &|r| per_pod_kib(r, pods),
-        &kibf,
-        "≤ 0.25x both",
-    );
+    let per_pod_rows = [
+        ("(b) steady RSS per cached Pod", res.memory.clone()),
+        (
+            "(b) same, managedFields stripped",
+            res.memory_stripped.clone(),
+        ),
+        (
+            "(b) kcache with its LZ4-compressed cache (opt-in)",
+            with_compressed(&res.memory_compressed, &res.memory),
+        ),
+        (
+            "(b) same, managedFields stripped",
+            with_compressed(&res.memory_compressed_stripped, &res.memory_stripped),
+        ),
+    ];
+    let [b, bs, bc, bcs] = per_pod_rows.map(|(name, runs)| {
+        let per_pod = |r: &Report| per_pod_kib(r, pods);
+        row(&mut t, name, &runs, &per_pod, &kibf, "≤ 0.25x both")
+    });
     // the medians per client, as in the rows
     let steady = row(
         &mut t,
