@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kcache_workqueue::{WorkQueue, default_controller_rate_limiter};
+use kcache_workqueue::{QueueItem, WorkQueue, default_controller_rate_limiter};
 
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -24,39 +24,29 @@ fn paused_current_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// `iters` times on a new queue, timed: add `item(i)`, get it, mark it done.
+async fn one_worker<T: QueueItem>(iters: u64, item: impl Fn(u64) -> T) -> Duration {
+    let q: WorkQueue<T> = WorkQueue::new();
+    let start = Instant::now();
+    for i in 0..iters {
+        q.add(item(i));
+        let got = q.get().await.unwrap();
+        q.done(&got);
+    }
+    start.elapsed()
+}
+
 /// One worker: add an item, get it, mark it done.
 fn add_get_done_1_worker(c: &mut Criterion) {
     let rt = current_thread();
     let mut g = c.benchmark_group("add_get_done");
     g.throughput(Throughput::Elements(1));
     g.bench_function("1_worker", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let q: WorkQueue<u64> = WorkQueue::new();
-                let start = Instant::now();
-                for i in 0..iters {
-                    q.add(black_box(i));
-                    let item = q.get().await.unwrap();
-                    q.done(&item);
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| rt.block_on(one_worker(iters, black_box)))
     });
     g.bench_function("1_worker_string_keys", |b| {
         let keys: Vec<String> = (0..1024).map(|i| format!("default/pod-{i}")).collect();
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let q: WorkQueue<String> = WorkQueue::new();
-                let start = Instant::now();
-                for i in 0..iters {
-                    q.add(keys[(i % 1024) as usize].clone());
-                    let item = q.get().await.unwrap();
-                    q.done(&item);
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| rt.block_on(one_worker(iters, |i| keys[(i % 1024) as usize].clone())))
     });
     g.finish();
 }
