@@ -551,14 +551,16 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
-    let bins = Bins {
+/// Where the clients are (built or not).
+fn bins(out: &Path) -> Bins {
+    Bins {
         release: target_dir().join("release"),
         client_go: out.join("client-go-bench"),
-    };
-    if no_build {
-        return Ok(bins);
     }
+}
+
+/// `cargo build --release` of kcache-bench-compare (`extra`: which binaries).
+fn build_rust(what: &str, extra: &[&str]) -> anyhow::Result<()> {
     let mut cmd = clean_cargo();
     cmd.args([
         "build",
@@ -567,10 +569,19 @@ fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
         "2",
         "-p",
         "kcache-bench-compare",
-    ]);
-    step(
+    ])
+    .args(extra);
+    step(what, cmd).map(drop)
+}
+
+fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
+    let bins = bins(out);
+    if no_build {
+        return Ok(bins);
+    }
+    build_rust(
         "build the Rust clients and the replay server (release)",
-        cmd,
+        &[],
     )?;
     let mut go = Command::new("go");
     go.current_dir(workspace_root().join("benches/compare/client-go"))
@@ -583,27 +594,11 @@ fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
 
 /// Scenario (e) alone: `cargo xtask bench-compare --only-warm-restart`.
 fn only_warm_restart(out: &Path, s: &Settings, no_build: bool) -> anyhow::Result<()> {
-    let bins = Bins {
-        release: target_dir().join("release"),
-        client_go: out.join("client-go-bench"),
-    };
+    let bins = bins(out);
     if !no_build {
-        let mut cmd = clean_cargo();
-        cmd.args([
-            "build",
-            "--release",
-            "-j",
-            "2",
-            "-p",
-            "kcache-bench-compare",
-            "--bin",
-            "replay",
-            "--bin",
-            "warm-restart",
-        ]);
-        step(
+        build_rust(
             "build the replay server and the warm-restart client (release)",
-            cmd,
+            &["--bin", "replay", "--bin", "warm-restart"],
         )?;
     }
     let log = out.join("clients.log");
