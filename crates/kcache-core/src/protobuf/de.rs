@@ -326,16 +326,22 @@ fn time_text(seconds: i64, nanos: i32, micro: bool) -> Result<time::TimeText> {
     })
 }
 
-/// `Quantity {1 string}`.
-fn quantity(b: &[u8]) -> Result<&[u8]> {
+/// The bytes of field 1 of the `what` message `b` (the last, if repeated;
+/// empty if absent).
+fn field_1_bytes<'a>(b: &'a [u8], what: &'static str) -> Result<&'a [u8]> {
     let mut r = Reader::new(b);
     let mut s: &[u8] = b"";
     while let Some(f) = r.field()? {
         if f.number == 1 {
-            s = f.bytes("Quantity")?;
+            s = f.bytes(what)?;
         }
     }
     Ok(s)
+}
+
+/// `Quantity {1 string}`.
+fn quantity(b: &[u8]) -> Result<&[u8]> {
+    field_1_bytes(b, "Quantity")
 }
 
 enum IntOrStr<'a> {
@@ -364,13 +370,7 @@ fn int_or_string(b: &[u8]) -> Result<IntOrStr<'_>> {
 
 /// `RawExtension` / `FieldsV1` {1 raw}: the raw JSON (empty: `null`).
 fn raw_json(b: &[u8]) -> Result<&[u8]> {
-    let mut r = Reader::new(b);
-    let mut raw: &[u8] = b"";
-    while let Some(f) = r.field()? {
-        if f.number == 1 {
-            raw = f.bytes("RawExtension")?;
-        }
-    }
+    let raw = field_1_bytes(b, "RawExtension")?;
     if raw.starts_with(super::envelope::MAGIC) {
         return Err(de::Error::custom(
             "a RawExtension holds a protobuf object; only embedded JSON is read",
