@@ -184,6 +184,14 @@ impl Sim {
             .collect()
     }
 
+    /// [`start_all`](Self::start_all), then waits (at most 10 s) until
+    /// every key has one owner.
+    async fn start_settled(&self, ids: &[&str], replicas_hint: usize) -> Vec<Replica> {
+        let rs = self.start_all(ids, replicas_hint);
+        self.settle(&rs, Duration::from_secs(10)).await;
+        rs
+    }
+
     fn violations(&self) -> Vec<String> {
         self.violations.lock().clone()
     }
@@ -351,8 +359,7 @@ async fn three_replicas_split_the_keys_and_settle() {
 #[tokio::test(start_paused = true)]
 async fn a_killed_replicas_keys_move_after_its_lease_expires_and_never_overlap() {
     let sim = Sim::new(600);
-    let mut rs = sim.start_all(&["r1", "r2", "r3"], 3);
-    sim.settle(&rs, Duration::from_secs(10)).await;
+    let mut rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = sim.owners(&rs);
     let dead = rs.remove(2);
@@ -394,8 +401,7 @@ async fn a_killed_replicas_keys_move_after_its_lease_expires_and_never_overlap()
 #[tokio::test(start_paused = true)]
 async fn a_partitioned_replica_stops_before_its_keys_move_and_rejoins() {
     let sim = Sim::new(300);
-    let rs = sim.start_all(&["r1", "r2", "r3"], 3);
-    sim.settle(&rs, Duration::from_secs(10)).await;
+    let rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
     let cut = Instant::now();
     // r3 keeps running its workers but cannot reach the store
     rs[2].store.set_failing(true);
@@ -450,8 +456,7 @@ async fn a_fourth_replica_takes_about_a_quarter_and_only_from_the_others() {
 #[tokio::test(start_paused = true)]
 async fn a_graceful_stop_hands_over_at_once() {
     let sim = Sim::new(300);
-    let mut rs = sim.start_all(&["r1", "r2"], 2);
-    sim.settle(&rs, Duration::from_secs(10)).await;
+    let mut rs = sim.start_settled(&["r1", "r2"], 2).await;
     let stopped = Instant::now();
     rs.remove(1).stop().await.unwrap();
     sim.settle(&[&rs[0]], Duration::from_secs(10)).await;
@@ -614,8 +619,7 @@ async fn a_running_reconcile_of_a_released_key_delays_the_handover() {
 #[tokio::test(start_paused = true)]
 async fn unanswered_writes_stop_the_replica_safely_and_it_recovers() {
     let sim = Sim::new(300);
-    let rs = sim.start_all(&["r1", "r2", "r3"], 3);
-    sim.settle(&rs, Duration::from_secs(10)).await;
+    let rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
     let before = sim.owners(&rs);
     // r1's renewals land but it never learns it: it stops at its renew
     // deadline; the others see it renewing, so its keys stay unworked
@@ -648,8 +652,7 @@ async fn unanswered_writes_stop_the_replica_safely_and_it_recovers() {
 #[tokio::test(start_paused = true)]
 async fn a_lease_deleted_by_hand_still_counts_until_it_expires() {
     let sim = Sim::new(300);
-    let rs = sim.start_all(&["r1", "r2", "r3"], 3);
-    sim.settle(&rs, Duration::from_secs(10)).await;
+    let rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
     let before = sim.owners(&rs);
     // r3 is cut off and its Lease deleted by hand: r3 keeps working until
     // its renew deadline, so the others must not take its keys before the
@@ -701,8 +704,7 @@ async fn a_lease_deleted_by_hand_still_counts_until_it_expires() {
 #[tokio::test(start_paused = true)]
 async fn released_leases_are_deleted_by_the_remaining_members() {
     let sim = Sim::new(100);
-    let mut rs = sim.start_all(&["r1", "r2"], 2);
-    sim.settle(&rs, Duration::from_secs(10)).await;
+    let mut rs = sim.start_settled(&["r1", "r2"], 2).await;
     rs.remove(1).stop().await.unwrap();
     assert_eq!(sim.store.records("group-a").len(), 2);
     tokio::time::sleep(LEASE + RETRY * 3).await;
