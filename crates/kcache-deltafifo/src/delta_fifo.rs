@@ -105,19 +105,10 @@ impl<K> DeltaFifo<K> {
         self.core.key_of(obj)
     }
 
-    fn queue_action(
-        &self,
-        st: &mut State<K>,
-        kind: DeltaType,
-        internal: DeltaType,
-        obj: ObjectOrTombstone<K>,
-    ) -> Result<(), StoreError> {
-        let id = self.key_of(&obj)?;
-        self.queue_keyed(st, id, kind, internal, obj)
-    }
-
-    /// [`queue_action`](Self::queue_action) with the key already known.
-    fn queue_keyed(
+    /// Appends a `kind` delta for `obj` to the list of its key `id`
+    /// (queuing the key if it has none), transformed unless `internal` is
+    /// `Sync` (a resync, or a relisted object this queue already holds).
+    fn queue(
         &self,
         st: &mut State<K>,
         id: String,
@@ -143,16 +134,20 @@ impl<K> DeltaFifo<K> {
 
     /// Queues an `Added` delta.
     pub fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
-        let mut st = self.state.lock();
-        self.core.note_write(&mut st.book);
-        self.queue_action(&mut st, DeltaType::Added, DeltaType::Added, obj.into())
+        self.write(DeltaType::Added, obj)
     }
 
     /// Queues an `Updated` delta.
     pub fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
+        self.write(DeltaType::Updated, obj)
+    }
+
+    fn write(&self, kind: DeltaType, obj: CachedObject<K>) -> Result<(), StoreError> {
         let mut st = self.state.lock();
         self.core.note_write(&mut st.book);
-        self.queue_action(&mut st, DeltaType::Updated, DeltaType::Updated, obj.into())
+        let obj = ObjectOrTombstone::Object(obj);
+        let id = self.key_of(&obj)?;
+        self.queue(&mut st, id, kind, kind, obj)
     }
 
     /// Queues a `Deleted` delta, unless the key is neither queued nor
@@ -170,7 +165,7 @@ impl<K> DeltaFifo<K> {
         if !queued && !known {
             return Ok(());
         }
-        self.queue_action(&mut st, DeltaType::Deleted, DeltaType::Deleted, obj)
+        self.queue(&mut st, id, DeltaType::Deleted, DeltaType::Deleted, obj)
     }
 
     /// Replaces the whole content after a relist. See the type docs for the
@@ -199,7 +194,7 @@ impl<K> DeltaFifo<K> {
             let item = ObjectOrTombstone::Object(item);
             let id = self.key_of(&item)?;
             keys.insert(id.clone());
-            self.queue_keyed(&mut st, id, action, internal, item)?;
+            self.queue(&mut st, id, action, internal, item)?;
         }
 
         // Queued keys not in the list: tombstone with the newest queued object.
@@ -218,8 +213,17 @@ impl<K> DeltaFifo<K> {
                 .map(|d| d.object.object().clone());
             let Some(obj) = newest else { continue };
             queued_deletions += 1;
-            let tomb = DeletedFinalStateUnknown { key: k, obj };
-            self.queue_action(&mut st, DeltaType::Deleted, DeltaType::Deleted, tomb.into())?;
+            let tomb = DeletedFinalStateUnknown {
+                key: k.clone(),
+                obj,
+            };
+            self.queue(
+                &mut st,
+                k,
+                DeltaType::Deleted,
+                DeltaType::Deleted,
+                tomb.into(),
+            )?;
         }
 
         // Known keys not in the list with nothing pending: tombstone with the known object.
@@ -231,8 +235,17 @@ impl<K> DeltaFifo<K> {
                     return Ok(());
                 }
                 queued_deletions += 1;
-                let tomb = DeletedFinalStateUnknown { key, obj };
-                self.queue_action(&mut st, DeltaType::Deleted, DeltaType::Deleted, tomb.into())
+                let tomb = DeletedFinalStateUnknown {
+                    key: key.clone(),
+                    obj,
+                };
+                self.queue(
+                    &mut st,
+                    key,
+                    DeltaType::Deleted,
+                    DeltaType::Deleted,
+                    tomb.into(),
+                )
             },
         )?;
 
@@ -288,7 +301,7 @@ impl<K> DeltaFifo<K> {
                 if st.items.get(&id).is_some_and(|d| !d.is_empty()) {
                     return Ok(());
                 }
-                self.queue_keyed(&mut st, id, DeltaType::Sync, DeltaType::Sync, obj)
+                self.queue(&mut st, id, DeltaType::Sync, DeltaType::Sync, obj)
             },
         )
     }

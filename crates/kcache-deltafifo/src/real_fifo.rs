@@ -66,19 +66,9 @@ impl<K: 'static> RealFifo<K> {
 }
 
 impl<K> RealFifo<K> {
+    /// Appends a `kind` entry for `obj` under its key `key`, transformed
+    /// unless `skip_transform`.
     fn push(
-        &self,
-        st: &mut State<K>,
-        kind: DeltaType,
-        skip_transform: bool,
-        obj: ObjectOrTombstone<K>,
-    ) -> Result<(), StoreError> {
-        let key = self.core.key_of(&obj)?;
-        self.push_keyed(st, key, kind, skip_transform, obj)
-    }
-
-    /// [`push`](Self::push) with the key already known.
-    fn push_keyed(
         &self,
         st: &mut State<K>,
         key: String,
@@ -95,7 +85,8 @@ impl<K> RealFifo<K> {
     fn write(&self, kind: DeltaType, obj: ObjectOrTombstone<K>) -> Result<(), StoreError> {
         let mut st = self.state.lock();
         self.core.note_write(&mut st.book);
-        self.push(&mut st, kind, false, obj)
+        let key = self.core.key_of(&obj)?;
+        self.push(&mut st, key, kind, false, obj)
     }
 
     /// Appends an `Added` entry.
@@ -162,7 +153,7 @@ impl<K> RealFifo<K> {
         )?;
         drop(new_keys);
         for t in tombstones {
-            self.push(&mut st, DeltaType::Deleted, true, t.into())?;
+            self.push(&mut st, t.key.clone(), DeltaType::Deleted, true, t.into())?;
         }
         for (key, item) in keyed {
             // An item the reflector reused from the known objects went
@@ -172,7 +163,7 @@ impl<K> RealFifo<K> {
                     k.get_by_key(item.object().key())
                         .is_some_and(|h| h.ptr_eq(item.object()))
                 });
-            self.push_keyed(&mut st, key, DeltaType::Replaced, reused, item)?;
+            self.push(&mut st, key, DeltaType::Replaced, reused, item)?;
         }
         let count = st.items.len();
         self.core.note_replace(&mut st.book, || count);
@@ -201,7 +192,11 @@ impl<K> RealFifo<K> {
         self.core.for_each_known(
             "resync",
             |k| queued.contains(k),
-            |_, obj| self.push(&mut st, DeltaType::Sync, true, obj.into()),
+            |_, obj| {
+                let obj = ObjectOrTombstone::Object(obj);
+                let key = self.core.key_of(&obj)?;
+                self.push(&mut st, key, DeltaType::Sync, true, obj)
+            },
         )
     }
 
