@@ -132,6 +132,21 @@ impl<K> DeltaFifo<K> {
         Ok(())
     }
 
+    /// Queues a `Deleted` delta carrying a tombstone of `obj` under `key`.
+    fn queue_tombstone(
+        &self,
+        st: &mut State<K>,
+        key: String,
+        obj: CachedObject<K>,
+    ) -> Result<(), StoreError> {
+        let tomb = DeletedFinalStateUnknown {
+            key: key.clone(),
+            obj,
+        };
+        let kind = DeltaType::Deleted;
+        self.queue(st, key, kind, kind, tomb.into())
+    }
+
     /// Queues an `Added` delta.
     pub fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         self.write(DeltaType::Added, obj)
@@ -213,17 +228,7 @@ impl<K> DeltaFifo<K> {
                 .map(|d| d.object.object().clone());
             let Some(obj) = newest else { continue };
             queued_deletions += 1;
-            let tomb = DeletedFinalStateUnknown {
-                key: k.clone(),
-                obj,
-            };
-            self.queue(
-                &mut st,
-                k,
-                DeltaType::Deleted,
-                DeltaType::Deleted,
-                tomb.into(),
-            )?;
+            self.queue_tombstone(&mut st, k, obj)?;
         }
 
         // Known keys not in the list with nothing pending: tombstone with the known object.
@@ -235,17 +240,7 @@ impl<K> DeltaFifo<K> {
                     return Ok(());
                 }
                 queued_deletions += 1;
-                let tomb = DeletedFinalStateUnknown {
-                    key: key.clone(),
-                    obj,
-                };
-                self.queue(
-                    &mut st,
-                    key,
-                    DeltaType::Deleted,
-                    DeltaType::Deleted,
-                    tomb.into(),
-                )
+                self.queue_tombstone(&mut st, key, obj)
             },
         )?;
 
