@@ -55,6 +55,7 @@ mod selector;
 mod shard_selector;
 mod store;
 mod string_map;
+pub mod sync;
 mod tombstone;
 
 pub use compression::{Compression, CompressionDictionary};

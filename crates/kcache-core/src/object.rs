@@ -1182,18 +1182,23 @@ impl<'de, 't> Visitor<'de> for TopVisitor<'t> {
                 }
                 "apiVersion" => top.api_version = map.next_value()?,
                 "kind" => top.kind = map.next_value()?,
-                other => match self.trie.child(other) {
-                    Some(node) => map.next_value_seed(NodeSeed {
-                        node,
-                        out: &mut *self.out,
-                    })?,
-                    None => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                },
+                other => next_value_under(&mut map, self.trie.child(other), self.out)?,
             }
         }
         Ok(top)
+    }
+}
+
+/// The value of the current map entry: read through `node` (a wanted
+/// path goes on below this key) into `out`, or skipped.
+fn next_value_under<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    node: Option<&PathNode>,
+    out: &mut Vec<Option<Box<str>>>,
+) -> Result<(), A::Error> {
+    match node {
+        Some(node) => map.next_value_seed(NodeSeed { node, out }),
+        None => map.next_value::<IgnoredAny>().map(drop),
     }
 }
 
@@ -1253,15 +1258,7 @@ impl<'de, 't> Visitor<'de> for NodeVisitor<'t> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<CowStr<'de>>()? {
-            match self.node.child(&key.0) {
-                Some(node) => map.next_value_seed(NodeSeed {
-                    node,
-                    out: &mut *self.out,
-                })?,
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
+            next_value_under(&mut map, self.node.child(&key.0), self.out)?;
         }
         Ok(())
     }

@@ -41,7 +41,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -55,6 +55,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+use crate::lock;
 
 /// Errors of the fault proxy.
 #[derive(Debug, thiserror::Error)]
@@ -566,10 +568,6 @@ fn ending(f: &Faults, cut_at: u64) -> Option<End> {
 }
 
 // ------------------------------------------------------------- HTTP mode
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 #[derive(Debug)]
 struct HttpForwarder {

@@ -153,11 +153,17 @@ fn default_item_based_is_1ms_to_1000s() {
 #[test]
 fn item_fast_slow() {
     let l = ItemFastSlowRateLimiter::new(5 * MS, Duration::from_secs(10), 3);
+    assert_fast_then_slow(&l, Duration::from_secs(10));
+}
+
+/// Three retries of 5 ms then `slow`, counted per item; `forget` starts
+/// an item over.
+fn assert_fast_then_slow(l: &impl RateLimiter<&'static str>, slow: Duration) {
     assert_eq!(l.when(&"one"), 5 * MS);
     assert_eq!(l.when(&"one"), 5 * MS);
     assert_eq!(l.when(&"one"), 5 * MS);
-    assert_eq!(l.when(&"one"), Duration::from_secs(10));
-    assert_eq!(l.when(&"one"), Duration::from_secs(10));
+    assert_eq!(l.when(&"one"), slow);
+    assert_eq!(l.when(&"one"), slow);
     assert_eq!(l.num_requeues(&"one"), 5);
 
     assert_eq!(l.when(&"two"), 5 * MS);
@@ -183,20 +189,7 @@ fn max_of() {
             Duration::from_secs(1),
         )),
     ]);
-    assert_eq!(l.when(&"one"), 5 * MS);
-    assert_eq!(l.when(&"one"), 5 * MS);
-    assert_eq!(l.when(&"one"), 5 * MS);
-    assert_eq!(l.when(&"one"), Duration::from_secs(3));
-    assert_eq!(l.when(&"one"), Duration::from_secs(3));
-    assert_eq!(l.num_requeues(&"one"), 5);
-
-    assert_eq!(l.when(&"two"), 5 * MS);
-    assert_eq!(l.when(&"two"), 5 * MS);
-    assert_eq!(l.num_requeues(&"two"), 2);
-
-    l.forget(&"one");
-    assert_eq!(l.num_requeues(&"one"), 0);
-    assert_eq!(l.when(&"one"), 5 * MS);
+    assert_fast_then_slow(&l, Duration::from_secs(3));
 }
 
 #[test]

@@ -30,7 +30,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
+mod common;
+
+use common::yaml_docs;
 
 /// Audit the requests of every ServiceAccount (the operator's is the only
 /// one that makes any).
@@ -74,16 +76,6 @@ where
         }
     }
 }
-
-fn yaml_docs(file: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(format!("{MANIFESTS}/{file}")).expect("manifest");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| Value::deserialize(doc).expect("YAML"))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-use serde::Deserialize as _;
 
 async fn create<K>(api: Api<K>, doc: Value)
 where

@@ -219,26 +219,7 @@ impl ShardConfig {
         self.replicas_hint = n;
         self
     }
-    /// Sets the lease duration.
-    pub fn lease_duration(mut self, d: Duration) -> Self {
-        self.timings.lease_duration = d;
-        self
-    }
-    /// Sets the renew deadline.
-    pub fn renew_deadline(mut self, d: Duration) -> Self {
-        self.timings.renew_deadline = d;
-        self
-    }
-    /// Sets the retry period.
-    pub fn retry_period(mut self, d: Duration) -> Self {
-        self.timings.retry_period = d;
-        self
-    }
-    /// Sets all three durations.
-    pub fn timings(mut self, timings: LeaseTimings) -> Self {
-        self.timings = timings;
-        self
-    }
+    crate::timings::timing_setters!(timings);
     /// Sets [`release_on_stop`](Self::release_on_stop).
     pub fn release_on_stop(mut self, release: bool) -> Self {
         self.release_on_stop = release;
