@@ -48,10 +48,10 @@ pub enum FinalizerError<E: fmt::Debug + fmt::Display> {
     #[error("cleanup failed: {0}")]
     CleanupFailed(E),
     /// Adding the finalizer failed (a conflict included).
-    #[error("adding finalizer failed: {0}")]
+    #[error("adding the finalizer failed (retried on the next reconcile)")]
     AddFinalizer(#[source] kube::Error),
     /// Removing the finalizer failed (a conflict included).
-    #[error("removing finalizer failed: {0}")]
+    #[error("removing the finalizer failed (retried on the next reconcile)")]
     RemoveFinalizer(#[source] kube::Error),
     /// The object has no name or resourceVersion.
     #[error("the object has no name or resourceVersion")]

@@ -467,7 +467,7 @@ impl SharedInformerFactory {
                         match run.await {
                             Ok(Ok(())) => {}
                             Ok(Err(e)) => {
-                                tracing::error!(informer = %name, error = %e, "informer did not run");
+                                tracing::error!(informer = %name, error = %kcache_core::ErrorChain(&e), "informer did not run");
                             }
                             Err(e) => {
                                 tracing::error!(informer = %name, error = %e, "informer task failed");

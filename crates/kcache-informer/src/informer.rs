@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
 use kcache_core::{
-    BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, ShardSelector,
+    BoxError, CachedObject, ErrorChain, ObjectOptions, ObjectOrTombstone, ReflectorStore, ShardSelector,
     StoreError,
 };
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
@@ -820,7 +820,7 @@ where
             Step::Popped(Err(PopError::Closed)) => return false,
             Step::Popped(Err(PopError::Process(e))) => {
                 state.pops += 1;
-                tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
+                tracing::warn!(informer = %self.inner.name, error = %ErrorChain(&*e), "handling deltas failed");
             }
         }
         true
@@ -911,7 +911,7 @@ where
                 Ok(()) => {}
                 Err(PopError::Closed) => break,
                 Err(PopError::Process(e)) => {
-                    tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
+                    tracing::warn!(informer = %self.inner.name, error = %ErrorChain(&*e), "handling deltas failed");
                 }
             }
         }
@@ -988,7 +988,7 @@ where
                 st.last_write = Some(stats);
             }
             Err(e) => {
-                tracing::warn!(informer = %self.inner.name, reason = e.reason(), "writing the snapshot failed: {e}");
+                tracing::warn!(informer = %self.inner.name, reason = e.reason(), "writing the snapshot failed: {}", ErrorChain(&e));
                 st.write_failures += 1;
             }
         }
@@ -1009,9 +1009,10 @@ where
                 tracing::warn!(
                     informer = %self.inner.name,
                     reason = e.reason(),
-                    "{e}; starting cold, and no snapshot is written by this run"
+                    "{}; starting cold, and no snapshot is written by this run",
+                    ErrorChain(&e)
                 );
-                lock(&self.inner.snapshot_status).cold_reason = Some(e.to_string());
+                lock(&self.inner.snapshot_status).cold_reason = Some(ErrorChain(&e).to_string());
                 return SnapshotPlan::default();
             }
         };
@@ -1041,14 +1042,15 @@ where
                     informer = %self.inner.name,
                     path = %path.display(),
                     reason = e.reason(),
-                    "snapshot not used, starting cold: {e}"
+                    "snapshot not used, starting cold: {}",
+                    ErrorChain(&e)
                 );
-                lock(&self.inner.snapshot_status).cold_reason = Some(e.to_string());
+                lock(&self.inner.snapshot_status).cold_reason = Some(ErrorChain(&e).to_string());
                 None
             }
             Err(e) => {
                 tracing::warn!(informer = %self.inner.name, error = %e, "snapshot not used, starting cold: the loading task failed");
-                lock(&self.inner.snapshot_status).cold_reason = Some(e.to_string());
+                lock(&self.inner.snapshot_status).cold_reason = Some(ErrorChain(&e).to_string());
                 None
             }
         };
@@ -1212,8 +1214,8 @@ where
                     resume_rv = Some(loaded.resource_version);
                 }
                 Err(e) => {
-                    tracing::warn!(informer = %self.inner.name, error = %e, "snapshot not used, starting cold: queueing its objects failed");
-                    status.cold_reason = Some(e.to_string());
+                    tracing::warn!(informer = %self.inner.name, error = %ErrorChain(&e), "snapshot not used, starting cold: queueing its objects failed");
+                    status.cold_reason = Some(ErrorChain(&e).to_string());
                     queue = self.new_queue(lc, bypass);
                 }
             }
@@ -1267,7 +1269,7 @@ where
         let user = lc.watch_error_handler.clone();
         let last = self.inner.last_error.clone();
         rb = rb.watch_error_handler(move |e: &ReflectorError| {
-            *lock(&last) = Some(e.to_string());
+            *lock(&last) = Some(ErrorChain(e).to_string());
             if let Some(h) = &user {
                 h(e);
             }
@@ -1496,7 +1498,7 @@ impl<K: Resource + 'static> Inner<K> {
         tracing::error!(
             informer = %self.name,
             key = %obj.key(),
-            error = %e,
+            error = %ErrorChain(&e),
             "writing to the cache failed; the change is skipped"
         );
     }

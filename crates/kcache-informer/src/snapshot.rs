@@ -269,7 +269,7 @@ pub enum SnapshotError {
     #[error("no snapshot at {0} yet; it is written once the informer has synced")]
     Missing(PathBuf),
     /// The file could not be read or written.
-    #[error("snapshot I/O failed on {path}: {source}; check the folder exists and is writable")]
+    #[error("snapshot I/O failed on {path}; check the folder exists and is writable")]
     Io {
         /// The file.
         path: PathBuf,

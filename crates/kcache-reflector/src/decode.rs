@@ -392,7 +392,7 @@ impl<K> EventDecoder<K> {
             Err(e) => {
                 return Err(BadEvent {
                     kind: BadEventKind::InvalidObject,
-                    detail: format!("{e}: {}", preview(&bytes)),
+                    detail: preview(&bytes),
                     source: Some(e),
                 });
             }
@@ -516,7 +516,7 @@ impl<K> EventDecoder<K> {
                 let obj = CachedObject::from_protobuf_envelope_with(object, &self.options)
                     .map_err(|e| BadEvent {
                         kind: BadEventKind::InvalidObject,
-                        detail: format!("{e}: {}", hex_preview(ev.object)),
+                        detail: hex_preview(ev.object),
                         source: Some(e),
                     })?;
                 self.check_kind(obj.meta().kind(), obj.meta().api_version())?;
@@ -579,7 +579,7 @@ impl<K> EventDecoder<K> {
         let obj = CachedObject::from_protobuf_with(item.bytes.clone(), type_meta, options)
             .map_err(|e| BadEvent {
                 kind: BadEventKind::InvalidObject,
-                detail: format!("{e}: {}", hex_preview(&item.bytes)),
+                detail: hex_preview(&item.bytes),
                 source: Some(e),
             })?;
         self.check_kind(obj.meta().kind(), obj.meta().api_version())?;

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
 use kcache_core::protobuf::ListReader;
-use kcache_core::{CachedObject, ObjectOptions, ReflectorStore, ShardSelector};
+use kcache_core::{CachedObject, ErrorChain, ObjectOptions, ReflectorStore, ShardSelector};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
 use kube::core::Request;
@@ -788,7 +788,7 @@ impl<K> Reflector<K> {
     fn report(&self, e: &ReflectorError) {
         self.metrics.error(e.reason());
         // server-provided text is in there: bounded
-        let shown = Truncated(e, MAX_LOGGED_ERROR);
+        let shown = Truncated(&ErrorChain(e), MAX_LOGGED_ERROR);
         match e.reason() {
             ErrorReason::Expired => debug!(error = %shown, "watch closed"),
             ErrorReason::BadEvent => warn!(error = %shown, "skipped an event"),
@@ -1011,7 +1011,7 @@ impl<K> Reflector<K> {
                     if e.api_error().is_some_and(ApiError::is_invalid) {
                         st.watch_list_unsupported = true;
                         if !self.fallback_logged.swap(true, Ordering::Relaxed) {
-                            warn!(error = %Truncated(&e, MAX_LOGGED_ERROR), "the apiserver does not support streaming lists (sendInitialEvents); falling back to list + watch");
+                            warn!(error = %Truncated(&ErrorChain(&e), MAX_LOGGED_ERROR), "the apiserver does not support streaming lists (sendInitialEvents); falling back to list + watch");
                         }
                     } else if matches!(e, ReflectorError::InitialEventsTooLarge { .. }) {
                         // a paged list would hold the same collection:
@@ -1019,7 +1019,7 @@ impl<K> Reflector<K> {
                         return Err(e);
                     } else {
                         self.metrics.error(e.reason());
-                        warn!(error = %Truncated(&e, MAX_LOGGED_ERROR), "the streaming list failed; falling back to list + watch for this attempt");
+                        warn!(error = %Truncated(&ErrorChain(&e), MAX_LOGGED_ERROR), "the streaming list failed; falling back to list + watch for this attempt");
                     }
                 }
             }
@@ -1121,7 +1121,7 @@ impl<K> Reflector<K> {
                 && (e.is_expired() || e.is_too_large_resource_version())
             {
                 self.metrics.error(e.reason());
-                info!(error = %Truncated(e, MAX_LOGGED_ERROR), "resourceVersion unavailable; listing again from the newest state");
+                info!(error = %Truncated(&ErrorChain(e), MAX_LOGGED_ERROR), "resourceVersion unavailable; listing again from the newest state");
                 st.rv_unavailable = true;
                 result = self.paged_list(st, "").await;
             }
@@ -1171,7 +1171,7 @@ impl<K> Reflector<K> {
         loop {
             match self.list_page(rv, limit, cont.as_deref()).await {
                 Err(e) if e.is_expired() && cont.is_some() => {
-                    info!(error = %Truncated(&e, MAX_LOGGED_ERROR), "the continue token expired; doing one full list");
+                    info!(error = %Truncated(&ErrorChain(&e), MAX_LOGGED_ERROR), "the continue token expired; doing one full list");
                     // the pages so far are dropped before the full list
                     drop(items);
                     let page = self.list_page(rv, None, None).await?;
@@ -1784,7 +1784,7 @@ impl<K> Reflector<K> {
                 }
                 Some(Err(e)) => {
                     if is_probable_eof(&e) {
-                        debug!(error = %Truncated(&e, MAX_LOGGED_ERROR), "watch stream ended");
+                        debug!(error = %Truncated(&ErrorChain(&e), MAX_LOGGED_ERROR), "watch stream ended");
                         break;
                     }
                     return Err(ReflectorError::Body {
