@@ -13,9 +13,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::InformerError;
-use crate::informer::{
-    DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, ListOptions, SharedIndexInformer, TransformFunc,
-};
+use kcache_deltafifo::TransformFunc;
+use kcache_reflector::ListOptions;
+
+use crate::informer::{DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, SharedIndexInformer};
 use crate::metrics::{MetricsProvider, ReflectorMetricsProvider};
 use crate::snapshot::SnapshotOptions;
 

@@ -416,7 +416,9 @@ pub enum ReflectorError {
     },
     /// The store refused a write; the reflector logs it and goes on (a
     /// failed `replace` makes it relist).
-    #[error("{op} {resource}: the store refused a write (a failed replace makes the reflector relist)")]
+    #[error(
+        "{op} {resource}: the store refused a write (a failed replace makes the reflector relist)"
+    )]
     Store {
         /// What was being done.
         op: Operation,

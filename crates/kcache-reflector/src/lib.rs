@@ -162,6 +162,7 @@ mod framing;
 #[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub mod fuzzing;
 mod limits;
+mod list_options;
 mod metrics;
 #[cfg(feature = "prometheus")]
 mod prometheus;
@@ -186,6 +187,7 @@ pub use limits::{
     DEFAULT_LIST_BODY_IDLE_TIMEOUT, DEFAULT_LIST_BODY_TIMEOUT, DEFAULT_MAX_LIST_BYTES,
     DEFAULT_RESPONSE_HEADERS_TIMEOUT, RequestTimeouts,
 };
+pub use list_options::ListOptions;
 pub use metrics::{
     CounterMetric, MetricsProvider, NoopMetric, NoopMetricsProvider, SettableGaugeMetric,
 };

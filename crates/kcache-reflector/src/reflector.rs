@@ -30,9 +30,8 @@ use crate::error::{
     Truncated, is_probable_eof,
 };
 use crate::framing::{DEFAULT_MAX_FRAME, WatchFramer};
-use crate::limits::{
-    BodyError, BodyLimits, DEFAULT_MAX_LIST_BYTES, RequestTimeouts, read_body_with, read_error_body,
-};
+use crate::limits::{BodyError, BodyLimits, RequestTimeouts, read_body_with, read_error_body};
+use crate::list_options::ListOptions;
 use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
 use crate::shard::{self, ShardFilterMode, Sharding};
 use crate::wire_format::{
@@ -86,60 +85,59 @@ pub struct ReflectorBuilder<K: Resource> {
     client: Client,
     store: Arc<dyn ReflectorStore<K>>,
     dyntype: K::DynamicType,
-    namespace: Option<String>,
-    label_selector: Option<String>,
-    field_selector: Option<String>,
-    page_size: u32,
-    use_watch_list: bool,
+    options: ListOptions,
     resync_period: Option<Duration>,
     min_watch_timeout: Duration,
-    watch_idle_timeout: Option<Duration>,
     backoff: BackoffConfig,
-    object_options: ObjectOptions,
     name: Option<String>,
     handler: Option<WatchErrorHandler>,
     metrics: Arc<dyn MetricsProvider>,
     max_internal_error_retry_duration: Duration,
     max_event_size: usize,
-    timeouts: RequestTimeouts,
-    max_list_page_bytes: usize,
-    max_initial_events_bytes: usize,
     resume_from: Option<String>,
-    wire_format: WireFormat,
-    shard_selector: Option<ShardSelector>,
 }
 
 impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReflectorBuilder")
-            .field("namespace", &self.namespace)
-            .field("label_selector", &self.label_selector)
-            .field("field_selector", &self.field_selector)
-            .field("page_size", &self.page_size)
-            .field("use_watch_list", &self.use_watch_list)
+            .field("namespace", &self.options.namespace)
+            .field("label_selector", &self.options.label_selector)
+            .field("field_selector", &self.options.field_selector)
+            .field("page_size", &self.options.page_size)
+            .field("use_watch_list", &self.options.use_watch_list)
             .field("resync_period", &self.resync_period)
-            .field("wire_format", &self.wire_format)
-            .field("shard_selector", &self.shard_selector)
+            .field("wire_format", &self.options.wire_format)
+            .field("shard_selector", &self.options.shard_selector)
             .finish_non_exhaustive()
     }
 }
 
 impl<K: Resource + 'static> ReflectorBuilder<K> {
+    /// Every list and watch setting at once (namespace, selectors, page
+    /// size, streaming lists, object options, idle timeout, request
+    /// deadlines, size caps, wire format, shard selector), replacing what
+    /// the single setters set: the one configuration an informer passes
+    /// down whole (as kube-runtime's `watcher::Config`).
+    pub fn list_options(mut self, options: ListOptions) -> Self {
+        self.options = options;
+        self
+    }
+
     /// Only objects in this namespace (default: all namespaces).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
+        self.options.namespace = Some(namespace.into());
         self
     }
 
     /// A label selector (`app=web,tier in (a,b)`).
     pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
-        self.label_selector = Some(selector.into());
+        self.options.label_selector = Some(selector.into());
         self
     }
 
     /// A field selector (`metadata.name=x`).
     pub fn field_selector(mut self, selector: impl Into<String>) -> Self {
-        self.field_selector = Some(selector.into());
+        self.options.field_selector = Some(selector.into());
         self
     }
 
@@ -149,7 +147,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// resourceVersion (served from the watch cache), 500 always once a
     /// list at `"0"` came back paged.
     pub fn page_size(mut self, page_size: u32) -> Self {
-        self.page_size = page_size;
+        self.options.page_size = page_size;
         self
     }
 
@@ -157,7 +155,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// (default: `true`, as in client-go since 1.35). When the server does
     /// not support them, the reflector falls back to list + watch.
     pub fn use_watch_list(mut self, use_it: bool) -> Self {
-        self.use_watch_list = use_it;
+        self.options.use_watch_list = use_it;
         self
     }
 
@@ -184,7 +182,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// watch cache) a shorter limit, e.g. 2-3 minutes, detects stalls
     /// sooner.
     pub fn watch_idle_timeout(mut self, idle: Duration) -> Self {
-        self.watch_idle_timeout = Some(idle);
+        self.options.watch_idle_timeout = Some(idle);
         self
     }
 
@@ -196,7 +194,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
 
     /// How objects are kept (e.g. strip `managedFields`).
     pub fn object_options(mut self, options: ObjectOptions) -> Self {
-        self.object_options = options;
+        self.options.object_options = options;
         self
     }
 
@@ -243,7 +241,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// that misses one fails with [`ReflectorError::Timeout`] and the
     /// reflector relists after a backoff step.
     pub fn request_timeouts(mut self, timeouts: RequestTimeouts) -> Self {
-        self.timeouts = timeouts;
+        self.options.request_timeouts = timeouts;
         self
     }
 
@@ -256,7 +254,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// [`ReflectorError::ListPageTooLarge`] as soon as the cap is passed
     /// (nothing more is read) and the reflector relists after a backoff.
     pub fn max_list_page_bytes(mut self, bytes: usize) -> Self {
-        self.max_list_page_bytes = bytes.max(1);
+        self.options.max_list_page_bytes = bytes.max(1);
         self
     }
 
@@ -267,7 +265,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// [`ReflectorError::InitialEventsTooLarge`] at once (the buffer is
     /// dropped) and the reflector relists after a backoff.
     pub fn max_initial_events_bytes(mut self, bytes: usize) -> Self {
-        self.max_initial_events_bytes = bytes.max(1);
+        self.options.max_initial_events_bytes = bytes.max(1);
         self
     }
 
@@ -299,7 +297,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// [`WireFormat::Json`] asks for JSON always. Either way each response
     /// is read in the format its `Content-Type` names.
     pub fn wire_format(mut self, format: WireFormat) -> Self {
-        self.wire_format = format;
+        self.options.wire_format = format;
         self
     }
 
@@ -321,7 +319,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// The selector is fixed for the reflector's life: to move to another
     /// shard, stop the reflector and build a new one over a new store.
     pub fn shard_selector(mut self, selector: ShardSelector) -> Self {
-        self.shard_selector = Some(selector);
+        self.options.shard_selector = Some(selector);
         self
     }
 
@@ -329,7 +327,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     pub fn build(self) -> Reflector<K> {
         let dt = &self.dyntype;
         let metadata_only = K::metadata_api();
-        let url_path = K::url_path(dt, self.namespace.as_deref());
+        let url_path = K::url_path(dt, self.options.namespace.as_deref());
         let group = K::group(dt);
         let plural = K::plural(dt);
         let mut resource = if group.is_empty() {
@@ -338,7 +336,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             format!("{plural}.{group}")
         };
         let name = self.name.unwrap_or_else(|| resource.clone());
-        if let Some(ns) = &self.namespace {
+        if let Some(ns) = &self.options.namespace {
             resource.push_str(" in namespace ");
             resource.push_str(ns);
         }
@@ -353,7 +351,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         let kind = (!kind.is_empty()).then_some(kind);
         let api_version = (!api_version.is_empty()).then_some(api_version);
         let protobuf = wants_protobuf(
-            self.wire_format,
+            self.options.wire_format,
             metadata_only,
             api_version.as_deref(),
             kind.as_deref(),
@@ -367,31 +365,31 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             resource,
             name,
             decoder: EventDecoder::new(
-                self.object_options,
+                self.options.object_options,
                 kind.as_deref(),
                 api_version.as_deref(),
             ),
-            label_selector: self.label_selector,
-            field_selector: self.field_selector,
-            page_size: self.page_size,
-            use_watch_list: self.use_watch_list,
+            label_selector: self.options.label_selector,
+            field_selector: self.options.field_selector,
+            page_size: self.options.page_size,
+            use_watch_list: self.options.use_watch_list,
             resync_period: self.resync_period,
             min_watch_timeout: self.min_watch_timeout,
-            watch_idle_timeout: self.watch_idle_timeout,
+            watch_idle_timeout: self.options.watch_idle_timeout,
             backoff: self.backoff,
             handler: self.handler,
             max_internal_error_retry_duration: self.max_internal_error_retry_duration,
             max_event_size: self.max_event_size,
-            timeouts: self.timeouts,
-            max_list_page_bytes: self.max_list_page_bytes,
-            max_initial_events_bytes: self.max_initial_events_bytes,
+            timeouts: self.options.request_timeouts,
+            max_list_page_bytes: self.options.max_list_page_bytes.max(1),
+            max_initial_events_bytes: self.options.max_initial_events_bytes.max(1),
             shared: Mutex::new(Shared {
                 last_sync_rv: self.resume_from.clone().unwrap_or_default(),
                 synced: false,
             }),
             synced_notify: tokio::sync::Notify::new(),
             resume_from: self.resume_from,
-            sharding: self.shard_selector.map(Sharding::new),
+            sharding: self.options.shard_selector.map(Sharding::new),
             shard_dropped: AtomicU64::new(0),
             fallback_logged: AtomicBool::new(false),
             running: AtomicBool::new(false),
@@ -655,27 +653,16 @@ impl<K: Resource + 'static> Reflector<K> {
             client,
             store,
             dyntype,
-            namespace: None,
-            label_selector: None,
-            field_selector: None,
-            page_size: 0,
-            use_watch_list: true,
+            options: ListOptions::default(),
             resync_period: None,
             min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
-            watch_idle_timeout: None,
             backoff: BackoffConfig::default(),
-            object_options: ObjectOptions::default(),
             name: None,
             handler: None,
             metrics: Arc::new(NoopMetricsProvider),
             max_internal_error_retry_duration: Duration::ZERO,
             max_event_size: DEFAULT_MAX_FRAME,
-            timeouts: RequestTimeouts::default(),
-            max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
-            max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
             resume_from: None,
-            wire_format: WireFormat::Auto,
-            shard_selector: None,
         }
     }
 }
