@@ -852,7 +852,9 @@ where
     let task = tokio::spawn(async move {
         match task.await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(%informer, error = %kcache_core::ErrorChain(&e), "the primary informer did not run"),
+            Ok(Err(e)) => {
+                tracing::warn!(%informer, error = %kcache_core::ErrorChain(&e), "the primary informer did not run")
+            }
             Err(e) => tracing::warn!(%informer, error = %e, "the primary informer's task failed"),
         }
     });

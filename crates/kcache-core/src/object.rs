@@ -87,7 +87,9 @@ pub enum Format {
 /// For a compressed object whose stored bytes fail to decompress (see
 /// [`ObjectError::Decompress`]), `source` is a custom serde error saying so.
 #[derive(Debug, thiserror::Error)]
-#[error("decoding object {key:?} into {type_name} failed (does the type match the resource's schema and apiVersion?)")]
+#[error(
+    "decoding object {key:?} into {type_name} failed (does the type match the resource's schema and apiVersion?)"
+)]
 pub struct DecodeError {
     /// The key of the object that failed to decode.
     pub key: String,

@@ -14,9 +14,7 @@ use kcache::indexer::IndexError;
 use kcache::informer::{InformerError, SnapshotError};
 use kcache::lease::shard::ShardStoreError;
 use kcache::lease::{LeaderElectionConfigError, LeaseTimingsError, ShardConfigError, ShardError};
-use kcache::reflector::{
-    BadEvent, BadEventKind, ListBodyError, Operation, ReflectorError,
-};
+use kcache::reflector::{BadEvent, BadEventKind, ListBodyError, Operation, ReflectorError};
 
 const LEAF: &str = "the leaf error's own message";
 
@@ -56,7 +54,10 @@ type Named = (&'static str, Box<dyn Error + 'static>);
 
 fn core_and_indexer() -> Vec<Named> {
     vec![
-        ("ObjectError::Json", Box::new(ObjectError::Json(json_error()))),
+        (
+            "ObjectError::Json",
+            Box::new(ObjectError::Json(json_error())),
+        ),
         (
             "ObjectError::Serialize",
             Box::new(ObjectError::Serialize(json_error())),
