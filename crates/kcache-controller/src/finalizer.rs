@@ -66,6 +66,15 @@ pub fn has_finalizer<K: Resource>(obj: &K, finalizer_name: &str) -> bool {
     obj.finalizers().iter().any(|f| f == finalizer_name)
 }
 
+/// `obj`'s finalizers without `finalizer_name`.
+fn finalizers_without<K: Resource>(obj: &K, finalizer_name: &str) -> Vec<String> {
+    obj.finalizers()
+        .iter()
+        .filter(|f| *f != finalizer_name)
+        .cloned()
+        .collect()
+}
+
 async fn patch_finalizers<K>(
     api: &Api<K>,
     name: &str,
@@ -162,12 +171,7 @@ where
                 .map_err(FinalizerError::ApplyFailed)
         }
         (true, true) => {
-            let finalizers: Vec<String> = obj
-                .finalizers()
-                .iter()
-                .filter(|f| *f != finalizer_name)
-                .cloned()
-                .collect();
+            let finalizers = finalizers_without(&obj, finalizer_name);
             let action = reconcile(FinalizerEvent::Cleanup(obj))
                 .await
                 .map_err(FinalizerError::CleanupFailed)?;
@@ -217,12 +221,7 @@ where
     let (Some(name), Some(rv)) = (&obj.meta().name, &obj.meta().resource_version) else {
         return Ok(None);
     };
-    let finalizers: Vec<String> = obj
-        .finalizers()
-        .iter()
-        .filter(|f| *f != finalizer_name)
-        .cloned()
-        .collect();
+    let finalizers = finalizers_without(obj, finalizer_name);
     match patch_finalizers(api, name, rv, &finalizers).await {
         Ok(updated) => {
             tracing::debug!(object = %name, finalizer = finalizer_name, "removed finalizer");

@@ -153,7 +153,6 @@ pub(crate) fn tail(path: &std::path::Path, n: usize) -> String {
 mod tests {
     use super::*;
     use crate::proxy::ProxyError;
-    use std::error::Error as _;
 
     /// A source is printed once in a chain: no message repeats its
     /// source's (issue 17).

@@ -187,6 +187,25 @@ pub struct ListPage<K> {
     pub skipped: Vec<BadEvent>,
 }
 
+impl<K> ListPage<K> {
+    /// A JSON list page: its items and what its `metadata` says.
+    fn from_wire(
+        items: Vec<CachedObject<K>>,
+        skipped: Vec<BadEvent>,
+        metadata: Option<ListMetaWire<'_>>,
+    ) -> Self {
+        let (resource_version, continue_token, shard_selector) =
+            metadata.map(ListMetaWire::parts).unwrap_or_default();
+        ListPage {
+            items,
+            resource_version,
+            continue_token,
+            shard_selector,
+            skipped,
+        }
+    }
+}
+
 impl<K> fmt::Debug for ListPage<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ListPage")
@@ -654,14 +673,7 @@ impl<K> EventDecoder<K> {
                 Err(e) => skipped.push(e),
             }
         }
-        let (rv, cont, shard) = wire.metadata.map(ListMetaWire::parts).unwrap_or_default();
-        Ok(ListPage {
-            items,
-            resource_version: rv,
-            continue_token: cont,
-            shard_selector: shard,
-            skipped,
-        })
+        Ok(ListPage::from_wire(items, skipped, wire.metadata))
     }
 
     #[cfg(any(test, feature = "fuzzing"))]
@@ -731,14 +743,7 @@ impl<K> EventDecoder<K> {
                 (items, wire.metadata.map(ListMetaWire::into_owned))
             }
         };
-        let (rv, cont, shard) = metadata.map(ListMetaWire::parts).unwrap_or_default();
-        Ok(ListPage {
-            items,
-            resource_version: rv,
-            continue_token: cont,
-            shard_selector: shard,
-            skipped,
-        })
+        Ok(ListPage::from_wire(items, skipped, metadata))
     }
 }
 

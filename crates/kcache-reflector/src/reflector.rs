@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
-use kcache_core::protobuf::ListReader;
+use kcache_core::protobuf::{ListReader, WireError};
 use kcache_core::{CachedObject, ErrorChain, ObjectOptions, ReflectorStore, ShardSelector};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
@@ -26,8 +26,8 @@ use crate::backoff::{Backoff, BackoffConfig};
 use crate::decode::{EventDecoder, JsonPage, WatchEvent};
 use crate::error::ListBodyError;
 use crate::error::{
-    ApiError, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError, TimeoutPhase,
-    Truncated, is_probable_eof,
+    ApiError, BadEvent, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError,
+    TimeoutPhase, Truncated, is_probable_eof,
 };
 use crate::framing::{DEFAULT_MAX_FRAME, WatchFramer};
 use crate::limits::{BodyError, BodyLimits, RequestTimeouts, read_body_with, read_error_body};
@@ -566,6 +566,36 @@ struct Listed<K> {
     shard_echoed: bool,
     /// Items dropped as outside the shard.
     shard_dropped: usize,
+}
+
+/// The items of a list page read so far.
+struct PageItems<K> {
+    items: Vec<CachedObject<K>>,
+    /// How many items are objects reused from the store.
+    reused: usize,
+    /// Items dropped as outside the shard.
+    dropped: usize,
+}
+
+impl<K> PageItems<K> {
+    /// The page, with what its envelope said.
+    fn into_page(
+        self,
+        resource_version: String,
+        shard_echoed: bool,
+        continue_token: Option<String>,
+    ) -> Page<K> {
+        Page {
+            listed: Listed {
+                items: self.items,
+                resource_version,
+                reused: self.reused,
+                shard_echoed,
+                shard_dropped: self.dropped,
+            },
+            continue_token,
+        }
+    }
 }
 
 /// One list page.
@@ -1287,70 +1317,27 @@ impl<K> Reflector<K> {
             source: ListBodyError::Json(e),
         };
         let mut page = JsonPage::new();
-        let mut items = Vec::new();
-        let mut reused = 0;
-        let mut dropped = 0;
-        let mut malformed = None;
-        let read = read_body_with(content_length, stream, limits, |chunk| {
+        let feed = |chunk, acc: &mut PageItems<K>| -> Result<(), serde_json::Error> {
             page.push(chunk);
-            loop {
-                match page.next(&self.decoder) {
-                    Ok(Some(obj)) => {
-                        if !self.in_shard(&obj) {
-                            dropped += 1;
-                            continue;
-                        }
-                        let (obj, r) = self.reuse(obj);
-                        reused += usize::from(r);
-                        items.push(obj);
-                    }
-                    Ok(None) => return true,
-                    Err(e) => {
-                        malformed = Some(e);
-                        return false;
-                    }
-                }
+            while let Some(obj) = page.next(&self.decoder)? {
+                self.keep(acc, obj);
             }
-        })
-        .await;
-        match read {
-            Ok(()) => {}
-            Err(BodyError::Stopped) => {
-                return Err(match malformed {
-                    Some(e) => invalid(e),
-                    None => self.list_body_error(BodyError::Stopped),
-                });
-            }
-            Err(e) => return Err(self.list_body_error(e)),
-        }
+            Ok(())
+        };
+        let mut acc = self
+            .read_list_page(content_length, stream, limits, feed, invalid)
+            .await?;
         let end = page.finish(&self.decoder).map_err(invalid)?;
         // items the envelope held itself (not a literal "items" array)
         for obj in end.items {
-            if !self.in_shard(&obj) {
-                dropped += 1;
-                continue;
-            }
-            let (obj, r) = self.reuse(obj);
-            reused += usize::from(r);
-            items.push(obj);
+            self.keep(&mut acc, obj);
         }
-        for bad in end.skipped {
-            self.report(&ReflectorError::BadEvent {
-                op: Operation::List,
-                resource: self.resource.clone(),
-                source: bad,
-            });
-        }
-        Ok(Page {
-            listed: Listed {
-                items,
-                resource_version: end.resource_version,
-                reused,
-                shard_echoed: self.is_shard_echo(end.shard_selector.as_deref()),
-                shard_dropped: dropped,
-            },
-            continue_token: end.continue_token,
-        })
+        self.report_skipped(end.skipped);
+        Ok(acc.into_page(
+            end.resource_version,
+            self.is_shard_echo(end.shard_selector.as_deref()),
+            end.continue_token,
+        ))
     }
 
     /// One protobuf list page, read as it arrives: each item is cut,
@@ -1368,49 +1355,84 @@ impl<K> Reflector<K> {
             source: ListBodyError::Protobuf(e),
         };
         let mut reader = ListReader::new();
-        let mut items = Vec::new();
         let mut skipped = Vec::new();
-        let mut reused = 0;
-        let mut dropped = 0;
+        let feed = |chunk, acc: &mut PageItems<K>| -> Result<(), WireError> {
+            reader.push(chunk);
+            while let Some(item) = reader.next_item()? {
+                let Some(tm) = reader.item_type() else {
+                    continue;
+                };
+                match self.decoder.decode_protobuf_item(item, tm) {
+                    Ok(obj) => self.keep(acc, obj),
+                    Err(bad) => skipped.push(bad),
+                }
+            }
+            Ok(())
+        };
+        let acc = self
+            .read_list_page(content_length, stream, limits, feed, invalid)
+            .await?;
+        let summary = reader.finish().map_err(invalid)?;
+        self.report_skipped(skipped);
+        Ok(acc.into_page(
+            summary.resource_version,
+            self.is_shard_echo(summary.shard_selector.as_deref()),
+            (!summary.continue_token.is_empty()).then_some(summary.continue_token),
+        ))
+    }
+
+    /// Reads a list page body within `limits`, handing each chunk to
+    /// `feed` (which parses it and [`keep`](Self::keep)s the items it
+    /// completes); a malformed body (`feed`'s error) fails the page as
+    /// `invalid` says, any other body failure as a list body error.
+    async fn read_list_page<E>(
+        &self,
+        content_length: Option<u64>,
+        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
+        limits: BodyLimits,
+        mut feed: impl FnMut(Bytes, &mut PageItems<K>) -> Result<(), E>,
+        invalid: impl Fn(E) -> ReflectorError,
+    ) -> Result<PageItems<K>, ReflectorError> {
+        let mut acc = PageItems {
+            items: Vec::new(),
+            reused: 0,
+            dropped: 0,
+        };
         let mut malformed = None;
         let read = read_body_with(content_length, stream, limits, |chunk| {
-            reader.push(chunk);
-            loop {
-                match reader.next_item() {
-                    Ok(Some(item)) => {
-                        let Some(tm) = reader.item_type() else {
-                            continue;
-                        };
-                        match self.decoder.decode_protobuf_item(item, tm) {
-                            Ok(obj) if !self.in_shard(&obj) => dropped += 1,
-                            Ok(obj) => {
-                                let (obj, r) = self.reuse(obj);
-                                reused += usize::from(r);
-                                items.push(obj);
-                            }
-                            Err(bad) => skipped.push(bad),
-                        }
-                    }
-                    Ok(None) => return true,
-                    Err(e) => {
-                        malformed = Some(e);
-                        return false;
-                    }
+            match feed(chunk, &mut acc) {
+                Ok(()) => true,
+                Err(e) => {
+                    malformed = Some(e);
+                    false
                 }
             }
         })
         .await;
         match read {
-            Ok(()) => {}
-            Err(BodyError::Stopped) => {
-                return Err(match malformed {
-                    Some(e) => invalid(e),
-                    None => self.list_body_error(BodyError::Stopped),
-                });
-            }
-            Err(e) => return Err(self.list_body_error(e)),
+            Ok(()) => Ok(acc),
+            Err(BodyError::Stopped) => Err(match malformed {
+                Some(e) => invalid(e),
+                None => self.list_body_error(BodyError::Stopped),
+            }),
+            Err(e) => Err(self.list_body_error(e)),
         }
-        let summary = reader.finish().map_err(invalid)?;
+    }
+
+    /// Adds a list item to the page, unless it is outside the shard; an
+    /// unchanged object is swapped for the store's copy.
+    fn keep(&self, acc: &mut PageItems<K>, obj: CachedObject<K>) {
+        if !self.in_shard(&obj) {
+            acc.dropped += 1;
+            return;
+        }
+        let (obj, r) = self.reuse(obj);
+        acc.reused += usize::from(r);
+        acc.items.push(obj);
+    }
+
+    /// Reports the list items that were skipped.
+    fn report_skipped(&self, skipped: Vec<BadEvent>) {
         for bad in skipped {
             self.report(&ReflectorError::BadEvent {
                 op: Operation::List,
@@ -1418,16 +1440,6 @@ impl<K> Reflector<K> {
                 source: bad,
             });
         }
-        Ok(Page {
-            listed: Listed {
-                items,
-                resource_version: summary.resource_version,
-                reused,
-                shard_echoed: self.is_shard_echo(summary.shard_selector.as_deref()),
-                shard_dropped: dropped,
-            },
-            continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
-        })
     }
 
     /// Sends a request within the response-headers deadline. A request

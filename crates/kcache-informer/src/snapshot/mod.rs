@@ -57,8 +57,8 @@
 //!
 //! # The module
 //!
-//! [`format`] reads and writes the bytes (with a CRC-64 from the `crc`
-//! crate), [`file`] the files (atomic, private writes), `fingerprint` says
+//! `format` reads and writes the bytes (with a CRC-64 from the `crc`
+//! crate), `file` the files (atomic, private writes), `fingerprint` says
 //! what a snapshot is a cache of, and `driver` is the informer's side: the
 //! load on start, the periodic and final writes.
 
