@@ -74,7 +74,8 @@
 //!     .namespace("default")
 //!     .label_selector("app=web")
 //!     .object_options(ObjectOptions::new().strip_managed_fields(true))
-//!     .watch_error_handler(|e| eprintln!("reflector: {e}"))
+//!     // the error and its sources (kube's, the body's) on one line
+//!     .watch_error_handler(|e| eprintln!("reflector: {}", kcache_core::ErrorChain(e)))
 //!     .build();
 //! let stop = CancellationToken::new();
 //! reflector.run(stop.clone()).await; // until `stop.cancel()`

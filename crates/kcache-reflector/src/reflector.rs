@@ -246,7 +246,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     }
 
     /// Largest accepted LIST page body, in bytes (default: 2 GiB,
-    /// [`DEFAULT_MAX_LIST_BYTES`]). The apiserver answers a list at
+    /// [`DEFAULT_MAX_LIST_BYTES`](crate::DEFAULT_MAX_LIST_BYTES)). The apiserver answers a list at
     /// resourceVersion `"0"` (and a relist at an exact resourceVersion)
     /// from its watch cache as **one** body whatever the page size:
     /// 20,000 Pods made a 230 MB JSON body, so the default leaves room for
@@ -260,7 +260,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
 
     /// Largest total size, in bytes, of the objects a streaming list
     /// buffers before its `initial-events-end` bookmark (default: 2 GiB,
-    /// [`DEFAULT_MAX_LIST_BYTES`]; the buffer is the whole collection, as
+    /// [`DEFAULT_MAX_LIST_BYTES`](crate::DEFAULT_MAX_LIST_BYTES); the buffer is the whole collection, as
     /// a list at `"0"` is). Passing it fails the streaming list with
     /// [`ReflectorError::InitialEventsTooLarge`] at once (the buffer is
     /// dropped) and the reflector relists after a backoff.

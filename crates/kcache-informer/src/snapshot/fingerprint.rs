@@ -9,9 +9,9 @@ use super::SNAPSHOT_EXTENSION;
 #[non_exhaustive]
 pub struct Fingerprint {
     /// The cluster: the `kube-system` namespace's UID, or the id given with
-    /// [`SnapshotOptions::cluster_id`].
+    /// [`SnapshotOptions::cluster_id`](super::SnapshotOptions::cluster_id).
     pub cluster_uid: String,
-    /// The apiserver URL, when given ([`SnapshotOptions::server_url`]).
+    /// The apiserver URL, when given ([`SnapshotOptions::server_url`](super::SnapshotOptions::server_url)).
     pub server_url: Option<String>,
     /// API group (`""` for the core group).
     pub group: String,
