@@ -30,7 +30,7 @@ use crate::server::Health;
 #[cfg(feature = "prometheus")]
 use crate::server::MetricsServer;
 use crate::source::{
-    Enqueuer, Mapper, OwnedHandler, PrimaryHandler, SourceFn, SourceHandle, WatchHandler,
+    Enqueuer, Mapper, OwnedHandler, PrimaryHandler, SourceFn, SourceHandle, WatchHandler, source,
     source_handle,
 };
 use crate::worker::{Shared, WorkerMetrics};
@@ -404,17 +404,13 @@ where
         let kind = C::kind(&C::DynamicType::default()).into_owned();
         let owner_namespaced = self.primary_namespaced;
         let predicate = predicate.into();
-        self.sources.push(Box::new(move |enq| {
-            let handler = OwnedHandler {
-                enq,
-                owner_group,
-                owner_kind,
-                owner_namespaced,
-                kind,
-                predicate,
-            };
-            let reg = informer.add_event_handler(handler)?;
-            Ok(source_handle(&informer, reg))
+        self.sources.push(source(informer, move |enq| OwnedHandler {
+            enq,
+            owner_group,
+            owner_kind,
+            owner_namespaced,
+            kind,
+            predicate,
         }));
         self
     }
@@ -447,15 +443,11 @@ where
         let kind = O::kind(&O::DynamicType::default()).into_owned();
         let predicate = predicate.into();
         let mapper: Mapper<O> = Arc::new(mapper);
-        self.sources.push(Box::new(move |enq| {
-            let handler = WatchHandler {
-                enq,
-                mapper,
-                kind,
-                predicate,
-            };
-            let reg = informer.add_event_handler(handler)?;
-            Ok(source_handle(&informer, reg))
+        self.sources.push(source(informer, move |enq| WatchHandler {
+            enq,
+            mapper,
+            kind,
+            predicate,
         }));
         self
     }

@@ -316,6 +316,23 @@ where
     })
 }
 
+/// The source that, when the controller runs, registers on `informer` the
+/// handler `handler` builds from the controller's enqueuer.
+pub(crate) fn source<K, H>(
+    informer: SharedIndexInformer<K>,
+    handler: impl FnOnce(Enqueuer) -> H + Send + 'static,
+) -> SourceFn
+where
+    K: Resource + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+    H: ResourceEventHandler<K>,
+{
+    Box::new(move |enq| {
+        let registration = informer.add_event_handler(handler(enq))?;
+        Ok(source_handle(&informer, registration))
+    })
+}
+
 pub(crate) fn source_handle<K>(
     informer: &SharedIndexInformer<K>,
     registration: ResourceEventHandlerRegistration<K>,
