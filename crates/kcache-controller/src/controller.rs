@@ -32,7 +32,7 @@ use crate::server::Health;
 use crate::server::MetricsServer;
 use crate::shard_informers::{AttachAll, Caches, Follower, PrimaryOf};
 use crate::source::{
-    Enqueuer, Mapper, OwnedHandler, PrimaryHandler, SourceFn, SourceHandle, WatchHandler,
+    Enqueuer, Mapper, OwnedHandler, PrimaryHandler, SourceFn, SourceHandle, WatchHandler, source,
     source_handle,
 };
 use crate::worker::{Shared, WorkerMetrics};
@@ -438,18 +438,13 @@ where
         let kind = C::kind(&C::DynamicType::default()).into_owned();
         let owner_namespaced = self.primary_namespaced;
         let predicate = predicate.into();
-        self.sources.push(Arc::new(move |factory, enq| {
-            let informer = factory.informer::<C>();
-            let handler = OwnedHandler {
-                enq,
-                owner_group: owner_group.clone(),
-                owner_kind: owner_kind.clone(),
-                owner_namespaced,
-                kind: kind.clone(),
-                predicate: predicate.clone(),
-            };
-            let reg = informer.add_event_handler(handler)?;
-            Ok(source_handle(&informer, reg))
+        self.sources.push(source::<C, _>(move |enq| OwnedHandler {
+            enq,
+            owner_group: owner_group.clone(),
+            owner_kind: owner_kind.clone(),
+            owner_namespaced,
+            kind: kind.clone(),
+            predicate: predicate.clone(),
         }));
         self
     }
@@ -482,16 +477,11 @@ where
         let kind = O::kind(&O::DynamicType::default()).into_owned();
         let predicate = predicate.into();
         let mapper: Mapper<O> = Arc::new(mapper);
-        self.sources.push(Arc::new(move |factory, enq| {
-            let informer = factory.informer::<O>();
-            let handler = WatchHandler {
-                enq,
-                mapper: mapper.clone(),
-                kind: kind.clone(),
-                predicate: predicate.clone(),
-            };
-            let reg = informer.add_event_handler(handler)?;
-            Ok(source_handle(&informer, reg))
+        self.sources.push(source::<O, _>(move |enq| WatchHandler {
+            enq,
+            mapper: mapper.clone(),
+            kind: kind.clone(),
+            predicate: predicate.clone(),
         }));
         self
     }
@@ -1060,7 +1050,9 @@ where
     let task = tokio::spawn(async move {
         match task.await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(%informer, error = %e, "the primary informer did not run"),
+            Ok(Err(e)) => {
+                tracing::warn!(%informer, error = %kcache_core::ErrorChain(&e), "the primary informer did not run")
+            }
             Err(e) => tracing::warn!(%informer, error = %e, "the primary informer's task failed"),
         }
     });

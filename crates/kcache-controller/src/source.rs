@@ -339,6 +339,22 @@ where
     })
 }
 
+/// The source that, for each informer factory the controller runs, registers
+/// on the factory's informer of `K` the handler `handler` builds from the
+/// controller's enqueuer.
+pub(crate) fn source<K, H>(handler: impl Fn(Enqueuer) -> H + Send + Sync + 'static) -> SourceFn
+where
+    K: Resource + Send + Sync + 'static,
+    K::DynamicType: Default + Clone + Send + Sync + 'static,
+    H: ResourceEventHandler<K>,
+{
+    Arc::new(move |factory, enq| {
+        let informer = factory.informer::<K>();
+        let registration = informer.add_event_handler(handler(enq))?;
+        Ok(source_handle(&informer, registration))
+    })
+}
+
 pub(crate) fn source_handle<K>(
     informer: &SharedIndexInformer<K>,
     registration: ResourceEventHandlerRegistration<K>,

@@ -26,7 +26,7 @@ use crate::string_map::StringMap;
 #[non_exhaustive]
 pub enum ObjectError {
     /// The bytes are not a JSON object, or a metadata field has the wrong type.
-    #[error("malformed object JSON: {0}")]
+    #[error("malformed object JSON")]
     Json(#[source] serde_json::Error),
     /// The object has no `metadata.name` (or an empty one), so it has no key.
     #[error("object has no metadata.name")]
@@ -40,7 +40,7 @@ pub enum ObjectError {
         reason: &'static str,
     },
     /// Serializing a typed value (in [`CachedObject::from_object`]) failed.
-    #[error("serializing object failed: {0}")]
+    #[error("serializing the object to JSON failed")]
     Serialize(#[source] serde_json::Error),
     /// A compressed object's stored bytes could not be decompressed.
     ///
@@ -87,7 +87,9 @@ pub enum Format {
 /// For a compressed object whose stored bytes fail to decompress (see
 /// [`ObjectError::Decompress`]), `source` is a custom serde error saying so.
 #[derive(Debug, thiserror::Error)]
-#[error("decoding object {key:?} into {type_name} failed: {source}")]
+#[error(
+    "decoding object {key:?} into {type_name} failed (does the type match the resource's schema and apiVersion?)"
+)]
 pub struct DecodeError {
     /// The key of the object that failed to decode.
     pub key: String,

@@ -63,7 +63,7 @@ use crate::lock;
 #[non_exhaustive]
 pub enum ProxyError {
     /// The listening socket could not be opened.
-    #[error("the fault proxy could not listen on 127.0.0.1: {0}")]
+    #[error("the fault proxy could not listen on 127.0.0.1")]
     Bind(#[source] std::io::Error),
     /// The upstream URL has no usable host and port.
     #[error("the upstream URL {0:?} has no usable 127.0.0.1 host and port")]
@@ -72,10 +72,10 @@ pub enum ProxyError {
     #[error("the proxied URL {0:?} is invalid")]
     BadUrl(String),
     /// The client for the proxied address could not be built.
-    #[error("building a client through the fault proxy failed: {0}")]
+    #[error("building a client through the fault proxy failed")]
     Client(#[source] kube::Error),
     /// The HTTP mode's upstream client could not be built.
-    #[error("building the HTTP mode's upstream client failed: {0}")]
+    #[error("building the HTTP mode's upstream client failed")]
     Upstream(#[source] kube::Error),
 }
 

@@ -13,9 +13,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::InformerError;
-use crate::informer::{
-    DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, ListOptions, SharedIndexInformer, TransformFunc,
-};
+use kcache_deltafifo::TransformFunc;
+use kcache_reflector::ListOptions;
+
+use crate::informer::{DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, SharedIndexInformer};
 use crate::metrics::{MetricsProvider, ReflectorMetricsProvider};
 use crate::snapshot::SnapshotOptions;
 use kcache_core::ShardSelector;
@@ -501,7 +502,7 @@ impl SharedInformerFactory {
                         match run.await {
                             Ok(Ok(())) => {}
                             Ok(Err(e)) => {
-                                tracing::error!(informer = %name, error = %e, "informer did not run");
+                                tracing::error!(informer = %name, error = %kcache_core::ErrorChain(&e), "informer did not run");
                             }
                             Err(e) => {
                                 tracing::error!(informer = %name, error = %e, "informer task failed");

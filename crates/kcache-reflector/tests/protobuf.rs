@@ -74,7 +74,8 @@ fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
                 ReflectorError::BadEvent { source, .. } => Some(source.kind),
                 _ => None,
             };
-            s2.lock().push((e.reason(), e.to_string(), kind));
+            s2.lock()
+                .push((e.reason(), kcache_core::ErrorChain(e).to_string(), kind));
         })
         .build(),
     );

@@ -75,7 +75,8 @@ fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
     let s2 = seen.clone();
     let reflector = Arc::new(
         b.watch_error_handler(move |e: &ReflectorError| {
-            s2.lock().push((e.reason(), e.to_string()));
+            s2.lock()
+                .push((e.reason(), kcache_core::ErrorChain(e).to_string()));
         })
         .build(),
     );

@@ -1,10 +1,11 @@
 //! Rate limiters and the rate-limited queue: client-go's
 //! default_rate_limiters_test.go and rate_limiting_queue_test.go.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use governor::clock::FakeRelativeClock;
+use kcache_workqueue::rate_limiter::Clock;
 use kcache_workqueue::{
     AddOpts, BucketRateLimiter, ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter,
     MaxOfRateLimiter, RateLimiter, RateLimiterError, WithMaxWaitRateLimiter, WorkQueue,
@@ -14,6 +15,23 @@ use tokio::time::advance;
 
 const MS: Duration = Duration::from_millis(1);
 const US: Duration = Duration::from_micros(1);
+
+/// A [`Clock`] the test advances by hand.
+#[derive(Clone, Default)]
+struct FakeClock(Arc<AtomicU64>);
+
+impl FakeClock {
+    fn advance(&self, by: Duration) {
+        let nanos = u64::try_from(by.as_nanos()).unwrap();
+        self.0.fetch_add(nanos, Ordering::SeqCst);
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::SeqCst))
+    }
+}
 
 /// Asserts that `item` becomes ready exactly `d` from now, then takes it.
 async fn assert_ready_after<
@@ -253,7 +271,7 @@ fn with_max_wait() {
 
 #[test]
 fn bucket_burst_then_booked_tokens() {
-    let clock = FakeRelativeClock::default();
+    let clock = FakeClock::default();
     let b = BucketRateLimiter::with_clock(10.0, 100, clock.clone()).unwrap();
     // The burst: 100 tokens at once.
     for _ in 0..100 {
@@ -285,7 +303,7 @@ fn bucket_burst_then_booked_tokens() {
 
 #[test]
 fn bucket_default_is_10_qps_burst_100() {
-    let clock = FakeRelativeClock::default();
+    let clock = FakeClock::default();
     let b = BucketRateLimiter::with_clock(10.0, 100, clock).unwrap();
     let d = BucketRateLimiter::default();
     for _ in 0..100 {
@@ -329,7 +347,7 @@ fn bucket_rejects_bad_config() {
 
 #[test]
 fn bucket_fractional_rate() {
-    let clock = FakeRelativeClock::default();
+    let clock = FakeClock::default();
     let b = BucketRateLimiter::with_clock(0.5, 1, clock).unwrap();
     assert_eq!(RateLimiter::<u8>::when(&b, &0), Duration::ZERO);
     assert_eq!(RateLimiter::<u8>::when(&b, &0), Duration::from_secs(2));

@@ -172,7 +172,7 @@ pub enum ShardConfigError {
     #[error("the shard identity must not be empty (use the pod name)")]
     EmptyIdentity,
     /// The durations break client-go's rules.
-    #[error("shard timings: {0}")]
+    #[error(transparent)]
     Timings(#[from] LeaseTimingsError),
 }
 
@@ -181,7 +181,7 @@ pub enum ShardConfigError {
 #[non_exhaustive]
 pub enum ShardError {
     /// The configuration is invalid.
-    #[error("invalid shard configuration: {0}")]
+    #[error(transparent)]
     Config(#[from] ShardConfigError),
     /// Another process took this replica's membership Lease: two replicas
     /// run with the same identity.

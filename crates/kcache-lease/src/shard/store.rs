@@ -71,7 +71,7 @@ pub enum ShardStoreError {
     NotFound,
     /// Anything else (network, authorization, ...).
     #[error(
-        "membership lease request failed: {0} (check connectivity and that the controller may get, list, watch, create, update and delete coordination.k8s.io leases in the shard namespace)"
+        "membership lease request failed (check connectivity and that the controller may get, list, watch, create, update and delete coordination.k8s.io leases in the shard namespace)"
     )]
     Other(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
