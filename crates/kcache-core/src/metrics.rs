@@ -1,6 +1,5 @@
-//! The metric primitives every kcache layer above the core records into
-//! (the work queue, which depends on no kcache crate, has the same four of
-//! its own, in the same shape, like client-go's `workqueue` package).
+//! The metric primitives every kcache layer above the core records into,
+//! the work queue included (`kcache_workqueue::metrics` re-exports them).
 //!
 //! Each layer has a small provider trait that creates its named metrics
 //! from these primitives (`kcache_reflector::MetricsProvider`,

@@ -98,32 +98,6 @@ impl PrometheusMetricsProvider {
     }
 }
 
-// prometheus-client's metrics are this crate's primitives as they are (the
-// same impls as kcache-core's `prometheus` feature gives the other crates).
-impl CounterMetric for Counter {
-    fn inc_by(&self, n: u64) {
-        Counter::inc_by(self, n);
-    }
-}
-impl GaugeMetric for Gauge {
-    fn inc(&self) {
-        Gauge::inc(self);
-    }
-    fn dec(&self) {
-        Gauge::dec(self);
-    }
-}
-impl SettableGaugeMetric for Gauge<f64, AtomicU64> {
-    fn set(&self, value: f64) {
-        Gauge::set(self, value);
-    }
-}
-impl HistogramMetric for Histogram {
-    fn observe(&self, value: f64) {
-        Histogram::observe(self, value);
-    }
-}
-
 impl MetricsProvider for PrometheusMetricsProvider {
     fn new_depth_metric(&self, name: &str) -> Box<dyn GaugeMetric> {
         Box::new(self.depth.get_or_create_owned(&labels(name)))
