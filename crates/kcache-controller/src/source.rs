@@ -437,39 +437,35 @@ mod tests {
 
     #[test]
     fn owner_key_follows_the_controller_reference() {
-        let c = child(
-            "ns1",
-            "web",
-            "1",
-            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", true)),
-        );
+        const GROUP: &str = "samplecontroller.k8s.io";
+        // ns1/web, referring to the Foo foo-a with `api_version`, as its
+        // controller or not
+        let owned_by = |api_version, controller| {
+            child(
+                "ns1",
+                "web",
+                "1",
+                Some((api_version, "Foo", "foo-a", controller)),
+            )
+        };
+        let c = owned_by("samplecontroller.k8s.io/v1alpha1", true);
         assert_eq!(
-            owner_key(c.meta(), "samplecontroller.k8s.io", "Foo", true).as_deref(),
+            owner_key(c.meta(), GROUP, "Foo", true).as_deref(),
             Some("ns1/foo-a")
         );
         // the version does not matter, the group and kind do
-        let c2 = child(
-            "ns1",
-            "web",
-            "1",
-            Some(("samplecontroller.k8s.io/v1", "Foo", "foo-a", true)),
-        );
-        assert!(owner_key(c2.meta(), "samplecontroller.k8s.io", "Foo", true).is_some());
+        let c2 = owned_by("samplecontroller.k8s.io/v1", true);
+        assert!(owner_key(c2.meta(), GROUP, "Foo", true).is_some());
         assert!(owner_key(c.meta(), "other.io", "Foo", true).is_none());
-        assert!(owner_key(c.meta(), "samplecontroller.k8s.io", "Bar", true).is_none());
+        assert!(owner_key(c.meta(), GROUP, "Bar", true).is_none());
         // a cluster-scoped owner is keyed by name
         assert_eq!(
-            owner_key(c.meta(), "samplecontroller.k8s.io", "Foo", false).as_deref(),
+            owner_key(c.meta(), GROUP, "Foo", false).as_deref(),
             Some("foo-a")
         );
         // not a controller reference
-        let c3 = child(
-            "ns1",
-            "web",
-            "1",
-            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", false)),
-        );
-        assert!(owner_key(c3.meta(), "samplecontroller.k8s.io", "Foo", true).is_none());
+        let c3 = owned_by("samplecontroller.k8s.io/v1alpha1", false);
+        assert!(owner_key(c3.meta(), GROUP, "Foo", true).is_none());
         // core group owner ("v1")
         let c4 = child("ns1", "web", "1", Some(("v1", "ConfigMap", "cm", true)));
         assert_eq!(
@@ -491,24 +487,12 @@ mod tests {
             kind: "Deployment".into(),
             predicate: None,
         };
-        let a = child(
-            "ns",
-            "d1",
-            "1",
-            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", true)),
-        );
-        let a2 = child(
-            "ns",
-            "d1",
-            "2",
-            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", true)),
-        );
-        let b = child(
-            "ns",
-            "d1",
-            "3",
-            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-b", true)),
-        );
+        // ns/d1 at resourceVersion `rv`, controlled by the Foo `foo`
+        let d1 = |rv, foo| {
+            let owner = ("samplecontroller.k8s.io/v1alpha1", "Foo", foo, true);
+            child("ns", "d1", rv, Some(owner))
+        };
+        let (a, a2, b) = (d1("1", "foo-a"), d1("2", "foo-a"), d1("3", "foo-b"));
         let stranger = child("ns", "d2", "1", None);
         ResourceEventHandler::<Obj>::on_add(&h, &a, false);
         ResourceEventHandler::<Obj>::on_add(&h, &stranger, false);
