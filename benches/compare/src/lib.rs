@@ -162,6 +162,24 @@ pub struct DataSet {
     pub protobuf: Option<protobuf::ProtobufData>,
 }
 
+/// The size of a generated data set, as command-line options.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct DataSetArgs {
+    /// Pods in the list.
+    #[arg(long, default_value_t = 10_000)]
+    pub pods: usize,
+    /// Watch events after the list.
+    #[arg(long, default_value_t = 10_000)]
+    pub events: usize,
+}
+
+impl DataSetArgs {
+    /// [`generate`]s the data set of this size.
+    pub fn generate(&self) -> DataSet {
+        generate(self.pods, self.events)
+    }
+}
+
 /// Generates N Pods (resourceVersions 1..=N) and M watch events
 /// (resourceVersions N+1..): each event updates Pod `j % N`, the last tenth
 /// of them (at most N) delete instead. Deterministic.
