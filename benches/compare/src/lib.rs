@@ -604,6 +604,33 @@ pub struct Report {
     pub object_heap_bytes: u64,
 }
 
+impl Report {
+    /// The report of an ingest run in which `client` handled `events` in
+    /// `secs`, its memory measured as every client measures it: the peak
+    /// RSS now, the steady RSS after waiting `settle`. The cache's size
+    /// (`cached`, `object_heap_bytes`) is the caller's to fill in.
+    pub async fn ingest(
+        client: &str,
+        events: u64,
+        secs: f64,
+        baseline_rss_kb: u64,
+        settle: std::time::Duration,
+    ) -> Report {
+        let peak_rss_kb = proc_status_kb("VmHWM");
+        tokio::time::sleep(settle).await;
+        Report {
+            client: client.to_owned(),
+            events,
+            secs,
+            events_per_sec: events as f64 / secs,
+            peak_rss_kb,
+            steady_rss_kb: proc_status_kb("VmRSS"),
+            baseline_rss_kb,
+            ..Report::default()
+        }
+    }
+}
+
 /// A field of `/proc/self/status` (`VmHWM`, `VmRSS`), in KiB; 0 if unknown.
 pub fn proc_status_kb(field: &str) -> u64 {
     let Ok(s) = std::fs::read_to_string("/proc/self/status") else {

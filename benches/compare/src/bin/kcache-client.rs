@@ -144,24 +144,15 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
     end.notified().await;
     let secs = start.elapsed().as_secs_f64();
     let n = events.load(Ordering::Relaxed);
-    let peak = proc_status_kb("VmHWM");
-    tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
-    let report = Report {
-        client: "kcache".into(),
-        events: n,
-        secs,
-        events_per_sec: n as f64 / secs,
-        peak_rss_kb: peak,
-        steady_rss_kb: proc_status_kb("VmRSS"),
-        baseline_rss_kb: baseline,
-        cached: informer.indexer().len(),
-        object_heap_bytes: informer
-            .indexer()
-            .list()
-            .iter()
-            .map(|o| o.heap_size() as u64)
-            .sum(),
-    };
+    let settle = Duration::from_millis(args.settle_ms);
+    let mut report = Report::ingest("kcache", n, secs, baseline, settle).await;
+    report.cached = informer.indexer().len();
+    report.object_heap_bytes = informer
+        .indexer()
+        .list()
+        .iter()
+        .map(|o| o.heap_size() as u64)
+        .sum();
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     Ok(report)

@@ -73,19 +73,9 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let peak = proc_status_kb("VmHWM");
-    tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
-    let report = Report {
-        client: "kube-runtime".into(),
-        events: n,
-        secs,
-        events_per_sec: n as f64 / secs,
-        peak_rss_kb: peak,
-        steady_rss_kb: proc_status_kb("VmRSS"),
-        baseline_rss_kb: baseline,
-        cached: store.state().len(),
-        ..Report::default()
-    };
+    let settle = Duration::from_millis(args.settle_ms);
+    let mut report = Report::ingest("kube-runtime", n, secs, baseline, settle).await;
+    report.cached = store.state().len();
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }
