@@ -370,12 +370,8 @@ async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
     let mut writer = BufWriter::with_capacity(256 * 1024, w);
     while let Some(req) = read_request(&mut reader).await? {
         if req.path != "/api/v1/pods" {
-            let body = serde_json::to_vec(&status_json(
-                404,
-                "NotFound",
-                "the replay server serves /api/v1/pods only",
-            ))?;
-            respond(&mut writer, 404, "Not Found", &body).await?;
+            let message = "the replay server serves /api/v1/pods only";
+            respond_status(&mut writer, 404, "Not Found", "NotFound", message).await?;
             continue;
         }
         let watch = matches!(req.param("watch"), Some("true" | "1"));
@@ -384,12 +380,8 @@ async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
             continue;
         }
         if req.param("sendInitialEvents") == Some("true") {
-            let body = serde_json::to_vec(&status_json(
-                400,
-                "BadRequest",
-                "streaming lists are not served here",
-            ))?;
-            respond(&mut writer, 400, "Bad Request", &body).await?;
+            let message = "streaming lists are not served here";
+            respond_status(&mut writer, 400, "Bad Request", "BadRequest", message).await?;
             continue;
         }
         let data = &shared.data;
@@ -475,6 +467,19 @@ async fn respond<W: tokio::io::AsyncWrite + Unpin>(
     w.flush().await
 }
 
+/// Answers with the apiserver's failure `Status` body: HTTP `code
+/// phrase`, Status `reason` and `message`.
+async fn respond_status<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    code: u16,
+    phrase: &str,
+    reason: &str,
+    message: &str,
+) -> io::Result<()> {
+    let body = serde_json::to_vec(&status_json(code, reason, message))?;
+    respond(w, code, phrase, &body).await
+}
+
 async fn list<W: tokio::io::AsyncWrite + Unpin>(
     w: &mut W,
     shared: &Shared,
@@ -486,9 +491,8 @@ async fn list<W: tokio::io::AsyncWrite + Unpin>(
         Some(c) => match c.parse() {
             Ok(s) => s,
             Err(_) => {
-                let body =
-                    serde_json::to_vec(&status_json(400, "BadRequest", "bad continue token"))?;
-                return respond(w, 400, "Bad Request", &body).await;
+                let message = "bad continue token";
+                return respond_status(w, 400, "Bad Request", "BadRequest", message).await;
             }
         },
         None => 0,

@@ -113,6 +113,29 @@ fn pod_informer(
         .build()
 }
 
+/// An informer running in a task of its own.
+struct Run {
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), kcache_informer::InformerError>>,
+}
+
+impl Run {
+    fn start(informer: &SharedIndexInformer<Pod>) -> Run {
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn({
+            let (inf, cancel) = (informer.clone(), cancel.clone());
+            async move { inf.run(cancel).await }
+        });
+        Run { cancel, task }
+    }
+
+    /// Stops the informer and waits (at most 5 s) for its task to end.
+    async fn stop(self) {
+        self.cancel.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+    }
+}
+
 async fn ingest(args: &Args) -> anyhow::Result<Report> {
     let client = kube::Client::try_default().await?;
     let baseline = proc_status_kb("VmRSS");
@@ -135,12 +158,8 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
                 d.fetch_add(1, Ordering::Relaxed);
             }),
     )?;
-    let cancel = CancellationToken::new();
     let start = Instant::now();
-    let task = tokio::spawn({
-        let (inf, cancel) = (informer.clone(), cancel.clone());
-        async move { inf.run(cancel).await }
-    });
+    let run = Run::start(&informer);
     end.notified().await;
     let secs = start.elapsed().as_secs_f64();
     let n = events.load(Ordering::Relaxed);
@@ -153,8 +172,7 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
         .iter()
         .map(|o| o.heap_size() as u64)
         .sum();
-    cancel.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    run.stop().await;
     Ok(report)
 }
 
@@ -190,12 +208,8 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
     )?;
     let stop = stop_requested();
     tokio::pin!(stop);
-    let cancel = CancellationToken::new();
     let meter = Meter::start();
-    let task = tokio::spawn({
-        let (inf, cancel) = (informer.clone(), cancel.clone());
-        async move { inf.run(cancel).await }
-    });
+    let run = Run::start(&informer);
     synced.notified().await;
     let cached = informer.indexer().len() as u64;
     emit(&meter.phase("synced", "kcache", adds.load(Ordering::Relaxed), cached));
@@ -219,8 +233,7 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
         let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
         write_watch_log(path, &seen)?;
     }
-    cancel.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    run.stop().await;
     Ok(())
 }
 
