@@ -146,6 +146,21 @@ fn passes(p: &Option<Predicate>, ev: PredicateEvent<'_>) -> bool {
     p.as_ref().is_none_or(|p| p.evaluate(&ev))
 }
 
+/// Whether an update of an owned or watched object is passed on to the
+/// keys it maps to: not a resync (a resync of such an object says nothing
+/// new about its owner or mapped keys), and the predicate passes.
+fn related_update_passes<T>(
+    p: &Option<Predicate>,
+    old: &CachedObject<T>,
+    new: &CachedObject<T>,
+) -> bool {
+    let ev = PredicateEvent::Update {
+        old: old.meta(),
+        new: new.meta(),
+    };
+    old.resource_version() != new.resource_version() && passes(p, ev)
+}
+
 pub(crate) struct PrimaryHandler {
     pub(crate) enq: Enqueuer,
     pub(crate) predicate: Option<Predicate>,
@@ -217,15 +232,7 @@ impl<K: 'static> ResourceEventHandler<K> for OwnedHandler {
         }
     }
     fn on_update(&self, old: &CachedObject<K>, new: &CachedObject<K>) {
-        // A resync of an owned object says nothing new about its owner.
-        if old.resource_version() == new.resource_version() {
-            return;
-        }
-        let ev = PredicateEvent::Update {
-            old: old.meta(),
-            new: new.meta(),
-        };
-        if passes(&self.predicate, ev) {
+        if related_update_passes(&self.predicate, old, new) {
             // Both owners: a changed controller reference concerns the old
             // owner too.
             self.send(new.meta(), new.key(), false);
@@ -273,14 +280,7 @@ impl<O: 'static> ResourceEventHandler<O> for WatchHandler<O> {
         }
     }
     fn on_update(&self, old: &CachedObject<O>, new: &CachedObject<O>) {
-        if old.resource_version() == new.resource_version() {
-            return;
-        }
-        let ev = PredicateEvent::Update {
-            old: old.meta(),
-            new: new.meta(),
-        };
-        if passes(&self.predicate, ev) {
+        if related_update_passes(&self.predicate, old, new) {
             let mut seen = Vec::new();
             self.send(new, false, &mut seen);
             self.send(old, false, &mut seen);
