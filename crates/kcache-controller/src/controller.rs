@@ -35,7 +35,7 @@ use crate::source::{
     Enqueuer, Mapper, OwnedHandler, PrimaryHandler, SourceFn, SourceHandle, WatchHandler, source,
     source_handle,
 };
-use crate::worker::{Shared, WorkerMetrics};
+use crate::worker::{Primary, Shared, WorkerMetrics};
 
 /// The priority of keys queued from an informer's initial list: below live
 /// changes (priority 0), so that a restart's full list does not delay them
@@ -795,8 +795,7 @@ struct Running<K: Resource> {
 
 impl<K> Running<K>
 where
-    K: Resource + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
+    K: Primary,
 {
     /// Step 2: the event handlers on the primary, owned and watched
     /// informers (removed again if one fails).
@@ -1032,8 +1031,7 @@ fn start_informers<K>(
     primary: &SharedIndexInformer<K>,
 ) -> Option<(CancellationToken, tokio::task::JoinHandle<()>)>
 where
-    K: Resource + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
+    K: Primary,
 {
     factory.start();
     // Not a child of `stop`: the cache stays live while running reconciles
