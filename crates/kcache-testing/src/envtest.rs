@@ -1,0 +1,58 @@
+//! The local control plane of kcache-envtest, set up for one test.
+//!
+//! [`namespace`] shares one kube-apiserver + etcd per test binary
+//! ([`ControlPlane::shared`], started from the binaries named by
+//! `KCACHE_KUBE_APISERVER` and `KCACHE_ETCD`), creates a fresh namespace
+//! and returns an admin client: the set-up every envtest test starts with.
+
+use std::sync::Arc;
+
+use kcache_envtest::ControlPlane;
+use kube::Client;
+use kube::client::ClientBuilder;
+use parking_lot::Mutex;
+
+/// A fresh namespace on the shared control plane.
+pub struct TestNamespace {
+    /// The control plane (shared by the tests of this binary).
+    pub cp: &'static ControlPlane,
+    /// The namespace's name (`<prefix>-<random>`).
+    pub ns: String,
+    /// An admin client.
+    pub client: Client,
+}
+
+/// Starts (or shares) the control plane of this test binary and creates a
+/// namespace named from `prefix`. Panics with the reason if it cannot.
+pub async fn namespace(prefix: &str) -> TestNamespace {
+    let cp = ControlPlane::shared()
+        .await
+        .unwrap_or_else(|e| panic!("the shared control plane did not start: {e}"));
+    let ns = cp
+        .create_namespace(prefix)
+        .await
+        .unwrap_or_else(|e| panic!("namespace {prefix}-*: {e}"));
+    let client = cp
+        .client()
+        .unwrap_or_else(|e| panic!("an admin client: {e}"));
+    TestNamespace { cp, ns, client }
+}
+
+/// The URIs a [`recording_client`] sent, in order.
+pub type RequestLog = Arc<Mutex<Vec<String>>>;
+
+/// A client for `config` that records the URI of every request it sends.
+pub fn recording_client(config: kube::Config) -> (Client, RequestLog) {
+    let log: RequestLog = Arc::default();
+    let l2 = log.clone();
+    let client = ClientBuilder::try_from(config)
+        .expect("a client from the control plane's config")
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |req: http::Request<kube::client::Body>| {
+                l2.lock().push(req.uri().to_string());
+                req
+            },
+        ))
+        .build();
+    (client, log)
+}
