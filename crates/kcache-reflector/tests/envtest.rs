@@ -12,10 +12,14 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcache_envtest::ControlPlane;
 use kcache_reflector::{ErrorReason, Reflector, ReflectorBuilder, ReflectorError};
+use kcache_testing::builders::config_map;
+use kcache_testing::envtest::{
+    TestNamespace, client_with_request_hook, namespace, recording_client,
+};
+use kcache_testing::eventually_async;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
 };
-use kube::client::ClientBuilder;
 use kube::core::PartialObjectMeta;
 use kube::{Client, Resource};
 use parking_lot::Mutex;
@@ -67,26 +71,6 @@ fn start<K: Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
     }
 }
 
-/// A client that records the URI of every request it sends.
-fn recording_client(cp: &ControlPlane) -> (Client, Arc<Mutex<Vec<String>>>) {
-    let log: Arc<Mutex<Vec<String>>> = Arc::default();
-    let l2 = log.clone();
-    let client = ClientBuilder::try_from(cp.config())
-        .unwrap()
-        .with_layer(&tower::util::MapRequestLayer::new(
-            move |req: http::Request<kube::client::Body>| {
-                l2.lock().push(req.uri().to_string());
-                req
-            },
-        ))
-        .build();
-    (client, log)
-}
-
-fn config_map(name: &str, value: &str) -> ConfigMap {
-    serde_json::from_value(json!({"metadata":{"name":name},"data":{"k":value}})).unwrap()
-}
-
 async fn fresh_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
     api.list(&ListParams::default())
         .await
@@ -106,33 +90,24 @@ async fn fresh_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn eventually(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while tokio::time::Instant::now() < deadline {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out: {what}");
-}
-
 /// ConfigMaps through a streaming list: the reflector sent
 /// `sendInitialEvents=true&resourceVersionMatch=NotOlderThan`, got the
 /// initial events and the end bookmark (one `replace`, no list request),
 /// then saw create/update/delete in order on the same stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_maps_streaming_list_then_events_in_order() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("refl-cm").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("refl-cm").await;
     let admin = cp.client().unwrap();
     let api: Api<ConfigMap> = Api::namespaced(admin, &ns);
     for n in ["pre-1", "pre-2"] {
-        api.create(&PostParams::default(), &config_map(n, "0"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(n).data("k", "0").build(),
+        )
+        .await
+        .unwrap();
     }
-    let (client, log) = recording_client(cp);
+    let (client, log) = recording_client(cp.config());
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let run = start(Reflector::<ConfigMap>::builder(client, store.clone()).namespace(&ns));
     let calls = store.wait_calls(1).await;
@@ -143,13 +118,16 @@ async fn config_maps_streaming_list_then_events_in_order() {
         }
         c => panic!("{c:?}"),
     }
-    eventually("has_synced", Duration::from_secs(5), async || {
+    eventually_async("has_synced", Duration::from_secs(5), async || {
         run.reflector.has_synced()
     })
     .await;
 
     let created = api
-        .create(&PostParams::default(), &config_map("a", "1"))
+        .create(
+            &PostParams::default(),
+            &config_map("a").data("k", "1").build(),
+        )
         .await
         .unwrap();
     let mut changed = created.clone();
@@ -211,15 +189,17 @@ async fn config_maps_streaming_list_then_events_in_order() {
 /// then a watch from the list's RV.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_maps_list_then_watch() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("refl-lw").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("refl-lw").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for i in 0..7 {
-        api.create(&PostParams::default(), &config_map(&format!("c{i}"), "0"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("c{i}")).data("k", "0").build(),
+        )
+        .await
+        .unwrap();
     }
-    let (client, log) = recording_client(cp);
+    let (client, log) = recording_client(cp.config());
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let run = start(
         Reflector::<ConfigMap>::builder(client, store.clone())
@@ -229,9 +209,12 @@ async fn config_maps_list_then_watch() {
     );
     let calls = store.wait_calls(1).await;
     assert!(matches!(&calls[0], Call::Replace(k, _) if k.len() == 7));
-    api.create(&PostParams::default(), &config_map("late", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("late").data("k", "1").build(),
+    )
+    .await
+    .unwrap();
     let key = format!("{ns}/late");
     store
         .wait_until(Duration::from_secs(30), |c| {
@@ -256,12 +239,14 @@ async fn config_maps_list_then_watch() {
 /// bookmarks are accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_only_config_maps() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("refl-meta").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("refl-meta").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(&PostParams::default(), &config_map("m1", "0"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("m1").data("k", "0").build(),
+    )
+    .await
+    .unwrap();
     type Meta = PartialObjectMeta<ConfigMap>;
     for streaming in [true, false] {
         let store = Arc::new(RecordingStore::<Meta>::default());
@@ -276,9 +261,12 @@ async fn metadata_only_config_maps() {
             "{calls:?}"
         );
         let name = format!("m-{streaming}");
-        api.create(&PostParams::default(), &config_map(&name, "1"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&name).data("k", "1").build(),
+        )
+        .await
+        .unwrap();
         let key = format!("{ns}/{name}");
         store
             .wait_until(Duration::from_secs(30), |c| {
@@ -314,9 +302,8 @@ fn widget_crd() -> CustomResourceDefinition {
 /// A CRD through `DynamicObject` + `ApiResource`, with a label selector.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resource_as_dynamic_object() {
-    let cp = ControlPlane::shared().await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("refl-crd").await;
     cp.install_crds(&[widget_crd()]).await.unwrap();
-    let ns = cp.create_namespace("refl-crd").await.unwrap();
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("reflector.kcache.io", "v1", "Gizmo"),
         "gizmos",
@@ -375,8 +362,7 @@ async fn custom_resource_as_dynamic_object() {
 /// A user without RBAC: 403 reported to the handler, backed off (no hot loop).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forbidden_user_is_reported_and_backed_off() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("refl-rbac").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("refl-rbac").await;
     let nobody = cp.client_for_user("nobody", &[]).await.unwrap();
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let run = start(Reflector::<ConfigMap>::builder(nobody, store.clone()).namespace(&ns));
@@ -400,33 +386,27 @@ async fn forbidden_user_is_reported_and_backed_off() {
 fn client_with_old_rv_switch(cp: &ControlPlane) -> (Client, Arc<AtomicBool>) {
     let old_rv = Arc::new(AtomicBool::new(false));
     let flag = old_rv.clone();
-    let client = ClientBuilder::try_from(cp.config())
-        .unwrap()
-        .with_layer(&tower::util::MapRequestLayer::new(
-            move |mut req: http::Request<kube::client::Body>| {
-                let uri = req.uri().to_string();
-                if uri.contains("watch=true")
-                    && !uri.contains("sendInitialEvents")
-                    && flag.load(Ordering::SeqCst)
-                {
-                    let (path, query) = uri.split_once('?').unwrap();
-                    let query: Vec<String> = query
-                        .split('&')
-                        .map(|p| {
-                            if p.starts_with("resourceVersion=") {
-                                "resourceVersion=1".to_owned()
-                            } else {
-                                p.to_owned()
-                            }
-                        })
-                        .collect();
-                    *req.uri_mut() = format!("{path}?{}", query.join("&")).parse().unwrap();
-                    eprintln!("rewrote a watch to {}", req.uri());
-                }
-                req
-            },
-        ))
-        .build();
+    let client = client_with_request_hook(cp.config(), move |req| {
+        let uri = req.uri().to_string();
+        if uri.contains("watch=true")
+            && !uri.contains("sendInitialEvents")
+            && flag.load(Ordering::SeqCst)
+        {
+            let (path, query) = uri.split_once('?').unwrap();
+            let query: Vec<String> = query
+                .split('&')
+                .map(|p| {
+                    if p.starts_with("resourceVersion=") {
+                        "resourceVersion=1".to_owned()
+                    } else {
+                        p.to_owned()
+                    }
+                })
+                .collect();
+            *req.uri_mut() = format!("{path}?{}", query.join("&")).parse().unwrap();
+            eprintln!("rewrote a watch to {}", req.uri());
+        }
+    });
     (client, old_rv)
 }
 
@@ -443,9 +423,12 @@ async fn recovers_from_apiserver_restart_and_gone() {
     let ns = cp.create_namespace("refl-restart").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for n in ["a", "b", "c"] {
-        api.create(&PostParams::default(), &config_map(n, "0"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(n).data("k", "0").build(),
+        )
+        .await
+        .unwrap();
     }
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let (client, old_rv) = client_with_old_rv_switch(&cp);
@@ -461,11 +444,14 @@ async fn recovers_from_apiserver_restart_and_gone() {
     cp.restart_apiserver().await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     api.delete("a", &DeleteParams::default()).await.unwrap();
-    api.create(&PostParams::default(), &config_map("d", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("d").data("k", "1").build(),
+    )
+    .await
+    .unwrap();
     let want = fresh_state(&api).await;
-    eventually(
+    eventually_async(
         "store equals a fresh list after the restart",
         Duration::from_secs(90),
         async || store.state() == want,
@@ -483,16 +469,19 @@ async fn recovers_from_apiserver_restart_and_gone() {
     old_rv.store(true, Ordering::SeqCst);
     cp.restart_apiserver().await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(&PostParams::default(), &config_map("e", "2"))
-        .await
-        .unwrap();
-    eventually("a 410 was seen", Duration::from_secs(90), async || {
+    api.create(
+        &PostParams::default(),
+        &config_map("e").data("k", "2").build(),
+    )
+    .await
+    .unwrap();
+    eventually_async("a 410 was seen", Duration::from_secs(90), async || {
         run.reasons().contains(&ErrorReason::Expired)
     })
     .await;
     old_rv.store(false, Ordering::SeqCst);
     let want = fresh_state(&api).await;
-    eventually(
+    eventually_async(
         "store equals a fresh list after 410",
         Duration::from_secs(90),
         async || store.state() == want,

@@ -3,7 +3,7 @@
 //! arrive, watch frames, bookmarks, errors, and the JSON fallbacks.
 
 mod common;
-mod fake;
+use kcache_testing::fake;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! point to the client-go test each one mirrors.
 
 mod common;
-mod fake;
+use kcache_testing::fake;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! client-side filter when the apiserver does not, and a rejected selector.
 
 mod common;
-mod fake;
+use kcache_testing::fake;
 
 use std::sync::Arc;
 use std::time::Duration;

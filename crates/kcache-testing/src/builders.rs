@@ -173,7 +173,12 @@ impl Builder<Secret> {
 impl Builder<Pod> {
     /// Sets the image of the first container.
     pub fn image(mut self, image: &str) -> Self {
-        if let Some(c) = self.obj.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+        if let Some(c) = self
+            .obj
+            .spec
+            .as_mut()
+            .and_then(|s| s.containers.first_mut())
+        {
             c.image = Some(image.to_owned());
         }
         self
@@ -212,9 +217,18 @@ mod tests {
         assert_eq!(v["metadata"]["finalizers"][0], "f");
         assert_eq!(v["data"]["k"], "v");
         assert_eq!(deployment("d").json()["apiVersion"], "apps/v1");
-        assert_eq!(lease("l").holder("me").json()["spec"]["holderIdentity"], "me");
-        assert_eq!(pod("p").image("nginx").json()["spec"]["containers"][0]["image"], "nginx");
-        let s = secret("s").data("b", b"\xff").string_data("u", "admin").build();
+        assert_eq!(
+            lease("l").holder("me").json()["spec"]["holderIdentity"],
+            "me"
+        );
+        assert_eq!(
+            pod("p").image("nginx").json()["spec"]["containers"][0]["image"],
+            "nginx"
+        );
+        let s = secret("s")
+            .data("b", b"\xff")
+            .string_data("u", "admin")
+            .build();
         assert_eq!(s.data.unwrap()["b"].0, b"\xff");
     }
 }

@@ -41,18 +41,27 @@ pub async fn namespace(prefix: &str) -> TestNamespace {
 /// The URIs a [`recording_client`] sent, in order.
 pub type RequestLog = Arc<Mutex<Vec<String>>>;
 
+/// A client for `config` that passes every request through `f` before
+/// sending it (to record or rewrite it).
+pub fn client_with_request_hook(
+    config: kube::Config,
+    f: impl Fn(&mut http::Request<kube::client::Body>) + Clone + Send + Sync + 'static,
+) -> Client {
+    ClientBuilder::try_from(config)
+        .expect("a client from the control plane's config")
+        .with_layer(&tower::util::MapRequestLayer::new(
+            move |mut req: http::Request<kube::client::Body>| {
+                f(&mut req);
+                req
+            },
+        ))
+        .build()
+}
+
 /// A client for `config` that records the URI of every request it sends.
 pub fn recording_client(config: kube::Config) -> (Client, RequestLog) {
     let log: RequestLog = Arc::default();
     let l2 = log.clone();
-    let client = ClientBuilder::try_from(config)
-        .expect("a client from the control plane's config")
-        .with_layer(&tower::util::MapRequestLayer::new(
-            move |req: http::Request<kube::client::Body>| {
-                l2.lock().push(req.uri().to_string());
-                req
-            },
-        ))
-        .build();
+    let client = client_with_request_hook(config, move |req| l2.lock().push(req.uri().to_string()));
     (client, log)
 }

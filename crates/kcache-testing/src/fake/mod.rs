@@ -296,9 +296,9 @@ impl Fake {
             let live = live2.clone();
             async move {
                 match reply {
-                    Reply::ConnRefused => Err(Box::new(io::Error::from(
-                        io::ErrorKind::ConnectionRefused,
-                    )) as BoxError),
+                    Reply::ConnRefused => {
+                        Err(Box::new(io::Error::from(io::ErrorKind::ConnectionRefused)) as BoxError)
+                    }
                     Reply::NoHeaders => std::future::pending().await,
                     reply => respond(reply, live),
                 }

@@ -173,4 +173,3 @@ pub fn pb_watch(frames: Vec<Vec<u8>>, chunk: usize, end: End) -> Reply {
     };
     Reply::Typed(200, PROTOBUF_WATCH, chunks, end)
 }
-

@@ -87,7 +87,8 @@ impl FakeApi {
         let l = line(kind, &obj);
         let rv = s.rv;
         s.log.push((rv, l.clone()));
-        s.watchers.retain(|w| w.send(Bytes::from(l.clone())).is_ok());
+        s.watchers
+            .retain(|w| w.send(Bytes::from(l.clone())).is_ok());
         rv
     }
 
