@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kcache_testing::eventually;
+
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcache_core::{CachedObject, ObjectOrTombstone};
@@ -19,16 +21,6 @@ use kube::api::{
 use kube::core::PartialObjectMeta;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..600 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out after 30 s waiting for: {what}");
-}
 
 fn cm(name: &str, v: &str) -> ConfigMap {
     serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": v } })).unwrap()
@@ -158,7 +150,7 @@ async fn typed_informer_follows_create_update_delete() {
         .await
         .unwrap();
     let want_rv = patched.metadata.resource_version.unwrap();
-    eventually("update and delete seen", || {
+    eventually("update and delete seen", Duration::from_secs(30), || {
         rec.all().iter().any(|e| e.0 == "update" && e.2 == want_rv)
             && rec.keys("delete").contains(&format!("{ns}/before"))
     })
@@ -227,14 +219,14 @@ async fn dynamic_informer_for_a_crd() {
     )
     .await
     .unwrap();
-    eventually("update seen", || {
+    eventually("update seen", Duration::from_secs(30), || {
         rec.keys("update").contains(&format!("{ns}/g1"))
     })
     .await;
     let cached = informer.lister().namespaced(&ns).get("g1").unwrap();
     assert_eq!(cached.decode().unwrap().data["spec"]["size"], 2);
     api.delete("g1", &DeleteParams::default()).await.unwrap();
-    eventually("delete seen", || {
+    eventually("delete seen", Duration::from_secs(30), || {
         rec.keys("delete").contains(&format!("{ns}/g1"))
     })
     .await;
@@ -267,7 +259,10 @@ async fn metadata_only_informer_caches_no_data() {
     let meta: PartialObjectMeta<ConfigMap> = cached.decode().unwrap();
     assert_eq!(meta.metadata.name.as_deref(), Some("m"));
     api.delete("m", &DeleteParams::default()).await.unwrap();
-    eventually("deleted from the cache", || informer.indexer().is_empty()).await;
+    eventually("deleted from the cache", Duration::from_secs(30), || {
+        informer.indexer().is_empty()
+    })
+    .await;
     factory.shutdown().await;
 }
 
@@ -294,7 +289,10 @@ async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_ca
             .await
             .unwrap();
     }
-    eventually("fast handler saw all 60", || fast.keys("add").len() == 60).await;
+    eventually("fast handler saw all 60", Duration::from_secs(30), || {
+        fast.keys("add").len() == 60
+    })
+    .await;
     // the slow one (100 ms per event) cannot have finished 60 events yet
     assert!(
         slow_reg.delivered() < 60,
@@ -305,7 +303,10 @@ async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_ca
 
     let late = Recorder::default();
     let late_reg = informer.add_event_handler(late.clone()).unwrap();
-    eventually("late handler synced", || late_reg.has_synced()).await;
+    eventually("late handler synced", Duration::from_secs(30), || {
+        late_reg.has_synced()
+    })
+    .await;
     assert_eq!(late.keys("add").len(), 60);
     cancel.cancel();
     task.await.unwrap();
@@ -351,8 +352,11 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
             .unwrap();
     }
     let want = server_list(&api).await;
-    eventually("cache equals a fresh list", || cache(&informer) == want).await;
-    eventually("every delete delivered", || {
+    eventually("cache equals a fresh list", Duration::from_secs(30), || {
+        cache(&informer) == want
+    })
+    .await;
+    eventually("every delete delivered", Duration::from_secs(30), || {
         deleted.is_subset(&rec.keys("delete"))
     })
     .await;

@@ -10,7 +10,9 @@ use kcache_informer::{
     InformerError, ListOptions, ResourceEventHandlerFuncs, SharedInformerFactory,
     wait_for_cache_sync,
 };
-use support::{ConfigMap, FakeApi, Logs, eventually};
+use kcache_testing::eventually;
+use kcache_testing::logs::Logs;
+use support::{ConfigMap, FakeApi, InformerOnFake};
 use tokio_util::sync::CancellationToken;
 
 fn factory(api: &FakeApi) -> SharedInformerFactory {
@@ -41,14 +43,17 @@ async fn one_informer_per_type_started_once_and_shut_down() {
     assert_eq!(synced.len(), 1);
     assert_eq!(synced.get("configmaps"), Some(&true));
     assert_eq!(i2.indexer().len(), 1);
-    eventually("one watch", || api.watches() == 1).await;
+    eventually("one watch", Duration::from_secs(10), || api.watches() == 1).await;
     assert_eq!(api.lists(), 1, "one list for the shared informer");
 
     // an informer created after start is started by the next start()
     let meta = f.metadata_informer::<ConfigMap>();
     assert!(!meta.has_started());
     f.start();
-    eventually("second informer started", || meta.has_started()).await;
+    eventually("second informer started", Duration::from_secs(10), || {
+        meta.has_started()
+    })
+    .await;
 
     f.shutdown().await;
     assert!(i1.is_stopped() && meta.is_stopped());
@@ -75,7 +80,7 @@ async fn factory_start_then_try_start_returns_none() {
         "a second run returns at once: {again:?}"
     );
     assert!(f.wait_for_cache_sync().await.values().all(|ok| *ok));
-    eventually("one watch", || api.watches() == 1).await;
+    eventually("one watch", Duration::from_secs(10), || api.watches() == 1).await;
     assert_eq!(api.lists(), 1);
     f.shutdown().await;
     assert!(

@@ -4,10 +4,12 @@
 mod support;
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use kcache_informer::{ListOptions, SharedIndexInformer};
 use kcache_reflector::{ErrorReason, WireFormat};
-use support::{ConfigMap, FakeApi, eventually};
+use kcache_testing::eventually;
+use support::{ConfigMap, FakeApi};
 use tokio_util::sync::CancellationToken;
 
 /// A list page over `max_list_page_bytes` fails with the reflector's typed
@@ -33,7 +35,10 @@ async fn list_page_cap_reaches_the_reflector() {
         let (i, c) = (informer.clone(), cancel.clone());
         async move { i.run(c).await }
     });
-    eventually("the cap error", || !reasons.lock().unwrap().is_empty()).await;
+    eventually("the cap error", Duration::from_secs(10), || {
+        !reasons.lock().unwrap().is_empty()
+    })
+    .await;
     assert_eq!(reasons.lock().unwrap()[0], ErrorReason::ListPageTooLarge);
     assert!(!informer.has_synced());
     cancel.cancel();
@@ -66,7 +71,7 @@ async fn wire_format_reaches_the_reflector() {
             let (i, c) = (informer.clone(), cancel.clone());
             async move { i.run(c).await }
         });
-        eventually("synced", || informer.has_synced()).await;
+        eventually("synced", Duration::from_secs(10), || informer.has_synced()).await;
         assert_eq!(
             api.accept_headers()[0].as_deref(),
             want,

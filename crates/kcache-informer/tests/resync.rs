@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kcache_informer::{ResourceEventHandlerFuncs, SharedIndexInformer};
-use support::{ConfigMap, FakeApi, eventually};
+use kcache_testing::eventually;
+use support::{ConfigMap, FakeApi, InformerOnFake};
 use tokio_util::sync::CancellationToken;
 
 const H: Duration = Duration::from_secs(3600);
@@ -76,7 +77,10 @@ async fn after_start_a_short_period_is_raised_to_the_check_period() {
         let (i, c) = (informer.clone(), cancel.clone());
         async move { i.run(c).await }
     });
-    eventually("started", || informer.has_started()).await;
+    eventually("started", Duration::from_secs(10), || {
+        informer.has_started()
+    })
+    .await;
     let r = informer
         .add_event_handler_with_resync_period(noop(), 5 * S)
         .unwrap();
