@@ -15,10 +15,11 @@ use kcache_core::{CachedObject, Format};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{ListOptions, SharedIndexInformer};
 use kcache_reflector::WireFormat;
+use kcache_testing::envtest::{TestNamespace, client_with_request_hook, namespace};
+use kcache_testing::eventually_async;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
-use kube::client::ClientBuilder;
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -44,33 +45,17 @@ enum Mode {
 fn client(cp: &ControlPlane, mode: Mode) -> (Client, Arc<Mutex<Vec<String>>>) {
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let l2 = log.clone();
-    let client = ClientBuilder::try_from(cp.config())
-        .unwrap()
-        .with_layer(&tower::util::MapRequestLayer::new(
-            move |mut req: http::Request<kube::client::Body>| {
-                let uri = req.uri().to_string();
-                if mode == Mode::Paged && !uri.contains("watch=true") {
-                    let fixed = uri
-                        .replace("resourceVersion=0&", "")
-                        .replace("&resourceVersion=0", "");
-                    *req.uri_mut() = fixed.parse().unwrap();
-                }
-                l2.lock().unwrap().push(req.uri().to_string());
-                req
-            },
-        ))
-        .build();
-    (client, log)
-}
-
-async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    for _ in 0..600 {
-        if cond().await {
-            return;
+    let client = client_with_request_hook(cp.config(), move |req| {
+        let uri = req.uri().to_string();
+        if mode == Mode::Paged && !uri.contains("watch=true") {
+            let fixed = uri
+                .replace("resourceVersion=0&", "")
+                .replace("&resourceVersion=0", "");
+            *req.uri_mut() = fixed.parse().unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out after 60 s waiting for: {what}");
+        l2.lock().unwrap().push(req.uri().to_string());
+    });
+    (client, log)
 }
 
 /// An informer of one wire format, running.
@@ -244,7 +229,7 @@ where
     /// Waits until both caches hold `want` (key -> resourceVersion), then
     /// compares them object by object.
     async fn check(&self, what: &str, want: &BTreeMap<String, String>) {
-        eventually(what, async || {
+        eventually_async(what, Duration::from_secs(60), async || {
             self.pb.state() == *want && self.js.state() == *want
         })
         .await;
@@ -377,8 +362,7 @@ where
 /// the cache of an informer with JSON forced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protobuf_list_watch_and_streaming_list_on_the_local_apiserver() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("protobuf").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("protobuf").await;
     let admin = cp.client().unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);

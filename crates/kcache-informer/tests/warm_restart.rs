@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -18,69 +18,23 @@ use kcache_informer::{
     FifoKind, ResourceEventHandler, SharedIndexInformer, SharedInformerFactory, SnapshotOptions,
     StartKind, TransformFunc, wait_for_cache_sync,
 };
+use kcache_testing::builders::config_map;
+use kcache_testing::envtest::{RequestLog, TestNamespace, namespace, recording_client};
+use kcache_testing::eventually_async;
+use kcache_testing::logs::{capture_global_warnings, global_warnings};
+use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::client::ClientBuilder;
-use kube::{Client, Config};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 // ------------------------------------------------------------ log capture
 
-/// Every WARN (and above) event, as "message field=value ..." text.
-fn warnings() -> &'static Mutex<Vec<String>> {
-    static W: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
-    W.get_or_init(Default::default)
-}
-
-struct Capture;
-
-struct Fields(String);
-
-impl tracing::field::Visit for Fields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write;
-        let _ = write!(self.0, " {}={:?}", field.name(), value);
-    }
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        use std::fmt::Write;
-        let _ = write!(self.0, " {}={}", field.name(), value);
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
-        *m.level() <= tracing::Level::WARN
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, e: &tracing::Event<'_>) {
-        let mut f = Fields(String::new());
-        e.record(&mut f);
-        warnings().lock().unwrap().push(f.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-fn capture_logs() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let _ = tracing::subscriber::set_global_default(Capture);
-    });
-}
-
 /// The warnings that name this informer.
 fn warnings_of(informer: &str) -> Vec<String> {
     let needle = format!("informer={informer}");
-    warnings()
-        .lock()
-        .unwrap()
-        .iter()
+    global_warnings()
+        .into_iter()
         .filter(|w| w.split(' ').any(|f| f == needle))
-        .cloned()
         .collect()
 }
 
@@ -145,29 +99,10 @@ impl<K: 'static> ResourceEventHandler<K> for Recorder {
     }
 }
 
-/// A client that records every request (method and URI) it sends.
-fn recording_client(config: Config) -> (Client, Arc<Mutex<Vec<String>>>) {
-    let log: Arc<Mutex<Vec<String>>> = Arc::default();
-    let l2 = log.clone();
-    let client = ClientBuilder::try_from(config)
-        .unwrap()
-        .with_layer(&tower::util::MapRequestLayer::new(
-            move |req: http::Request<kube::client::Body>| {
-                l2.lock()
-                    .unwrap()
-                    .push(format!("{} {}", req.method(), req.uri()));
-                req
-            },
-        ))
-        .build();
-    (client, log)
-}
-
 /// Requests that list ConfigMaps: a LIST, or a streaming list (a watch
 /// with `sendInitialEvents=true`).
-fn lists(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+fn lists(log: &RequestLog) -> Vec<String> {
     log.lock()
-        .unwrap()
         .iter()
         .filter(|r| r.contains("/configmaps"))
         .filter(|r| !r.contains("watch=true") || r.contains("sendInitialEvents=true"))
@@ -175,17 +110,12 @@ fn lists(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
         .collect()
 }
 
-fn watches(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+fn watches(log: &RequestLog) -> Vec<String> {
     log.lock()
-        .unwrap()
         .iter()
         .filter(|r| r.contains("/configmaps") && r.contains("watch=true"))
         .cloned()
         .collect()
-}
-
-fn cm(name: &str, v: &str) -> ConfigMap {
-    serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": v } })).unwrap()
 }
 
 fn cache(i: &SharedIndexInformer<ConfigMap>) -> BTreeMap<String, String> {
@@ -298,22 +228,15 @@ impl Run {
     }
 }
 
-async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    for _ in 0..300 {
-        if cond().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out after 15 s waiting for: {what}");
-}
-
 /// Creates `n` ConfigMaps `cm-0..` in `ns`.
 async fn populate(api: &Api<ConfigMap>, n: usize) {
     for i in 0..n {
-        api.create(&PostParams::default(), &cm(&format!("cm-{i}"), "1"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("cm-{i}")).data("v", "1").build(),
+        )
+        .await
+        .unwrap();
     }
 }
 
@@ -338,9 +261,8 @@ async fn first_run(client: Client, ns: &str, name: &str, options: SnapshotOption
 /// metrics say warm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fresh_snapshot_resumes_without_a_list() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-fresh").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-fresh").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 30).await;
     let dir = temp_dir("fresh");
@@ -355,7 +277,7 @@ async fn fresh_snapshot_resumes_without_a_list() {
     // the snapshot is in the cache at once, but the informer has not synced
     // before the apiserver confirmed the resume (here: the resumed watch's
     // clean end after 2 s)
-    eventually("the snapshot loaded", async || {
+    eventually_async("the snapshot loaded", Duration::from_secs(15), async || {
         run.informer.indexer().len() == 30
     })
     .await;
@@ -365,12 +287,7 @@ async fn fresh_snapshot_resumes_without_a_list() {
     let took = run.synced().await;
     assert!(took >= Duration::from_secs(1), "{took:?}");
     eprintln!("warm start synced in {took:?}");
-    assert_eq!(
-        lists(&log),
-        Vec::<String>::new(),
-        "{:#?}",
-        log.lock().unwrap()
-    );
+    assert_eq!(lists(&log), Vec::<String>::new(), "{:#?}", log.lock());
     let w = watches(&log);
     assert!(
         w[0].contains(&format!("resourceVersion={rv}")),
@@ -396,11 +313,14 @@ async fn fresh_snapshot_resumes_without_a_list() {
     }
     assert!(text.contains("kcache_informer_snapshot_age_seconds{informer=\"warm-fresh-2\"}"));
     // after the sync the informer follows the watch as usual
-    api.create(&PostParams::default(), &cm("later", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("later").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
     let key = format!("{ns}/later");
-    eventually("the later add", async || {
+    eventually_async("the later add", Duration::from_secs(15), async || {
         run.rec.of(&key).iter().any(|s| s.kind == "add" && !s.flag)
     })
     .await;
@@ -424,9 +344,8 @@ async fn changes_while_down_are_delivered_real_fifo() {
 }
 
 async fn changes_while_down(fifo: FifoKind) {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-changes").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-changes").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 10).await;
     let dir = temp_dir(&format!("changes-{fifo:?}"));
@@ -446,9 +365,12 @@ async fn changes_while_down(fifo: FifoKind) {
         .resource_version
         .unwrap();
     api.delete("cm-2", &DeleteParams::default()).await.unwrap();
-    api.create(&PostParams::default(), &cm("new", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("new").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
 
     let (client, log) = recording_client(cp.config());
     let run = Run::start_with(client, &ns, "warm-changes-2", options, true, fifo);
@@ -483,7 +405,7 @@ async fn changes_while_down(fifo: FifoKind) {
 /// and the cache equals a fresh list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_snapshot_relists_with_tombstones() {
-    capture_logs();
+    capture_global_warnings();
     let cp = ControlPlane::start().await.unwrap();
     // the relist as a paged LIST, then as a streaming list
     for watch_list in [false, true] {
@@ -508,9 +430,12 @@ async fn expired_round(cp: &ControlPlane, watch_list: bool) {
     .unwrap();
     api.delete("cm-2", &DeleteParams::default()).await.unwrap();
     api.delete("cm-3", &DeleteParams::default()).await.unwrap();
-    api.create(&PostParams::default(), &cm("new", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("new").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
     // the watch cache starts again from now, and etcd forgets the past
     cp.restart_apiserver().await.unwrap();
     cp.compact_etcd().await.unwrap();
@@ -525,7 +450,7 @@ async fn expired_round(cp: &ControlPlane, watch_list: bool) {
         lists(&log).len(),
         1,
         "one relist (streaming: {watch_list}): {:#?}",
-        log.lock().unwrap()
+        log.lock()
     );
     assert_eq!(cache(&run.informer), server_list(&api).await);
     assert_eq!(
@@ -577,9 +502,8 @@ fn corrupt_copy(src: &Path, dst: &Path, how: &str) {
 /// snapshot written on shutdown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unusable_snapshots_start_cold_with_one_warning() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-bad").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-bad").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 5).await;
     let dir = temp_dir("bad");
@@ -681,9 +605,8 @@ async fn unusable_snapshots_start_cold_with_one_warning() {
 /// starts warm from it without listing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn factory_snapshots_every_informer() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-factory").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-factory").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 4).await;
     let dir = temp_dir("factory");
@@ -750,9 +673,8 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 /// leaves out another type. Every file is 0600.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn factory_snapshots_skip_secrets_unless_named() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-secrets").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-secrets").await;
     let cms: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&cms, 2).await;
     // the marker in an annotation: what a snapshot holds of a Secret
@@ -845,9 +767,8 @@ async fn factory_snapshots_skip_secrets_unless_named() {
 /// rewritten while the informer runs, and reflects the latest change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_snapshots_while_synced() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-periodic").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-periodic").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 3).await;
     let dir = temp_dir("periodic");
@@ -862,23 +783,30 @@ async fn periodic_snapshots_while_synced() {
         true,
     );
     run.synced().await;
-    eventually("a periodic write", async || {
+    eventually_async("a periodic write", Duration::from_secs(15), async || {
         run.informer.snapshot_status().writes >= 1
     })
     .await;
     let rv = api
-        .create(&PostParams::default(), &cm("later", "1"))
+        .create(
+            &PostParams::default(),
+            &config_map("later").data("v", "1").build(),
+        )
         .await
         .unwrap()
         .metadata
         .resource_version
         .unwrap();
-    eventually("a periodic write at the later RV", async || {
-        run.informer
-            .snapshot_status()
-            .last_write
-            .is_some_and(|w| w.resource_version == rv && w.objects == 4)
-    })
+    eventually_async(
+        "a periodic write at the later RV",
+        Duration::from_secs(15),
+        async || {
+            run.informer
+                .snapshot_status()
+                .last_write
+                .is_some_and(|w| w.resource_version == rv && w.objects == 4)
+        },
+    )
     .await;
     run.stop().await;
     // and it is usable
@@ -895,9 +823,8 @@ async fn periodic_snapshots_while_synced() {
 /// loaded as they were cached, without running the transform again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transforms_need_an_id_and_are_not_run_twice() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-transform").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-transform").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 6).await;
     let dir = temp_dir("transform");
@@ -953,10 +880,16 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
         "the snapshot's objects were transformed again"
     );
     // new changes are transformed as usual
-    api.create(&PostParams::default(), &cm("later", "1"))
-        .await
-        .unwrap();
-    eventually("the later object", async || informer.indexer().len() == 7).await;
+    api.create(
+        &PostParams::default(),
+        &config_map("later").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
+    eventually_async("the later object", Duration::from_secs(15), async || {
+        informer.indexer().len() == 7
+    })
+    .await;
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     cancel.cancel();
     task.await.unwrap();
@@ -985,7 +918,12 @@ fn churn(api: Api<ConfigMap>, stop: CancellationToken) -> tokio::task::JoinHandl
                 0 | 1 => {
                     n += 1;
                     let name = format!("d-{n}");
-                    let r = api.create(&PostParams::default(), &cm(&name, "0")).await;
+                    let r = api
+                        .create(
+                            &PostParams::default(),
+                            &config_map(&name).data("v", "0").build(),
+                        )
+                        .await;
                     if r.is_ok() {
                         live.push(name);
                     }
@@ -1025,9 +963,8 @@ fn churn(api: Api<ConfigMap>, stop: CancellationToken) -> tokio::task::JoinHandl
 /// handler never saw a resourceVersion go backwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_across_a_warm_restart() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-churn").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-churn").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 20).await;
     let dir = temp_dir("churn");
@@ -1062,9 +999,11 @@ async fn churn_across_a_warm_restart() {
     assert!(!status.resume_relisted);
     assert_eq!(lists(&log), Vec::<String>::new());
     let want = server_list(&api).await;
-    eventually("the cache and the handler converge", async || {
-        cache(&second.informer) == want && second.rec.view() == want
-    })
+    eventually_async(
+        "the cache and the handler converge",
+        Duration::from_secs(15),
+        async || cache(&second.informer) == want && second.rec.view() == want,
+    )
     .await;
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
     for s in second.rec.all() {

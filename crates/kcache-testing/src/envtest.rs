@@ -38,7 +38,7 @@ pub async fn namespace(prefix: &str) -> TestNamespace {
     TestNamespace { cp, ns, client }
 }
 
-/// The URIs a [`recording_client`] sent, in order.
+/// The requests a [`recording_client`] sent, as `METHOD URI`, in order.
 pub type RequestLog = Arc<Mutex<Vec<String>>>;
 
 /// A client for `config` that passes every request through `f` before
@@ -58,10 +58,10 @@ pub fn client_with_request_hook(
         .build()
 }
 
-/// A client for `config` that records the URI of every request it sends.
+/// A client for `config` that records every request it sends (`METHOD URI`).
 pub fn recording_client(config: kube::Config) -> (Client, RequestLog) {
     let log: RequestLog = Arc::default();
     let l2 = log.clone();
-    let client = client_with_request_hook(config, move |req| l2.lock().push(req.uri().to_string()));
+    let client = client_with_request_hook(config, move |req| l2.lock().push(format!("{} {}", req.method(), req.uri())));
     (client, log)
 }

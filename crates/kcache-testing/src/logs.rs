@@ -5,7 +5,7 @@
 //! `LEVEL message field=value ...` strings.
 
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 use tracing::Level;
@@ -93,6 +93,26 @@ impl Logs {
             .collect()
     }
 }
+
+/// Starts capturing events at WARN or above for the whole test binary
+/// (once; later calls do nothing) into [`global_warnings`]. A test binary
+/// whose code logs from several threads uses this instead of [`Logs`].
+/// Does nothing if another global subscriber was set first.
+pub fn capture_global_warnings() {
+    GLOBAL.get_or_init(|| {
+        let events: Arc<Mutex<Vec<String>>> = Arc::default();
+        let _ = tracing::subscriber::set_global_default(WarnCapture(events.clone()));
+        events
+    });
+}
+
+/// The events [`capture_global_warnings`] captured so far, as
+/// "LEVEL message field=value ...".
+pub fn global_warnings() -> Vec<String> {
+    GLOBAL.get().map(|e| e.lock().clone()).unwrap_or_default()
+}
+
+static GLOBAL: OnceLock<Arc<Mutex<Vec<String>>>> = OnceLock::new();
 
 struct WarnCapture(Arc<Mutex<Vec<String>>>);
 
