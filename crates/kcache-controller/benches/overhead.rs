@@ -8,20 +8,16 @@
 //!
 //! `cargo bench -p kcache-controller --bench overhead`
 
-use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use futures::stream::{self, StreamExt};
-use http_body::Frame;
-use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{Action, Config, Controller, Request};
 use kcache_informer::{ResourceEventHandlerFuncs, SharedInformerFactory};
-use kube::Client;
+use kcache_testing::fake::Fake;
 use serde_json::json;
 
 const N: usize = 10_000;
@@ -48,24 +44,10 @@ fn list_body() -> Bytes {
     Bytes::from(list.to_string())
 }
 
-/// A factory whose client answers every list with `list` and holds every
-/// watch open, silent.
+/// A factory whose client (the scripted fake apiserver) answers every
+/// list with `list` and holds every watch open, silent.
 fn factory(list: Bytes) -> SharedInformerFactory {
-    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
-        let body = if is_watch {
-            stream::pending::<Result<Frame<Bytes>, io::Error>>().boxed()
-        } else {
-            stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed()
-        };
-        async move {
-            http::Response::builder()
-                .status(200)
-                .body(StreamBody::new(body))
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
-        }
-    });
-    SharedInformerFactory::builder(Client::new(svc, "default"))
+    SharedInformerFactory::builder(Fake::serving(list).client)
         .tweak_list_options(|o| o.use_watch_list = false)
         .build()
 }

@@ -10,51 +10,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use futures::stream::{self, StreamExt as _};
-use http_body::Frame;
-use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{
     Action, Config, Controller, LeaderElectionConfig, LeaseLock, MetricsRegistry, Request,
 };
 use kcache_informer::SharedInformerFactory;
 use kcache_lease::{LeaderElectionRecord, LeaseError};
-use parking_lot::Mutex;
-use serde_json::json;
+use kcache_testing::fake::{Fake, cm_items, list_json};
+use kcache_testing::logs::LogBuffer;
 
 /// A factory whose client lists the ConfigMaps `names` (namespace `ns`)
 /// and holds every watch open, silent.
 fn factory(names: &[&str]) -> SharedInformerFactory {
-    let items: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": n, "namespace": "ns", "uid": format!("uid-{i}"),
-                    "resourceVersion": (i + 1).to_string()}})
-        })
-        .collect();
-    let list = Bytes::from(
-        json!({"kind": "ConfigMapList", "apiVersion": "v1",
-            "metadata": {"resourceVersion": "100"}, "items": items})
-        .to_string(),
-    );
-    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
-        let body = if is_watch {
-            stream::pending::<Result<Frame<Bytes>, io::Error>>().boxed()
-        } else {
-            stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed()
-        };
-        async move {
-            http::Response::builder()
-                .status(200)
-                .body(StreamBody::new(body))
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
-        }
-    });
-    SharedInformerFactory::builder(kube::Client::new(svc, "default"))
+    let list = list_json("100", "", cm_items(names));
+    SharedInformerFactory::builder(Fake::serving(list).client)
         .tweak_list_options(|o| o.use_watch_list = false)
         .build()
 }
@@ -88,36 +57,9 @@ impl LeaseLock for Forbidden {
     }
 }
 
-/// Collects what tracing writes.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock()).into_owned()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn lease_errors_are_warned_and_fail_readiness() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = LogBuffer::set_default(tracing::Level::INFO);
 
     let factory = factory(&["a"]);
     let registry = MetricsRegistry::new();

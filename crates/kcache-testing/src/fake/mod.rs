@@ -41,6 +41,8 @@ pub type RespBody = StreamBody<BoxStream<'static, Result<Frame<Bytes>, io::Error
 pub struct Recorded {
     /// Virtual time since the fake was made.
     pub at: Duration,
+    /// The method.
+    pub method: http::Method,
     /// The URI path.
     pub path: String,
     /// The decoded query parameters.
@@ -133,6 +135,20 @@ pub fn too_large() -> Reply {
 /// one data key (the JSON the scripted tests list and watch).
 pub fn cm(name: &str, rv: &str) -> serde_json::Value {
     json!({"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":name,"namespace":"ns","resourceVersion":rv,"managedFields":[{"manager":"kubectl","operation":"Update"}]},"data":{"k":"v"}})
+}
+
+/// ConfigMaps `names` in namespace `ns`, the i-th with uid `uid-<i>` and
+/// resourceVersion `i + 1` (a list to serve with [`list_json`]).
+pub fn cm_items(names: &[&str]) -> Vec<serde_json::Value> {
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": n, "namespace": "ns", "uid": format!("uid-{i}"),
+                    "resourceVersion": (i + 1).to_string()}})
+        })
+        .collect()
 }
 
 /// A `ConfigMapList` page reply.
@@ -281,6 +297,7 @@ impl Fake {
                 .count();
             let rec = Recorded {
                 at: t0.elapsed(),
+                method: req.method().clone(),
                 path: req.uri().path().to_owned(),
                 query,
                 headers: req.headers().clone(),
