@@ -62,6 +62,8 @@ pub fn client_with_request_hook(
 pub fn recording_client(config: kube::Config) -> (Client, RequestLog) {
     let log: RequestLog = Arc::default();
     let l2 = log.clone();
-    let client = client_with_request_hook(config, move |req| l2.lock().push(format!("{} {}", req.method(), req.uri())));
+    let client = client_with_request_hook(config, move |req| {
+        l2.lock().push(format!("{} {}", req.method(), req.uri()))
+    });
     (client, log)
 }

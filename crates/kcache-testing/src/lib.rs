@@ -8,6 +8,7 @@
 //! - [`eventually()`]: wait for a condition, panic naming what was awaited.
 //! - [`logs`]: capture what the code under test logs.
 //! - [`envtest`]: a namespace on the shared local control plane.
+//! - [`raw_http`]: one plain HTTP request, for kcache's own endpoints.
 //!
 //! It sits low in the dependency graph (kcache-core and kcache-envtest
 //! only), so the tests of every crate can use it without a cycle.
@@ -37,5 +38,6 @@ pub mod envtest;
 mod eventually;
 pub mod fake;
 pub mod logs;
+pub mod raw_http;
 
 pub use eventually::{eventually, eventually_async, eventually_ok};
