@@ -9,6 +9,7 @@
 //! - [`logs`]: capture what the code under test logs.
 //! - [`envtest`]: a namespace on the shared local control plane.
 //! - [`raw_http`]: one plain HTTP request, for kcache's own endpoints.
+//! - [`yaml_documents`]: the documents of a manifest file.
 //!
 //! It sits low in the dependency graph (kcache-core and kcache-envtest
 //! only), so the tests of every crate can use it without a cycle.
@@ -41,3 +42,21 @@ pub mod logs;
 pub mod raw_http;
 
 pub use eventually::{eventually, eventually_async, eventually_ok};
+
+use serde::Deserialize as _;
+
+/// The documents of a multi-document YAML file (manifests), as JSON
+/// values, empty documents skipped. Panics naming the file if it cannot be
+/// read or parsed.
+pub fn yaml_documents(path: impl AsRef<std::path::Path>) -> Vec<serde_json::Value> {
+    let path = path.as_ref();
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| {
+            serde_json::Value::deserialize(doc)
+                .unwrap_or_else(|e| panic!("YAML in {}: {e}", path.display()))
+        })
+        .filter(|v| !v.is_null())
+        .collect()
+}

@@ -7,23 +7,27 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 /// Sends `METHOD target` (no body, `Connection: close`) to `addr` and
-/// returns the status code (0 if the answer has none) and the body. Panics
-/// if the connection fails or no answer ends within 10 s.
-pub async fn request(addr: SocketAddr, method: &str, target: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr)
+/// returns the status code (0 if the answer has none) and the body, or
+/// what went wrong (no connection, no answer within 10 s).
+pub async fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+) -> Result<(u16, String), String> {
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        let req = format!(
+            "{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    let out = tokio::time::timeout(Duration::from_secs(10), exchange)
         .await
-        .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-    let req = format!(
-        "{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes())
-        .await
-        .expect("the request is sent");
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
-        .await
-        .expect("the server answers within 10 s")
-        .expect("the answer is text");
+        .map_err(|_| format!("{method} {target}: no answer within 10 s"))?
+        .map_err(|e| format!("{method} {target}: {e}"))?;
     let status = out
         .split_whitespace()
         .nth(1)
@@ -33,7 +37,14 @@ pub async fn request(addr: SocketAddr, method: &str, target: &str) -> (u16, Stri
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
-    (status, body)
+    Ok((status, body))
+}
+
+/// [`try_request`], panicking on an error.
+pub async fn request(addr: SocketAddr, method: &str, target: &str) -> (u16, String) {
+    try_request(addr, method, target)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// [`request`] with GET.

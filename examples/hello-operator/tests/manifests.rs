@@ -5,17 +5,12 @@
 use hello_operator::{NAME, crd_yaml};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use serde::Deserialize as _;
 use serde_json::Value;
 
 const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
 
 fn docs(file: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(format!("{MANIFESTS}/{file}")).expect("manifest");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| Value::deserialize(doc).expect("YAML"))
-        .filter(|v| !v.is_null())
-        .collect()
+    kcache_testing::yaml_documents(format!("{MANIFESTS}/{file}"))
 }
 
 fn of_kind<K: serde::de::DeserializeOwned>(file: &str, kind: &str) -> K {
