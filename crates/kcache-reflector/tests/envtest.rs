@@ -7,69 +7,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Call, RecordingStore};
+use common::{Call, RecordingStore, start};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcache_envtest::ControlPlane;
-use kcache_reflector::{ErrorReason, Reflector, ReflectorBuilder, ReflectorError};
+use kcache_reflector::{ErrorReason, Reflector};
 use kcache_testing::builders::config_map;
 use kcache_testing::envtest::{
     TestNamespace, client_with_request_hook, namespace, recording_client,
 };
 use kcache_testing::eventually_async;
+use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
 };
 use kube::core::PartialObjectMeta;
-use kube::{Client, Resource};
-use parking_lot::Mutex;
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
-type Seen = Arc<Mutex<Vec<(ErrorReason, String)>>>;
-
-struct Running<K: 'static> {
-    reflector: Arc<Reflector<K>>,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-    seen: Seen,
-}
-
-impl<K: 'static> Running<K> {
-    async fn stop(self) {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("the reflector did not stop")
-            .unwrap();
-    }
-    fn reasons(&self) -> Vec<ErrorReason> {
-        self.seen.lock().iter().map(|(r, _)| *r).collect()
-    }
-}
-
-fn start<K: Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
-    let seen: Seen = Arc::default();
-    let s2 = seen.clone();
-    let reflector = Arc::new(
-        b.watch_error_handler(move |e: &ReflectorError| {
-            s2.lock().push((e.reason(), e.to_string()));
-        })
-        .build(),
-    );
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (r, c) = (reflector.clone(), cancel.clone());
-        async move { r.run(c).await }
-    });
-    Running {
-        reflector,
-        cancel,
-        task,
-        seen,
-    }
-}
 
 async fn fresh_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
     api.list(&ListParams::default())
@@ -181,7 +134,7 @@ async fn config_maps_streaming_list_then_events_in_order() {
         uris[0]
     );
     assert!(uris[0].contains("allowWatchBookmarks=true"), "{}", uris[0]);
-    assert!(run.reasons().is_empty(), "{:?}", run.seen.lock());
+    assert!(run.reasons().is_empty(), "{:?}", run.seen());
     run.stop().await;
 }
 
@@ -277,7 +230,7 @@ async fn metadata_only_config_maps() {
         assert!(!String::from_utf8_lossy(m.bytes()).contains("\"data\""));
         let typed = m.decode().unwrap();
         assert_eq!(typed.metadata.name.as_deref(), Some(name.as_str()));
-        assert!(run.reasons().is_empty(), "{:?}", run.seen.lock());
+        assert!(run.reasons().is_empty(), "{:?}", run.seen());
         run.stop().await;
     }
 }
@@ -355,7 +308,7 @@ async fn custom_resource_as_dynamic_object() {
     let g3 = store.object(&key).unwrap().decode().unwrap();
     assert_eq!(g3.data["spec"]["size"], 3);
     assert!(store.object(&format!("{ns}/g4")).is_none());
-    assert!(run.reasons().is_empty(), "{:?}", run.seen.lock());
+    assert!(run.reasons().is_empty(), "{:?}", run.seen());
     run.stop().await;
 }
 
@@ -367,7 +320,7 @@ async fn forbidden_user_is_reported_and_backed_off() {
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let run = start(Reflector::<ConfigMap>::builder(nobody, store.clone()).namespace(&ns));
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let seen = run.seen.lock().clone();
+    let seen = run.seen();
     // backoff: attempts at ~0, ~0.8-1.6, ~2.4-4.8 (+ up to 6.4 more) s
     assert!((2..=4).contains(&seen.len()), "{seen:#?}");
     assert!(

@@ -9,86 +9,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore};
+use common::{Call, RecordingStore, Running, no_jitter};
 use fake::{
     End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, list, pb_bookmark, pb_cm, pb_cmu,
     pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{Format, ObjectOptions};
-use kcache_reflector::{
-    BackoffConfig, BadEventKind, ErrorReason, Reflector, ReflectorBuilder, ReflectorError,
-    WireFormat,
-};
+use kcache_reflector::{BadEventKind, ErrorReason, Reflector, ReflectorBuilder, WireFormat};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
-use parking_lot::Mutex;
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 type Store = RecordingStore<ConfigMap>;
-
-/// What the handler saw: (reason, display, bad-event kind).
-type Seen = Arc<Mutex<Vec<(ErrorReason, String, Option<BadEventKind>)>>>;
 
 const ACCEPT_LIST: &str = "application/vnd.kubernetes.protobuf, application/json";
 const ACCEPT_WATCH: &str = "application/vnd.kubernetes.protobuf;stream=watch, application/json";
 
-struct Running<K: 'static> {
-    reflector: Arc<Reflector<K>>,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-    seen: Seen,
-}
-
-impl<K: 'static> Running<K> {
-    async fn stop(self) {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(5), self.task)
-            .await
-            .expect("the reflector did not stop")
-            .unwrap();
-    }
-    fn reasons(&self) -> Vec<ErrorReason> {
-        self.seen.lock().iter().map(|s| s.0).collect()
-    }
-    fn bad_kinds(&self) -> Vec<BadEventKind> {
-        self.seen.lock().iter().filter_map(|s| s.2).collect()
-    }
-    fn messages(&self) -> Vec<String> {
-        self.seen.lock().iter().map(|s| s.1.clone()).collect()
-    }
-}
-
+/// Runs the reflector (without backoff jitter).
 fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
-    let seen: Seen = Arc::default();
-    let s2 = seen.clone();
-    let reflector = Arc::new(
-        b.backoff(BackoffConfig {
-            jitter: 0.0,
-            ..Default::default()
-        })
-        .watch_error_handler(move |e: &ReflectorError| {
-            let kind = match e {
-                ReflectorError::BadEvent { source, .. } => Some(source.kind),
-                _ => None,
-            };
-            s2.lock().push((e.reason(), e.to_string(), kind));
-        })
-        .build(),
-    );
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (r, c) = (reflector.clone(), cancel.clone());
-        async move { r.run(c).await }
-    });
-    Running {
-        reflector,
-        cancel,
-        task,
-        seen,
-    }
+    common::start(b.backoff(no_jitter()))
 }
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {

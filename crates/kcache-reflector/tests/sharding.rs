@@ -9,69 +9,18 @@ use kcache_testing::fake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Call, RecordingStore};
+use common::{Call, RecordingStore, Running, SeenError, no_jitter};
 use fake::{End, Fake, Reply, bookmark, ev, pb_cmu, pb_field, pb_list_body, status};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{ShardField, ShardSelector};
-use kcache_reflector::{
-    BackoffConfig, ErrorReason, Reflector, ReflectorBuilder, ReflectorError, ShardFilterMode,
-    WireFormat,
-};
+use kcache_reflector::{ErrorReason, Reflector, ReflectorBuilder, ShardFilterMode, WireFormat};
 use kube::core::PartialObjectMeta;
-use parking_lot::Mutex;
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 type Store = RecordingStore<ConfigMap>;
-type Seen = Arc<Mutex<Vec<(ErrorReason, String, bool)>>>;
-
-struct Running<K: 'static> {
-    reflector: Arc<Reflector<K>>,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-    seen: Seen,
-}
-
-impl<K: 'static> Running<K> {
-    async fn stop(self) {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(5), self.task)
-            .await
-            .expect("the reflector did not stop")
-            .unwrap();
-    }
-    fn seen(&self) -> Vec<(ErrorReason, String, bool)> {
-        self.seen.lock().clone()
-    }
-}
-
+/// Runs the reflector (without backoff jitter).
 fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
-    let seen: Seen = Arc::default();
-    let s2 = seen.clone();
-    let reflector = Arc::new(
-        b.backoff(BackoffConfig {
-            jitter: 0.0,
-            ..Default::default()
-        })
-        .watch_error_handler(move |e: &ReflectorError| {
-            let rejected = matches!(e, ReflectorError::ShardSelectorRejected { .. });
-            s2.lock().push((e.reason(), e.to_string(), rejected));
-        })
-        .build(),
-    );
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let r = reflector.clone();
-        let c = cancel.clone();
-        async move { r.run(c).await }
-    });
-    Running {
-        reflector,
-        cancel,
-        task,
-        seen,
-    }
+    common::start(b.backoff(no_jitter()))
 }
 
 fn hang() -> Reply {
@@ -432,10 +381,16 @@ async fn rejected_selector_is_a_clear_error_retried_with_backoff() {
         // a streaming list keeps being tried: the rejection is not a 400/422
         // "unsupported" answer
         assert!(reqs.iter().all(|r| r.is_watch() == watch_list), "{reqs:?}");
-        let seen = run.seen();
+        let seen = run.errors();
         assert!(seen.len() >= 3);
-        for (reason, msg, rejected) in &seen {
-            assert!(rejected, "{msg}");
+        for SeenError {
+            reason,
+            message: msg,
+            shard_rejected,
+            ..
+        } in &seen
+        {
+            assert!(shard_rejected, "{msg}");
             assert_eq!(*reason, ErrorReason::Api);
             assert!(msg.contains(&half().to_string()), "{msg}");
             assert!(msg.contains("rejected the shard selector"), "{msg}");
@@ -456,7 +411,7 @@ async fn rejected_selector_is_a_clear_error_retried_with_backoff() {
     let reqs = fake.wait_requests(6).await;
     let kinds: Vec<bool> = reqs.iter().map(|r| r.is_watch()).collect();
     assert_eq!(kinds[..6], [false, true, false, true, false, true]);
-    assert!(run.seen().iter().all(|s| s.2));
+    assert!(run.errors().iter().all(|e| e.shard_rejected));
     assert!(reqs[2].at - reqs[1].at >= Duration::from_millis(800));
     run.stop().await;
 }

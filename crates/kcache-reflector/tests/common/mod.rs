@@ -1,11 +1,104 @@
-//! Shared test helpers: a recording store.
+//! Shared test helpers: a recording store, a running reflector that
+//! records what its watch error handler saw.
 #![allow(dead_code)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kcache_core::{CachedObject, ObjectOrTombstone, ReflectorStore, StoreError};
+use kcache_reflector::{
+    BackoffConfig, BadEventKind, ErrorReason, Reflector, ReflectorBuilder, ReflectorError,
+};
 use parking_lot::Mutex;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// One error the watch error handler saw.
+#[derive(Debug, Clone)]
+pub struct SeenError {
+    pub reason: ErrorReason,
+    pub message: String,
+    pub bad_kind: Option<BadEventKind>,
+    pub shard_rejected: bool,
+}
+
+/// A reflector running on a task, and what its handler saw.
+pub struct Running<K: 'static> {
+    pub reflector: Arc<Reflector<K>>,
+    pub cancel: CancellationToken,
+    pub task: JoinHandle<()>,
+    errors: Arc<Mutex<Vec<SeenError>>>,
+}
+
+impl<K: 'static> Running<K> {
+    /// Cancels the reflector and waits (up to 10 s) for it to stop.
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("the reflector did not stop")
+            .unwrap();
+    }
+    pub fn errors(&self) -> Vec<SeenError> {
+        self.errors.lock().clone()
+    }
+    /// (reason, display) of every error.
+    pub fn seen(&self) -> Vec<(ErrorReason, String)> {
+        self.errors()
+            .into_iter()
+            .map(|e| (e.reason, e.message))
+            .collect()
+    }
+    pub fn reasons(&self) -> Vec<ErrorReason> {
+        self.errors().iter().map(|e| e.reason).collect()
+    }
+    pub fn messages(&self) -> Vec<String> {
+        self.errors().into_iter().map(|e| e.message).collect()
+    }
+    pub fn bad_kinds(&self) -> Vec<BadEventKind> {
+        self.errors().iter().filter_map(|e| e.bad_kind).collect()
+    }
+}
+
+/// Builds the reflector with a recording watch error handler and runs it.
+pub fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
+    let errors: Arc<Mutex<Vec<SeenError>>> = Arc::default();
+    let e2 = errors.clone();
+    let reflector = Arc::new(
+        b.watch_error_handler(move |e: &ReflectorError| {
+            e2.lock().push(SeenError {
+                reason: e.reason(),
+                message: e.to_string(),
+                bad_kind: match e {
+                    ReflectorError::BadEvent { source, .. } => Some(source.kind),
+                    _ => None,
+                },
+                shard_rejected: matches!(e, ReflectorError::ShardSelectorRejected { .. }),
+            });
+        })
+        .build(),
+    );
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (r, c) = (reflector.clone(), cancel.clone());
+        async move { r.run(c).await }
+    });
+    Running {
+        reflector,
+        cancel,
+        task,
+        errors,
+    }
+}
+
+/// Backoff without jitter: deterministic retry times.
+pub fn no_jitter() -> BackoffConfig {
+    BackoffConfig {
+        jitter: 0.0,
+        ..Default::default()
+    }
+}
 
 /// One call the reflector made on the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
