@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kcache_testing::eventually;
+use kcache_testing::state::{cache_state, server_state};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -15,8 +16,7 @@ use kcache_informer::{
     wait_for_cache_sync,
 };
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
 use kube::core::PartialObjectMeta;
 use serde_json::json;
@@ -72,38 +72,6 @@ impl<K: 'static> ResourceEventHandler<K> for Recorder {
             .unwrap()
             .push(("delete".into(), o.key().into(), rv, o.is_tombstone()));
     }
-}
-
-fn cache<K: kube::Resource + 'static>(i: &SharedIndexInformer<K>) -> BTreeMap<String, String>
-where
-    K::DynamicType: Clone + Send + Sync + 'static,
-{
-    i.indexer()
-        .list()
-        .iter()
-        .map(|o| {
-            (
-                o.key().to_string(),
-                o.resource_version().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
-async fn server_list(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| {
-            let m = c.metadata;
-            (
-                format!("{}/{}", m.namespace.unwrap(), m.name.unwrap()),
-                m.resource_version.unwrap(),
-            )
-        })
-        .collect()
 }
 
 fn spawn_run<K>(i: &SharedIndexInformer<K>) -> (CancellationToken, tokio::task::JoinHandle<()>)
@@ -163,7 +131,10 @@ async fn typed_informer_follows_create_update_delete() {
         .map(|e| e.0)
         .collect();
     assert_eq!(a, ["add", "update"]);
-    assert_eq!(cache(&informer), server_list(&api).await);
+    assert_eq!(
+        cache_state(&informer.indexer().list()),
+        server_state(&api).await
+    );
     let typed: ConfigMap = informer
         .lister()
         .namespaced(&ns)
@@ -351,9 +322,9 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
             .await
             .unwrap();
     }
-    let want = server_list(&api).await;
+    let want = server_state(&api).await;
     eventually("cache equals a fresh list", Duration::from_secs(30), || {
-        cache(&informer) == want
+        cache_state(&informer.indexer().list()) == want
     })
     .await;
     eventually("every delete delivered", Duration::from_secs(30), || {

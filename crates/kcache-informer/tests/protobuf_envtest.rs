@@ -17,9 +17,8 @@ use kcache_informer::{ListOptions, SharedIndexInformer};
 use kcache_reflector::WireFormat;
 use kcache_testing::envtest::{TestNamespace, client_with_request_hook, namespace};
 use kcache_testing::eventually_async;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use kcache_testing::state::server_state;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -248,29 +247,6 @@ where
         self.js.stop().await;
         uris
     }
-}
-
-async fn server_state<K>(api: &Api<K>) -> BTreeMap<String, String>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-{
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|o| {
-            let m = o.meta();
-            (
-                format!(
-                    "{}/{}",
-                    m.namespace.as_deref().unwrap(),
-                    m.name.as_deref().unwrap()
-                ),
-                m.resource_version.clone().unwrap(),
-            )
-        })
-        .collect()
 }
 
 fn pod(name: &str) -> Pod {

@@ -22,8 +22,9 @@ use kcache_testing::builders::config_map;
 use kcache_testing::envtest::{RequestLog, TestNamespace, namespace, recording_client};
 use kcache_testing::eventually_async;
 use kcache_testing::logs::{capture_global_warnings, global_warnings};
+use kcache_testing::state::{cache_state, server_state};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -115,35 +116,6 @@ fn watches(log: &RequestLog) -> Vec<String> {
         .iter()
         .filter(|r| r.contains("/configmaps") && r.contains("watch=true"))
         .cloned()
-        .collect()
-}
-
-fn cache(i: &SharedIndexInformer<ConfigMap>) -> BTreeMap<String, String> {
-    i.indexer()
-        .list()
-        .iter()
-        .map(|o| {
-            (
-                o.key().to_string(),
-                o.resource_version().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
-async fn server_list(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| {
-            let m = c.metadata;
-            (
-                format!("{}/{}", m.namespace.unwrap(), m.name.unwrap()),
-                m.resource_version.unwrap(),
-            )
-        })
         .collect()
 }
 
@@ -293,7 +265,10 @@ async fn fresh_snapshot_resumes_without_a_list() {
         w[0].contains(&format!("resourceVersion={rv}")),
         "the watch resumes at the snapshot's RV {rv}: {w:?}"
     );
-    assert_eq!(cache(&run.informer), server_list(&api).await);
+    assert_eq!(
+        cache_state(&run.informer.indexer().list()),
+        server_state(&api).await
+    );
     let adds = run.rec.all();
     assert_eq!(adds.len(), 30, "{adds:?}");
     assert!(adds.iter().all(|s| s.kind == "add" && s.flag), "{adds:?}");
@@ -376,10 +351,13 @@ async fn changes_while_down(fifo: FifoKind) {
     let run = Run::start_with(client, &ns, "warm-changes-2", options, true, fifo);
     run.synced().await;
     assert_eq!(lists(&log), Vec::<String>::new());
-    assert_eq!(cache(&run.informer), server_list(&api).await);
+    assert_eq!(
+        cache_state(&run.informer.indexer().list()),
+        server_state(&api).await
+    );
     assert_eq!(
         run.rec.view(),
-        server_list(&api).await,
+        server_state(&api).await,
         "the handler's view"
     );
     let kinds = |k: &str| -> Vec<(&'static str, bool)> {
@@ -452,10 +430,13 @@ async fn expired_round(cp: &ControlPlane, watch_list: bool) {
         "one relist (streaming: {watch_list}): {:#?}",
         log.lock()
     );
-    assert_eq!(cache(&run.informer), server_list(&api).await);
+    assert_eq!(
+        cache_state(&run.informer.indexer().list()),
+        server_state(&api).await
+    );
     assert_eq!(
         run.rec.view(),
-        server_list(&api).await,
+        server_state(&api).await,
         "the handler's view"
     );
     for gone in ["cm-2", "cm-3"] {
@@ -560,7 +541,11 @@ async fn unusable_snapshots_start_cold_with_one_warning() {
         let run = Run::start(client, &ns, &name, options, true);
         run.synced().await;
         assert_eq!(lists(&log).len(), 1, "{case}: one (streaming) list");
-        assert_eq!(cache(&run.informer), server_list(&api).await, "{case}");
+        assert_eq!(
+            cache_state(&run.informer.indexer().list()),
+            server_state(&api).await,
+            "{case}"
+        );
         let status = run.informer.snapshot_status();
         assert_eq!(status.start, StartKind::Cold, "{case}");
         assert!(
@@ -640,7 +625,10 @@ async fn factory_snapshots_every_informer() {
     assert!(factory.wait_for_cache_sync().await.values().all(|ok| *ok));
     assert_eq!(second.snapshot_status().start, StartKind::Warm);
     assert_eq!(lists(&log), Vec::<String>::new());
-    assert_eq!(cache(&second), server_list(&api).await);
+    assert_eq!(
+        cache_state(&second.indexer().list()),
+        server_state(&api).await
+    );
     factory.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -813,7 +801,10 @@ async fn periodic_snapshots_while_synced() {
     let run = Run::start(cp.client().unwrap(), &ns, "warm-periodic-2", options, true);
     run.synced().await;
     assert_eq!(run.informer.snapshot_status().start, StartKind::Warm);
-    assert_eq!(cache(&run.informer), server_list(&api).await);
+    assert_eq!(
+        cache_state(&run.informer.indexer().list()),
+        server_state(&api).await
+    );
     run.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -998,11 +989,13 @@ async fn churn_across_a_warm_restart() {
     assert_eq!(status.start, StartKind::Warm, "{status:?}");
     assert!(!status.resume_relisted);
     assert_eq!(lists(&log), Vec::<String>::new());
-    let want = server_list(&api).await;
+    let want = server_state(&api).await;
     eventually_async(
         "the cache and the handler converge",
         Duration::from_secs(15),
-        async || cache(&second.informer) == want && second.rec.view() == want,
+        async || {
+            cache_state(&second.informer.indexer().list()) == want && second.rec.view() == want
+        },
     )
     .await;
     let mut last: BTreeMap<String, u64> = BTreeMap::new();

@@ -2,7 +2,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,31 +16,11 @@ use kcache_testing::envtest::{
     TestNamespace, client_with_request_hook, namespace, recording_client,
 };
 use kcache_testing::eventually_async;
+use kcache_testing::state::server_state;
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::core::PartialObjectMeta;
 use serde_json::json;
-
-async fn fresh_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| {
-            (
-                format!(
-                    "{}/{}",
-                    c.metadata.namespace.unwrap(),
-                    c.metadata.name.unwrap()
-                ),
-                c.metadata.resource_version.unwrap(),
-            )
-        })
-        .collect()
-}
 
 /// ConfigMaps through a streaming list: the reflector sent
 /// `sendInitialEvents=true&resourceVersionMatch=NotOlderThan`, got the
@@ -183,7 +162,7 @@ async fn config_maps_list_then_watch() {
     assert!(!uris[0].contains("watch=true"), "{uris:#?}");
     assert!(uris[1].contains("watch=true"), "{uris:#?}");
     assert!(!uris[1].contains("sendInitialEvents"), "{uris:#?}");
-    assert_eq!(store.state(), fresh_state(&api).await);
+    assert_eq!(store.state(), server_state(&api).await);
     run.stop().await;
 }
 
@@ -403,7 +382,7 @@ async fn recovers_from_apiserver_restart_and_gone() {
     )
     .await
     .unwrap();
-    let want = fresh_state(&api).await;
+    let want = server_state(&api).await;
     eventually_async(
         "store equals a fresh list after the restart",
         Duration::from_secs(90),
@@ -433,7 +412,7 @@ async fn recovers_from_apiserver_restart_and_gone() {
     })
     .await;
     old_rv.store(false, Ordering::SeqCst);
-    let want = fresh_state(&api).await;
+    let want = server_state(&api).await;
     eventually_async(
         "store equals a fresh list after 410",
         Duration::from_secs(90),

@@ -8,6 +8,7 @@
 //! - [`eventually()`]: wait for a condition, panic naming what was awaited.
 //! - [`logs`]: capture what the code under test logs.
 //! - [`envtest`]: a namespace on the shared local control plane.
+//! - [`state`]: key -> resourceVersion maps of a server and a cache.
 //! - [`raw_http`]: one plain HTTP request, for kcache's own endpoints.
 //! - [`yaml_documents`]: the documents of a manifest file.
 //!
@@ -40,6 +41,7 @@ mod eventually;
 pub mod fake;
 pub mod logs;
 pub mod raw_http;
+pub mod state;
 
 pub use eventually::{eventually, eventually_async, eventually_ok};
 
