@@ -19,21 +19,6 @@ use kcache_lease::{LeaderElectionRecord, LeaseError};
 use kcache_testing::fake::{Fake, cm_items, list_json};
 use kcache_testing::logs::LogBuffer;
 
-/// A factory whose client lists the ConfigMaps `names` (namespace `ns`)
-/// and holds every watch open, silent.
-fn factory(names: &[&str]) -> SharedInformerFactory {
-    let list = list_json("100", "", cm_items(names));
-    SharedInformerFactory::builder(Fake::serving(list).client)
-        .tweak_list_options(|o| o.use_watch_list = false)
-        .build()
-}
-
-fn le(id: &str) -> LeaderElectionConfig {
-    // client-go's documented defaults: 15 s lease, 10 s renew deadline,
-    // 2 s retry period.
-    LeaderElectionConfig::new(id)
-}
-
 /// A lease lock whose every request is refused by RBAC.
 struct Forbidden;
 
@@ -61,11 +46,20 @@ impl LeaseLock for Forbidden {
 async fn lease_errors_are_warned_and_fail_readiness() {
     let (logs, _guard) = LogBuffer::set_default(tracing::Level::INFO);
 
-    let factory = factory(&["a"]);
+    // one ConfigMap listed, every watch held open, silent
+    let list = list_json("100", "", cm_items(&["a"]));
+    let factory = SharedInformerFactory::builder(Fake::serving(list).client)
+        .tweak_list_options(|o| o.use_watch_list = false)
+        .build();
     let registry = MetricsRegistry::new();
     let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))
         .metrics(registry.clone())
-        .leader_election(le("leader"), Forbidden);
+        .leader_election(
+            // client-go's documented defaults: 15 s lease, 10 s renew
+            // deadline, 2 s retry period.
+            LeaderElectionConfig::new("leader"),
+            Forbidden,
+        );
     let handle = ctl.handle();
     let run =
         tokio::spawn(ctl.run(

@@ -1,19 +1,19 @@
 //! Informers against a real kube-apiserver + etcd (kcache-envtest).
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kcache_testing::eventually;
 use kcache_testing::state::{cache_state, server_state};
+use support::{Recorder, Seen};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kcache_core::{CachedObject, ObjectOrTombstone};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{
-    ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer, SharedInformerFactory,
-    wait_for_cache_sync,
+    ResourceEventHandlerFuncs, SharedIndexInformer, SharedInformerFactory, wait_for_cache_sync,
 };
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -27,53 +27,6 @@ fn cm(name: &str, v: &str) -> ConfigMap {
 }
 
 /// One notification: (kind, key, resourceVersion, tombstone?).
-type Seen = (String, String, String, bool);
-
-/// Records every notification.
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<Seen>>>);
-
-impl Recorder {
-    fn all(&self) -> Vec<Seen> {
-        self.0.lock().unwrap().clone()
-    }
-    fn keys(&self, kind: &str) -> BTreeSet<String> {
-        self.all()
-            .into_iter()
-            .filter(|e| e.0 == kind)
-            .map(|e| e.1)
-            .collect()
-    }
-}
-
-impl<K: 'static> ResourceEventHandler<K> for Recorder {
-    fn on_add(&self, o: &CachedObject<K>, _initial: bool) {
-        let rv = o.resource_version().unwrap_or_default().to_string();
-        self.0
-            .lock()
-            .unwrap()
-            .push(("add".into(), o.key().into(), rv, false));
-    }
-    fn on_update(&self, _old: &CachedObject<K>, o: &CachedObject<K>) {
-        let rv = o.resource_version().unwrap_or_default().to_string();
-        self.0
-            .lock()
-            .unwrap()
-            .push(("update".into(), o.key().into(), rv, false));
-    }
-    fn on_delete(&self, o: &ObjectOrTombstone<K>) {
-        let rv = o
-            .object()
-            .resource_version()
-            .unwrap_or_default()
-            .to_string();
-        self.0
-            .lock()
-            .unwrap()
-            .push(("delete".into(), o.key().into(), rv, o.is_tombstone()));
-    }
-}
-
 fn spawn_run<K>(i: &SharedIndexInformer<K>) -> (CancellationToken, tokio::task::JoinHandle<()>)
 where
     K: kube::Resource + Send + Sync + 'static,
@@ -119,7 +72,9 @@ async fn typed_informer_follows_create_update_delete() {
         .unwrap();
     let want_rv = patched.metadata.resource_version.unwrap();
     eventually("update and delete seen", Duration::from_secs(30), || {
-        rec.all().iter().any(|e| e.0 == "update" && e.2 == want_rv)
+        rec.all()
+            .iter()
+            .any(|e| e.kind == "update" && e.rv == want_rv)
             && rec.keys("delete").contains(&format!("{ns}/before"))
     })
     .await;
@@ -127,8 +82,8 @@ async fn typed_informer_follows_create_update_delete() {
     let a: Vec<_> = rec
         .all()
         .into_iter()
-        .filter(|e| e.1 == format!("{ns}/a"))
-        .map(|e| e.0)
+        .filter(|e| e.key == format!("{ns}/a"))
+        .map(|e| e.kind)
         .collect();
     assert_eq!(a, ["add", "update"]);
     assert_eq!(
@@ -333,7 +288,7 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
     .await;
     // no update went backwards in resourceVersion for a key
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
-    for (kind, key, rv, _) in rec.all() {
+    for Seen { kind, key, rv, .. } in rec.all() {
         if kind == "update" {
             let rv: u64 = rv.parse().unwrap();
             if let Some(prev) = last.get(&key) {

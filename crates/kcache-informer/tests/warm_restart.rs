@@ -6,17 +6,18 @@
 //! corrupt, truncated or foreign snapshot gives a cold start with one
 //! warning naming the reason.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kcache_core::{CachedObject, ObjectOrTombstone};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{
-    FifoKind, ResourceEventHandler, SharedIndexInformer, SharedInformerFactory, SnapshotOptions,
-    StartKind, TransformFunc, wait_for_cache_sync,
+    FifoKind, SharedIndexInformer, SharedInformerFactory, SnapshotOptions, StartKind,
+    TransformFunc, wait_for_cache_sync,
 };
 use kcache_testing::builders::config_map;
 use kcache_testing::envtest::{RequestLog, TestNamespace, namespace, recording_client};
@@ -26,6 +27,7 @@ use kcache_testing::state::{cache_state, server_state};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use support::Recorder;
 use tokio_util::sync::CancellationToken;
 
 // ------------------------------------------------------------ log capture
@@ -40,65 +42,6 @@ fn warnings_of(informer: &str) -> Vec<String> {
 }
 
 // ------------------------------------------------------------ helpers
-
-/// One notification: (kind, key, resourceVersion, initial list / tombstone).
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Seen {
-    kind: &'static str,
-    key: String,
-    rv: String,
-    /// adds: in the initial list; deletes: a tombstone
-    flag: bool,
-}
-
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<Seen>>>);
-
-impl Recorder {
-    fn all(&self) -> Vec<Seen> {
-        self.0.lock().unwrap().clone()
-    }
-    fn of(&self, key: &str) -> Vec<Seen> {
-        self.all().into_iter().filter(|s| s.key == key).collect()
-    }
-    /// The state the handler saw: key -> rv after every notification.
-    fn view(&self) -> BTreeMap<String, String> {
-        let mut m = BTreeMap::new();
-        for s in self.all() {
-            if s.kind == "delete" {
-                m.remove(&s.key);
-            } else {
-                m.insert(s.key, s.rv);
-            }
-        }
-        m
-    }
-    fn push(&self, kind: &'static str, key: &str, rv: Option<&str>, flag: bool) {
-        self.0.lock().unwrap().push(Seen {
-            kind,
-            key: key.to_owned(),
-            rv: rv.unwrap_or_default().to_owned(),
-            flag,
-        });
-    }
-}
-
-impl<K: 'static> ResourceEventHandler<K> for Recorder {
-    fn on_add(&self, o: &CachedObject<K>, initial: bool) {
-        self.push("add", o.key(), o.resource_version(), initial);
-    }
-    fn on_update(&self, _old: &CachedObject<K>, o: &CachedObject<K>) {
-        self.push("update", o.key(), o.resource_version(), false);
-    }
-    fn on_delete(&self, o: &ObjectOrTombstone<K>) {
-        self.push(
-            "delete",
-            o.key(),
-            o.object().resource_version(),
-            o.is_tombstone(),
-        );
-    }
-}
 
 /// Requests that list ConfigMaps: a LIST, or a streaming list (a watch
 /// with `sendInitialEvents=true`).

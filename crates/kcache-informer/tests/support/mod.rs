@@ -1,6 +1,10 @@
-//! The informer tests' fake apiserver ([`FakeApi`], from kcache-testing)
-//! and an informer on it.
-#![allow(dead_code)]
+//! The informer tests' fake apiserver ([`FakeApi`], from kcache-testing),
+//! an informer on it, and a recording handler.
+#![allow(dead_code, unused_imports)]
+
+mod recorder;
+
+pub use recorder::{Recorder, Seen};
 
 pub use k8s_openapi::api::core::v1::ConfigMap;
 pub use kcache_testing::fake::FakeApi;
