@@ -106,6 +106,8 @@ pub enum Reply {
     WithLength(u64, Vec<Bytes>, End),
     /// A status, a `Content-Type`, then the chunks and the end.
     Typed(u16, &'static str, Vec<Bytes>, End),
+    /// The reply, after this long (the response headers wait).
+    Delayed(Duration, Box<Reply>),
 }
 
 /// A JSON `Status` error reply.
@@ -226,11 +228,18 @@ fn frames(chunks: Vec<Bytes>, end: End, live: Arc<AtomicUsize>) -> RespBody {
     StreamBody::new(s.boxed())
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The error type of the fake's service.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The fake's service, under the layer of [`Fake::with_layer`].
+pub type FakeService =
+    tower::util::BoxService<http::Request<kube::client::Body>, http::Response<RespBody>, BoxError>;
 
 fn respond(reply: Reply, live: Arc<AtomicUsize>) -> Result<http::Response<RespBody>, BoxError> {
     let resp = match reply {
-        Reply::ConnRefused | Reply::NoHeaders => unreachable!("answered before"),
+        Reply::ConnRefused | Reply::NoHeaders | Reply::Delayed(..) => {
+            unreachable!("answered before")
+        }
         Reply::WithLength(len, chunks, end) => http::Response::builder()
             .status(200)
             .header("content-length", len)
@@ -281,6 +290,25 @@ fn parse_query(uri: &http::Uri) -> BTreeMap<String, String> {
 impl Fake {
     /// A fake answering every request with what `script` returns for it.
     pub fn new(script: impl FnMut(&Recorded) -> Reply + Send + 'static) -> Fake {
+        Fake::with_layer(tower::layer::util::Identity::new(), script)
+    }
+
+    /// [`Fake::new`], with the client's requests passing through `layer`
+    /// (a middleware under test) before the fake answers them.
+    pub fn with_layer<L, B>(
+        layer: L,
+        script: impl FnMut(&Recorded) -> Reply + Send + 'static,
+    ) -> Fake
+    where
+        L: tower::Layer<FakeService>,
+        L::Service: tower::Service<http::Request<kube::client::Body>, Response = http::Response<B>>
+            + Send
+            + 'static,
+        <L::Service as tower::Service<http::Request<kube::client::Body>>>::Future: Send + 'static,
+        <L::Service as tower::Service<http::Request<kube::client::Body>>>::Error: Into<BoxError>,
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
         let log: Arc<Mutex<Vec<Recorded>>> = Arc::default();
         let (count, _) = watch::channel(0usize);
         let live = Arc::new(AtomicUsize::new(0));
@@ -312,6 +340,11 @@ impl Fake {
             count2.send_replace(n);
             let live = live2.clone();
             async move {
+                let mut reply = reply;
+                while let Reply::Delayed(d, inner) = reply {
+                    tokio::time::sleep(d).await;
+                    reply = *inner;
+                }
                 match reply {
                     Reply::ConnRefused => {
                         Err(Box::new(io::Error::from(io::ErrorKind::ConnectionRefused)) as BoxError)
@@ -321,7 +354,7 @@ impl Fake {
                 }
             }
         });
-        let client = Client::new(svc, "default");
+        let client = Client::new(layer.layer(FakeService::new(svc)), "default");
         Fake {
             client,
             log,
