@@ -259,56 +259,34 @@ async fn server_filtered_streams_are_not_filtered_twice() {
     let inside: Vec<Vec<u8>> = (0..3)
         .map(|i| pb_cmu(&format!("p{i}"), &uid(100 + i, true), "6"))
         .collect();
-    let body = echo_pb(&inside);
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (false, 0) => Reply::Typed(
-            200,
-            fake::PROTOBUF,
-            vec![bytes::Bytes::from(body.clone())],
-            End::Close,
-        ),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).wire_format(WireFormat::Auto));
-    let calls = store.wait_calls(1).await;
-    assert_eq!(
-        calls,
-        [Call::Replace(keys(&["p0", "p1", "p2"]), "7".into())]
-    );
-    assert_eq!(
-        run.reflector.shard_filter_mode(),
-        Some(ShardFilterMode::Server)
-    );
-    assert_eq!(run.reflector.shard_dropped(), 0);
-    run.stop().await;
-
     // the same list without the echo: client-side, and an object outside dropped
     let mut items = inside.clone();
     items.push(pb_cmu("q", &uid(200, false), "6"));
-    let body = pb_list_body("7", "", &items);
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (false, 0) => Reply::Typed(
-            200,
-            fake::PROTOBUF,
-            vec![bytes::Bytes::from(body.clone())],
-            End::Close,
-        ),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).wire_format(WireFormat::Auto));
-    let calls = store.wait_calls(1).await;
-    assert_eq!(
-        calls,
-        [Call::Replace(keys(&["p0", "p1", "p2"]), "7".into())]
-    );
-    assert_eq!(
-        run.reflector.shard_filter_mode(),
-        Some(ShardFilterMode::Client)
-    );
-    assert_eq!(run.reflector.shard_dropped(), 1);
-    run.stop().await;
+    for (body, mode, dropped) in [
+        (echo_pb(&inside), ShardFilterMode::Server, 0),
+        (pb_list_body("7", "", &items), ShardFilterMode::Client, 1),
+    ] {
+        let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+            (false, 0) => Reply::Typed(
+                200,
+                fake::PROTOBUF,
+                vec![bytes::Bytes::from(body.clone())],
+                End::Close,
+            ),
+            _ => hang(),
+        });
+        let store = Arc::new(Store::default());
+        let run = start(builder(&fake, &store).wire_format(WireFormat::Auto));
+        let calls = store.wait_calls(1).await;
+        assert_eq!(
+            calls,
+            [Call::Replace(keys(&["p0", "p1", "p2"]), "7".into())],
+            "{mode:?}"
+        );
+        assert_eq!(run.reflector.shard_filter_mode(), Some(mode));
+        assert_eq!(run.reflector.shard_dropped(), dropped, "{mode:?}");
+        run.stop().await;
+    }
 }
 
 /// A metadata-only list never echoes the selector: filtered on the client
