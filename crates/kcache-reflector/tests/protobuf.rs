@@ -11,8 +11,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{Call, RecordingStore, Running, no_jitter};
 use fake::{
-    End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, list, pb_bookmark, pb_cm, pb_cmu,
-    pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
+    End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, hang, list, pb_bookmark, pb_cm,
+    pb_cmu, pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{Format, ObjectOptions};
@@ -33,10 +33,6 @@ fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
     Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).namespace("ns")
-}
-
-fn hang() -> Reply {
-    Reply::Stream(vec![], End::Hang)
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {

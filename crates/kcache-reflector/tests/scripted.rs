@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{Call, RecordingStore, no_jitter, start};
 use fake::{
-    End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, list, list_json, status,
+    End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, hang, list, list_json, status,
     too_large,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -34,10 +34,6 @@ fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
         .namespace("ns")
         .use_watch_list(false)
         .backoff(no_jitter())
-}
-
-fn hang() -> Reply {
-    Reply::Stream(vec![], End::Hang)
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {

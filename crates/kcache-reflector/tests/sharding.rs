@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Call, RecordingStore, Running, SeenError, no_jitter};
-use fake::{End, Fake, Reply, bookmark, ev, pb_cmu, pb_field, pb_list_body, status};
+use fake::{End, Fake, Reply, bookmark, ev, hang, pb_cmu, pb_field, pb_list_body, status};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{ShardField, ShardSelector};
 use kcache_reflector::{ErrorReason, Reflector, ReflectorBuilder, ShardFilterMode, WireFormat};
@@ -21,10 +21,6 @@ type Store = RecordingStore<ConfigMap>;
 /// Runs the reflector (without backoff jitter).
 fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
     common::start(b.backoff(no_jitter()))
-}
-
-fn hang() -> Reply {
-    Reply::Stream(vec![], End::Hang)
 }
 
 /// The lower half of the uid hash space.

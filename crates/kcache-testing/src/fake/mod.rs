@@ -110,6 +110,11 @@ pub enum Reply {
     Delayed(Duration, Box<Reply>),
 }
 
+/// A watch that sends nothing and never ends.
+pub fn hang() -> Reply {
+    Reply::Stream(vec![], End::Hang)
+}
+
 /// A JSON `Status` error reply.
 pub fn status(code: u16, reason: &str, message: &str) -> Reply {
     Reply::Json(code, status_json(code, reason, message))
