@@ -114,10 +114,7 @@ async fn lease_errors_are_warned_and_fail_readiness() {
 
     // One WARN for the lasting failure (not one per attempt), with the fix.
     let text = logs.text();
-    let warns: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("WARN") && l.contains("the lease get failed"))
-        .collect();
+    let warns = logs.lines_with(&["WARN", "the lease get failed"]);
     assert_eq!(warns.len(), 1, "{text}");
     assert!(
         warns[0].contains("grant the controller's service account"),
@@ -127,11 +124,7 @@ async fn lease_errors_are_warned_and_fail_readiness() {
     assert!(!text.contains("ERROR"), "{text}");
     // ... and it is repeated while it lasts, once a minute.
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let again = logs
-        .text()
-        .lines()
-        .filter(|l| l.contains("WARN") && l.contains("the lease get failed"))
-        .count();
+    let again = logs.lines_with(&["WARN", "the lease get failed"]).len();
     assert_eq!(again, 2);
     handle.stop();
     run.await.unwrap().unwrap();

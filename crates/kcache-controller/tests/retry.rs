@@ -108,10 +108,7 @@ async fn terminal_errors_are_not_retried() {
         "the terminal error and the decode failure"
     );
     let text = logs.text();
-    let terminal: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("terminal error: not retried"))
-        .collect();
+    let terminal = logs.lines_with(&["terminal error: not retried"]);
     assert_eq!(terminal.len(), 2, "{text}");
     assert!(
         terminal
@@ -126,10 +123,7 @@ async fn terminal_errors_are_not_retried() {
         "{text}"
     );
     // every retried failure says when it comes back
-    let retried: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("retrying with backoff"))
-        .collect();
+    let retried = logs.lines_with(&["retrying with backoff"]);
     assert!(!retried.is_empty());
     assert!(retried[0].contains("retry_in=5ms"), "{}", retried[0]);
     assert!(retried[1].contains("retry_in=10ms"), "{}", retried[1]);

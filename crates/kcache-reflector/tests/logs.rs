@@ -48,7 +48,7 @@ async fn watch_error_status_message_is_cut_in_logs() {
     r.run_until(stop).await;
     assert_eq!(*full.lock(), 4 << 20, "the handler gets the whole message");
     let text = logs.text();
-    let warn: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();
+    let warn = logs.lines_with(&["WARN"]);
     assert_eq!(warn.len(), 1, "{text}");
     assert!(warn[0].contains("bytes in all]"), "{}", warn[0]);
     assert!(warn[0].contains("4194304"), "{}", warn[0]);

@@ -70,10 +70,7 @@ async fn the_shard_filter_mode_is_logged_once_per_change() {
     r.run_until(stop).await;
     assert_eq!(r.shard_filter_mode(), Some(ShardFilterMode::Client));
     let text = logs.text();
-    let modes: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("shard_filter="))
-        .collect();
+    let modes = logs.lines_with(&["shard_filter="]);
     assert_eq!(modes.len(), 2, "{text}");
     assert!(
         modes[0].contains("INFO") && modes[0].contains("shard_filter=server"),

@@ -58,6 +58,15 @@ impl LogBuffer {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock()).into_owned()
     }
+
+    /// The lines written so far that contain every one of `needles`.
+    pub fn lines_with(&self, needles: &[&str]) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| needles.iter().all(|n| l.contains(n)))
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 /// Events at WARN or above, as "LEVEL message field=value ...", captured on
