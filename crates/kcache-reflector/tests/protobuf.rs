@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore, Running, no_jitter};
+use common::{Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter};
 use fake::{
     End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, hang, list, pb_bookmark, pb_cm,
     pb_cmu, pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
@@ -18,7 +18,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{Format, ObjectOptions};
 use kcache_reflector::{BadEventKind, ErrorReason, Reflector, ReflectorBuilder, WireFormat};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::core::PartialObjectMeta;
 use serde_json::json;
 
 type Store = RecordingStore<ConfigMap>;
@@ -358,22 +357,12 @@ async fn content_negotiation_per_resource() {
     run.stop().await;
 
     // metadata-only: its own content type
-    let fake = Fake::new(|r| {
-        match (r.is_watch(), r.nth) {
-        (false, 0) => Reply::Json(
-            200,
-            json!({"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"3"},"items":[]}).to_string(),
-        ),
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => Reply::Json(200, meta_list("3", vec![])),
         _ => hang(),
-    }
     });
-    type Meta = PartialObjectMeta<ConfigMap>;
-    let store = Arc::new(RecordingStore::<Meta>::default());
-    let run = start(
-        Reflector::<Meta>::builder(fake.client.clone(), store.clone())
-            .namespace("ns")
-            .use_watch_list(false),
-    );
+    let (store, builder) = meta_reflector(&fake.client);
+    let run = start(builder);
     store.wait_calls(1).await;
     fake.wait_requests(2).await;
     assert!(!run.reflector.asks_for_protobuf());

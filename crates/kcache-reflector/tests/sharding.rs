@@ -9,12 +9,11 @@ use kcache_testing::fake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Call, RecordingStore, Running, SeenError, no_jitter};
+use common::{Call, RecordingStore, Running, SeenError, meta_list, meta_reflector, no_jitter};
 use fake::{End, Fake, Reply, bookmark, ev, hang, pb_cmu, pb_field, pb_list_body, status};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{ShardField, ShardSelector};
 use kcache_reflector::{ErrorReason, Reflector, ReflectorBuilder, ShardFilterMode, WireFormat};
-use kube::core::PartialObjectMeta;
 use serde_json::{Value, json};
 
 type Store = RecordingStore<ConfigMap>;
@@ -302,19 +301,13 @@ async fn metadata_only_lists_are_filtered_on_the_client() {
         if with_outside {
             items.push(pom("z", false, "3"));
         }
-        let body = json!({"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"3"},"items":items}).to_string();
+        let body = meta_list("3", items);
         let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
             (false, 0) => Reply::Json(200, body.clone()),
             _ => hang(),
         });
-        type Meta = PartialObjectMeta<ConfigMap>;
-        let store = Arc::new(RecordingStore::<Meta>::default());
-        let run = start(
-            Reflector::<Meta>::builder(fake.client.clone(), store.clone())
-                .namespace("ns")
-                .use_watch_list(false)
-                .shard_selector(half()),
-        );
+        let (store, builder) = meta_reflector(&fake.client);
+        let run = start(builder.shard_selector(half()));
         let calls = store.wait_calls(1).await;
         assert_eq!(calls, [Call::Replace(keys(&["a", "b"]), "3".into())]);
         assert!(fake.lists()[0].q("shardSelector").is_some());

@@ -92,6 +92,26 @@ pub fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> 
     }
 }
 
+/// A metadata-only ConfigMap.
+pub type Meta = kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>;
+
+/// A metadata-only ConfigMap reflector on `client` (namespace `ns`, list
+/// then watch), and its recording store.
+pub fn meta_reflector(
+    client: &kube::Client,
+) -> (Arc<RecordingStore<Meta>>, ReflectorBuilder<Meta>) {
+    let store = Arc::new(RecordingStore::<Meta>::default());
+    let builder = Reflector::<Meta>::builder(client.clone(), store.clone())
+        .namespace("ns")
+        .use_watch_list(false);
+    (store, builder)
+}
+
+/// The JSON of a `PartialObjectMetadataList` at `rv`.
+pub fn meta_list(rv: &str, items: Vec<serde_json::Value>) -> String {
+    serde_json::json!({"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":rv},"items":items}).to_string()
+}
+
 /// Backoff without jitter: deterministic retry times.
 pub fn no_jitter() -> BackoffConfig {
     BackoffConfig {
