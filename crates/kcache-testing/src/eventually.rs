@@ -65,6 +65,20 @@ pub async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> 
     eventually_async(what, within, async || cond()).await
 }
 
+/// Waits until the count published on `count` reaches `n`, for up to
+/// `within`; returns whether it did (the caller's assertion names what it
+/// awaited and what it got).
+pub async fn count_reaches(
+    count: &tokio::sync::watch::Sender<usize>,
+    n: usize,
+    within: Duration,
+) -> bool {
+    let mut rx = count.subscribe();
+    tokio::time::timeout(within, rx.wait_for(|c| *c >= n))
+        .await
+        .is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

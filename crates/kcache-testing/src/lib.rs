@@ -43,7 +43,7 @@ pub mod logs;
 pub mod raw_http;
 pub mod state;
 
-pub use eventually::{eventually, eventually_async, eventually_ok};
+pub use eventually::{count_reaches, eventually, eventually_async, eventually_ok};
 
 use serde::Deserialize as _;
 

@@ -171,14 +171,13 @@ impl<K> RecordingStore<K> {
     }
     /// Waits until at least `n` calls were made (real or virtual time, 600 s).
     pub async fn wait_calls(&self, n: usize) -> Vec<Call> {
-        let mut rx = self.count.subscribe();
-        let r = tokio::time::timeout(Duration::from_secs(600), rx.wait_for(|c| *c >= n)).await;
+        let reached = kcache_testing::count_reaches(&self.count, n, Duration::from_secs(600)).await;
+        let calls = self.calls();
         assert!(
-            r.is_ok(),
-            "timed out waiting for {n} store calls; got {:#?}",
-            self.calls()
+            reached,
+            "timed out waiting for {n} store calls; got {calls:#?}"
         );
-        self.calls()
+        calls
     }
     /// Waits until `pred` holds for the calls.
     pub async fn wait_until(&self, timeout: Duration, pred: impl Fn(&[Call]) -> bool) -> Vec<Call> {

@@ -401,14 +401,10 @@ impl Fake {
     }
     /// Waits (virtual time, up to an hour) until `n` requests were received.
     pub async fn wait_requests(&self, n: usize) -> Vec<Recorded> {
-        let mut rx = self.count.subscribe();
-        let r = tokio::time::timeout(Duration::from_secs(3600), rx.wait_for(|c| *c >= n)).await;
-        assert!(
-            r.is_ok(),
-            "timed out waiting for {n} requests: {:#?}",
-            self.requests()
-        );
-        self.requests()
+        let reached = crate::count_reaches(&self.count, n, Duration::from_secs(3600)).await;
+        let requests = self.requests();
+        assert!(reached, "timed out waiting for {n} requests: {requests:#?}");
+        requests
     }
 }
 
