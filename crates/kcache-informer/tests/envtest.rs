@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use kcache_testing::eventually;
 use kcache_testing::state::{cache_state, server_state};
-use support::{Recorder, Seen};
+use support::{Recorder, Seen, spawn_run};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -20,24 +20,12 @@ use kube::api::{
 };
 use kube::core::PartialObjectMeta;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 fn cm(name: &str, v: &str) -> ConfigMap {
     serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": v } })).unwrap()
 }
 
 /// One notification: (kind, key, resourceVersion, tombstone?).
-fn spawn_run<K>(i: &SharedIndexInformer<K>) -> (CancellationToken, tokio::task::JoinHandle<()>)
-where
-    K: kube::Resource + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
-{
-    let cancel = CancellationToken::new();
-    let (i, c) = (i.clone(), cancel.clone());
-    let task = tokio::spawn(async move { i.run(c).await.unwrap() });
-    (cancel, task)
-}
-
 #[tokio::test]
 async fn typed_informer_follows_create_update_delete() {
     let cp = ControlPlane::shared().await.unwrap();
@@ -99,7 +87,7 @@ async fn typed_informer_follows_create_update_delete() {
         .unwrap();
     assert_eq!(typed.data.unwrap()["v"], "2");
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
 }
 
 #[tokio::test]
@@ -235,7 +223,7 @@ async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_ca
     .await;
     assert_eq!(late.keys("add").len(), 60);
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
 }
 
 #[tokio::test]
@@ -300,5 +288,5 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
         }
     }
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
 }

@@ -14,7 +14,7 @@ use kcache_informer::{
 };
 use kcache_testing::eventually;
 use kcache_testing::logs::Logs;
-use support::{ConfigMap, FakeApi, InformerOnFake};
+use support::{ConfigMap, FakeApi, InformerOnFake, spawn_run};
 use tokio_util::sync::CancellationToken;
 
 /// Records every notification as a string.
@@ -92,11 +92,7 @@ struct Running {
 
 impl Running {
     fn start(informer: SharedIndexInformer<ConfigMap>) -> Self {
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn({
-            let (i, c) = (informer.clone(), cancel.clone());
-            async move { i.run(c).await }
-        });
+        let (cancel, task) = spawn_run(&informer);
         Running {
             informer,
             cancel,

@@ -9,8 +9,7 @@ use std::time::Duration;
 use kcache_informer::{ListOptions, SharedIndexInformer};
 use kcache_reflector::{ErrorReason, WireFormat};
 use kcache_testing::eventually;
-use support::{ConfigMap, FakeApi};
-use tokio_util::sync::CancellationToken;
+use support::{ConfigMap, FakeApi, spawn_run};
 
 /// A list page over `max_list_page_bytes` fails with the reflector's typed
 /// error, so the setting made it through; the informer does not sync.
@@ -30,11 +29,7 @@ async fn list_page_cap_reaches_the_reflector() {
     informer
         .set_watch_error_handler(Arc::new(move |e| r2.lock().unwrap().push(e.reason())))
         .unwrap();
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (i, c) = (informer.clone(), cancel.clone());
-        async move { i.run(c).await }
-    });
+    let (cancel, task) = spawn_run(&informer);
     eventually("the cap error", Duration::from_secs(10), || {
         !reasons.lock().unwrap().is_empty()
     })
@@ -66,11 +61,7 @@ async fn wire_format_reaches_the_reflector() {
                 ..ListOptions::default()
             })
             .build();
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn({
-            let (i, c) = (informer.clone(), cancel.clone());
-            async move { i.run(c).await }
-        });
+        let (cancel, task) = spawn_run(&informer);
         eventually("synced", Duration::from_secs(10), || informer.has_synced()).await;
         assert_eq!(
             api.accept_headers()[0].as_deref(),

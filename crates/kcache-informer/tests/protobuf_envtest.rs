@@ -4,6 +4,8 @@
 //! objects, through a paged list, a list at resourceVersion "0" (served
 //! whole from the watch cache), a streaming list, and live watch events.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
@@ -23,6 +25,7 @@ use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use support::spawn_run;
 use tokio_util::sync::CancellationToken;
 
 /// How the informers get their initial state.
@@ -61,7 +64,7 @@ fn client(cp: &ControlPlane, mode: Mode) -> (Client, Arc<Mutex<Vec<String>>>) {
 struct Running<K: Resource + 'static> {
     informer: SharedIndexInformer<K>,
     cancel: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<Result<(), kcache_informer::InformerError>>,
     errors: Arc<Mutex<Vec<String>>>,
     uris: Arc<Mutex<Vec<String>>>,
 }
@@ -92,11 +95,7 @@ where
     informer
         .set_watch_error_handler(Arc::new(move |e| e2.lock().unwrap().push(e.to_string())))
         .unwrap();
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (i, c) = (informer.clone(), cancel.clone());
-        async move { i.run(c).await.unwrap() }
-    });
+    let (cancel, task) = spawn_run(&informer);
     Running {
         informer,
         cancel,
@@ -120,7 +119,7 @@ where
     }
     async fn stop(self) {
         self.cancel.cancel();
-        self.task.await.unwrap();
+        self.task.await.unwrap().unwrap();
         let errors = self.errors.lock().unwrap().clone();
         assert!(errors.is_empty(), "{errors:#?}");
     }

@@ -27,7 +27,7 @@ use kcache_testing::state::{cache_state, server_state};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use support::Recorder;
+use support::{Recorder, spawn_run};
 use tokio_util::sync::CancellationToken;
 
 // ------------------------------------------------------------ log capture
@@ -73,7 +73,7 @@ struct Run {
     informer: SharedIndexInformer<ConfigMap>,
     rec: Recorder,
     cancel: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<Result<(), kcache_informer::InformerError>>,
     started: Instant,
 }
 
@@ -110,11 +110,7 @@ impl Run {
             .build();
         let rec = Recorder::default();
         informer.add_event_handler(rec.clone()).unwrap();
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn({
-            let (i, c) = (informer.clone(), cancel.clone());
-            async move { i.run(c).await.unwrap() }
-        });
+        let (cancel, task) = spawn_run(&informer);
         Run {
             informer,
             rec,
@@ -138,7 +134,7 @@ impl Run {
 
     async fn stop(self) -> SharedIndexInformer<ConfigMap> {
         self.cancel.cancel();
-        self.task.await.unwrap();
+        self.task.await.unwrap().unwrap();
         self.informer
     }
 }
@@ -514,18 +510,14 @@ async fn unusable_snapshots_start_cold_with_one_warning() {
         .name("warm-bad-selector")
         .snapshot(SnapshotOptions::file(&good).write_on_shutdown(false))
         .build();
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (i, c) = (informer.clone(), cancel.clone());
-        async move { i.run(c).await.unwrap() }
-    });
+    let (cancel, task) = spawn_run(&informer);
     assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
     assert!(informer.indexer().list().is_empty());
     let w = warnings_of("warm-bad-selector");
     assert_eq!(w.len(), 1, "{w:#?}");
     assert!(w[0].contains("label selector"), "{}", w[0]);
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -776,11 +768,7 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
             strip(o)
         });
         informer.set_transform(counting).unwrap();
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn({
-            let (i, c) = (informer.clone(), cancel.clone());
-            async move { i.run(c).await.unwrap() }
-        });
+        let (cancel, task) = spawn_run(&informer);
         (informer, cancel, task)
     };
     let file = dir.join("cms.kcsnap");
@@ -789,7 +777,7 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
     let (informer, cancel, task) = start("warm-transform-0", SnapshotOptions::file(&file));
     assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
     let w = warnings_of("warm-transform-0");
     assert_eq!(w.len(), 1, "{w:#?}");
     assert!(w[0].contains("transform id"), "{}", w[0]);
@@ -801,7 +789,7 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
     let (informer, cancel, task) = start("warm-transform-1", with_id.clone());
     assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
     assert_eq!(informer.snapshot_status().writes, 1);
     calls.store(0, std::sync::atomic::Ordering::SeqCst);
     let (informer, cancel, task) = start("warm-transform-2", with_id);
@@ -826,7 +814,7 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
     .await;
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
     // and a changed id does not use the old snapshot
     let (informer, cancel, task) = start(
         "warm-transform-3",
@@ -837,7 +825,7 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
     let w = warnings_of("warm-transform-3");
     assert!(w.len() == 1 && w[0].contains("transform id"), "{w:#?}");
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
 

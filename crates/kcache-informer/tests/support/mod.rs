@@ -9,7 +9,26 @@ pub use recorder::{Recorder, Seen};
 pub use k8s_openapi::api::core::v1::ConfigMap;
 pub use kcache_testing::fake::FakeApi;
 
-use kcache_informer::{ListOptions, SharedIndexInformer, SharedIndexInformerBuilder};
+use kcache_informer::{
+    InformerError, ListOptions, SharedIndexInformer, SharedIndexInformerBuilder,
+};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Runs the informer on a task; returns the token that stops it and the
+/// task (its result is the run's).
+pub fn spawn_run<K>(
+    informer: &SharedIndexInformer<K>,
+) -> (CancellationToken, JoinHandle<Result<(), InformerError>>)
+where
+    K: kube::Resource + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    let cancel = CancellationToken::new();
+    let (i, c) = (informer.clone(), cancel.clone());
+    let task = tokio::spawn(async move { i.run(c).await });
+    (cancel, task)
+}
 
 /// An informer on a [`FakeApi`].
 pub trait InformerOnFake {
