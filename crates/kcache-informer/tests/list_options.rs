@@ -3,13 +3,12 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kcache_informer::{ListOptions, SharedIndexInformer};
 use kcache_reflector::{ErrorReason, WireFormat};
 use kcache_testing::eventually;
-use support::{ConfigMap, FakeApi, spawn_run};
+use support::{ConfigMap, FakeApi, record_watch_errors, spawn_run};
 
 /// A list page over `max_list_page_bytes` fails with the reflector's typed
 /// error, so the setting made it through; the informer does not sync.
@@ -24,11 +23,7 @@ async fn list_page_cap_reaches_the_reflector() {
             ..ListOptions::default()
         })
         .build();
-    let reasons: Arc<Mutex<Vec<ErrorReason>>> = Arc::default();
-    let r2 = reasons.clone();
-    informer
-        .set_watch_error_handler(Arc::new(move |e| r2.lock().unwrap().push(e.reason())))
-        .unwrap();
+    let reasons = record_watch_errors(&informer, |e| e.reason());
     let (cancel, task) = spawn_run(&informer);
     eventually("the cap error", Duration::from_secs(10), || {
         !reasons.lock().unwrap().is_empty()

@@ -25,7 +25,7 @@ use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use support::spawn_run;
+use support::{record_watch_errors, spawn_run};
 use tokio_util::sync::CancellationToken;
 
 /// How the informers get their initial state.
@@ -90,11 +90,7 @@ where
             ..ListOptions::default()
         })
         .build();
-    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
-    let e2 = errors.clone();
-    informer
-        .set_watch_error_handler(Arc::new(move |e| e2.lock().unwrap().push(e.to_string())))
-        .unwrap();
+    let errors = record_watch_errors(&informer, |e| e.to_string());
     let (cancel, task) = spawn_run(&informer);
     Running {
         informer,

@@ -15,6 +15,25 @@ use kcache_informer::{
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// Sets a watch error handler on `informer` that records `f` of every
+/// error it is given.
+pub fn record_watch_errors<K, T>(
+    informer: &SharedIndexInformer<K>,
+    f: impl Fn(&kcache_reflector::ReflectorError) -> T + Send + Sync + 'static,
+) -> std::sync::Arc<std::sync::Mutex<Vec<T>>>
+where
+    K: kube::Resource + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+    T: Send + 'static,
+{
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<T>>> = Default::default();
+    let s2 = seen.clone();
+    informer
+        .set_watch_error_handler(std::sync::Arc::new(move |e| s2.lock().unwrap().push(f(e))))
+        .expect("set before the informer starts");
+    seen
+}
+
 /// Runs the informer on a task; returns the token that stops it and the
 /// task (its result is the run's).
 pub fn spawn_run<K>(

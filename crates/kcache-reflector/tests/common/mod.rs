@@ -166,6 +166,12 @@ impl<K> RecordingStore<K> {
         };
         self.count.send_replace(n);
     }
+    /// Stores `obj` and records the call `call(key, rv)`.
+    fn put(&self, obj: CachedObject<K>, call: fn(String, String) -> Call) {
+        let (key, rv) = (obj.key().to_owned(), rv(&obj));
+        self.objects.lock().insert(key.clone(), obj);
+        self.push(call(key, rv));
+    }
     pub fn calls(&self) -> Vec<Call> {
         self.calls.lock().clone()
     }
@@ -204,17 +210,11 @@ impl<K> ReflectorStore<K> for RecordingStore<K> {
         if self.fail_adds.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::Other("add refused by the test".into()));
         }
-        self.objects
-            .lock()
-            .insert(obj.key().to_owned(), obj.clone());
-        self.push(Call::Add(obj.key().to_owned(), rv(&obj)));
+        self.put(obj, Call::Add);
         Ok(())
     }
     fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
-        self.objects
-            .lock()
-            .insert(obj.key().to_owned(), obj.clone());
-        self.push(Call::Update(obj.key().to_owned(), rv(&obj)));
+        self.put(obj, Call::Update);
         Ok(())
     }
     fn delete(&self, obj: ObjectOrTombstone<K>) -> Result<(), StoreError> {
