@@ -100,6 +100,24 @@ async fn informer(list: &Bytes) -> Duration {
     took
 }
 
+/// Measures `run` (which returns the time it took) once per iteration.
+fn iter_timed<'a, F, Fut>(b: &mut criterion::Bencher<'_>, rt: &tokio::runtime::Runtime, run: F)
+where
+    F: Fn() -> Fut + 'a,
+    Fut: std::future::Future<Output = Duration> + 'a,
+{
+    b.to_async(rt).iter_custom(|iters| {
+        let run = &run;
+        async move {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                total += run().await;
+            }
+            total
+        }
+    })
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let list = list_body();
@@ -107,29 +125,11 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     g.throughput(Throughput::Elements(N as u64));
     g.bench_function(format!("list{N}/informer_baseline"), |b| {
-        b.to_async(&rt).iter_custom(|iters| {
-            let list = &list;
-            async move {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    total += informer(list).await;
-                }
-                total
-            }
-        })
+        iter_timed(b, &rt, || informer(&list))
     });
     for workers in [1usize, 4] {
         g.bench_function(format!("list{N}/reconcile_all/{workers}_workers"), |b| {
-            b.to_async(&rt).iter_custom(|iters| {
-                let list = &list;
-                async move {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        total += controller(list, workers).await;
-                    }
-                    total
-                }
-            })
+            iter_timed(b, &rt, || controller(&list, workers))
         });
     }
     g.finish();
