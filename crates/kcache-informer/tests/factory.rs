@@ -23,6 +23,22 @@ fn factory(api: &FakeApi) -> SharedInformerFactory {
         .build()
 }
 
+/// Log capture, a fake with one ConfigMap, a [`factory`] on it and its
+/// ConfigMap informer.
+fn one_configmap_factory() -> (
+    Logs,
+    FakeApi,
+    SharedInformerFactory,
+    kcache_informer::SharedIndexInformer<ConfigMap>,
+) {
+    let logs = Logs::capture();
+    let api = FakeApi::new();
+    api.create("ns", "a", "1");
+    let f = factory(&api);
+    let informer = f.informer::<ConfigMap>();
+    (logs, api, f, informer)
+}
+
 #[tokio::test]
 async fn one_informer_per_type_started_once_and_shut_down() {
     let api = FakeApi::new();
@@ -65,11 +81,7 @@ async fn one_informer_per_type_started_once_and_shut_down() {
 /// once), and nothing logs an ERROR; the one run lists once.
 #[tokio::test]
 async fn factory_start_then_try_start_returns_none() {
-    let logs = Logs::capture();
-    let api = FakeApi::new();
-    api.create("ns", "a", "1");
-    let f = factory(&api);
-    let informer = f.informer::<ConfigMap>();
+    let (logs, api, f, informer) = one_configmap_factory();
     assert!(!informer.has_started());
     f.start();
     assert!(informer.has_started(), "claimed when start() returns");
@@ -98,11 +110,7 @@ async fn factory_start_then_try_start_returns_none() {
 /// that caller; the factory neither runs it again nor stops it.
 #[tokio::test]
 async fn factory_leaves_an_informer_started_elsewhere_to_its_owner() {
-    let logs = Logs::capture();
-    let api = FakeApi::new();
-    api.create("ns", "a", "1");
-    let f = factory(&api);
-    let informer = f.informer::<ConfigMap>();
+    let (logs, api, f, informer) = one_configmap_factory();
     let cancel = CancellationToken::new();
     let run = informer.try_start(cancel.clone()).expect("first claim");
     f.start();
