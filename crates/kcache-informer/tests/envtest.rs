@@ -5,12 +5,13 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use kcache_testing::builders::{config_map, crd};
+use kcache_testing::envtest::{TestNamespace, namespace};
 use kcache_testing::eventually;
 use kcache_testing::state::{cache_state, server_state};
 use support::{Recorder, Seen, spawn_run};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcache_envtest::ControlPlane;
 use kcache_informer::{
     ResourceEventHandlerFuncs, SharedIndexInformer, SharedInformerFactory, wait_for_cache_sync,
@@ -21,19 +22,16 @@ use kube::api::{
 use kube::core::PartialObjectMeta;
 use serde_json::json;
 
-fn cm(name: &str, v: &str) -> ConfigMap {
-    serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": v } })).unwrap()
-}
-
-/// One notification: (kind, key, resourceVersion, tombstone?).
 #[tokio::test]
 async fn typed_informer_follows_create_update_delete() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("inf-typed").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("inf-typed").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(&PostParams::default(), &cm("before", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("before").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
 
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .namespace(&ns)
@@ -44,9 +42,12 @@ async fn typed_informer_follows_create_update_delete() {
     assert!(wait_for_cache_sync(&cancel, &[&informer, &reg]).await);
     assert_eq!(rec.keys("add"), BTreeSet::from([format!("{ns}/before")]));
 
-    api.create(&PostParams::default(), &cm("a", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("a").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
     let patched = api
         .patch(
             "a",
@@ -92,19 +93,11 @@ async fn typed_informer_follows_create_update_delete() {
 
 #[tokio::test]
 async fn dynamic_informer_for_a_crd() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": { "name": "gadgets.informer.kcache.io" },
-        "spec": {
-            "group": "informer.kcache.io", "scope": "Namespaced",
-            "names": { "plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList" },
-            "versions": [{ "name": "v1", "served": true, "storage": true,
-                "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } } }]
-        }
-    }))
-    .unwrap();
-    cp.install_crds(&[crd]).await.unwrap();
-    let ns = cp.create_namespace("inf-dyn").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("inf-dyn").await;
+    let schema = json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true });
+    cp.install_crds(&[crd("informer.kcache.io", "Gadget", "gadgets", schema)])
+        .await
+        .unwrap();
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("informer.kcache.io", "v1", "Gadget"),
         "gadgets",
@@ -151,12 +144,14 @@ async fn dynamic_informer_for_a_crd() {
 
 #[tokio::test]
 async fn metadata_only_informer_caches_no_data() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("inf-meta").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("inf-meta").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(&PostParams::default(), &cm("m", "secret-ish"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("m").data("v", "secret-ish").build(),
+    )
+    .await
+    .unwrap();
     let factory = SharedInformerFactory::builder(cp.client().unwrap())
         .namespace(&ns)
         .build();
@@ -182,8 +177,7 @@ async fn metadata_only_informer_caches_no_data() {
 
 #[tokio::test]
 async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_cache() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("inf-slow").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("inf-slow").await;
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .namespace(&ns)
         .build();
@@ -199,9 +193,12 @@ async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_ca
     assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for i in 0..60 {
-        api.create(&PostParams::default(), &cm(&format!("c{i}"), "1"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("c{i}")).data("v", "1").build(),
+        )
+        .await
+        .unwrap();
     }
     eventually("fast handler saw all 60", Duration::from_secs(30), || {
         fast.keys("add").len() == 60
@@ -232,9 +229,12 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
     let ns = cp.create_namespace("inf-restart").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for i in 0..20 {
-        api.create(&PostParams::default(), &cm(&format!("c{i}"), "1"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("c{i}")).data("v", "1").build(),
+        )
+        .await
+        .unwrap();
     }
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .namespace(&ns)
@@ -261,9 +261,12 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
         )
         .await
         .unwrap();
-        api.create(&PostParams::default(), &cm(&format!("n{i}"), "1"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("n{i}")).data("v", "1").build(),
+        )
+        .await
+        .unwrap();
     }
     let want = server_state(&api).await;
     eventually("cache equals a fresh list", Duration::from_secs(30), || {

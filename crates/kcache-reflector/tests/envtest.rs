@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcache_envtest::ControlPlane;
 use kcache_reflector::{ErrorReason, Reflector};
-use kcache_testing::builders::config_map;
+use kcache_testing::builders::{config_map, crd};
 use kcache_testing::envtest::{
     TestNamespace, client_with_request_hook, namespace, recording_client,
 };
@@ -215,20 +215,14 @@ async fn metadata_only_config_maps() {
 }
 
 fn widget_crd() -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "metadata": { "name": "gizmos.reflector.kcache.io" },
-        "spec": {
-            "group": "reflector.kcache.io",
-            "scope": "Namespaced",
-            "names": { "plural": "gizmos", "singular": "gizmo", "kind": "Gizmo", "listKind": "GizmoList" },
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": { "openAPIV3Schema": { "type": "object", "properties": {
-                    "spec": { "type": "object", "properties": { "size": { "type": "integer" } } } } } }
-            }]
-        }
-    }))
-    .unwrap()
+    let size =
+        json!({ "spec": { "type": "object", "properties": { "size": { "type": "integer" } } } });
+    crd(
+        "reflector.kcache.io",
+        "Gizmo",
+        "gizmos",
+        json!({ "type": "object", "properties": size }),
+    )
 }
 
 /// A CRD through `DynamicObject` + `ApiResource`, with a label selector.

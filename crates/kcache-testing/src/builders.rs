@@ -16,6 +16,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, PodTemplateSpec, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
 use serde::Serialize;
@@ -84,6 +85,24 @@ pub fn lease(name: &str) -> Builder<Lease> {
     let mut b: Builder<Lease> = named(name);
     b.obj.spec = Some(LeaseSpec::default());
     b
+}
+
+/// A namespaced CustomResourceDefinition `<plural>.<group>` of kind `kind`,
+/// one version `v1` (served, stored) validated by `schema` (an
+/// `openAPIV3Schema`).
+pub fn crd(group: &str, kind: &str, plural: &str, schema: Value) -> CustomResourceDefinition {
+    serde_json::from_value(serde_json::json!({
+        "metadata": { "name": format!("{plural}.{group}") },
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": { "plural": plural, "singular": kind.to_lowercase(), "kind": kind,
+                       "listKind": format!("{kind}List") },
+            "versions": [{ "name": "v1", "served": true, "storage": true,
+                           "schema": { "openAPIV3Schema": schema } }]
+        }
+    }))
+    .expect("a valid CustomResourceDefinition")
 }
 
 fn container(name: &str, image: &str) -> Container {
