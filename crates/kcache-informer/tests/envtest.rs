@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kcache_testing::builders::{config_map, crd};
-use kcache_testing::envtest::{TestNamespace, namespace};
+use kcache_testing::envtest::{TestNamespace, merge_patch, namespace};
 use kcache_testing::eventually;
 use kcache_testing::state::{cache_state, server_state};
 use support::{Recorder, Seen, spawn_run};
@@ -16,9 +16,7 @@ use kcache_envtest::ControlPlane;
 use kcache_informer::{
     ResourceEventHandlerFuncs, SharedIndexInformer, SharedInformerFactory, wait_for_cache_sync,
 };
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::core::PartialObjectMeta;
 use serde_json::json;
 
@@ -48,14 +46,7 @@ async fn typed_informer_follows_create_update_delete() {
     )
     .await
     .unwrap();
-    let patched = api
-        .patch(
-            "a",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"v": "2"}})),
-        )
-        .await
-        .unwrap();
+    let patched = merge_patch(&api, "a", json!({"data": {"v": "2"}})).await;
     api.delete("before", &DeleteParams::default())
         .await
         .unwrap();
@@ -119,13 +110,7 @@ async fn dynamic_informer_for_a_crd() {
     }))
     .unwrap();
     api.create(&PostParams::default(), &g).await.unwrap();
-    api.patch(
-        "g1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"size": 2}})),
-    )
-    .await
-    .unwrap();
+    merge_patch(&api, "g1", json!({"spec": {"size": 2}})).await;
     eventually("update seen", Duration::from_secs(30), || {
         rec.keys("update").contains(&format!("{ns}/g1"))
     })
@@ -254,13 +239,7 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
             .await
             .unwrap();
         deleted.insert(format!("{ns}/c{i}"));
-        api.patch(
-            &format!("c{}", i + 5),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"v": "2"}})),
-        )
-        .await
-        .unwrap();
+        merge_patch(&api, &format!("c{}", i + 5), json!({"data": {"v": "2"}})).await;
         api.create(
             &PostParams::default(),
             &config_map(&format!("n{i}")).data("v", "1").build(),

@@ -20,7 +20,9 @@ use kcache_informer::{
     TransformFunc, wait_for_cache_sync,
 };
 use kcache_testing::builders::config_map;
-use kcache_testing::envtest::{RequestLog, TestNamespace, namespace, recording_client};
+use kcache_testing::envtest::{
+    RequestLog, TestNamespace, merge_patch, namespace, recording_client,
+};
 use kcache_testing::eventually_async;
 use kcache_testing::logs::{capture_global_warnings, global_warnings};
 use kcache_testing::state::{cache_state, server_state};
@@ -267,14 +269,8 @@ async fn changes_while_down(fifo: FifoKind) {
     first_run(cp.client().unwrap(), &ns, "warm-changes-1", options.clone()).await;
 
     // while down
-    let updated = api
-        .patch(
-            "cm-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"v": "2"}})),
-        )
+    let updated = merge_patch(&api, "cm-1", json!({"data": {"v": "2"}}))
         .await
-        .unwrap()
         .metadata
         .resource_version
         .unwrap();
@@ -338,13 +334,7 @@ async fn expired_round(cp: &ControlPlane, watch_list: bool) {
     let options = SnapshotOptions::file(dir.join("cms.kcsnap"));
     first_run(cp.client().unwrap(), &ns, "warm-expired-1", options.clone()).await;
 
-    api.patch(
-        "cm-1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"v": "2"}})),
-    )
-    .await
-    .unwrap();
+    merge_patch(&api, "cm-1", json!({"data": {"v": "2"}})).await;
     api.delete("cm-2", &DeleteParams::default()).await.unwrap();
     api.delete("cm-3", &DeleteParams::default()).await.unwrap();
     api.create(

@@ -38,6 +38,18 @@ pub async fn namespace(prefix: &str) -> TestNamespace {
     TestNamespace { cp, ns, client }
 }
 
+/// Applies a JSON merge patch to the object `name`; returns the patched
+/// object. Panics naming the object if the server refuses.
+pub async fn merge_patch<K>(api: &kube::Api<K>, name: &str, patch: serde_json::Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = kube::api::PatchParams::default();
+    api.patch(name, &params, &kube::api::Patch::Merge(patch))
+        .await
+        .unwrap_or_else(|e| panic!("merge patch of {name}: {e}"))
+}
+
 /// The requests a [`recording_client`] sent, as `METHOD URI`, in order.
 pub type RequestLog = Arc<Mutex<Vec<String>>>;
 
