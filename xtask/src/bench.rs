@@ -169,28 +169,33 @@ fn read_row(new: &Path) -> anyhow::Result<Option<Row>> {
 
 /// A duration in ns, human-readable.
 pub fn fmt_ns(ns: f64) -> String {
-    if ns >= 1e9 {
-        format!("{:.2} s", ns / 1e9)
-    } else if ns >= 1e6 {
-        format!("{:.2} ms", ns / 1e6)
-    } else if ns >= 1e3 {
-        format!("{:.2} µs", ns / 1e3)
-    } else {
-        format!("{ns:.1} ns")
-    }
+    scaled(
+        ns,
+        [
+            (1e9, 2, "s"),
+            (1e6, 2, "ms"),
+            (1e3, 2, "µs"),
+            (1.0, 1, "ns"),
+        ],
+    )
 }
 
 /// A rate per second, human-readable.
 pub fn fmt_rate(per_sec: f64) -> String {
-    if per_sec >= 1e9 {
-        format!("{:.2} G", per_sec / 1e9)
-    } else if per_sec >= 1e6 {
-        format!("{:.2} M", per_sec / 1e6)
-    } else if per_sec >= 1e3 {
-        format!("{:.1} k", per_sec / 1e3)
-    } else {
-        format!("{per_sec:.1} ")
-    }
+    scaled(
+        per_sec,
+        [(1e9, 2, "G"), (1e6, 2, "M"), (1e3, 1, "k"), (1.0, 1, "")],
+    )
+}
+
+/// `v` in the first of `units` (divisor, decimals, unit; largest first)
+/// whose divisor it reaches, else (smaller, or NaN) in the last.
+fn scaled(v: f64, units: [(f64, usize, &str); 4]) -> String {
+    let (div, decimals, unit) = units
+        .into_iter()
+        .find(|(div, _, _)| v >= *div)
+        .unwrap_or(units[3]);
+    format!("{:.*} {unit}", decimals, v / div)
 }
 
 /// The Markdown summary table.
@@ -256,5 +261,18 @@ mod tests {
         let d = std::env::temp_dir().join(format!("xtask-bench-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         d
+    }
+
+    #[test]
+    fn human_readable_durations_and_rates() {
+        assert_eq!(fmt_ns(2.5e9), "2.50 s");
+        assert_eq!(fmt_ns(1.5e6), "1.50 ms");
+        assert_eq!(fmt_ns(1234.0), "1.23 µs");
+        assert_eq!(fmt_ns(12.34), "12.3 ns");
+        assert_eq!(fmt_ns(0.5), "0.5 ns");
+        assert_eq!(fmt_rate(3e9), "3.00 G");
+        assert_eq!(fmt_rate(2.5e6), "2.50 M");
+        assert_eq!(fmt_rate(1500.0), "1.5 k");
+        assert_eq!(fmt_rate(12.0), "12.0 ");
     }
 }

@@ -551,14 +551,16 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
-    let bins = Bins {
+/// Where the clients are (built or not).
+fn bins(out: &Path) -> Bins {
+    Bins {
         release: target_dir().join("release"),
         client_go: out.join("client-go-bench"),
-    };
-    if no_build {
-        return Ok(bins);
     }
+}
+
+/// `cargo build --release` of kcache-bench-compare (`extra`: which binaries).
+fn build_rust(what: &str, extra: &[&str]) -> anyhow::Result<()> {
     let mut cmd = clean_cargo();
     cmd.args([
         "build",
@@ -567,10 +569,19 @@ fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
         "2",
         "-p",
         "kcache-bench-compare",
-    ]);
-    step(
+    ])
+    .args(extra);
+    step(what, cmd).map(drop)
+}
+
+fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
+    let bins = bins(out);
+    if no_build {
+        return Ok(bins);
+    }
+    build_rust(
         "build the Rust clients and the replay server (release)",
-        cmd,
+        &[],
     )?;
     let mut go = Command::new("go");
     go.current_dir(workspace_root().join("benches/compare/client-go"))
@@ -583,27 +594,11 @@ fn build(out: &Path, no_build: bool) -> anyhow::Result<Bins> {
 
 /// Scenario (e) alone: `cargo xtask bench-compare --only-warm-restart`.
 fn only_warm_restart(out: &Path, s: &Settings, no_build: bool) -> anyhow::Result<()> {
-    let bins = Bins {
-        release: target_dir().join("release"),
-        client_go: out.join("client-go-bench"),
-    };
+    let bins = bins(out);
     if !no_build {
-        let mut cmd = clean_cargo();
-        cmd.args([
-            "build",
-            "--release",
-            "-j",
-            "2",
-            "-p",
-            "kcache-bench-compare",
-            "--bin",
-            "replay",
-            "--bin",
-            "warm-restart",
-        ]);
-        step(
+        build_rust(
             "build the replay server and the warm-restart client (release)",
-            cmd,
+            &["--bin", "replay", "--bin", "warm-restart"],
         )?;
     }
     let log = out.join("clients.log");
@@ -839,22 +834,6 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &mibf,
         "",
     );
-    let b = row(
-        &mut t,
-        "(b) steady RSS per cached Pod",
-        &res.memory,
-        &|r| per_pod_kib(r, pods),
-        &kibf,
-        "≤ 0.25x both",
-    );
-    let bs = row(
-        &mut t,
-        "(b) same, managedFields stripped",
-        &res.memory_stripped,
-        &|r| per_pod_kib(r, pods),
-        &kibf,
-        "≤ 0.25x both",
-    );
     // kcache's compressed runs against the same kube-runtime and client-go runs
     let with_compressed = |kcache: &[Report], others: &[Report]| -> Vec<Report> {
         kcache
@@ -863,23 +842,27 @@ fn markdown(res: &Results, s: &Settings) -> String {
             .cloned()
             .collect()
     };
-    let bc = row(
-        &mut t,
-        "(b) kcache with its LZ4-compressed cache (opt-in)",
-        &with_compressed(&res.memory_compressed, &res.memory),
-        &|r| per_pod_kib(r, pods),
-        &kibf,
-        "≤ 0.25x both",
-    );
-    let bcs = row(
-        &mut t,
-        "(b) same, managedFields stripped",
-        &with_compressed(&res.memory_compressed_stripped, &res.memory_stripped),
-        &|r| per_pod_kib(r, pods),
-        &kibf,
-        "≤ 0.25x both",
-    );
-    row(
+    let per_pod_rows = [
+        ("(b) steady RSS per cached Pod", res.memory.clone()),
+        (
+            "(b) same, managedFields stripped",
+            res.memory_stripped.clone(),
+        ),
+        (
+            "(b) kcache with its LZ4-compressed cache (opt-in)",
+            with_compressed(&res.memory_compressed, &res.memory),
+        ),
+        (
+            "(b) same, managedFields stripped",
+            with_compressed(&res.memory_compressed_stripped, &res.memory_stripped),
+        ),
+    ];
+    let [b, bs, bc, bcs] = per_pod_rows.map(|(name, runs)| {
+        let per_pod = |r: &Report| per_pod_kib(r, pods);
+        row(&mut t, name, &runs, &per_pod, &kibf, "≤ 0.25x both")
+    });
+    // the medians per client, as in the rows
+    let steady = row(
         &mut t,
         "(b) steady RSS, N cached",
         &res.memory,
@@ -887,11 +870,7 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &mibf,
         "",
     );
-    let steady: Vec<f64> = CLIENTS
-        .iter()
-        .map(|&c| med(&res.memory, c, |r| mib(r.steady_rss_kb)))
-        .collect();
-    row(
+    let peaks = row(
         &mut t,
         "(c) relist after 410: peak RSS",
         &res.relist,
@@ -899,10 +878,6 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &mibf,
         "",
     );
-    let peaks: Vec<f64> = CLIENTS
-        .iter()
-        .map(|&c| med(&res.relist, c, |r| mib(r.peak_rss_kb)))
-        .collect();
     let pr: Vec<f64> = peaks.iter().zip(&steady).map(|(p, s)| p / s).collect();
     let _ = writeln!(
         t,
@@ -925,20 +900,17 @@ fn markdown(res: &Results, s: &Settings) -> String {
         &rate,
         "≥ 2x client-go",
     );
-    let heap = median(
-        res.memory
-            .iter()
-            .filter(|r| r.client == "kcache" && r.cached > 0)
-            .map(|r| r.object_heap_bytes as f64 / r.cached as f64 / 1024.0)
-            .collect(),
-    );
-    let heap_stripped = median(
-        res.memory_stripped
-            .iter()
-            .filter(|r| r.client == "kcache" && r.cached > 0)
-            .map(|r| r.object_heap_bytes as f64 / r.cached as f64 / 1024.0)
-            .collect(),
-    );
+    // kcache's own accounting of a cached object, KiB, median over runs
+    let heap_kib = |runs: &[Report]| {
+        median(
+            runs.iter()
+                .filter(|r| r.client == "kcache" && r.cached > 0)
+                .map(|r| r.object_heap_bytes as f64 / r.cached as f64 / 1024.0)
+                .collect(),
+        )
+    };
+    let heap = heap_kib(&res.memory);
+    let heap_stripped = heap_kib(&res.memory_stripped);
     let _ = writeln!(
         t,
         "\nkcache's own accounting of a cached object (`CachedObject::heap_size`: bytes + extracted metadata): \
@@ -1133,16 +1105,28 @@ fn plot(res: &Results, s: &Settings) -> String {
 const BEGIN: &str = "<!-- bench-compare:begin -->";
 const END: &str = "<!-- bench-compare:end -->";
 
+/// Replaces what stands between the `begin` and `end` markers of the file
+/// at `path` with `md` (the markers stay).
+pub(crate) fn replace_marked_block(
+    path: &std::path::Path,
+    begin: &str,
+    end: &str,
+    md: &str,
+) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let (Some(a), Some(b)) = (text.find(begin), text.find(end)) else {
+        bail!("{} has no {begin} ... {end} block", path.display());
+    };
+    let new = format!("{}{begin}\n{md}{}", &text[..a], &text[b..]);
+    std::fs::write(path, new)?;
+    Ok(())
+}
+
 fn write_docs(md: &str, svg: &str) -> anyhow::Result<()> {
     let docs = workspace_root().join("docs");
     let path = docs.join("performance.md");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
-        bail!("{} has no {BEGIN} ... {END} block", path.display());
-    };
-    let new = format!("{}{BEGIN}\n{md}{}", &text[..a], &text[b..]);
-    std::fs::write(&path, new)?;
+    replace_marked_block(&path, BEGIN, END, md)?;
     std::fs::write(docs.join("performance-compare.svg"), svg)?;
     eprintln!(
         "==> wrote {} and docs/performance-compare.svg",

@@ -1005,13 +1005,7 @@ const END: &str = "<!-- bench-compare-real:end -->";
 
 fn write_docs_real(md: &str) -> anyhow::Result<()> {
     let path = workspace_root().join("docs/performance.md");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let (Some(a), Some(b)) = (text.find(BEGIN), text.find(END)) else {
-        bail!("{} has no {BEGIN} ... {END} block", path.display());
-    };
-    let new = format!("{}{BEGIN}\n{md}{}", &text[..a], &text[b..]);
-    std::fs::write(&path, new)?;
+    crate::bench_compare::replace_marked_block(&path, BEGIN, END, md)?;
     eprintln!("==> wrote {}", path.display());
     Ok(())
 }

@@ -37,6 +37,7 @@ mod e2e;
 mod fuzz;
 mod protobuf_corpus;
 mod run;
+mod shard_table;
 mod test;
 
 #[derive(Parser)]
@@ -73,6 +74,14 @@ enum Task {
     /// Run the sample controller on a local control plane: create, scale and
     /// delete Foos, show what happened, stop everything.
     Demo(demo::DemoArgs),
+    /// Measure sharded sample-controller replicas (1, 2, 3 processes,
+    /// gate on and off) on a local control plane: objects cached, bytes
+    /// received, peak RSS, ranges switched after a join and a kill; prints
+    /// the table of docs/sharding.md.
+    ShardTable(shard_table::ShardTableArgs),
+    /// One sample-controller replica (a child of `shard-table`).
+    #[command(hide = true)]
+    ShardReplica(shard_table::ReplicaArgs),
     /// Run every crate's criterion benchmarks and print a Markdown summary.
     Bench(bench::BenchArgs),
     /// Compare kcache with kube-runtime and client-go on a replayed data set
@@ -109,6 +118,8 @@ fn main() -> ExitCode {
         Task::Codegen(args) => codegen::run(args),
         Task::ProtobufCorpus(args) => protobuf_corpus::run(args),
         Task::Demo(args) => demo::run(args),
+        Task::ShardTable(args) => shard_table::run(args),
+        Task::ShardReplica(args) => shard_table::replica(args),
         Task::Bench(args) => bench::run(args),
         Task::BenchCompare(args) => bench_compare::run(args),
         Task::Fuzz(args) => fuzz::run(args),

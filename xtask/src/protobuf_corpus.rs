@@ -327,13 +327,8 @@ async fn generate(cp: &ControlPlane, dir: &Path) -> anyhow::Result<()> {
         "data": {"app.properties": "mode=production\nport=8080\n", "empty": "", "unicode": "h\u{e9}llo \u{2603}"},
         "binaryData": {"logo.bin": "AAECA/8=", "empty.bin": ""}
     })).await?;
-    save_both(
-        &http,
-        dir,
-        "configmap",
-        &format!("{ns}/configmaps/web-config"),
-    )
-    .await?;
+    let path = format!("{ns}/configmaps/web-config");
+    save_both(&http, dir, "configmap", &path).await?;
     http.create(&format!("{ns}/secrets"), "kubectl", json!({
         "metadata": {"name": "web-tls"},
         "type": "kubernetes.io/tls",
@@ -360,13 +355,8 @@ async fn generate(cp: &ControlPlane, dir: &Path) -> anyhow::Result<()> {
         Value::Null,
     )
     .await?;
-    save_both(
-        &http,
-        dir,
-        "configmap-deleting",
-        &format!("{ns}/configmaps/deleting"),
-    )
-    .await?;
+    let path = format!("{ns}/configmaps/deleting");
+    save_both(&http, dir, "configmap-deleting", &path).await?;
 
     // --- Node: quantities in capacity/allocatable, taints with timeAdded.
     http.create("/api/v1/nodes", "kubelet", json!({
@@ -391,13 +381,8 @@ async fn generate(cp: &ControlPlane, dir: &Path) -> anyhow::Result<()> {
         "metadata": {"name": "controller-leader"},
         "spec": {"holderIdentity": "replica-0_1234", "leaseDurationSeconds": 15, "acquireTime": "2026-11-30T10:15:42.123456Z", "renewTime": "2026-11-30T10:16:02.000001Z", "leaseTransitions": 3}
     })).await?;
-    save_both(
-        &http,
-        dir,
-        "lease",
-        &format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/controller-leader"),
-    )
-    .await?;
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/controller-leader");
+    save_both(&http, dir, "lease", &path).await?;
 
     // --- Events: core/v1 (zero eventTime: JSON null) and events.k8s.io/v1 (MicroTime).
     http.create(&format!("{ns}/events"), "kubelet", json!({
@@ -416,13 +401,8 @@ async fn generate(cp: &ControlPlane, dir: &Path) -> anyhow::Result<()> {
         "action": "Binding", "reason": "Scheduled", "note": "Successfully assigned corpus/web-0 to node-1", "type": "Normal",
         "regarding": {"kind": "Pod", "namespace": NS, "name": "web-0"}
     })).await?;
-    save_both(
-        &http,
-        dir,
-        "event-events-k8s-io",
-        &format!("/apis/events.k8s.io/v1/namespaces/{NS}/events/web-0.5678"),
-    )
-    .await?;
+    let path = format!("/apis/events.k8s.io/v1/namespaces/{NS}/events/web-0.5678");
+    save_both(&http, dir, "event-events-k8s-io", &path).await?;
 
     // --- PersistentVolumeClaim: quantities, status.
     http.create(&format!("{ns}/persistentvolumeclaims"), "kubectl", json!({
@@ -437,13 +417,8 @@ async fn generate(cp: &ControlPlane, dir: &Path) -> anyhow::Result<()> {
         }}),
     )
     .await?;
-    save_both(
-        &http,
-        dir,
-        "pvc",
-        &format!("{ns}/persistentvolumeclaims/data"),
-    )
-    .await?;
+    let path = format!("{ns}/persistentvolumeclaims/data");
+    save_both(&http, dir, "pvc", &path).await?;
 
     // --- ControllerRevision: RawExtension.
     http.create(&format!("{apps}/controllerrevisions"), "kube-controller-manager", json!({
@@ -451,13 +426,8 @@ async fn generate(cp: &ControlPlane, dir: &Path) -> anyhow::Result<()> {
         "revision": 2,
         "data": {"spec": {"template": {"$patch": "replace", "metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "app", "image": "web:1.2.3"}]}}}, "n": 1.5, "list": [1, "two", null, true]}
     })).await?;
-    save_both(
-        &http,
-        dir,
-        "controllerrevision",
-        &format!("{apps}/controllerrevisions/web-7d9f8c6b5"),
-    )
-    .await?;
+    let path = format!("{apps}/controllerrevisions/web-7d9f8c6b5");
+    save_both(&http, dir, "controllerrevision", &path).await?;
 
     // --- A list, both ways.
     save_both(&http, dir, "podlist", &format!("{ns}/pods")).await?;

@@ -10,12 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use kcache_core::CachedObject;
+use kcache_core::{CachedObject, ShardField, ShardSelector};
 use kcache_informer::{HasSynced, SharedIndexInformer, SharedInformerFactory};
 use kcache_lease::shard::{MembershipStore, Shard, ShardConfig, ShardError};
 use kcache_lease::{LeaderElectionConfig, LeaderElector, LeaseLock};
 use kcache_workqueue::{RateLimiter, WorkQueue};
 use kube::Resource;
+use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
@@ -29,8 +30,9 @@ use crate::run_mode::{RunMode, shard_metrics};
 use crate::server::Health;
 #[cfg(feature = "prometheus")]
 use crate::server::MetricsServer;
+use crate::shard_informers::{AttachAll, Caches, Follower, PrimaryOf};
 use crate::source::{
-    Enqueuer, Mapper, OwnedHandler, PrimaryHandler, SourceFn, SourceHandle, WatchHandler,
+    Enqueuer, Mapper, OwnedHandler, PrimaryHandler, SourceFn, SourceHandle, WatchHandler, source,
     source_handle,
 };
 use crate::worker::{Shared, WorkerMetrics};
@@ -154,6 +156,9 @@ pub struct ControllerHandle {
     leader_elected: Arc<AtomicBool>,
     /// The elector, once `run` created it.
     lease: Arc<OnceLock<Arc<LeaderElector>>>,
+    /// The factory whose informers the controller caches with now (with
+    /// sharded informers: the current ranges' factory).
+    factory: Arc<RwLock<SharedInformerFactory>>,
 }
 
 impl fmt::Debug for ControllerHandle {
@@ -177,6 +182,25 @@ impl ControllerHandle {
             _ => false,
         }
     }
+    /// The informer of `C` the controller caches with now: its factory's;
+    /// with [`shard_informers`](Controller::shard_informers), the informer
+    /// of the replica's current hash ranges (it changes when the ranges
+    /// move: ask again in every reconcile rather than keeping it).
+    pub fn informer<C>(&self) -> SharedIndexInformer<C>
+    where
+        C: Resource + Send + Sync + 'static,
+        C::DynamicType: Default + Clone + Send + Sync + 'static,
+    {
+        let factory = self.factory.read().clone();
+        factory.informer::<C>()
+    }
+
+    /// The shard selector of the controller's current informers (`None`
+    /// unless they are sharded and have synced once).
+    pub fn shard_selector(&self) -> Option<ShardSelector> {
+        self.factory.read().shard_selector().cloned()
+    }
+
     /// Starts a graceful shutdown.
     pub fn stop(&self) {
         self.stop.cancel();
@@ -253,6 +277,10 @@ pub struct Controller<K: Resource> {
     primary_kind: String,
     primary_predicate: Option<Predicate>,
     sources: Vec<SourceFn>,
+    /// Builds the primary informer of a factory (typed controllers only).
+    primary_of: Option<PrimaryOf<K>>,
+    /// Set by `shard_informers`.
+    shard_field: Option<ShardField>,
     mode: RunMode,
     /// Set when both leader election and sharding were asked for.
     conflicting_modes: bool,
@@ -292,13 +320,15 @@ where
     {
         let namespaced =
             TypeId::of::<K::Scope>() != TypeId::of::<k8s_openapi::ClusterResourceScope>();
-        Self::for_informer(
+        let mut c = Self::for_informer(
             factory,
             factory.informer::<K>(),
             &K::DynamicType::default(),
             config,
         )
-        .cluster_scoped(!namespaced)
+        .cluster_scoped(!namespaced);
+        c.primary_of = Some(Arc::new(|f: &SharedInformerFactory| f.informer::<K>()));
+        c
     }
 }
 
@@ -329,6 +359,8 @@ where
             primary_kind: K::kind(dyntype).into_owned(),
             primary_predicate: None,
             sources: Vec::new(),
+            primary_of: None,
+            shard_field: None,
             mode: RunMode::Plain,
             conflicting_modes: false,
             metrics: None,
@@ -343,6 +375,7 @@ where
                 health: Health::default(),
                 leader_elected: Arc::new(AtomicBool::new(false)),
                 lease: Arc::new(OnceLock::new()),
+                factory: Arc::new(RwLock::new(factory.clone())),
             },
         }
     }
@@ -398,23 +431,20 @@ where
         C: Resource + Send + Sync + 'static,
         C::DynamicType: Default + Clone + Send + Sync + 'static,
     {
-        let informer = self.factory.informer::<C>();
+        // created now: the factory starts it with the others
+        let _ = self.factory.informer::<C>();
         let owner_group = self.primary_group.clone();
         let owner_kind = self.primary_kind.clone();
         let kind = C::kind(&C::DynamicType::default()).into_owned();
         let owner_namespaced = self.primary_namespaced;
         let predicate = predicate.into();
-        self.sources.push(Box::new(move |enq| {
-            let handler = OwnedHandler {
-                enq,
-                owner_group,
-                owner_kind,
-                owner_namespaced,
-                kind,
-                predicate,
-            };
-            let reg = informer.add_event_handler(handler)?;
-            Ok(source_handle(&informer, reg))
+        self.sources.push(source::<C, _>(move |enq| OwnedHandler {
+            enq,
+            owner_group: owner_group.clone(),
+            owner_kind: owner_kind.clone(),
+            owner_namespaced,
+            kind: kind.clone(),
+            predicate: predicate.clone(),
         }));
         self
     }
@@ -443,19 +473,15 @@ where
         O: Resource + Send + Sync + 'static,
         O::DynamicType: Default + Clone + Send + Sync + 'static,
     {
-        let informer = self.factory.informer::<O>();
+        let _ = self.factory.informer::<O>();
         let kind = O::kind(&O::DynamicType::default()).into_owned();
         let predicate = predicate.into();
         let mapper: Mapper<O> = Arc::new(mapper);
-        self.sources.push(Box::new(move |enq| {
-            let handler = WatchHandler {
-                enq,
-                mapper,
-                kind,
-                predicate,
-            };
-            let reg = informer.add_event_handler(handler)?;
-            Ok(source_handle(&informer, reg))
+        self.sources.push(source::<O, _>(move |enq| WatchHandler {
+            enq,
+            mapper: mapper.clone(),
+            kind: kind.clone(),
+            predicate: predicate.clone(),
         }));
         self
     }
@@ -488,6 +514,68 @@ where
         self.conflicting_modes |= matches!(self.mode, RunMode::LeaderElected(..));
         self.mode = RunMode::Sharded(Shard::new(config, store));
         self
+    }
+
+    /// Makes a [`sharded`](Self::sharded) controller's informers list and
+    /// watch only its share, with the apiserver's shard selector on
+    /// `field` (Kubernetes 1.36+, feature gate `ShardedListAndWatch`; on an
+    /// apiserver without it, each informer filters on the client and the
+    /// cache holds the same share, see
+    /// [`ShardFilterMode`](kcache_informer::ShardFilterMode)). The hash
+    /// space is cut into [`SHARD_SLOTS`](crate::SHARD_SLOTS) slots spread
+    /// over the group's members by rendezvous hashing, and a key belongs
+    /// to the member owning the slot of its object's `field` hash, so the
+    /// replica that caches an object reconciles it. When the members
+    /// change, the replica builds informers for its new ranges while the
+    /// old ones serve the keys it keeps, switches once they have synced
+    /// and it acknowledged the new view, queues the keys it gained
+    /// (trigger [`Trigger::Handover`]) and drops the old informers: an
+    /// object that left its ranges leaves its cache without a delete
+    /// event. Read owned and watched objects through
+    /// [`ControllerHandle::informer`], which follows the switch.
+    ///
+    /// `field`: [`ShardField::Namespace`] when the controller
+    /// [`owns`](Self::owns) or [`watches`](Self::watches) other objects
+    /// (parent and children share a namespace), [`ShardField::Uid`] (even
+    /// spread) when it has only a primary. `run` fails with
+    /// [`ControllerError::ShardField`] before anything starts for uid
+    /// with owned or watched sources, namespace with a cluster-scoped
+    /// primary, a controller that is not [`sharded`](Self::sharded), or
+    /// one built with [`for_informer`](Self::for_informer). Without this,
+    /// a sharded controller hashes keys and every replica caches
+    /// everything (for clusters without the feature gate).
+    pub fn shard_informers(mut self, field: ShardField) -> Self {
+        self.shard_field = Some(field);
+        self
+    }
+
+    /// Checks [`shard_informers`](Self::shard_informers)' field against
+    /// the controller's sources and primary.
+    fn validate_shard_field(&self) -> Result<(), ControllerError> {
+        let Some(field) = self.shard_field else {
+            return Ok(());
+        };
+        let reason = if self.mode.shard().is_none() {
+            Some("sharded informers need a sharded controller: call `sharded` too")
+        } else if self.primary_of.is_none() {
+            Some(
+                "the primary informer was given to `for_informer`: build the controller with `Controller::new` so that each range gets its own primary informer",
+            )
+        } else if field == ShardField::Uid && !self.sources.is_empty() {
+            Some(
+                "owned and watched objects have uids of their own, so a child would be cached by another replica than its parent: shard on metadata.namespace (parent and children share a namespace)",
+            )
+        } else if field == ShardField::Namespace && !self.primary_namespaced {
+            Some(
+                "the primary is cluster-scoped: every object hashes the empty namespace and one replica would cache them all; shard on metadata.uid, or hash keys (`sharded` without `shard_informers`)",
+            )
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(ControllerError::ShardField { field, reason }),
+            None => Ok(()),
+        }
     }
 
     /// The shard membership of a [`sharded`](Self::sharded) controller:
@@ -583,6 +671,9 @@ where
         C: Send + Sync + 'static,
     {
         let mut run = self.prepare()?;
+        if run.shard_field.is_some() {
+            return run.run_with_sharded_informers(reconciler, ctx).await;
+        }
         let handles = run.register_sources()?;
         run.attach_informer_metrics(&handles);
         let mut cleanup = Cleanup {
@@ -637,6 +728,7 @@ where
             return Err(ShardError::WithLeaderElection.into());
         }
         self.mode.validate()?;
+        self.validate_shard_field()?;
         let name = self
             .config
             .name
@@ -674,6 +766,8 @@ where
             primary: self.primary,
             primary_predicate: self.primary_predicate,
             sources: self.sources,
+            primary_of: self.primary_of,
+            shard_field: self.shard_field,
             mode: self.mode,
             metrics,
             #[cfg(feature = "prometheus")]
@@ -696,6 +790,8 @@ struct Running<K: Resource> {
     primary: SharedIndexInformer<K>,
     primary_predicate: Option<Predicate>,
     sources: Vec<SourceFn>,
+    primary_of: Option<PrimaryOf<K>>,
+    shard_field: Option<ShardField>,
     mode: RunMode,
     metrics: Option<Arc<dyn MetricsProvider>>,
     #[cfg(feature = "prometheus")]
@@ -729,7 +825,7 @@ where
         let all = std::iter::once(registered).chain(
             std::mem::take(&mut self.sources)
                 .into_iter()
-                .map(|s| s(self.enq.clone()).map_err(ControllerError::from)),
+                .map(|s| s(&self.factory, self.enq.clone()).map_err(ControllerError::from)),
         );
         for h in all {
             match h {
@@ -762,8 +858,17 @@ where
     /// Step 4: the shard metrics, the endpoint, and the task that turns a
     /// shutdown future into the stop signal.
     async fn start_observability(&mut self, cleanup: &mut Cleanup) -> Result<(), ControllerError> {
+        let caches = self.caches();
+        self.start_observability_with(cleanup, &caches).await
+    }
+
+    async fn start_observability_with(
+        &mut self,
+        cleanup: &mut Cleanup,
+        caches: &Caches<K>,
+    ) -> Result<(), ControllerError> {
         if let (Some(m), Some(s)) = (&self.metrics, self.mode.shard())
-            && let Some(id) = shard_metrics(m.as_ref(), s, &self.name, &self.primary)
+            && let Some(id) = shard_metrics(m.as_ref(), s, &self.name, caches)
         {
             cleanup.shard_refresher = Some((m.clone(), id));
         }
@@ -791,8 +896,101 @@ where
         Ok(())
     }
 
+    /// The caches the workers read: the primary, or with sharded
+    /// informers the current range's primary.
+    fn caches(&self) -> Caches<K> {
+        match self.shard_field {
+            Some(field) => Caches::sharded(field),
+            None => Caches::fixed(self.primary.clone()),
+        }
+    }
+
+    /// [`Controller::run`] with sharded informers: joins the group at
+    /// once (there is no cache before the first view), follows the view
+    /// with informer sets, runs the workers on the current set.
+    async fn run_with_sharded_informers<R, C>(
+        mut self,
+        reconciler: R,
+        ctx: Arc<C>,
+    ) -> Result<(), ControllerError>
+    where
+        R: Reconciler<K, C>,
+        C: Send + Sync + 'static,
+    {
+        let (Some(field), Some(shard), Some(primary_of)) = (
+            self.shard_field,
+            self.mode.shard().cloned(),
+            self.primary_of.clone(),
+        ) else {
+            unreachable!("validated in prepare")
+        };
+        let caches = Caches::<K>::sharded(field);
+        shard.set_placement(caches.placement());
+        let mut cleanup = Cleanup::default();
+        if let Err(e) = self.start_observability_with(&mut cleanup, &caches).await {
+            cleanup.run(Vec::new(), &self.queue).await;
+            return Err(e);
+        }
+        let attach: Option<AttachAll> = self.metrics.as_ref().and_then(|m| {
+            let informer = m.informer_provider()?;
+            let reflector = m.reflector_provider();
+            Some(Arc::new(move |handles: &[SourceHandle]| {
+                for h in handles {
+                    (h.attach_metrics)(informer.clone(), reflector.clone());
+                }
+            }) as Arc<dyn Fn(&[SourceHandle]) + Send + Sync>)
+        });
+        let health = self.handle.health.clone();
+        let follower = Follower {
+            name: self.name.clone(),
+            field,
+            shard: shard.clone(),
+            base: self.factory.clone(),
+            primary_of,
+            primary_predicate: self.primary_predicate.take(),
+            sources: std::mem::take(&mut self.sources),
+            enq: self.enq.clone(),
+            caches: caches.clone(),
+            handle_factory: self.handle.factory.clone(),
+            attach,
+            on_first_sync: {
+                let (health, name) = (health.clone(), self.name.clone());
+                Box::new(move || {
+                    health.set_synced(true);
+                    tracing::info!(controller = %name, "caches synced");
+                })
+            },
+        };
+        let follow_stop = CancellationToken::new();
+        let follow_task = tokio::spawn(follower.run(follow_stop.clone()));
+        tracing::info!(controller = %self.name, %field, "sharded informers: joining the shard group before caching");
+        let queue = self.queue.clone();
+        let name = self.name.clone();
+        let result = self.run_mode_with(reconciler, ctx, caches).await;
+        health.set_stopped();
+        follow_stop.cancel();
+        let _ = follow_task.await;
+        cleanup.run(Vec::new(), &queue).await;
+        tracing::info!(controller = %name, "controller stopped");
+        result
+    }
+
     /// Step 6: the workers, in the run mode.
     async fn run_mode<R, C>(self, reconciler: R, ctx: Arc<C>) -> Result<(), ControllerError>
+    where
+        R: Reconciler<K, C>,
+        C: Send + Sync + 'static,
+    {
+        let caches = self.caches();
+        self.run_mode_with(reconciler, ctx, caches).await
+    }
+
+    async fn run_mode_with<R, C>(
+        self,
+        reconciler: R,
+        ctx: Arc<C>,
+        caches: Caches<K>,
+    ) -> Result<(), ControllerError>
     where
         R: Reconciler<K, C>,
         C: Send + Sync + 'static,
@@ -810,7 +1008,7 @@ where
             name: self.name,
             queue: self.queue,
             enq: self.enq,
-            primary: self.primary,
+            primary: caches,
             reconciler,
             ctx,
             shard: self.mode.shard().cloned(),
@@ -852,7 +1050,9 @@ where
     let task = tokio::spawn(async move {
         match task.await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(%informer, error = %e, "the primary informer did not run"),
+            Ok(Err(e)) => {
+                tracing::warn!(%informer, error = %kcache_core::ErrorChain(&e), "the primary informer did not run")
+            }
             Err(e) => tracing::warn!(%informer, error = %e, "the primary informer's task failed"),
         }
     });

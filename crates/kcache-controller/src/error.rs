@@ -7,24 +7,33 @@ use kcache_lease::LeaderElectionConfigError;
 #[non_exhaustive]
 pub enum ControllerError {
     /// The leader election settings are invalid.
-    #[error("invalid leader election configuration: {0}")]
+    #[error("invalid leader election configuration")]
     LeaderElection(#[from] LeaderElectionConfigError),
     /// The work queue could not be built.
-    #[error("building the work queue: {0}")]
+    #[error("building the work queue failed")]
     Queue(#[from] kcache_workqueue::BuildError),
     /// An event handler could not be registered.
-    #[error("registering an event handler: {0}")]
+    #[error("registering an event handler failed")]
     Informer(#[from] kcache_informer::InformerError),
     /// The metrics endpoint could not be served.
-    #[error("serving metrics: {0}")]
+    #[error("serving metrics failed (is the metrics address free?)")]
     MetricsServer(#[source] std::io::Error),
     /// This replica lost the lease; its workers were stopped.
     #[error("leader election lost")]
     LeadershipLost,
     /// Sharding is misconfigured, or this replica's membership failed; its
     /// workers were stopped.
-    #[error("sharding: {0}")]
+    #[error("sharding failed")]
     Shard(#[from] kcache_lease::ShardError),
+    /// [`Controller::shard_informers`](crate::Controller::shard_informers)
+    /// was asked for a configuration its shard field cannot serve.
+    #[error("cannot shard the informers on {field}: {reason}")]
+    ShardField {
+        /// The field asked for.
+        field: kcache_core::ShardField,
+        /// Why, and what to do instead.
+        reason: &'static str,
+    },
     /// The caches did not sync in time (see
     /// [`Config::cache_sync_timeout`](crate::Config::cache_sync_timeout)).
     #[error(

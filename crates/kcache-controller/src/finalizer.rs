@@ -48,10 +48,10 @@ pub enum FinalizerError<E: fmt::Debug + fmt::Display> {
     #[error("cleanup failed: {0}")]
     CleanupFailed(E),
     /// Adding the finalizer failed (a conflict included).
-    #[error("adding finalizer failed: {0}")]
+    #[error("adding the finalizer failed (retried on the next reconcile)")]
     AddFinalizer(#[source] kube::Error),
     /// Removing the finalizer failed (a conflict included).
-    #[error("removing finalizer failed: {0}")]
+    #[error("removing the finalizer failed (retried on the next reconcile)")]
     RemoveFinalizer(#[source] kube::Error),
     /// The object has no name or resourceVersion.
     #[error("the object has no name or resourceVersion")]
@@ -64,6 +64,15 @@ pub enum FinalizerError<E: fmt::Debug + fmt::Display> {
 /// Whether `obj` carries `finalizer_name`.
 pub fn has_finalizer<K: Resource>(obj: &K, finalizer_name: &str) -> bool {
     obj.finalizers().iter().any(|f| f == finalizer_name)
+}
+
+/// `obj`'s finalizers without `finalizer_name`.
+fn finalizers_without<K: Resource>(obj: &K, finalizer_name: &str) -> Vec<String> {
+    obj.finalizers()
+        .iter()
+        .filter(|f| *f != finalizer_name)
+        .cloned()
+        .collect()
 }
 
 async fn patch_finalizers<K>(
@@ -162,12 +171,7 @@ where
                 .map_err(FinalizerError::ApplyFailed)
         }
         (true, true) => {
-            let finalizers: Vec<String> = obj
-                .finalizers()
-                .iter()
-                .filter(|f| *f != finalizer_name)
-                .cloned()
-                .collect();
+            let finalizers = finalizers_without(&obj, finalizer_name);
             let action = reconcile(FinalizerEvent::Cleanup(obj))
                 .await
                 .map_err(FinalizerError::CleanupFailed)?;
@@ -217,12 +221,7 @@ where
     let (Some(name), Some(rv)) = (&obj.meta().name, &obj.meta().resource_version) else {
         return Ok(None);
     };
-    let finalizers: Vec<String> = obj
-        .finalizers()
-        .iter()
-        .filter(|f| *f != finalizer_name)
-        .cloned()
-        .collect();
+    let finalizers = finalizers_without(obj, finalizer_name);
     match patch_finalizers(api, name, rv, &finalizers).await {
         Ok(updated) => {
             tracing::debug!(object = %name, finalizer = finalizer_name, "removed finalizer");

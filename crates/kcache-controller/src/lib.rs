@@ -99,6 +99,7 @@ mod reconciler;
 pub mod retry;
 mod run_mode;
 pub mod server;
+mod shard_informers;
 mod source;
 mod worker;
 
@@ -108,6 +109,7 @@ pub use controller::{
     DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY, NotLeading,
 };
 pub use error::{ControllerError, UnsyncedInformer};
+pub use kcache_core::{ShardField, ShardSelector};
 /// Leader election and shard membership on Leases: the
 /// [`kcache_lease`] crate, which [`Controller::leader_election`] and
 /// [`Controller::sharded`] compose.
@@ -128,6 +130,7 @@ pub use server::Health;
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use server::MetricsServer;
+pub use shard_informers::SLOTS as SHARD_SLOTS;
 pub use source::owner_key;
 
 /// A `tracing_subscriber::EnvFilter` directive for an operator: everything

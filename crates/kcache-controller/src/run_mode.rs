@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use kcache_informer::SharedIndexInformer;
 use kcache_lease::shard::{Shard, ShardHooks, ShardMetrics};
 use kcache_lease::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock};
 use kube::Resource;
@@ -16,6 +15,7 @@ use crate::error::ControllerError;
 use crate::metrics::{MetricsProvider, SettableGaugeMetric};
 use crate::reconciler::{Reconciler, Trigger};
 use crate::server::Health;
+use crate::shard_informers::Caches;
 use crate::worker::{LeaseGuard, Shared, start_workers};
 
 /// The run mode chosen on the builder.
@@ -108,7 +108,7 @@ pub(crate) fn shard_metrics<K>(
     m: &dyn MetricsProvider,
     shard: &Shard,
     name: &str,
-    primary: &SharedIndexInformer<K>,
+    primary: &Caches<K>,
 ) -> Option<u64>
 where
     K: Resource + Send + Sync + 'static,
@@ -123,12 +123,7 @@ where
     let owned = m.new_shard_owned_keys_metric(name, &group);
     let (shard, primary) = (shard.clone(), primary.clone());
     m.add_refresher(Box::new(move || {
-        let n = primary
-            .indexer()
-            .list_keys()
-            .iter()
-            .filter(|k| shard.owns(k))
-            .count();
+        let n = primary.keys().iter().filter(|k| shard.owns(k)).count();
         owned.set(n as f64);
     }))
 }
@@ -227,7 +222,7 @@ where
     let hooks = ShardHooks {
         keys: {
             let primary = shared.primary.clone();
-            Box::new(move || primary.indexer().list_keys())
+            Box::new(move || primary.keys())
         },
         gained: {
             let enq = shared.enq.clone();

@@ -4,13 +4,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kcache_core::{CachedObject, Metadata, ObjectOrTombstone};
 use kcache_informer::ReflectorMetricsProvider;
 use kcache_informer::{
     HasSynced, InformerError, ResourceEventHandler, ResourceEventHandlerRegistration,
-    SharedIndexInformer,
+    SharedIndexInformer, SharedInformerFactory,
 };
 use kcache_lease::Shard;
 use kcache_workqueue::{AddOpts, WorkQueue};
@@ -28,6 +29,9 @@ pub(crate) struct Enqueuer {
     low_priority: i32,
     /// Sharded: keys this replica does not own are not queued.
     shard: Option<Shard>,
+    /// While set, initial-list adds are not queued (a sharded informer
+    /// set that is not live yet).
+    quiet: Option<Arc<AtomicBool>>,
 }
 
 impl Enqueuer {
@@ -37,7 +41,14 @@ impl Enqueuer {
             triggers: Arc::new(Mutex::new(HashMap::new())),
             low_priority,
             shard: None,
+            quiet: None,
         }
+    }
+
+    /// This enqueuer, dropping initial-list adds while `quiet` is set.
+    pub(crate) fn quiet_initial(mut self, quiet: Arc<AtomicBool>) -> Self {
+        self.quiet = Some(quiet);
+        self
     }
 
     pub(crate) fn with_shard(mut self, shard: Option<Shard>) -> Self {
@@ -69,6 +80,14 @@ impl Enqueuer {
     }
 
     pub(crate) fn enqueue(&self, key: String, trigger: Trigger, initial: bool) {
+        if initial
+            && self
+                .quiet
+                .as_ref()
+                .is_some_and(|q| q.load(Ordering::SeqCst))
+        {
+            return;
+        }
         if !self.note(&key, trigger) {
             return;
         }
@@ -302,7 +321,11 @@ pub(crate) type Probe = Arc<dyn Fn() -> InformerStatus + Send + Sync>;
 
 /// Registers a source's handler (with the controller's enqueuer) when the
 /// controller runs.
-pub(crate) type SourceFn = Box<dyn FnOnce(Enqueuer) -> Result<SourceHandle, InformerError> + Send>;
+/// Called once per informer factory: once unsharded, once per informer set
+/// with sharded informers.
+pub(crate) type SourceFn = Arc<
+    dyn Fn(&SharedInformerFactory, Enqueuer) -> Result<SourceHandle, InformerError> + Send + Sync,
+>;
 
 fn probe_of<K>(informer: &SharedIndexInformer<K>) -> Probe
 where
@@ -313,6 +336,22 @@ where
     Arc::new(move || InformerStatus {
         name: informer.name().to_owned(),
         last_error: informer.last_error(),
+    })
+}
+
+/// The source that, for each informer factory the controller runs, registers
+/// on the factory's informer of `K` the handler `handler` builds from the
+/// controller's enqueuer.
+pub(crate) fn source<K, H>(handler: impl Fn(Enqueuer) -> H + Send + Sync + 'static) -> SourceFn
+where
+    K: Resource + Send + Sync + 'static,
+    K::DynamicType: Default + Clone + Send + Sync + 'static,
+    H: ResourceEventHandler<K>,
+{
+    Arc::new(move |factory, enq| {
+        let informer = factory.informer::<K>();
+        let registration = informer.add_event_handler(handler(enq))?;
+        Ok(source_handle(&informer, registration))
     })
 }
 

@@ -7,7 +7,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt as _;
-use kcache_informer::SharedIndexInformer;
 use kcache_lease::{LeaderElector, Shard};
 use kcache_workqueue::WorkQueue;
 use kube::Resource;
@@ -22,6 +21,7 @@ use crate::controller::Config;
 use crate::metrics::{CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider};
 use crate::reconciler::{Reconciler, Request, Trigger};
 use crate::retry::describe;
+use crate::shard_informers::Caches;
 use crate::source::Enqueuer;
 
 /// The reconcile metrics of one controller.
@@ -60,7 +60,7 @@ pub(crate) struct Shared<K: Resource, C, R> {
     pub(crate) name: String,
     pub(crate) queue: WorkQueue<String>,
     pub(crate) enq: Enqueuer,
-    pub(crate) primary: SharedIndexInformer<K>,
+    pub(crate) primary: Caches<K>,
     pub(crate) reconciler: R,
     pub(crate) ctx: Arc<C>,
     pub(crate) metrics: Option<WorkerMetrics>,
@@ -126,7 +126,10 @@ where
             // Decremented on drop too: a reconcile dropped at shutdown or
             // after a lost lease leaves the gauge right.
             let _active = self.metrics.as_ref().map(|m| ActiveGuard::new(m.active.as_ref()));
-            let cached = self.primary.indexer().get_by_key(key);
+            let cached = self
+                .primary
+                .current()
+                .and_then(|set| set.primary.indexer().get_by_key(key));
             let decoded = match &cached {
                 Some(c) => c.decode().map(Some),
                 None => Ok(None),
@@ -245,6 +248,20 @@ where
                         None => return,
                     },
                 };
+                // Sharded informers: a key is reconciled only from a cache
+                // that holds its range (a gained key waits for the new
+                // informers; it is queued again when they go live).
+                let covered = shared
+                    .primary
+                    .current()
+                    .is_some_and(|set| shared.primary.covers(&set, &key));
+                if !covered {
+                    shared.enq.take_trigger(&key);
+                    shared.queue.forget(&key);
+                    shared.queue.done(&key);
+                    tracing::debug!(controller = %shared.name, key = %key, "not in this replica's cached ranges: dropped");
+                    continue;
+                }
                 // Sharded: a key is reconciled only while this replica owns
                 // it; the guard tells a release to wait for the reconcile.
                 let guard = match &shared.shard {

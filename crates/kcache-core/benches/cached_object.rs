@@ -61,6 +61,13 @@ fn held_per_object<T>(inputs: &[Bytes], build: impl Fn(Bytes) -> T) -> f64 {
     (net - vec_overhead) / N as f64
 }
 
+/// [`held_per_object`] of `CachedObject`s built with `opts`.
+fn held_with(inputs: &[Bytes], opts: &ObjectOptions) -> f64 {
+    held_per_object(inputs, |b| {
+        CachedObject::<Pod>::from_bytes_with(b, opts).unwrap()
+    })
+}
+
 fn memory_report(inputs: &[Bytes], varied: &[Bytes]) {
     let json = inputs.iter().map(|b| b.len()).sum::<usize>() as f64 / N as f64;
     println!("memory per object over {N} realistic Pods, mean JSON size {json:.0} B:");
@@ -70,35 +77,25 @@ fn memory_report(inputs: &[Bytes], varied: &[Bytes]) {
         "  CachedObject (bytes kept, metadata)      {plain:>8.0} B  = {:.3}x JSON",
         plain / json
     );
-    let opts = ObjectOptions::new().strip_managed_fields(true);
-    let stripped = held_per_object(inputs, |b| {
-        CachedObject::<Pod>::from_bytes_with(b, &opts).unwrap()
-    });
+    let stripping = ObjectOptions::new().strip_managed_fields(true);
+    let stripped = held_with(inputs, &stripping);
     println!(
         "  CachedObject (managedFields stripped)    {stripped:>8.0} B  = {:.3}x JSON",
         stripped / json
     );
-    let opts = lz4();
-    let compressed = held_per_object(inputs, |b| {
-        CachedObject::<Pod>::from_bytes_with(b, &opts).unwrap()
-    });
+    let compressed = held_with(inputs, &lz4());
     println!(
         "  CachedObject (stripped, LZ4 compressed)  {compressed:>8.0} B  = {:.3}x JSON",
         compressed / json
     );
     let vjson = varied.iter().map(|b| b.len()).sum::<usize>() as f64 / N as f64;
-    let stripped = held_per_object(varied, |b| {
-        CachedObject::<Pod>::from_bytes_with(b, &ObjectOptions::new().strip_managed_fields(true))
-            .unwrap()
-    });
+    // fresh options: a compression dictionary is shared by the objects of one `ObjectOptions`
+    let stripped = held_with(varied, &ObjectOptions::new().strip_managed_fields(true));
     println!(
         "  varied Pods, mean JSON {vjson:.0} B: stripped {stripped:>8.0} B  = {:.3}x JSON",
         stripped / vjson
     );
-    let opts = lz4();
-    let compressed = held_per_object(varied, |b| {
-        CachedObject::<Pod>::from_bytes_with(b, &opts).unwrap()
-    });
+    let compressed = held_with(varied, &lz4());
     println!(
         "  varied Pods, stripped + LZ4 compressed   {compressed:>8.0} B  = {:.3}x JSON",
         compressed / vjson

@@ -19,7 +19,7 @@ pub enum KeyError {
         key: String,
     },
     /// A key function failed for an object.
-    #[error("couldn't create key for object {object}: {source}")]
+    #[error("couldn't create key for object {object}")]
     Object {
         /// A short description of the object (usually its default key).
         object: String,

@@ -46,6 +46,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod compression;
+mod error_chain;
 mod key;
 mod managed_fields;
 pub mod metrics;
@@ -55,9 +56,11 @@ mod selector;
 mod shard_selector;
 mod store;
 mod string_map;
+pub mod sync;
 mod tombstone;
 
 pub use compression::{Compression, CompressionDictionary};
+pub use error_chain::ErrorChain;
 pub use key::{
     BoxError, KeyError, KeyFunc, deletion_handling_key, deletion_handling_meta_namespace_key,
     meta_namespace_key, split_meta_namespace_key,

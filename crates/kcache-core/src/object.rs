@@ -26,7 +26,7 @@ use crate::string_map::StringMap;
 #[non_exhaustive]
 pub enum ObjectError {
     /// The bytes are not a JSON object, or a metadata field has the wrong type.
-    #[error("malformed object JSON: {0}")]
+    #[error("malformed object JSON")]
     Json(#[source] serde_json::Error),
     /// The object has no `metadata.name` (or an empty one), so it has no key.
     #[error("object has no metadata.name")]
@@ -40,7 +40,7 @@ pub enum ObjectError {
         reason: &'static str,
     },
     /// Serializing a typed value (in [`CachedObject::from_object`]) failed.
-    #[error("serializing object failed: {0}")]
+    #[error("serializing the object to JSON failed")]
     Serialize(#[source] serde_json::Error),
     /// A compressed object's stored bytes could not be decompressed.
     ///
@@ -87,7 +87,9 @@ pub enum Format {
 /// For a compressed object whose stored bytes fail to decompress (see
 /// [`ObjectError::Decompress`]), `source` is a custom serde error saying so.
 #[derive(Debug, thiserror::Error)]
-#[error("decoding object {key:?} into {type_name} failed: {source}")]
+#[error(
+    "decoding object {key:?} into {type_name} failed (does the type match the resource's schema and apiVersion?)"
+)]
 pub struct DecodeError {
     /// The key of the object that failed to decode.
     pub key: String,
@@ -1182,18 +1184,23 @@ impl<'de, 't> Visitor<'de> for TopVisitor<'t> {
                 }
                 "apiVersion" => top.api_version = map.next_value()?,
                 "kind" => top.kind = map.next_value()?,
-                other => match self.trie.child(other) {
-                    Some(node) => map.next_value_seed(NodeSeed {
-                        node,
-                        out: &mut *self.out,
-                    })?,
-                    None => {
-                        map.next_value::<IgnoredAny>()?;
-                    }
-                },
+                other => next_value_under(&mut map, self.trie.child(other), self.out)?,
             }
         }
         Ok(top)
+    }
+}
+
+/// The value of the current map entry: read through `node` (a wanted
+/// path goes on below this key) into `out`, or skipped.
+fn next_value_under<'de, A: MapAccess<'de>>(
+    map: &mut A,
+    node: Option<&PathNode>,
+    out: &mut Vec<Option<Box<str>>>,
+) -> Result<(), A::Error> {
+    match node {
+        Some(node) => map.next_value_seed(NodeSeed { node, out }),
+        None => map.next_value::<IgnoredAny>().map(drop),
     }
 }
 
@@ -1253,15 +1260,7 @@ impl<'de, 't> Visitor<'de> for NodeVisitor<'t> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<CowStr<'de>>()? {
-            match self.node.child(&key.0) {
-                Some(node) => map.next_value_seed(NodeSeed {
-                    node,
-                    out: &mut *self.out,
-                })?,
-                None => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
+            next_value_under(&mut map, self.node.child(&key.0), self.out)?;
         }
         Ok(())
     }

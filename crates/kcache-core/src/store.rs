@@ -13,7 +13,7 @@ pub enum StoreError {
     #[error(transparent)]
     Key(#[from] KeyError),
     /// An index function failed; the store was left unchanged.
-    #[error("index function {index:?} failed for key {key:?}: {source}")]
+    #[error("index function {index:?} failed for key {key:?}; the store was left unchanged")]
     IndexFunc {
         /// The index name.
         index: String,
@@ -24,7 +24,7 @@ pub enum StoreError {
         source: BoxError,
     },
     /// A transform function failed; nothing was queued.
-    #[error("transform failed for key {key:?}: {source}")]
+    #[error("transform failed for key {key:?}; the object was not queued")]
     Transform {
         /// The key of the object being transformed.
         key: String,

@@ -5,7 +5,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use criterion::{BatchSize, Criterion, Throughput};
+use criterion::{BatchSize, Bencher, Criterion, Throughput};
 use futures::executor::block_on;
 use kcache_core::CachedObject;
 use kcache_deltafifo::{DeltaFifo, FifoOptions, Queue, RealFifo};
@@ -36,6 +36,21 @@ fn drain(q: &dyn Queue<Value>) -> usize {
     n
 }
 
+/// Adds every object to a fresh queue, then pops everything (static
+/// dispatch: `F` is the concrete FIFO).
+fn add_then_pop<F: Queue<Value>>(b: &mut Bencher, new: fn() -> F, objs: &[CachedObject<Value>]) {
+    b.iter_batched(
+        new,
+        |f| {
+            for o in objs {
+                f.add(o.clone()).unwrap();
+            }
+            drain(&f)
+        },
+        BatchSize::PerIteration,
+    )
+}
+
 fn main() {
     let distinct = objects(N);
     let coalescing = objects(1_000);
@@ -48,28 +63,10 @@ fn main() {
         ("1k_keys_coalescing", &coalescing),
     ] {
         g.bench_function(format!("delta_fifo/{name}"), |b| {
-            b.iter_batched(
-                || DeltaFifo::<Value>::new(FifoOptions::new()),
-                |f| {
-                    for o in objs {
-                        f.add(o.clone()).unwrap();
-                    }
-                    drain(&f)
-                },
-                BatchSize::PerIteration,
-            )
+            add_then_pop(b, || DeltaFifo::new(FifoOptions::new()), objs)
         });
         g.bench_function(format!("real_fifo/{name}"), |b| {
-            b.iter_batched(
-                || RealFifo::<Value>::new(FifoOptions::new()),
-                |f| {
-                    for o in objs {
-                        f.add(o.clone()).unwrap();
-                    }
-                    drain(&f)
-                },
-                BatchSize::PerIteration,
-            )
+            add_then_pop(b, || RealFifo::new(FifoOptions::new()), objs)
         });
     }
     g.finish();

@@ -1,29 +1,18 @@
 //! client-go's DeltaFIFO: per-key ordered deltas.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::pin::pin;
-use std::sync::Arc;
 use std::time::Instant;
 
-use futures::future::BoxFuture;
-use kcache_core::{
-    BoxError, CachedObject, DeletedFinalStateUnknown, KeyFunc, KeyListerGetter, ObjectOrTombstone,
-    ReflectorStore, StoreError, deletion_handling_key, meta_namespace_key,
-};
+use kcache_core::{CachedObject, DeletedFinalStateUnknown, ObjectOrTombstone, StoreError};
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 
-use crate::delta::{
-    Delta, DeltaType, Deltas, FifoOptions, PopError, ProcessFn, Queue, TransformFunc,
-};
+use crate::delta::{Delta, DeltaType, Deltas, FifoOptions, PopError};
+use crate::shared::{Bookkeeping, Core, impl_common, log_if_slow};
 
 struct State<K> {
     items: HashMap<String, Vec<Delta<K>>>,
     queue: VecDeque<String>,
-    populated: bool,
-    initial_population_count: usize,
-    synced: bool,
-    closed: bool,
+    book: Bookkeeping,
 }
 
 /// A drained queue keeps at most this much capacity: a burst (the initial
@@ -75,27 +64,8 @@ impl<K> State<K> {
 /// ```
 pub struct DeltaFifo<K> {
     state: Mutex<State<K>>,
-    notify: Notify,
-    synced_notify: Notify,
-    key_func: Arc<dyn KeyFunc<K>>,
-    known: Option<Arc<dyn KeyListerGetter<K>>>,
+    core: Core<K>,
     emit_replaced: bool,
-    transformer: Option<TransformFunc<K>>,
-}
-
-/// Like client-go's pop trace: warn when an item took long to process
-/// while others were waiting (slow event handlers block the queue).
-pub(crate) fn log_if_slow(queue: &str, key: &str, depth: usize, started: Instant) {
-    let took = started.elapsed();
-    if depth > 10 && took > std::time::Duration::from_millis(100) {
-        tracing::warn!(
-            queue,
-            key,
-            depth,
-            ?took,
-            "slow processing of a popped item is blocking the queue"
-        );
-    }
 }
 
 /// Collapses two trailing `Deleted` deltas: keep the older unless it is a tombstone.
@@ -121,19 +91,10 @@ impl<K: 'static> DeltaFifo<K> {
             state: Mutex::new(State {
                 items: HashMap::new(),
                 queue: VecDeque::new(),
-                populated: false,
-                initial_population_count: 0,
-                synced: false,
-                closed: false,
+                book: Bookkeeping::default(),
             }),
-            notify: Notify::new(),
-            synced_notify: Notify::new(),
-            key_func: options
-                .key_function
-                .unwrap_or_else(|| Arc::new(meta_namespace_key::<K>)),
-            known: options.known_objects,
             emit_replaced: options.emit_delta_type_replaced,
-            transformer: options.transformer,
+            core: Core::new(options),
         }
     }
 }
@@ -141,29 +102,13 @@ impl<K: 'static> DeltaFifo<K> {
 impl<K> DeltaFifo<K> {
     /// The key of an object, or a tombstone's recorded key.
     pub fn key_of(&self, obj: &ObjectOrTombstone<K>) -> Result<String, kcache_core::KeyError> {
-        deletion_handling_key(&*self.key_func, obj)
+        self.core.key_of(obj)
     }
 
-    fn check_synced(&self, st: &mut State<K>) {
-        if !st.synced && st.populated && st.initial_population_count == 0 {
-            st.synced = true;
-            self.synced_notify.notify_waiters();
-        }
-    }
-
-    fn queue_action(
-        &self,
-        st: &mut State<K>,
-        kind: DeltaType,
-        internal: DeltaType,
-        obj: ObjectOrTombstone<K>,
-    ) -> Result<(), StoreError> {
-        let id = self.key_of(&obj)?;
-        self.queue_keyed(st, id, kind, internal, obj)
-    }
-
-    /// [`queue_action`](Self::queue_action) with the key already known.
-    fn queue_keyed(
+    /// Appends a `kind` delta for `obj` to the list of its key `id`
+    /// (queuing the key if it has none), transformed unless `internal` is
+    /// `Sync` (a resync, or a relisted object this queue already holds).
+    fn queue(
         &self,
         st: &mut State<K>,
         id: String,
@@ -171,15 +116,7 @@ impl<K> DeltaFifo<K> {
         internal: DeltaType,
         obj: ObjectOrTombstone<K>,
     ) -> Result<(), StoreError> {
-        let obj = match (obj, &self.transformer) {
-            (ObjectOrTombstone::Object(o), Some(t)) if internal != DeltaType::Sync => {
-                ObjectOrTombstone::Object(t(o).map_err(|source| StoreError::Transform {
-                    key: id.clone(),
-                    source,
-                })?)
-            }
-            (obj, _) => obj,
-        };
+        let obj = self.core.transform(&id, obj, internal == DeltaType::Sync)?;
         let delta = Delta { kind, object: obj };
         match st.items.get_mut(&id) {
             Some(deltas) => {
@@ -191,24 +128,41 @@ impl<K> DeltaFifo<K> {
                 st.queue.push_back(id);
             }
         }
-        self.notify.notify_waiters();
+        self.core.wake_pops();
         Ok(())
+    }
+
+    /// Queues a `Deleted` delta carrying a tombstone of `obj` under `key`.
+    fn queue_tombstone(
+        &self,
+        st: &mut State<K>,
+        key: String,
+        obj: CachedObject<K>,
+    ) -> Result<(), StoreError> {
+        let tomb = DeletedFinalStateUnknown {
+            key: key.clone(),
+            obj,
+        };
+        let kind = DeltaType::Deleted;
+        self.queue(st, key, kind, kind, tomb.into())
     }
 
     /// Queues an `Added` delta.
     pub fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
-        let mut st = self.state.lock();
-        st.populated = true;
-        self.check_synced(&mut st);
-        self.queue_action(&mut st, DeltaType::Added, DeltaType::Added, obj.into())
+        self.write(DeltaType::Added, obj)
     }
 
     /// Queues an `Updated` delta.
     pub fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
+        self.write(DeltaType::Updated, obj)
+    }
+
+    fn write(&self, kind: DeltaType, obj: CachedObject<K>) -> Result<(), StoreError> {
         let mut st = self.state.lock();
-        st.populated = true;
-        self.check_synced(&mut st);
-        self.queue_action(&mut st, DeltaType::Updated, DeltaType::Updated, obj.into())
+        self.core.note_write(&mut st.book);
+        let obj = ObjectOrTombstone::Object(obj);
+        let id = self.key_of(&obj)?;
+        self.queue(&mut st, id, kind, kind, obj)
     }
 
     /// Queues a `Deleted` delta, unless the key is neither queued nor
@@ -217,17 +171,16 @@ impl<K> DeltaFifo<K> {
         let obj = obj.into();
         let id = self.key_of(&obj)?;
         let mut st = self.state.lock();
-        st.populated = true;
-        self.check_synced(&mut st);
+        self.core.note_write(&mut st.book);
         let queued = st.items.contains_key(&id);
-        let known = match &self.known {
+        let known = match &self.core.known {
             Some(k) => k.get_by_key(&id).is_some(),
             None => false,
         };
         if !queued && !known {
             return Ok(());
         }
-        self.queue_action(&mut st, DeltaType::Deleted, DeltaType::Deleted, obj)
+        self.queue(&mut st, id, DeltaType::Deleted, DeltaType::Deleted, obj)
     }
 
     /// Replaces the whole content after a relist. See the type docs for the
@@ -249,14 +202,14 @@ impl<K> DeltaFifo<K> {
             // An item the reflector reused from this queue or the known
             // objects went through the transform already: do not transform
             // it again (a transform need not be idempotent).
-            let internal = match &self.transformer {
+            let internal = match &self.core.transformer {
                 Some(_) if self.holds(&st, &item) => DeltaType::Sync,
                 _ => DeltaType::Replaced,
             };
             let item = ObjectOrTombstone::Object(item);
             let id = self.key_of(&item)?;
             keys.insert(id.clone());
-            self.queue_keyed(&mut st, id, action, internal, item)?;
+            self.queue(&mut st, id, action, internal, item)?;
         }
 
         // Queued keys not in the list: tombstone with the newest queued object.
@@ -275,31 +228,24 @@ impl<K> DeltaFifo<K> {
                 .map(|d| d.object.object().clone());
             let Some(obj) = newest else { continue };
             queued_deletions += 1;
-            let tomb = DeletedFinalStateUnknown { key: k, obj };
-            self.queue_action(&mut st, DeltaType::Deleted, DeltaType::Deleted, tomb.into())?;
+            self.queue_tombstone(&mut st, k, obj)?;
         }
 
         // Known keys not in the list with nothing pending: tombstone with the known object.
-        if let Some(known) = &self.known {
-            for k in known.list_keys() {
-                if keys.contains(&k) || st.items.get(&k).is_some_and(|d| !d.is_empty()) {
-                    continue;
+        self.core.for_each_known(
+            "replace (no tombstone needed)",
+            |k| keys.contains(k),
+            |key, obj| {
+                if st.items.get(&key).is_some_and(|d| !d.is_empty()) {
+                    return Ok(());
                 }
-                let Some(obj) = known.get_by_key(&k) else {
-                    tracing::debug!(key = %k, "key vanished from known objects during replace; no tombstone needed");
-                    continue;
-                };
                 queued_deletions += 1;
-                let tomb = DeletedFinalStateUnknown { key: k, obj };
-                self.queue_action(&mut st, DeltaType::Deleted, DeltaType::Deleted, tomb.into())?;
-            }
-        }
+                self.queue_tombstone(&mut st, key, obj)
+            },
+        )?;
 
-        if !st.populated {
-            st.populated = true;
-            st.initial_population_count = keys.len() + queued_deletions;
-            self.check_synced(&mut st);
-        }
+        let count = keys.len() + queued_deletions;
+        self.core.note_replace(&mut st.book, || count);
         Ok(())
     }
 
@@ -313,7 +259,7 @@ impl<K> DeltaFifo<K> {
                 (_, ObjectOrTombstone::Object(o)) => Some(o.clone()),
             };
         }
-        self.known.as_ref().and_then(|k| k.get_by_key(key))
+        self.core.known.as_ref().and_then(|k| k.get_by_key(key))
     }
 
     /// Whether `obj` is the very object (same allocation) held under its key.
@@ -322,7 +268,7 @@ impl<K> DeltaFifo<K> {
     }
 
     /// An object this queue already holds under `key`, for a relist to
-    /// reuse (see [`ReflectorStore::cached`]): the newest queued object for the key
+    /// reuse (see [`ReflectorStore::cached`](kcache_core::ReflectorStore::cached)): the newest queued object for the key
     /// (none if that is a deletion), else the known object under the key.
     /// `key` is an object's [`CachedObject::key`]; with a custom key
     /// function whose keys differ, nothing is found.
@@ -337,23 +283,22 @@ impl<K> DeltaFifo<K> {
     /// Queues `Sync` for every known object whose key has nothing pending
     /// (no-op without known objects). The transform is not applied.
     pub fn resync(&self) -> Result<(), StoreError> {
-        let Some(known) = &self.known else {
+        if self.core.known.is_none() {
             return Ok(());
-        };
-        let mut st = self.state.lock();
-        for k in known.list_keys() {
-            let Some(obj) = known.get_by_key(&k) else {
-                tracing::debug!(key = %k, "key vanished from known objects during resync");
-                continue;
-            };
-            let obj = ObjectOrTombstone::Object(obj);
-            let id = self.key_of(&obj)?;
-            if st.items.get(&id).is_some_and(|d| !d.is_empty()) {
-                continue;
-            }
-            self.queue_action(&mut st, DeltaType::Sync, DeltaType::Sync, obj)?;
         }
-        Ok(())
+        let mut st = self.state.lock();
+        self.core.for_each_known(
+            "resync",
+            |_| false,
+            |_, obj| {
+                let obj = ObjectOrTombstone::Object(obj);
+                let id = self.key_of(&obj)?;
+                if st.items.get(&id).is_some_and(|d| !d.is_empty()) {
+                    return Ok(());
+                }
+                self.queue(&mut st, id, DeltaType::Sync, DeltaType::Sync, obj)
+            },
+        )
     }
 
     /// Pops the next key's deltas and hands them to `process` with whether
@@ -369,65 +314,29 @@ impl<K> DeltaFifo<K> {
         F: FnOnce(Deltas<K>, bool) -> Result<T, E>,
     {
         let mut process = Some(process);
-        loop {
-            let mut notified = pin!(self.notify.notified());
-            notified.as_mut().enable();
-            {
+        self.core
+            .pop_loop(|| {
                 let mut st = self.state.lock();
                 while let Some(id) = st.queue.pop_front() {
-                    let is_in_initial_list = !st.synced;
-                    if st.initial_population_count > 0 {
-                        st.initial_population_count -= 1;
-                        self.check_synced(&mut st);
-                    }
+                    let is_in_initial_list = !st.book.synced;
+                    self.core.note_popped(&mut st.book);
                     let Some(deltas) = st.items.remove(&id) else {
                         tracing::error!(key = %id, "item was queued but has no deltas; ignoring");
                         continue;
                     };
                     st.shrink_if_drained();
                     let Some(process) = process.take() else {
-                        return Err(PopError::Closed);
+                        return Some(Err(PopError::Closed));
                     };
                     let depth = st.queue.len();
                     let started = Instant::now();
                     let result = process(Deltas::from(deltas), is_in_initial_list);
                     log_if_slow("DeltaFIFO", &id, depth, started);
-                    return result.map_err(PopError::Process);
+                    return Some(result.map_err(PopError::Process));
                 }
-                if st.closed {
-                    return Err(PopError::Closed);
-                }
-            }
-            notified.await;
-        }
-    }
-
-    /// Whether the initial list has been fully popped (see the type docs).
-    pub fn has_synced(&self) -> bool {
-        self.state.lock().synced
-    }
-
-    /// Waits until [`has_synced`](Self::has_synced) is true.
-    pub async fn wait_synced(&self) {
-        loop {
-            let mut notified = pin!(self.synced_notify.notified());
-            notified.as_mut().enable();
-            if self.has_synced() {
-                return;
-            }
-            notified.await;
-        }
-    }
-
-    /// Closes the queue and wakes every waiting pop.
-    pub fn close(&self) {
-        self.state.lock().closed = true;
-        self.notify.notify_waiters();
-    }
-
-    /// Whether the queue was closed.
-    pub fn is_closed(&self) -> bool {
-        self.state.lock().closed
+                st.book.closed.then_some(Err(PopError::Closed))
+            })
+            .await
     }
 
     /// Queued keys, in pop order.
@@ -448,58 +357,9 @@ impl<K> DeltaFifo<K> {
     pub fn len(&self) -> usize {
         self.state.lock().queue.len()
     }
-
-    /// Whether no key is queued.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
-impl<K: 'static> ReflectorStore<K> for DeltaFifo<K> {
-    fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
-        DeltaFifo::add(self, obj)
-    }
-    fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
-        DeltaFifo::update(self, obj)
-    }
-    fn delete(&self, obj: ObjectOrTombstone<K>) -> Result<(), StoreError> {
-        DeltaFifo::delete(self, obj)
-    }
-    fn replace(
-        &self,
-        items: Vec<CachedObject<K>>,
-        resource_version: String,
-    ) -> Result<(), StoreError> {
-        DeltaFifo::replace(self, items, resource_version)
-    }
-    fn resync(&self) -> Result<(), StoreError> {
-        DeltaFifo::resync(self)
-    }
-    fn cached(&self, key: &str) -> Option<CachedObject<K>> {
-        DeltaFifo::cached(self, key)
-    }
-}
-
-impl<K: 'static> Queue<K> for DeltaFifo<K> {
-    fn pop<'a>(
-        &'a self,
-        process: ProcessFn<'a, K>,
-    ) -> BoxFuture<'a, Result<(), PopError<BoxError>>> {
-        Box::pin(DeltaFifo::pop(self, process))
-    }
-    fn has_synced(&self) -> bool {
-        DeltaFifo::has_synced(self)
-    }
-    fn close(&self) {
-        DeltaFifo::close(self)
-    }
-    fn is_closed(&self) -> bool {
-        DeltaFifo::is_closed(self)
-    }
-    fn len(&self) -> usize {
-        DeltaFifo::len(self)
-    }
-}
+impl_common!(DeltaFifo, has_synced: "Whether the initial list has been fully popped (see the type docs).", is_empty: "Whether no key is queued.");
 
 #[cfg(test)]
 mod tests {

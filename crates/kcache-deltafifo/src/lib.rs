@@ -39,6 +39,7 @@
 mod delta;
 mod delta_fifo;
 mod real_fifo;
+mod shared;
 
 pub use delta::{Delta, DeltaType, Deltas, FifoOptions, PopError, ProcessFn, Queue, TransformFunc};
 pub use delta_fifo::DeltaFifo;

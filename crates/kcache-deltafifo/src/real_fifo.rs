@@ -1,28 +1,17 @@
 //! client-go's RealFIFO (the default informer queue since 1.33): one entry per event.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::pin::pin;
-use std::sync::Arc;
 use std::time::Instant;
 
-use futures::future::BoxFuture;
-use kcache_core::{
-    BoxError, CachedObject, DeletedFinalStateUnknown, KeyFunc, KeyListerGetter, ObjectOrTombstone,
-    ReflectorStore, StoreError, deletion_handling_key, meta_namespace_key,
-};
+use kcache_core::{CachedObject, DeletedFinalStateUnknown, ObjectOrTombstone, StoreError};
 use parking_lot::Mutex;
-use tokio::sync::Notify;
 
-use crate::delta::{
-    Delta, DeltaType, Deltas, FifoOptions, PopError, ProcessFn, Queue, TransformFunc,
-};
+use crate::delta::{Delta, DeltaType, Deltas, FifoOptions, PopError};
+use crate::shared::{Bookkeeping, Core, impl_common, log_if_slow};
 
 struct State<K> {
     items: VecDeque<(String, Delta<K>)>,
-    populated: bool,
-    initial_population_count: usize,
-    synced: bool,
-    closed: bool,
+    book: Bookkeeping,
 }
 
 /// A queue that delivers every event in order, one [`Delta`] per pop, with
@@ -59,11 +48,7 @@ struct State<K> {
 /// ```
 pub struct RealFifo<K> {
     state: Mutex<State<K>>,
-    notify: Notify,
-    synced_notify: Notify,
-    key_func: Arc<dyn KeyFunc<K>>,
-    known: Option<Arc<dyn KeyListerGetter<K>>>,
-    transformer: Option<TransformFunc<K>>,
+    core: Core<K>,
 }
 
 impl<K: 'static> RealFifo<K> {
@@ -73,47 +58,17 @@ impl<K: 'static> RealFifo<K> {
         RealFifo {
             state: Mutex::new(State {
                 items: VecDeque::new(),
-                populated: false,
-                initial_population_count: 0,
-                synced: false,
-                closed: false,
+                book: Bookkeeping::default(),
             }),
-            notify: Notify::new(),
-            synced_notify: Notify::new(),
-            key_func: options
-                .key_function
-                .unwrap_or_else(|| Arc::new(meta_namespace_key::<K>)),
-            known: options.known_objects,
-            transformer: options.transformer,
+            core: Core::new(options),
         }
     }
 }
 
 impl<K> RealFifo<K> {
-    fn key_of(&self, obj: &ObjectOrTombstone<K>) -> Result<String, kcache_core::KeyError> {
-        deletion_handling_key(&*self.key_func, obj)
-    }
-
-    fn check_synced(&self, st: &mut State<K>) {
-        if !st.synced && st.populated && st.initial_population_count == 0 {
-            st.synced = true;
-            self.synced_notify.notify_waiters();
-        }
-    }
-
+    /// Appends a `kind` entry for `obj` under its key `key`, transformed
+    /// unless `skip_transform`.
     fn push(
-        &self,
-        st: &mut State<K>,
-        kind: DeltaType,
-        skip_transform: bool,
-        obj: ObjectOrTombstone<K>,
-    ) -> Result<(), StoreError> {
-        let key = self.key_of(&obj)?;
-        self.push_keyed(st, key, kind, skip_transform, obj)
-    }
-
-    /// [`push`](Self::push) with the key already known.
-    fn push_keyed(
         &self,
         st: &mut State<K>,
         key: String,
@@ -121,25 +76,17 @@ impl<K> RealFifo<K> {
         skip_transform: bool,
         obj: ObjectOrTombstone<K>,
     ) -> Result<(), StoreError> {
-        let obj = match (obj, &self.transformer) {
-            (ObjectOrTombstone::Object(o), Some(t)) if !skip_transform => {
-                ObjectOrTombstone::Object(t(o).map_err(|source| StoreError::Transform {
-                    key: key.clone(),
-                    source,
-                })?)
-            }
-            (obj, _) => obj,
-        };
+        let obj = self.core.transform(&key, obj, skip_transform)?;
         st.items.push_back((key, Delta { kind, object: obj }));
-        self.notify.notify_waiters();
+        self.core.wake_pops();
         Ok(())
     }
 
     fn write(&self, kind: DeltaType, obj: ObjectOrTombstone<K>) -> Result<(), StoreError> {
         let mut st = self.state.lock();
-        st.populated = true;
-        self.check_synced(&mut st);
-        self.push(&mut st, kind, false, obj)
+        self.core.note_write(&mut st.book);
+        let key = self.core.key_of(&obj)?;
+        self.push(&mut st, key, kind, false, obj)
     }
 
     /// Appends an `Added` entry.
@@ -169,7 +116,7 @@ impl<K> RealFifo<K> {
         let mut keyed: Vec<(String, ObjectOrTombstone<K>)> = Vec::with_capacity(list.len());
         for item in list {
             let item = ObjectOrTombstone::Object(item);
-            keyed.push((self.key_of(&item)?, item));
+            keyed.push((self.core.key_of(&item)?, item));
         }
         let new_keys: HashSet<&str> = keyed.iter().map(|(k, _)| k.as_str()).collect();
         // Last queued entry per key, keys in first-queued order.
@@ -196,70 +143,61 @@ impl<K> RealFifo<K> {
         }
         let queued: HashSet<String> = order.iter().map(|k| (*k).to_owned()).collect();
         drop(last);
-        if let Some(known) = &self.known {
-            for k in known.list_keys() {
-                if new_keys.contains(k.as_str()) || queued.contains(&k) {
-                    continue;
-                }
-                let Some(obj) = known.get_by_key(&k) else {
-                    tracing::debug!(key = %k, "key vanished from known objects during replace; no tombstone needed");
-                    continue;
-                };
-                tombstones.push(DeletedFinalStateUnknown { key: k, obj });
-            }
-        }
+        self.core.for_each_known(
+            "replace (no tombstone needed)",
+            |k| new_keys.contains(k) || queued.contains(k),
+            |key, obj| {
+                tombstones.push(DeletedFinalStateUnknown { key, obj });
+                Ok(())
+            },
+        )?;
         drop(new_keys);
         for t in tombstones {
-            self.push(&mut st, DeltaType::Deleted, true, t.into())?;
+            self.push(&mut st, t.key.clone(), DeltaType::Deleted, true, t.into())?;
         }
         for (key, item) in keyed {
             // An item the reflector reused from the known objects went
             // through the transform already: do not transform it again.
-            let reused = self.transformer.is_some()
-                && self.known.as_ref().is_some_and(|k| {
+            let reused = self.core.transformer.is_some()
+                && self.core.known.as_ref().is_some_and(|k| {
                     k.get_by_key(item.object().key())
                         .is_some_and(|h| h.ptr_eq(item.object()))
                 });
-            self.push_keyed(&mut st, key, DeltaType::Replaced, reused, item)?;
+            self.push(&mut st, key, DeltaType::Replaced, reused, item)?;
         }
-        if !st.populated {
-            st.populated = true;
-            st.initial_population_count = st.items.len();
-            self.check_synced(&mut st);
-        }
+        let count = st.items.len();
+        self.core.note_replace(&mut st.book, || count);
         Ok(())
     }
 
     /// The known object under `key`, for a relist to reuse (see
-    /// [`ReflectorStore::cached`]); `None` without known objects. Queued entries are
+    /// [`ReflectorStore::cached`](kcache_core::ReflectorStore::cached)); `None` without known objects. Queued entries are
     /// not searched. `key` is an object's [`CachedObject::key`]; with a
     /// custom key function whose keys differ, nothing is found.
     ///
     /// Such an object handed back to [`replace`](Self::replace) is not
     /// transformed again.
     pub fn cached(&self, key: &str) -> Option<CachedObject<K>> {
-        self.known.as_ref().and_then(|k| k.get_by_key(key))
+        self.core.known.as_ref().and_then(|k| k.get_by_key(key))
     }
 
     /// Appends `Sync` for each known object with no queued entry (no-op
     /// without known objects). The transform is not applied.
     pub fn resync(&self) -> Result<(), StoreError> {
-        let Some(known) = &self.known else {
+        if self.core.known.is_none() {
             return Ok(());
-        };
+        }
         let mut st = self.state.lock();
         let queued: HashSet<String> = st.items.iter().map(|(k, _)| k.clone()).collect();
-        for k in known.list_keys() {
-            if queued.contains(&k) {
-                continue;
-            }
-            let Some(obj) = known.get_by_key(&k) else {
-                tracing::debug!(key = %k, "key vanished from known objects during resync");
-                continue;
-            };
-            self.push(&mut st, DeltaType::Sync, true, obj.into())?;
-        }
-        Ok(())
+        self.core.for_each_known(
+            "resync",
+            |k| queued.contains(k),
+            |_, obj| {
+                let obj = ObjectOrTombstone::Object(obj);
+                let key = self.core.key_of(&obj)?;
+                self.push(&mut st, key, DeltaType::Sync, true, obj)
+            },
+        )
     }
 
     /// Pops the oldest entry and hands it (as a one-delta [`Deltas`]) to
@@ -271,70 +209,29 @@ impl<K> RealFifo<K> {
         F: FnOnce(Deltas<K>, bool) -> Result<T, E>,
     {
         let mut process = Some(process);
-        loop {
-            let mut notified = pin!(self.notify.notified());
-            notified.as_mut().enable();
-            {
+        self.core
+            .pop_loop(|| {
                 let mut st = self.state.lock();
-                if let Some((key, delta)) = st.items.pop_front() {
-                    let is_in_initial_list = !st.synced;
-                    let Some(process) = process.take() else {
-                        return Err(PopError::Closed);
-                    };
-                    let depth = st.items.len();
-                    let started = Instant::now();
-                    let result = process(Deltas::from(vec![delta]), is_in_initial_list);
-                    crate::delta_fifo::log_if_slow("RealFIFO", &key, depth, started);
-                    if st.initial_population_count > 0 {
-                        st.initial_population_count -= 1;
-                        self.check_synced(&mut st);
-                    }
-                    return result.map_err(PopError::Process);
-                }
-                if st.closed {
-                    return Err(PopError::Closed);
-                }
-            }
-            notified.await;
-        }
-    }
-
-    /// Whether the initial list has been fully popped and processed.
-    pub fn has_synced(&self) -> bool {
-        self.state.lock().synced
-    }
-
-    /// Waits until [`has_synced`](Self::has_synced) is true.
-    pub async fn wait_synced(&self) {
-        loop {
-            let mut notified = pin!(self.synced_notify.notified());
-            notified.as_mut().enable();
-            if self.has_synced() {
-                return;
-            }
-            notified.await;
-        }
-    }
-
-    /// Closes the queue and wakes every waiting pop.
-    pub fn close(&self) {
-        self.state.lock().closed = true;
-        self.notify.notify_waiters();
-    }
-
-    /// Whether the queue was closed.
-    pub fn is_closed(&self) -> bool {
-        self.state.lock().closed
+                let Some((key, delta)) = st.items.pop_front() else {
+                    return st.book.closed.then_some(Err(PopError::Closed));
+                };
+                let is_in_initial_list = !st.book.synced;
+                let Some(process) = process.take() else {
+                    return Some(Err(PopError::Closed));
+                };
+                let depth = st.items.len();
+                let started = Instant::now();
+                let result = process(Deltas::from(vec![delta]), is_in_initial_list);
+                log_if_slow("RealFIFO", &key, depth, started);
+                self.core.note_popped(&mut st.book);
+                Some(result.map_err(PopError::Process))
+            })
+            .await
     }
 
     /// Number of queued entries.
     pub fn len(&self) -> usize {
         self.state.lock().items.len()
-    }
-
-    /// Whether nothing is queued.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Keys of the queued entries, in pop order (a key may repeat).
@@ -348,48 +245,4 @@ impl<K> RealFifo<K> {
     }
 }
 
-impl<K: 'static> ReflectorStore<K> for RealFifo<K> {
-    fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
-        RealFifo::add(self, obj)
-    }
-    fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
-        RealFifo::update(self, obj)
-    }
-    fn delete(&self, obj: ObjectOrTombstone<K>) -> Result<(), StoreError> {
-        RealFifo::delete(self, obj)
-    }
-    fn replace(
-        &self,
-        items: Vec<CachedObject<K>>,
-        resource_version: String,
-    ) -> Result<(), StoreError> {
-        RealFifo::replace(self, items, resource_version)
-    }
-    fn resync(&self) -> Result<(), StoreError> {
-        RealFifo::resync(self)
-    }
-    fn cached(&self, key: &str) -> Option<CachedObject<K>> {
-        RealFifo::cached(self, key)
-    }
-}
-
-impl<K: 'static> Queue<K> for RealFifo<K> {
-    fn pop<'a>(
-        &'a self,
-        process: ProcessFn<'a, K>,
-    ) -> BoxFuture<'a, Result<(), PopError<BoxError>>> {
-        Box::pin(RealFifo::pop(self, process))
-    }
-    fn has_synced(&self) -> bool {
-        RealFifo::has_synced(self)
-    }
-    fn close(&self) {
-        RealFifo::close(self)
-    }
-    fn is_closed(&self) -> bool {
-        RealFifo::is_closed(self)
-    }
-    fn len(&self) -> usize {
-        RealFifo::len(self)
-    }
-}
+impl_common!(RealFifo, has_synced: "Whether the initial list has been fully popped and processed.", is_empty: "Whether nothing is queued.");

@@ -8,8 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread;
 
-use common::{Obj, mk, val};
-use kcache_core::{CachedObject, KeyError};
+use common::{Obj, mk, name_key, val};
 use kcache_deltafifo::{DeltaFifo, FifoOptions, Queue, RealFifo};
 use serde_json::Value;
 
@@ -22,10 +21,6 @@ fn events(p: usize) -> Vec<Obj> {
     (0..EVENTS)
         .map(|i| mk(&format!("p{p}-k{}", i % KEYS_PER_PRODUCER), i))
         .collect()
-}
-
-fn name_key() -> Arc<dyn kcache_core::KeyFunc<Value>> {
-    Arc::new(|o: &CachedObject<Value>| -> Result<String, KeyError> { Ok(o.name().to_owned()) })
 }
 
 async fn run(queue: Arc<dyn Queue<Value>>, per_producer_order: bool) {

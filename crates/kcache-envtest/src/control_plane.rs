@@ -19,6 +19,7 @@ use crate::binaries::{Binaries, cache_dir};
 use crate::certs::{CertAndKey, CertificateAuthority, service_account_key};
 use crate::error::{EnvtestError, tail};
 use crate::kubeconfig::kubeconfig_yaml;
+use crate::lock;
 use crate::raw_http;
 
 /// The environment variable that points [`ControlPlane::shared`] at an
@@ -648,6 +649,26 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// [`EnvtestError::ReadinessTimeout`] (with the tail of its log) once
+    /// `process`, started at `started`, has not become ready within the
+    /// start timeout.
+    fn check_start_timeout(
+        &self,
+        process: &'static str,
+        started: Instant,
+    ) -> Result<(), EnvtestError> {
+        if started.elapsed() <= self.start_timeout {
+            return Ok(());
+        }
+        let log = self.log_path(process);
+        Err(EnvtestError::ReadinessTimeout {
+            process,
+            waited: started.elapsed(),
+            tail: tail(&log, 30),
+            log,
+        })
+    }
+
     async fn wait_etcd_ready(&self) -> Result<(), EnvtestError> {
         let started = Instant::now();
         loop {
@@ -657,15 +678,7 @@ impl ControlPlane {
             {
                 return Ok(());
             }
-            if started.elapsed() > self.start_timeout {
-                let log = self.log_path("etcd");
-                return Err(EnvtestError::ReadinessTimeout {
-                    process: "etcd",
-                    waited: started.elapsed(),
-                    tail: tail(&log, 30),
-                    log,
-                });
-            }
+            self.check_start_timeout("etcd", started)?;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -683,15 +696,7 @@ impl ControlPlane {
             {
                 return Ok(());
             }
-            if started.elapsed() > self.start_timeout {
-                let log = self.log_path("kube-apiserver");
-                return Err(EnvtestError::ReadinessTimeout {
-                    process: "kube-apiserver",
-                    waited: started.elapsed(),
-                    tail: tail(&log, 30),
-                    log,
-                });
-            }
+            self.check_start_timeout("kube-apiserver", started)?;
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -1036,11 +1041,6 @@ mod tests {
         }
         fs::remove_dir_all(&root).unwrap();
     }
-}
-
-/// Locks a mutex, recovering it if a panicking thread poisoned it.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 async fn config_from_yaml(yaml: &str) -> Result<Config, EnvtestError> {

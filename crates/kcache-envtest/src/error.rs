@@ -57,15 +57,15 @@ pub enum EnvtestError {
     },
 
     /// No free loopback port could be found.
-    #[error("could not reserve a free loopback port: {0}")]
+    #[error("could not reserve a free loopback port (is the loopback interface up?)")]
     NoFreePort(#[source] std::io::Error),
 
     /// Generating certificates or keys failed.
-    #[error("generating the control plane's certificates failed: {0}")]
+    #[error("generating the control plane's certificates failed")]
     Certificates(#[from] rcgen::Error),
 
     /// A file-system operation failed.
-    #[error("{action} {path}: {source}")]
+    #[error("{action} {path} failed (check the path's permissions and free space)")]
     Io {
         /// What we were doing.
         action: &'static str,
@@ -77,11 +77,11 @@ pub enum EnvtestError {
     },
 
     /// The kubeconfig could not be turned into a client configuration.
-    #[error("the generated kubeconfig was rejected by kube: {0}")]
+    #[error("the generated kubeconfig was rejected by kube")]
     Kubeconfig(#[from] kube::config::KubeconfigError),
 
     /// A Kubernetes API call failed.
-    #[error("Kubernetes API call failed while {action}: {source}")]
+    #[error("Kubernetes API call failed while {action}")]
     Api {
         /// What we were doing.
         action: String,
@@ -146,5 +146,31 @@ pub(crate) fn tail(path: &std::path::Path, n: usize) -> String {
             lines[start..].join("\n")
         }
         Err(e) => format!("(log unreadable: {e})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::ProxyError;
+
+    /// A source is printed once in a chain: no message repeats its
+    /// source's (issue 17).
+    #[test]
+    fn no_error_prints_its_source() {
+        let leaf = || std::io::Error::other("the leaf error's own message");
+        let kube_err = || kube::Error::Service(Box::new(leaf()));
+        let errors: Vec<Box<dyn std::error::Error>> = vec![
+            Box::new(EnvtestError::NoFreePort(leaf())),
+            Box::new(EnvtestError::io("writing", "/tmp/x", leaf())),
+            Box::new(EnvtestError::api("creating a namespace", kube_err())),
+            Box::new(ProxyError::Bind(leaf())),
+            Box::new(ProxyError::Client(kube_err())),
+            Box::new(ProxyError::Upstream(kube_err())),
+        ];
+        for e in errors {
+            let source = e.source().expect("has a source").to_string();
+            assert!(!e.to_string().contains(&source), "{e} repeats {source}");
+        }
     }
 }

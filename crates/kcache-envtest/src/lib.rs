@@ -67,6 +67,13 @@ mod kubeconfig;
 pub mod proxy;
 mod raw_http;
 
+/// Locks a mutex, recovering it if a panicking thread poisoned it (as
+/// `kcache_core::sync::lock`; this crate does not depend on kcache-core
+/// outside its tests).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION, cache_dir};
 pub use certs::CertAndKey;
 pub use control_plane::{

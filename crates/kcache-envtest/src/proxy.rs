@@ -41,7 +41,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -56,12 +56,14 @@ use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::lock;
+
 /// Errors of the fault proxy.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProxyError {
     /// The listening socket could not be opened.
-    #[error("the fault proxy could not listen on 127.0.0.1: {0}")]
+    #[error("the fault proxy could not listen on 127.0.0.1")]
     Bind(#[source] std::io::Error),
     /// The upstream URL has no usable host and port.
     #[error("the upstream URL {0:?} has no usable 127.0.0.1 host and port")]
@@ -70,10 +72,10 @@ pub enum ProxyError {
     #[error("the proxied URL {0:?} is invalid")]
     BadUrl(String),
     /// The client for the proxied address could not be built.
-    #[error("building a client through the fault proxy failed: {0}")]
+    #[error("building a client through the fault proxy failed")]
     Client(#[source] kube::Error),
     /// The HTTP mode's upstream client could not be built.
-    #[error("building the HTTP mode's upstream client failed: {0}")]
+    #[error("building the HTTP mode's upstream client failed")]
     Upstream(#[source] kube::Error),
 }
 
@@ -566,10 +568,6 @@ fn ending(f: &Faults, cut_at: u64) -> Option<End> {
 }
 
 // ------------------------------------------------------------- HTTP mode
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 #[derive(Debug)]
 struct HttpForwarder {

@@ -258,9 +258,15 @@ fn index_keys_namespace<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
 
 // ---- writes of N objects ----
 
-fn add_all<S: Bench>(g: &mut Group, d: &Data, _: &Arc<S>) {
+/// A group measuring writes of all N objects: throughput per object, 10
+/// samples (each sample writes N).
+fn writes_of_n(g: &mut Group, d: &Data) {
     g.throughput(Throughput::Elements(d.n as u64));
     g.sample_size(10);
+}
+
+fn add_all<S: Bench>(g: &mut Group, d: &Data, _: &Arc<S>) {
+    writes_of_n(g, d);
     g.bench_function(S::NAME, |b| {
         b.iter_batched(
             S::build,
@@ -277,8 +283,7 @@ fn add_all<S: Bench>(g: &mut Group, d: &Data, _: &Arc<S>) {
 
 /// Updates that keep every index value (the store holds `v1`).
 fn update_all_same_values<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
-    g.throughput(Throughput::Elements(d.n as u64));
-    g.sample_size(10);
+    writes_of_n(g, d);
     g.bench_function(S::NAME, |b| {
         b.iter(|| {
             for o in &d.v1 {
@@ -291,8 +296,7 @@ fn update_all_same_values<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
 /// Updates that move every object to another label value (and back on the
 /// next iteration).
 fn update_all_moving_label<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
-    g.throughput(Throughput::Elements(d.n as u64));
-    g.sample_size(10);
+    writes_of_n(g, d);
     let mut round = 0usize;
     g.bench_function(S::NAME, |b| {
         b.iter(|| {
@@ -312,8 +316,7 @@ fn update_all_moving_label<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
 }
 
 fn delete_all<S: Bench>(g: &mut Group, d: &Data, _: &Arc<S>) {
-    g.throughput(Throughput::Elements(d.n as u64));
-    g.sample_size(10);
+    writes_of_n(g, d);
     g.bench_function(S::NAME, |b| {
         b.iter_batched(
             || {
@@ -333,8 +336,7 @@ fn delete_all<S: Bench>(g: &mut Group, d: &Data, _: &Arc<S>) {
 }
 
 fn replace_all<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
-    g.throughput(Throughput::Elements(d.n as u64));
-    g.sample_size(10);
+    writes_of_n(g, d);
     g.bench_function(S::NAME, |b| b.iter(|| s.replace(d.v1.clone())));
 }
 

@@ -22,7 +22,7 @@ pub enum IndexError {
     #[error("indexer conflict: {0:?}")]
     Conflict(Vec<String>),
     /// An index function failed on an object; nothing was changed.
-    #[error("index function {index:?} failed for key {key:?}: {source}")]
+    #[error("index function {index:?} failed for key {key:?}; nothing was changed")]
     Func {
         /// The index name.
         index: String,

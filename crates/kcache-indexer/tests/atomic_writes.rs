@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 
-use common::{Obj, obj};
+use common::{Obj, obj, stop_readers};
 use kcache_core::meta_namespace_key;
 use kcache_indexer::{IndexFunc, Indexer, Indexers};
 use serde_json::Value;
@@ -74,12 +74,5 @@ fn readers_never_miss_an_object_being_moved() {
         idx.update(objs[k][(i / OBJECTS + 1) % COLORS.len()].clone())
             .unwrap();
     }
-    stop.store(true, Ordering::Relaxed);
-    for r in readers {
-        r.join().unwrap();
-    }
-    assert!(
-        checked.load(Ordering::Relaxed) > 0,
-        "readers checked nothing"
-    );
+    stop_readers(&stop, readers, &checked);
 }

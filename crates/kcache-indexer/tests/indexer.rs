@@ -228,42 +228,22 @@ fn store_resource_version() {
         ))
         .unwrap()
     };
+    let synced_rv = |idx: &Indexer<Value>| idx.last_store_sync_resource_version();
     idx.add(with_rv("a", "10")).unwrap();
-    assert_eq!(
-        idx.last_store_sync_resource_version().as_deref(),
-        Some("10")
-    );
+    assert_eq!(synced_rv(&idx).as_deref(), Some("10"));
     idx.update(with_rv("a", "11")).unwrap();
-    assert_eq!(
-        idx.last_store_sync_resource_version().as_deref(),
-        Some("11")
-    );
+    assert_eq!(synced_rv(&idx).as_deref(), Some("11"));
     idx.add(with_rv("same", "11")).unwrap();
-    assert_eq!(
-        idx.last_store_sync_resource_version().as_deref(),
-        Some("11")
-    );
+    assert_eq!(synced_rv(&idx).as_deref(), Some("11"));
     idx.delete(with_rv("a", "12")).unwrap();
-    assert_eq!(
-        idx.last_store_sync_resource_version().as_deref(),
-        Some("12")
-    );
+    assert_eq!(synced_rv(&idx).as_deref(), Some("12"));
     // An object without a resourceVersion does not move it; nor does a delete by key.
     idx.add(obj(None, "no-rv", &[], &[])).unwrap();
-    assert_eq!(
-        idx.last_store_sync_resource_version().as_deref(),
-        Some("12")
-    );
+    assert_eq!(synced_rv(&idx).as_deref(), Some("12"));
     idx.delete_by_key("same");
-    assert_eq!(
-        idx.last_store_sync_resource_version().as_deref(),
-        Some("12")
-    );
+    assert_eq!(synced_rv(&idx).as_deref(), Some("12"));
     idx.replace(vec![with_rv("b", "5")], "20").unwrap();
-    assert_eq!(
-        idx.last_store_sync_resource_version().as_deref(),
-        Some("20")
-    );
+    assert_eq!(synced_rv(&idx).as_deref(), Some("20"));
     ReflectorStore::bookmark(&idx, "25").unwrap();
     assert_eq!(
         ReflectorStore::last_store_sync_resource_version(&idx).as_deref(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 
-use common::{Obj, obj};
+use common::{Obj, obj, stop_readers};
 use kcache_indexer::{Indexer, Indexers, NAMESPACE_INDEX, label_index_func};
 use serde_json::Value;
 
@@ -107,14 +107,7 @@ fn readers_never_see_stale_index_membership() {
     for w in writers {
         w.join().unwrap();
     }
-    stop.store(true, Ordering::Relaxed);
-    for r in readers {
-        r.join().unwrap();
-    }
-    assert!(
-        checked.load(Ordering::Relaxed) > 0,
-        "readers checked nothing"
-    );
+    stop_readers(&stop, readers, &checked);
 
     // Quiescent state: the index is exactly what the objects say.
     for color in COLORS {

@@ -12,6 +12,6 @@ pub enum InformerError {
     #[error("the informer has stopped; handlers cannot be added to a stopped informer")]
     Stopped,
     /// A listener thread could not be started.
-    #[error("could not start a listener thread: {0}")]
+    #[error("could not start a listener thread (is the process out of threads or memory?)")]
     Thread(#[source] std::io::Error),
 }

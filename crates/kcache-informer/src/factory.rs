@@ -13,11 +13,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::InformerError;
-use crate::informer::{
-    DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, ListOptions, SharedIndexInformer, TransformFunc,
-};
+use kcache_deltafifo::TransformFunc;
+use kcache_reflector::ListOptions;
+
+use crate::informer::{DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, SharedIndexInformer};
 use crate::metrics::{MetricsProvider, ReflectorMetricsProvider};
 use crate::snapshot::SnapshotOptions;
+use kcache_core::ShardSelector;
 
 type Tweak = Arc<dyn Fn(&mut ListOptions) + Send + Sync>;
 
@@ -81,14 +83,18 @@ struct Entry {
     started: bool,
 }
 
+#[derive(Clone)]
 struct Config {
     list_options: ListOptions,
+    /// Set by [`SharedInformerFactory::with_shard_selector`]: applied after
+    /// the tweak.
+    shard_selector: Option<ShardSelector>,
     reflector_metrics: Option<Arc<dyn ReflectorMetricsProvider>>,
     metrics: Option<Arc<dyn MetricsProvider>>,
     tweak: Option<Tweak>,
     default_resync: Duration,
     resync_for: HashMap<TypeId, Duration>,
-    transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    transforms: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
     transform_ids: HashMap<TypeId, String>,
     snapshots: Option<SnapshotOptions>,
     /// Resources named with `snapshot_for*`: persisted even if Secrets.
@@ -223,7 +229,7 @@ impl SharedInformerFactoryBuilder {
     pub fn transform_for<K: 'static>(mut self, transform: TransformFunc<K>) -> Self {
         self.config
             .transforms
-            .insert(TypeId::of::<K>(), Box::new(transform));
+            .insert(TypeId::of::<K>(), Arc::new(transform));
         self
     }
     /// The id of the transform of `K`'s informer, recorded in its snapshots
@@ -332,6 +338,7 @@ impl SharedInformerFactory {
             client,
             config: Config {
                 list_options: ListOptions::default(),
+                shard_selector: None,
                 reflector_metrics: None,
                 metrics: None,
                 tweak: None,
@@ -345,6 +352,31 @@ impl SharedInformerFactory {
                 handler_shutdown_timeout: DEFAULT_HANDLER_SHUTDOWN_TIMEOUT,
             },
         }
+    }
+
+    /// A new factory with this one's client and settings whose informers
+    /// all list and watch only `selector`'s share (set after the
+    /// [`tweak_list_options`](SharedInformerFactoryBuilder::tweak_list_options)
+    /// function). It has informers of its own (none yet), started and shut
+    /// down on their own: a sharded controller builds one per set of hash
+    /// ranges and drops the old one when its ranges change.
+    pub fn with_shard_selector(&self, selector: ShardSelector) -> SharedInformerFactory {
+        let mut config = self.inner.config.clone();
+        config.shard_selector = Some(selector);
+        SharedInformerFactory {
+            inner: Arc::new(Inner {
+                client: self.inner.client.clone(),
+                config,
+                informers: Mutex::new(HashMap::new()),
+                tasks: Mutex::new(Vec::new()),
+                cancel: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// The shard selector given to [`with_shard_selector`](Self::with_shard_selector).
+    pub fn shard_selector(&self) -> Option<&ShardSelector> {
+        self.inner.config.shard_selector.as_ref()
     }
 
     /// The informer for the typed resource `K` (created on first use).
@@ -397,6 +429,9 @@ impl SharedInformerFactory {
         let mut options = cfg.list_options.clone();
         if let Some(tweak) = &cfg.tweak {
             tweak(&mut options);
+        }
+        if let Some(selector) = &cfg.shard_selector {
+            options.shard_selector = Some(selector.clone());
         }
         let resync = cfg
             .resync_for
@@ -467,7 +502,7 @@ impl SharedInformerFactory {
                         match run.await {
                             Ok(Ok(())) => {}
                             Ok(Err(e)) => {
-                                tracing::error!(informer = %name, error = %e, "informer did not run");
+                                tracing::error!(informer = %name, error = %kcache_core::ErrorChain(&e), "informer did not run");
                             }
                             Err(e) => {
                                 tracing::error!(informer = %name, error = %e, "informer task failed");

@@ -8,7 +8,8 @@ use std::time::SystemTime;
 
 use kcache_core::{CachedObject, ObjectOptions};
 
-use crate::snapshot::{self, Fingerprint, SnapshotError};
+use crate::snapshot::format;
+use crate::snapshot::{Fingerprint, SnapshotError};
 
 /// A snapshot read back by [`decode_snapshot`].
 #[derive(Debug)]
@@ -30,7 +31,7 @@ pub fn encode_snapshot<K>(
     objects: &[CachedObject<K>],
 ) -> io::Result<Vec<u8>> {
     let mut out = Vec::new();
-    snapshot::encode(&mut out, fingerprint, resource_version, written_at, objects)?;
+    format::encode(&mut out, fingerprint, resource_version, written_at, objects)?;
     Ok(out)
 }
 
@@ -42,7 +43,7 @@ pub fn decode_snapshot<K>(
     expected: &Fingerprint,
     options: &ObjectOptions,
 ) -> Result<DecodedSnapshot<K>, SnapshotError> {
-    let loaded = snapshot::decode(bytes, bytes.len() as u64, expected, options)?;
+    let loaded = format::decode(bytes, bytes.len() as u64, expected, options)?;
     Ok(DecodedSnapshot {
         resource_version: loaded.resource_version,
         written_at: loaded.written_at,

@@ -3,16 +3,18 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use kcache_core::{
-    BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, ShardSelector,
+    BoxError, CachedObject, ErrorChain, ObjectOrTombstone, ReflectorStore, ShardSelector,
     StoreError,
 };
-use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
+use kcache_deltafifo::{
+    DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo, TransformFunc,
+};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
 use kcache_reflector::{
-    DEFAULT_MAX_LIST_BYTES, Reflector, ReflectorError, RequestTimeouts, ShardFilterMode, WireFormat,
+    ListOptions, Reflector, ReflectorError, ShardFilterMode, WatchErrorHandler, WireFormat,
 };
 use kube::{Client, Resource};
 use tokio::task::JoinHandle;
@@ -25,11 +27,9 @@ use crate::listener::{Listener, Notification, SyncedFn};
 use crate::metrics::{InformerMetrics, MetricsProvider, ReflectorMetricsProvider};
 use crate::processor::{MINIMUM_RESYNC_PERIOD, SharedProcessor, determine_resync_period};
 use crate::snapshot::{
-    Fingerprint, Loaded, SnapshotError, SnapshotOptions, SnapshotStatus, StartKind, WriteStats,
+    Loaded, PushTracker, SnapshotError, SnapshotOptions, SnapshotPlan, SnapshotStatus,
+    SnapshotWriter, WriteStats, join_write,
 };
-
-/// How long the cluster identity GET may take before a cold start.
-const CLUSTER_ID_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a stopping informer waits, by default, for each handler to
 /// return from the call it is in (see
@@ -49,84 +49,10 @@ pub enum FifoKind {
     RealFifo,
 }
 
-/// A transform applied once to each object before it is cached (e.g.
-/// [`strip_managed_fields`]). Never applied to tombstones.
-pub type TransformFunc<K> =
-    Arc<dyn Fn(CachedObject<K>) -> Result<CachedObject<K>, BoxError> + Send + Sync>;
-
 /// A transform that cuts `metadata.managedFields` out of each object's
 /// bytes (no typed decode); usually the biggest saving in memory.
 pub fn strip_managed_fields<K: 'static>() -> TransformFunc<K> {
     Arc::new(|obj: CachedObject<K>| obj.without_managed_fields().map_err(BoxError::from))
-}
-
-/// Called with every error of the informer's reflector (list, watch,
-/// decode): client-go's `WatchErrorHandler`.
-pub type WatchErrorHandler = Arc<dyn Fn(&ReflectorError) + Send + Sync>;
-
-/// How the informer lists and watches: namespace, selectors, page size,
-/// streaming lists, object options. Set on the builder or through a
-/// factory's `tweak_list_options`.
-#[derive(Debug, Clone)]
-pub struct ListOptions {
-    /// Only this namespace (default: all).
-    pub namespace: Option<String>,
-    /// Label selector, Kubernetes syntax.
-    pub label_selector: Option<String>,
-    /// Field selector, Kubernetes syntax.
-    pub field_selector: Option<String>,
-    /// List page size (0: client-go's default rules).
-    pub page_size: u32,
-    /// Use streaming lists (`sendInitialEvents`) where the server has them.
-    pub use_watch_list: bool,
-    /// How objects are built from the apiserver's bytes (field paths for
-    /// field indexes; managedFields cutting).
-    pub object_options: ObjectOptions,
-    /// Abandon a watch that received no byte for this long (a stalled
-    /// connection) and open a new one; `None`: the reflector's default, the
-    /// watch's server-side timeout plus 30 s.
-    pub watch_idle_timeout: Option<Duration>,
-    /// Deadlines on the reflector's requests: response headers, LIST page
-    /// bodies (default: [`RequestTimeouts::default`]).
-    pub request_timeouts: RequestTimeouts,
-    /// Largest LIST page body, in bytes (default: 2 GiB); see
-    /// `ReflectorBuilder::max_list_page_bytes`.
-    pub max_list_page_bytes: usize,
-    /// Largest total of a streaming list's buffered initial events, in
-    /// bytes (default: 2 GiB); see
-    /// `ReflectorBuilder::max_initial_events_bytes`.
-    pub max_initial_events_bytes: usize,
-    /// The format asked of the apiserver (default: [`WireFormat::Auto`]:
-    /// protobuf for built-in types, JSON otherwise); see
-    /// `ReflectorBuilder::wire_format`.
-    pub wire_format: WireFormat,
-    /// Server-side sharding (default: none): cache only the objects whose
-    /// `metadata.uid` or `metadata.namespace` hashes into the selector's
-    /// ranges. Sent to the apiserver as `shardSelector` on every list and
-    /// watch, and applied on the client too, so the cache holds exactly
-    /// the shard whether or not the apiserver's `ShardedListAndWatch`
-    /// feature gate is on (see `ReflectorBuilder::shard_selector` and
-    /// [`SharedIndexInformer::shard_filter_mode`]).
-    pub shard_selector: Option<ShardSelector>,
-}
-
-impl Default for ListOptions {
-    fn default() -> Self {
-        Self {
-            namespace: None,
-            label_selector: None,
-            field_selector: None,
-            page_size: 0,
-            use_watch_list: true,
-            object_options: ObjectOptions::default(),
-            watch_idle_timeout: None,
-            request_timeouts: RequestTimeouts::default(),
-            max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
-            max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
-            wire_format: WireFormat::Auto,
-            shard_selector: None,
-        }
-    }
 }
 
 /// Something whose cache can be synced: informers and handler
@@ -150,10 +76,10 @@ pub async fn wait_for_cache_sync(cancel: &CancellationToken, synced: &[&dyn HasS
     }
 }
 
-struct Lifecycle<K> {
+pub(crate) struct Lifecycle<K> {
     started: bool,
     stopped: bool,
-    transform: Option<TransformFunc<K>>,
+    pub(crate) transform: Option<TransformFunc<K>>,
     watch_error_handler: Option<WatchErrorHandler>,
     resync_check_period: Duration,
     queue: Option<Arc<dyn Queue<K>>>,
@@ -161,19 +87,19 @@ struct Lifecycle<K> {
 }
 
 pub(crate) struct Inner<K: Resource> {
-    name: String,
-    client: Client,
-    dyntype: K::DynamicType,
-    list_options: ListOptions,
+    pub(crate) name: String,
+    pub(crate) client: Client,
+    pub(crate) dyntype: K::DynamicType,
+    pub(crate) list_options: ListOptions,
     fifo_kind: FifoKind,
     default_handler_resync: Duration,
     /// Taken when the reflector is built.
     reflector_metrics: OnceLock<Arc<dyn ReflectorMetricsProvider>>,
     /// Set once (by the builder or `set_metrics`).
     metrics: OnceLock<InformerMetrics>,
-    indexer: Arc<Indexer<K>>,
+    pub(crate) indexer: Arc<Indexer<K>>,
     processor: SharedProcessor<K>,
-    lifecycle: Mutex<Lifecycle<K>>,
+    pub(crate) lifecycle: Mutex<Lifecycle<K>>,
     /// Held while deltas are handled and while a late handler gets the
     /// cache replayed, so the two never interleave.
     block_deltas: Mutex<()>,
@@ -182,15 +108,15 @@ pub(crate) struct Inner<K: Resource> {
     retired: Mutex<Vec<Arc<Listener<K>>>>,
     handler_shutdown_timeout: Duration,
     stopped: CancellationToken,
-    snapshot: Option<SnapshotOptions>,
+    pub(crate) snapshot: Option<SnapshotOptions>,
     /// False from a warm start until the cache is known current.
-    current: AtomicBool,
-    snapshot_status: Mutex<SnapshotStatus>,
+    pub(crate) current: AtomicBool,
+    pub(crate) snapshot_status: Mutex<SnapshotStatus>,
     /// The last error the reflector reported, as text.
     last_error: Arc<Mutex<Option<String>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -200,7 +126,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Cheap to clone (a handle on shared state). See the crate docs for an
 /// example.
 pub struct SharedIndexInformer<K: Resource> {
-    inner: Arc<Inner<K>>,
+    pub(crate) inner: Arc<Inner<K>>,
 }
 
 impl<K: Resource> Clone for SharedIndexInformer<K> {
@@ -820,7 +746,7 @@ where
             Step::Popped(Err(PopError::Closed)) => return false,
             Step::Popped(Err(PopError::Process(e))) => {
                 state.pops += 1;
-                tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
+                tracing::warn!(informer = %self.inner.name, error = %ErrorChain(&*e), "handling deltas failed");
             }
         }
         true
@@ -869,37 +795,9 @@ where
         }
     }
 
-    /// After the loop (queue closed, reflector stopped): waits for the
-    /// write in flight, then, when snapshots are written on shutdown and
-    /// the cache has synced, applies what is still queued and writes the
-    /// final snapshot.
-    async fn finish_snapshots(
-        &self,
-        run: &Started<K>,
-        writer: Option<&SnapshotWriter>,
-        mut write_task: Option<JoinHandle<Result<WriteStats, SnapshotError>>>,
-    ) {
-        if write_task.is_some() {
-            // an older snapshot must not land after the final one
-            let r = join_write(&mut write_task).await;
-            self.record_write(r);
-        }
-        if let (Some(w), Some(t)) = (writer, &run.tracker)
-            && w.on_shutdown
-            && self.has_synced()
-        {
-            // apply what is still queued, so the cache matches the last RV
-            self.drain(&run.queue).await;
-            if let Some((rv, items)) = self.capture(&run.queue, t) {
-                let r = join_write(&mut Some(w.spawn_write(rv, items))).await;
-                self.record_write(r);
-            }
-        }
-    }
-
     /// Pops the (closed) queue into the indexer and the handlers until it
     /// is empty.
-    async fn drain(&self, queue: &Arc<dyn Queue<K>>) {
+    pub(crate) async fn drain(&self, queue: &Arc<dyn Queue<K>>) {
         let inner = self.inner.clone();
         loop {
             match queue
@@ -911,7 +809,7 @@ where
                 Ok(()) => {}
                 Err(PopError::Closed) => break,
                 Err(PopError::Process(e)) => {
-                    tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
+                    tracing::warn!(informer = %self.inner.name, error = %ErrorChain(&*e), "handling deltas failed");
                 }
             }
         }
@@ -955,152 +853,6 @@ where
             );
             l.detach();
         }
-    }
-
-    /// The cache and the resourceVersion it reflects, taken while nothing
-    /// is queued (every change received has been applied) and no change
-    /// can be queued (the tracker's lock).
-    fn capture(
-        &self,
-        queue: &Arc<dyn Queue<K>>,
-        tracker: &PushTracker,
-    ) -> Option<(String, Vec<CachedObject<K>>)> {
-        let rv = lock(&tracker.last_rv);
-        if rv.is_empty() || !queue.is_empty() {
-            return None;
-        }
-        Some((rv.clone(), self.inner.indexer.list()))
-    }
-
-    fn record_write(&self, r: Result<WriteStats, SnapshotError>) {
-        let mut st = lock(&self.inner.snapshot_status);
-        match r {
-            Ok(stats) => {
-                tracing::info!(
-                    informer = %self.inner.name,
-                    objects = stats.objects,
-                    bytes = stats.bytes,
-                    took_ms = stats.duration.as_millis() as u64,
-                    resource_version = %stats.resource_version,
-                    "snapshot written"
-                );
-                st.writes += 1;
-                st.last_write = Some(stats);
-            }
-            Err(e) => {
-                tracing::warn!(informer = %self.inner.name, reason = e.reason(), "writing the snapshot failed: {e}");
-                st.write_failures += 1;
-            }
-        }
-        self.inner.snapshot_changed(&st);
-    }
-
-    /// Works out the fingerprint and loads a matching snapshot, if
-    /// snapshots are configured. Never fails: a snapshot that cannot be
-    /// used is reported with one warning and the informer starts cold.
-    async fn prepare_snapshot(&self) -> SnapshotPlan<K> {
-        let Some(options) = self.inner.snapshot.clone() else {
-            return SnapshotPlan::default();
-        };
-        let has_transform = lock(&self.inner.lifecycle).transform.is_some();
-        let fingerprint = match self.fingerprint(&options, has_transform).await {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::warn!(
-                    informer = %self.inner.name,
-                    reason = e.reason(),
-                    "{e}; starting cold, and no snapshot is written by this run"
-                );
-                lock(&self.inner.snapshot_status).cold_reason = Some(e.to_string());
-                return SnapshotPlan::default();
-            }
-        };
-        let path = options.path_for(&fingerprint);
-        let writer = SnapshotWriter {
-            path: path.clone(),
-            fingerprint: fingerprint.clone(),
-            interval: options.interval,
-            on_shutdown: options.write_on_shutdown,
-        };
-        let object_options = self.inner.list_options.object_options.clone();
-        let read_path = path.clone();
-        let name = self.inner.name.clone();
-        let read = tokio::task::spawn_blocking(move || {
-            crate::snapshot::warn_if_loose_folder(&name, &read_path);
-            let removed = crate::snapshot::remove_stale_temp_files(&read_path);
-            if removed > 0 {
-                tracing::info!(informer = %name, removed, "removed the temporary files of interrupted snapshot writes");
-            }
-            crate::snapshot::read_file::<K>(&read_path, &fingerprint, &object_options)
-        })
-        .await;
-        let loaded = match read {
-            Ok(Ok(l)) => Some(l),
-            Ok(Err(e)) => {
-                tracing::warn!(
-                    informer = %self.inner.name,
-                    path = %path.display(),
-                    reason = e.reason(),
-                    "snapshot not used, starting cold: {e}"
-                );
-                lock(&self.inner.snapshot_status).cold_reason = Some(e.to_string());
-                None
-            }
-            Err(e) => {
-                tracing::warn!(informer = %self.inner.name, error = %e, "snapshot not used, starting cold: the loading task failed");
-                lock(&self.inner.snapshot_status).cold_reason = Some(e.to_string());
-                None
-            }
-        };
-        SnapshotPlan {
-            writer: Some(writer),
-            loaded,
-        }
-    }
-
-    async fn fingerprint(
-        &self,
-        options: &SnapshotOptions,
-        has_transform: bool,
-    ) -> Result<Fingerprint, SnapshotError> {
-        if has_transform && options.transform_id.is_none() {
-            return Err(SnapshotError::TransformWithoutId);
-        }
-        let cluster_uid = match &options.cluster_id {
-            Some(id) => id.clone(),
-            None => {
-                let api: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-                    kube::Api::all(self.inner.client.clone());
-                let got = tokio::time::timeout(CLUSTER_ID_TIMEOUT, api.get_metadata("kube-system"))
-                    .await
-                    .map_err(|_| SnapshotError::ClusterIdentity("timed out".to_owned()))?
-                    .map_err(|e| SnapshotError::ClusterIdentity(e.to_string()))?;
-                got.metadata.uid.ok_or_else(|| {
-                    SnapshotError::ClusterIdentity("the namespace has no uid".to_owned())
-                })?
-            }
-        };
-        let dt = &self.inner.dyntype;
-        let o = &self.inner.list_options;
-        let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
-        Ok(Fingerprint {
-            cluster_uid,
-            server_url: options.server_url.clone(),
-            group: K::group(dt).into_owned(),
-            version: K::version(dt).into_owned(),
-            resource: K::plural(dt).into_owned(),
-            metadata_only: K::metadata_api(),
-            namespace: nonempty(&o.namespace),
-            label_selector: nonempty(&o.label_selector),
-            field_selector: nonempty(&o.field_selector),
-            shard_selector: o.shard_selector.as_ref().map(ToString::to_string),
-            transform_id: if has_transform {
-                options.transform_id.clone()
-            } else {
-                None
-            },
-            strip_managed_fields: o.object_options.strips_managed_fields(),
-        })
     }
 
     /// The last error the informer's reflector reported (a failed list or
@@ -1152,7 +904,11 @@ where
 
     /// A new, empty queue of the configured kind that knows the indexer's
     /// objects, with the user's transform (skipped while `bypass` is set).
-    fn new_queue(&self, lc: &Lifecycle<K>, bypass: &Arc<AtomicBool>) -> Arc<dyn Queue<K>> {
+    pub(crate) fn new_queue(
+        &self,
+        lc: &Lifecycle<K>,
+        bypass: &Arc<AtomicBool>,
+    ) -> Arc<dyn Queue<K>> {
         let mut fifo_options = FifoOptions::new()
             .known_objects(self.inner.indexer.clone())
             .emit_delta_type_replaced(true);
@@ -1174,54 +930,6 @@ where
         }
     }
 
-    /// The run's first queue: holding the loaded snapshot's objects (queued
-    /// untransformed) when there is a snapshot and queueing it works, empty
-    /// otherwise. Records the start kind (warm or cold, and why cold) in the
-    /// snapshot status and logs it.
-    fn queue_snapshot(
-        &self,
-        lc: &Lifecycle<K>,
-        bypass: &Arc<AtomicBool>,
-        warm: Option<Loaded<K>>,
-    ) -> InitialQueue<K> {
-        let mut queue = self.new_queue(lc, bypass);
-        let mut resume_rv = None;
-        let mut status = lock(&self.inner.snapshot_status);
-        status.start = StartKind::Cold;
-        if let Some(loaded) = warm {
-            let count = loaded.objects.len() as u64;
-            let age = SystemTime::now()
-                .duration_since(loaded.written_at)
-                .unwrap_or_default();
-            bypass.store(true, Ordering::Relaxed);
-            let queued = queue.replace(loaded.objects, loaded.resource_version.clone());
-            bypass.store(false, Ordering::Relaxed);
-            match queued {
-                Ok(()) => {
-                    tracing::info!(
-                        informer = %self.inner.name,
-                        objects = count,
-                        age_s = age.as_secs(),
-                        resource_version = %loaded.resource_version,
-                        "warm start: snapshot loaded; resuming the watch without a list"
-                    );
-                    status.start = StartKind::Warm;
-                    status.objects_loaded = count;
-                    status.snapshot_age = Some(age);
-                    self.inner.current.store(false, Ordering::Release);
-                    resume_rv = Some(loaded.resource_version);
-                }
-                Err(e) => {
-                    tracing::warn!(informer = %self.inner.name, error = %e, "snapshot not used, starting cold: queueing its objects failed");
-                    status.cold_reason = Some(e.to_string());
-                    queue = self.new_queue(lc, bypass);
-                }
-            }
-        }
-        self.inner.snapshot_changed(&status);
-        InitialQueue { queue, resume_rv }
-    }
-
     /// The reflector feeding `sink`: the list options, the resync check
     /// period, the reflector metrics, a watch error handler that records
     /// the last error before calling the user's, and the resourceVersion to
@@ -1232,42 +940,18 @@ where
         sink: Arc<dyn ReflectorStore<K>>,
         resume_rv: Option<String>,
     ) -> Reflector<K> {
-        let o = &self.inner.list_options;
         let mut rb =
             Reflector::builder_with(self.inner.client.clone(), sink, self.inner.dyntype.clone())
                 .name(self.inner.name.clone())
-                .page_size(o.page_size)
-                .use_watch_list(o.use_watch_list)
-                .object_options(o.object_options.clone())
-                .request_timeouts(o.request_timeouts)
-                .max_list_page_bytes(o.max_list_page_bytes)
-                .max_initial_events_bytes(o.max_initial_events_bytes)
-                .wire_format(o.wire_format);
-        if let Some(ns) = &o.namespace {
-            rb = rb.namespace(ns.clone());
-        }
-        if let Some(s) = &o.label_selector {
-            rb = rb.label_selector(s.clone());
-        }
-        if let Some(s) = &o.field_selector {
-            rb = rb.field_selector(s.clone());
-        }
-        if let Some(s) = &o.shard_selector {
-            rb = rb.shard_selector(s.clone());
-        }
-        if lc.resync_check_period > Duration::ZERO {
-            rb = rb.resync_period(lc.resync_check_period);
-        }
-        if let Some(idle) = o.watch_idle_timeout {
-            rb = rb.watch_idle_timeout(idle);
-        }
+                .list_options(self.inner.list_options.clone())
+                .resync_period(lc.resync_check_period);
         if let Some(m) = self.inner.reflector_metrics.get() {
             rb = rb.metrics(m.clone());
         }
         let user = lc.watch_error_handler.clone();
         let last = self.inner.last_error.clone();
         rb = rb.watch_error_handler(move |e: &ReflectorError| {
-            *lock(&last) = Some(e.to_string());
+            *lock(&last) = Some(ErrorChain(e).to_string());
             if let Some(h) = &user {
                 h(e);
             }
@@ -1280,23 +964,23 @@ where
 }
 
 /// What [`SharedIndexInformer::start`] builds for one run.
-struct Started<K> {
+pub(crate) struct Started<K> {
     /// The queue between the reflector and the indexer.
-    queue: Arc<dyn Queue<K>>,
+    pub(crate) queue: Arc<dyn Queue<K>>,
     /// The reflector feeding `queue`.
-    reflector: Arc<Reflector<K>>,
+    pub(crate) reflector: Arc<Reflector<K>>,
     /// The resourceVersion of the last change queued, when snapshots are
     /// configured.
-    tracker: Option<Arc<PushTracker>>,
+    pub(crate) tracker: Option<Arc<PushTracker>>,
 }
 
 /// The first queue of a run and where its watch resumes.
-struct InitialQueue<K> {
+pub(crate) struct InitialQueue<K> {
     /// Empty, or holding a loaded snapshot's objects.
-    queue: Arc<dyn Queue<K>>,
+    pub(crate) queue: Arc<dyn Queue<K>>,
     /// The snapshot's resourceVersion when its objects were queued (a warm
     /// start): the watch resumes there without a list.
-    resume_rv: Option<String>,
+    pub(crate) resume_rv: Option<String>,
 }
 
 /// One wake-up of the informer's loop.
@@ -1313,21 +997,6 @@ async fn tick(timer: Option<&mut Interval>) {
             t.tick().await;
         }
         None => std::future::pending::<()>().await,
-    }
-}
-
-async fn join_write(
-    task: &mut Option<JoinHandle<Result<WriteStats, SnapshotError>>>,
-) -> Result<WriteStats, SnapshotError> {
-    match task.as_mut() {
-        Some(t) => match t.await {
-            Ok(r) => r,
-            Err(e) => Err(SnapshotError::Io {
-                path: Default::default(),
-                source: std::io::Error::other(e.to_string()),
-            }),
-        },
-        None => std::future::pending().await,
     }
 }
 
@@ -1378,49 +1047,6 @@ impl LoopState {
     }
 }
 
-/// What `run` loads and writes.
-struct SnapshotPlan<K> {
-    writer: Option<SnapshotWriter>,
-    loaded: Option<Loaded<K>>,
-}
-
-impl<K> Default for SnapshotPlan<K> {
-    fn default() -> Self {
-        SnapshotPlan {
-            writer: None,
-            loaded: None,
-        }
-    }
-}
-
-/// Where and when this run writes snapshots.
-struct SnapshotWriter {
-    path: std::path::PathBuf,
-    fingerprint: Fingerprint,
-    interval: Duration,
-    on_shutdown: bool,
-}
-
-impl SnapshotWriter {
-    fn spawn_write<K: 'static>(
-        &self,
-        rv: String,
-        items: Vec<CachedObject<K>>,
-    ) -> JoinHandle<Result<WriteStats, SnapshotError>> {
-        let path = self.path.clone();
-        let fingerprint = self.fingerprint.clone();
-        tokio::task::spawn_blocking(move || {
-            crate::snapshot::write_file(&path, &fingerprint, &rv, &items)
-        })
-    }
-}
-
-/// The resourceVersion of the last change queued (under its lock, so a
-/// snapshot sees the cache and the RV together).
-struct PushTracker {
-    last_rv: Mutex<String>,
-}
-
 impl<K: Resource> Inner<K> {
     fn has_synced(&self) -> bool {
         // Cloned out so the FIFO's lock is not taken under ours.
@@ -1437,7 +1063,7 @@ impl<K: Resource> Inner<K> {
 
     /// Pushes the warm-restart state to the metrics, if any (called with
     /// the status lock held, so pushes keep the order of the changes).
-    fn snapshot_changed(&self, status: &SnapshotStatus) {
+    pub(crate) fn snapshot_changed(&self, status: &SnapshotStatus) {
         if let Some(m) = self.metrics.get() {
             m.snapshot(status);
         }
@@ -1496,7 +1122,7 @@ impl<K: Resource + 'static> Inner<K> {
         tracing::error!(
             informer = %self.name,
             key = %obj.key(),
-            error = %e,
+            error = %ErrorChain(&e),
             "writing to the cache failed; the change is skipped"
         );
     }

@@ -121,13 +121,18 @@ pub use error::InformerError;
 pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};
 pub use handler::{FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs};
 pub use informer::{
-    DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, FifoKind, HasSynced, ListOptions,
-    ResourceEventHandlerRegistration, SharedIndexInformer, SharedIndexInformerBuilder,
-    TransformFunc, WatchErrorHandler, strip_managed_fields, wait_for_cache_sync,
+    DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, FifoKind, HasSynced, ResourceEventHandlerRegistration,
+    SharedIndexInformer, SharedIndexInformerBuilder, strip_managed_fields, wait_for_cache_sync,
 };
 /// Server-side sharding's selector types ([`ListOptions::shard_selector`]),
 /// re-exported from kcache-core.
 pub use kcache_core::{ShardField, ShardRange, ShardSelector};
+/// The transform type of the informer's queue, re-exported from
+/// kcache-deltafifo (the queue applies it).
+pub use kcache_deltafifo::TransformFunc;
+/// The watch configuration (owned by the reflector and passed to it whole)
+/// and the reflector's error hook, re-exported from kcache-reflector.
+pub use kcache_reflector::{ListOptions, WatchErrorHandler};
 /// The reflector's settings that [`ListOptions`] carries, re-exported so an
 /// informer user needs no direct dependency on kcache-reflector.
 pub use kcache_reflector::{RequestTimeouts, ShardFilterMode, WireFormat};

@@ -85,26 +85,7 @@ impl LeaderElectionConfig {
             release_on_cancel: true,
         }
     }
-    /// Sets the lease duration.
-    pub fn lease_duration(mut self, d: Duration) -> Self {
-        self.timings.lease_duration = d;
-        self
-    }
-    /// Sets the renew deadline.
-    pub fn renew_deadline(mut self, d: Duration) -> Self {
-        self.timings.renew_deadline = d;
-        self
-    }
-    /// Sets the retry period.
-    pub fn retry_period(mut self, d: Duration) -> Self {
-        self.timings.retry_period = d;
-        self
-    }
-    /// Sets all three durations.
-    pub fn timings(mut self, timings: LeaseTimings) -> Self {
-        self.timings = timings;
-        self
-    }
+    crate::timings::timing_setters!(timings);
     /// Whether to release the lease when cancelled.
     pub fn release_on_cancel(mut self, release: bool) -> Self {
         self.release_on_cancel = release;
@@ -445,18 +426,8 @@ impl LeaderElector {
                 found
             }
             Ok(None) => {
-                return match self.lock.create(&record).await {
-                    Ok(rv) => {
-                        self.set_observed(record, rv, Instant::now());
-                        self.wrote_own_record(attempt_started);
-                        self.report_leader();
-                        true
-                    }
-                    Err(e) => {
-                        self.lease_failed("create", &e);
-                        false
-                    }
-                };
+                let created = self.lock.create(&record).await;
+                return self.wrote(record, created, "create", attempt_started);
             }
             Err(e) => {
                 self.lease_failed("get", &e);
@@ -492,15 +463,29 @@ impl LeaderElector {
         } else {
             record.leader_transitions = old.leader_transitions.saturating_add(1);
         }
-        match self.lock.update(&record, &old_rv).await {
+        let updated = self.lock.update(&record, &old_rv).await;
+        self.wrote(record, updated, "update", attempt_started)
+    }
+
+    /// The outcome of writing this candidate's own `record` (a `create` or
+    /// an `update` started at `started`): on success it is what we observe
+    /// now, with its new resource version; whether it succeeded.
+    fn wrote(
+        &self,
+        record: LeaderElectionRecord,
+        written: Result<String, LeaseError>,
+        what: &str,
+        started: Instant,
+    ) -> bool {
+        match written {
             Ok(rv) => {
                 self.set_observed(record, rv, Instant::now());
-                self.wrote_own_record(attempt_started);
+                self.wrote_own_record(started);
                 self.report_leader();
                 true
             }
             Err(e) => {
-                self.lease_failed("update", &e);
+                self.lease_failed(what, &e);
                 false
             }
         }

@@ -4,6 +4,38 @@
 
 use std::time::Duration;
 
+/// The builder setters of the three durations: on [`LeaseTimings`]
+/// itself (`timing_setters!()`), and on a config holding them in a
+/// `timings` field (`timing_setters!(timings)`, which adds `timings` to set
+/// all three at once).
+macro_rules! timing_setters {
+    ($($field:ident)?) => {
+        /// Sets the lease duration.
+        pub fn lease_duration(mut self, d: Duration) -> Self {
+            self$(.$field)?.lease_duration = d;
+            self
+        }
+        /// Sets the renew deadline.
+        pub fn renew_deadline(mut self, d: Duration) -> Self {
+            self$(.$field)?.renew_deadline = d;
+            self
+        }
+        /// Sets the retry period.
+        pub fn retry_period(mut self, d: Duration) -> Self {
+            self$(.$field)?.retry_period = d;
+            self
+        }
+        $(
+            /// Sets all three durations.
+            pub fn $field(mut self, timings: LeaseTimings) -> Self {
+                self.$field = timings;
+                self
+            }
+        )?
+    };
+}
+pub(crate) use timing_setters;
+
 /// client-go's jitter factor: attempts wait a retry period plus up to
 /// 1.2 retry periods more.
 pub const JITTER_FACTOR: f64 = 1.2;
@@ -82,21 +114,7 @@ impl LeaseTimings {
     /// client-go's documented default retry period.
     pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
 
-    /// Sets the lease duration.
-    pub fn lease_duration(mut self, d: Duration) -> Self {
-        self.lease_duration = d;
-        self
-    }
-    /// Sets the renew deadline.
-    pub fn renew_deadline(mut self, d: Duration) -> Self {
-        self.renew_deadline = d;
-        self
-    }
-    /// Sets the retry period.
-    pub fn retry_period(mut self, d: Duration) -> Self {
-        self.retry_period = d;
-        self
-    }
+    timing_setters!();
 
     /// client-go's rules: all durations positive, lease duration > renew
     /// deadline > 1.2 x retry period.

@@ -13,6 +13,11 @@ use kcache_lease::{
 };
 use tokio_util::sync::CancellationToken;
 
+/// A candidate `id` on `store`, with [`cfg`].
+fn elector(store: &InMemoryLeaseLock, id: &str) -> LeaderElector {
+    LeaderElector::new(cfg(id), Arc::new(store.clone())).unwrap()
+}
+
 fn cfg(id: &str) -> LeaderElectionConfig {
     LeaderElectionConfig::new(id)
 }
@@ -96,8 +101,8 @@ fn validation_follows_client_go() {
 #[tokio::test(start_paused = true)]
 async fn acquire_renew_expire_takeover() {
     let store = InMemoryLeaseLock::new();
-    let a = LeaderElector::new(cfg("a"), Arc::new(store.clone())).unwrap();
-    let b = LeaderElector::new(cfg("b"), Arc::new(store.clone())).unwrap();
+    let a = elector(&store, "a");
+    let b = elector(&store, "b");
 
     // a creates the lease
     assert!(a.try_acquire_or_renew().await);
@@ -141,8 +146,8 @@ async fn acquire_renew_expire_takeover() {
 #[tokio::test(start_paused = true)]
 async fn release_lets_a_standby_take_over_at_once() {
     let store = InMemoryLeaseLock::new();
-    let a = LeaderElector::new(cfg("a"), Arc::new(store.clone())).unwrap();
-    let b = LeaderElector::new(cfg("b"), Arc::new(store.clone())).unwrap();
+    let a = elector(&store, "a");
+    let b = elector(&store, "b");
     assert!(a.try_acquire_or_renew().await);
     assert!(!b.try_acquire_or_renew().await);
     assert!(a.release().await);
@@ -161,7 +166,7 @@ async fn release_lets_a_standby_take_over_at_once() {
 #[tokio::test(start_paused = true)]
 async fn conflicting_writer_wins_and_is_observed() {
     let store = InMemoryLeaseLock::new();
-    let a = LeaderElector::new(cfg("a"), Arc::new(store.clone())).unwrap();
+    let a = elector(&store, "a");
     assert!(a.try_acquire_or_renew().await);
     // someone else writes the lease behind a's back (a newer record)
     store.set_record(LeaderElectionRecord {
@@ -178,7 +183,7 @@ async fn conflicting_writer_wins_and_is_observed() {
 #[tokio::test(start_paused = true)]
 async fn run_leads_renews_and_releases_on_cancel() {
     let store = InMemoryLeaseLock::new();
-    let a = Arc::new(LeaderElector::new(cfg("a"), Arc::new(store.clone())).unwrap());
+    let a = Arc::new(elector(&store, "a"));
     let started = Arc::new(AtomicBool::new(false));
     let stopped = Arc::new(AtomicBool::new(false));
     let leaders = Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
@@ -234,7 +239,7 @@ async fn failing_renewals_lose_leadership_and_a_standby_takes_over() {
     let store = InMemoryLeaseLock::new();
     let a_lock = store.handle();
     let a = Arc::new(LeaderElector::new(cfg("a"), Arc::new(a_lock.clone())).unwrap());
-    let b = Arc::new(LeaderElector::new(cfg("b"), Arc::new(store.clone())).unwrap());
+    let b = Arc::new(elector(&store, "b"));
     let stops = Arc::new(AtomicUsize::new(0));
     let cancel = CancellationToken::new();
     let run = |e: Arc<LeaderElector>| {
@@ -303,7 +308,7 @@ async fn on_stopped_leading_runs_even_if_never_leading() {
         lease_duration_seconds: 15,
         ..LeaderElectionRecord::default()
     });
-    let a = LeaderElector::new(cfg("a"), Arc::new(store.clone())).unwrap();
+    let a = elector(&store, "a");
     let stopped = Arc::new(AtomicBool::new(false));
     let cancel = CancellationToken::new();
     let s = stopped.clone();

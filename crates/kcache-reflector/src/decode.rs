@@ -187,6 +187,25 @@ pub struct ListPage<K> {
     pub skipped: Vec<BadEvent>,
 }
 
+impl<K> ListPage<K> {
+    /// A JSON list page: its items and what its `metadata` says.
+    fn from_wire(
+        items: Vec<CachedObject<K>>,
+        skipped: Vec<BadEvent>,
+        metadata: Option<ListMetaWire<'_>>,
+    ) -> Self {
+        let (resource_version, continue_token, shard_selector) =
+            metadata.map(ListMetaWire::parts).unwrap_or_default();
+        ListPage {
+            items,
+            resource_version,
+            continue_token,
+            shard_selector,
+            skipped,
+        }
+    }
+}
+
 impl<K> fmt::Debug for ListPage<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ListPage")
@@ -392,7 +411,7 @@ impl<K> EventDecoder<K> {
             Err(e) => {
                 return Err(BadEvent {
                     kind: BadEventKind::InvalidObject,
-                    detail: format!("{e}: {}", preview(&bytes)),
+                    detail: preview(&bytes),
                     source: Some(e),
                 });
             }
@@ -516,7 +535,7 @@ impl<K> EventDecoder<K> {
                 let obj = CachedObject::from_protobuf_envelope_with(object, &self.options)
                     .map_err(|e| BadEvent {
                         kind: BadEventKind::InvalidObject,
-                        detail: format!("{e}: {}", hex_preview(ev.object)),
+                        detail: hex_preview(ev.object),
                         source: Some(e),
                     })?;
                 self.check_kind(obj.meta().kind(), obj.meta().api_version())?;
@@ -579,7 +598,7 @@ impl<K> EventDecoder<K> {
         let obj = CachedObject::from_protobuf_with(item.bytes.clone(), type_meta, options)
             .map_err(|e| BadEvent {
                 kind: BadEventKind::InvalidObject,
-                detail: format!("{e}: {}", hex_preview(&item.bytes)),
+                detail: hex_preview(&item.bytes),
                 source: Some(e),
             })?;
         self.check_kind(obj.meta().kind(), obj.meta().api_version())?;
@@ -654,14 +673,7 @@ impl<K> EventDecoder<K> {
                 Err(e) => skipped.push(e),
             }
         }
-        let (rv, cont, shard) = wire.metadata.map(ListMetaWire::parts).unwrap_or_default();
-        Ok(ListPage {
-            items,
-            resource_version: rv,
-            continue_token: cont,
-            shard_selector: shard,
-            skipped,
-        })
+        Ok(ListPage::from_wire(items, skipped, wire.metadata))
     }
 
     #[cfg(any(test, feature = "fuzzing"))]
@@ -731,14 +743,7 @@ impl<K> EventDecoder<K> {
                 (items, wire.metadata.map(ListMetaWire::into_owned))
             }
         };
-        let (rv, cont, shard) = metadata.map(ListMetaWire::parts).unwrap_or_default();
-        Ok(ListPage {
-            items,
-            resource_version: rv,
-            continue_token: cont,
-            shard_selector: shard,
-            skipped,
-        })
+        Ok(ListPage::from_wire(items, skipped, metadata))
     }
 }
 

@@ -356,20 +356,23 @@ pub enum ListBodyError {
 #[non_exhaustive]
 pub enum ReflectorError {
     /// The apiserver answered with a failure Status.
+    ///
+    /// The Status is the apiserver's answer rather than an underlying
+    /// cause: it is shown in the message (with what to do), not as a
+    /// `source`, so a handler that prints the error sees the code.
     #[error("{op} {resource} failed: {error}")]
     Api {
         /// What was being done.
         op: Operation,
         /// The resource (`kind` or `plural`, with namespace).
         resource: String,
-        /// The Status.
-        #[source]
+        /// The Status (shown in the message, not as a source).
         error: ApiError,
     },
     /// The request could not be sent or got no response (connection
     /// refused, TLS, auth plugin...).
     #[error(
-        "{op} {resource}: request failed: {} (check connectivity and credentials; the reflector retries with backoff)", chain(.source)
+        "{op} {resource}: request failed (check connectivity and credentials; the reflector retries with backoff)"
     )]
     Transport {
         /// What was being done.
@@ -381,7 +384,7 @@ pub enum ReflectorError {
         source: kube::Error,
     },
     /// Reading a response body failed.
-    #[error("{op} {resource}: reading the response failed: {source} (the reflector retries)")]
+    #[error("{op} {resource}: reading the response failed (the reflector retries)")]
     Body {
         /// What was being done.
         op: Operation,
@@ -392,9 +395,7 @@ pub enum ReflectorError {
         source: BoxError,
     },
     /// A list response was not a valid list (JSON or protobuf).
-    #[error(
-        "list {resource}: invalid list body: {source} (is the URL right? the reflector retries)"
-    )]
+    #[error("list {resource}: invalid list body (is the URL right? the reflector retries)")]
     InvalidList {
         /// The resource.
         resource: String,
@@ -403,7 +404,7 @@ pub enum ReflectorError {
         source: ListBodyError,
     },
     /// A watch event or list item was skipped.
-    #[error("{op} {resource}: {source}")]
+    #[error("{op} {resource}: skipped an event or list item")]
     BadEvent {
         /// What was being done.
         op: Operation,
@@ -415,7 +416,9 @@ pub enum ReflectorError {
     },
     /// The store refused a write; the reflector logs it and goes on (a
     /// failed `replace` makes it relist).
-    #[error("{op} {resource}: store error: {source}")]
+    #[error(
+        "{op} {resource}: the store refused a write (a failed replace makes the reflector relist)"
+    )]
     Store {
         /// What was being done.
         op: Operation,
@@ -522,7 +525,7 @@ pub enum ReflectorError {
         error: Box<ApiError>,
     },
     /// The request could not be built (invalid selector or parameters).
-    #[error("{resource}: cannot build the request: {source} (fix the reflector's configuration)")]
+    #[error("{resource}: cannot build the request (fix the reflector's configuration)")]
     Request {
         /// The resource.
         resource: String,
@@ -694,21 +697,6 @@ impl ReflectorError {
     pub fn is_watch_retriable(&self) -> bool {
         self.is_connection_refused() || self.is_too_many_requests()
     }
-}
-
-/// An error and its sources, joined by `: ` (repeated messages skipped).
-pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        let m = e.to_string();
-        if !out.contains(&m) {
-            out.push_str(": ");
-            out.push_str(&m);
-        }
-        cur = e.source();
-    }
-    out
 }
 
 /// Walks an error's source chain looking for a refused connection.

@@ -74,7 +74,8 @@
 //!     .namespace("default")
 //!     .label_selector("app=web")
 //!     .object_options(ObjectOptions::new().strip_managed_fields(true))
-//!     .watch_error_handler(|e| eprintln!("reflector: {e}"))
+//!     // the error and its sources (kube's, the body's) on one line
+//!     .watch_error_handler(|e| eprintln!("reflector: {}", kcache_core::ErrorChain(e)))
 //!     .build();
 //! let stop = CancellationToken::new();
 //! reflector.run(stop.clone()).await; // until `stop.cancel()`
@@ -162,6 +163,7 @@ mod framing;
 #[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub mod fuzzing;
 mod limits;
+mod list_options;
 mod metrics;
 #[cfg(feature = "prometheus")]
 mod prometheus;
@@ -186,6 +188,7 @@ pub use limits::{
     DEFAULT_LIST_BODY_IDLE_TIMEOUT, DEFAULT_LIST_BODY_TIMEOUT, DEFAULT_MAX_LIST_BYTES,
     DEFAULT_RESPONSE_HEADERS_TIMEOUT, RequestTimeouts,
 };
+pub use list_options::ListOptions;
 pub use metrics::{
     CounterMetric, MetricsProvider, NoopMetric, NoopMetricsProvider, SettableGaugeMetric,
 };

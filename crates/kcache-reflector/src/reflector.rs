@@ -11,8 +11,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
-use kcache_core::protobuf::ListReader;
-use kcache_core::{CachedObject, ObjectOptions, ReflectorStore, ShardSelector};
+use kcache_core::protobuf::{ListReader, WireError};
+use kcache_core::{CachedObject, ErrorChain, ObjectOptions, ReflectorStore, ShardSelector};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
 use kube::core::Request;
@@ -26,13 +26,12 @@ use crate::backoff::{Backoff, BackoffConfig};
 use crate::decode::{EventDecoder, JsonPage, WatchEvent};
 use crate::error::ListBodyError;
 use crate::error::{
-    ApiError, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError, TimeoutPhase,
-    Truncated, is_probable_eof,
+    ApiError, BadEvent, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError,
+    TimeoutPhase, Truncated, is_probable_eof,
 };
 use crate::framing::{DEFAULT_MAX_FRAME, WatchFramer};
-use crate::limits::{
-    BodyError, BodyLimits, DEFAULT_MAX_LIST_BYTES, RequestTimeouts, read_body_with, read_error_body,
-};
+use crate::limits::{BodyError, BodyLimits, RequestTimeouts, read_body_with, read_error_body};
+use crate::list_options::ListOptions;
 use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
 use crate::shard::{self, ShardFilterMode, Sharding};
 use crate::wire_format::{
@@ -86,60 +85,59 @@ pub struct ReflectorBuilder<K: Resource> {
     client: Client,
     store: Arc<dyn ReflectorStore<K>>,
     dyntype: K::DynamicType,
-    namespace: Option<String>,
-    label_selector: Option<String>,
-    field_selector: Option<String>,
-    page_size: u32,
-    use_watch_list: bool,
+    options: ListOptions,
     resync_period: Option<Duration>,
     min_watch_timeout: Duration,
-    watch_idle_timeout: Option<Duration>,
     backoff: BackoffConfig,
-    object_options: ObjectOptions,
     name: Option<String>,
     handler: Option<WatchErrorHandler>,
     metrics: Arc<dyn MetricsProvider>,
     max_internal_error_retry_duration: Duration,
     max_event_size: usize,
-    timeouts: RequestTimeouts,
-    max_list_page_bytes: usize,
-    max_initial_events_bytes: usize,
     resume_from: Option<String>,
-    wire_format: WireFormat,
-    shard_selector: Option<ShardSelector>,
 }
 
 impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReflectorBuilder")
-            .field("namespace", &self.namespace)
-            .field("label_selector", &self.label_selector)
-            .field("field_selector", &self.field_selector)
-            .field("page_size", &self.page_size)
-            .field("use_watch_list", &self.use_watch_list)
+            .field("namespace", &self.options.namespace)
+            .field("label_selector", &self.options.label_selector)
+            .field("field_selector", &self.options.field_selector)
+            .field("page_size", &self.options.page_size)
+            .field("use_watch_list", &self.options.use_watch_list)
             .field("resync_period", &self.resync_period)
-            .field("wire_format", &self.wire_format)
-            .field("shard_selector", &self.shard_selector)
+            .field("wire_format", &self.options.wire_format)
+            .field("shard_selector", &self.options.shard_selector)
             .finish_non_exhaustive()
     }
 }
 
 impl<K: Resource + 'static> ReflectorBuilder<K> {
+    /// Every list and watch setting at once (namespace, selectors, page
+    /// size, streaming lists, object options, idle timeout, request
+    /// deadlines, size caps, wire format, shard selector), replacing what
+    /// the single setters set: the one configuration an informer passes
+    /// down whole (as kube-runtime's `watcher::Config`).
+    pub fn list_options(mut self, options: ListOptions) -> Self {
+        self.options = options;
+        self
+    }
+
     /// Only objects in this namespace (default: all namespaces).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
+        self.options.namespace = Some(namespace.into());
         self
     }
 
     /// A label selector (`app=web,tier in (a,b)`).
     pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
-        self.label_selector = Some(selector.into());
+        self.options.label_selector = Some(selector.into());
         self
     }
 
     /// A field selector (`metadata.name=x`).
     pub fn field_selector(mut self, selector: impl Into<String>) -> Self {
-        self.field_selector = Some(selector.into());
+        self.options.field_selector = Some(selector.into());
         self
     }
 
@@ -149,7 +147,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// resourceVersion (served from the watch cache), 500 always once a
     /// list at `"0"` came back paged.
     pub fn page_size(mut self, page_size: u32) -> Self {
-        self.page_size = page_size;
+        self.options.page_size = page_size;
         self
     }
 
@@ -157,7 +155,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// (default: `true`, as in client-go since 1.35). When the server does
     /// not support them, the reflector falls back to list + watch.
     pub fn use_watch_list(mut self, use_it: bool) -> Self {
-        self.use_watch_list = use_it;
+        self.options.use_watch_list = use_it;
         self
     }
 
@@ -184,7 +182,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// watch cache) a shorter limit, e.g. 2-3 minutes, detects stalls
     /// sooner.
     pub fn watch_idle_timeout(mut self, idle: Duration) -> Self {
-        self.watch_idle_timeout = Some(idle);
+        self.options.watch_idle_timeout = Some(idle);
         self
     }
 
@@ -196,7 +194,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
 
     /// How objects are kept (e.g. strip `managedFields`).
     pub fn object_options(mut self, options: ObjectOptions) -> Self {
-        self.object_options = options;
+        self.options.object_options = options;
         self
     }
 
@@ -243,12 +241,12 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// that misses one fails with [`ReflectorError::Timeout`] and the
     /// reflector relists after a backoff step.
     pub fn request_timeouts(mut self, timeouts: RequestTimeouts) -> Self {
-        self.timeouts = timeouts;
+        self.options.request_timeouts = timeouts;
         self
     }
 
     /// Largest accepted LIST page body, in bytes (default: 2 GiB,
-    /// [`DEFAULT_MAX_LIST_BYTES`]). The apiserver answers a list at
+    /// [`DEFAULT_MAX_LIST_BYTES`](crate::DEFAULT_MAX_LIST_BYTES)). The apiserver answers a list at
     /// resourceVersion `"0"` (and a relist at an exact resourceVersion)
     /// from its watch cache as **one** body whatever the page size:
     /// 20,000 Pods made a 230 MB JSON body, so the default leaves room for
@@ -256,18 +254,18 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// [`ReflectorError::ListPageTooLarge`] as soon as the cap is passed
     /// (nothing more is read) and the reflector relists after a backoff.
     pub fn max_list_page_bytes(mut self, bytes: usize) -> Self {
-        self.max_list_page_bytes = bytes.max(1);
+        self.options.max_list_page_bytes = bytes.max(1);
         self
     }
 
     /// Largest total size, in bytes, of the objects a streaming list
     /// buffers before its `initial-events-end` bookmark (default: 2 GiB,
-    /// [`DEFAULT_MAX_LIST_BYTES`]; the buffer is the whole collection, as
+    /// [`DEFAULT_MAX_LIST_BYTES`](crate::DEFAULT_MAX_LIST_BYTES); the buffer is the whole collection, as
     /// a list at `"0"` is). Passing it fails the streaming list with
     /// [`ReflectorError::InitialEventsTooLarge`] at once (the buffer is
     /// dropped) and the reflector relists after a backoff.
     pub fn max_initial_events_bytes(mut self, bytes: usize) -> Self {
-        self.max_initial_events_bytes = bytes.max(1);
+        self.options.max_initial_events_bytes = bytes.max(1);
         self
     }
 
@@ -299,7 +297,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// [`WireFormat::Json`] asks for JSON always. Either way each response
     /// is read in the format its `Content-Type` names.
     pub fn wire_format(mut self, format: WireFormat) -> Self {
-        self.wire_format = format;
+        self.options.wire_format = format;
         self
     }
 
@@ -321,7 +319,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// The selector is fixed for the reflector's life: to move to another
     /// shard, stop the reflector and build a new one over a new store.
     pub fn shard_selector(mut self, selector: ShardSelector) -> Self {
-        self.shard_selector = Some(selector);
+        self.options.shard_selector = Some(selector);
         self
     }
 
@@ -329,7 +327,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     pub fn build(self) -> Reflector<K> {
         let dt = &self.dyntype;
         let metadata_only = K::metadata_api();
-        let url_path = K::url_path(dt, self.namespace.as_deref());
+        let url_path = K::url_path(dt, self.options.namespace.as_deref());
         let group = K::group(dt);
         let plural = K::plural(dt);
         let mut resource = if group.is_empty() {
@@ -338,7 +336,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             format!("{plural}.{group}")
         };
         let name = self.name.unwrap_or_else(|| resource.clone());
-        if let Some(ns) = &self.namespace {
+        if let Some(ns) = &self.options.namespace {
             resource.push_str(" in namespace ");
             resource.push_str(ns);
         }
@@ -353,7 +351,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         let kind = (!kind.is_empty()).then_some(kind);
         let api_version = (!api_version.is_empty()).then_some(api_version);
         let protobuf = wants_protobuf(
-            self.wire_format,
+            self.options.wire_format,
             metadata_only,
             api_version.as_deref(),
             kind.as_deref(),
@@ -367,31 +365,31 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             resource,
             name,
             decoder: EventDecoder::new(
-                self.object_options,
+                self.options.object_options,
                 kind.as_deref(),
                 api_version.as_deref(),
             ),
-            label_selector: self.label_selector,
-            field_selector: self.field_selector,
-            page_size: self.page_size,
-            use_watch_list: self.use_watch_list,
+            label_selector: self.options.label_selector,
+            field_selector: self.options.field_selector,
+            page_size: self.options.page_size,
+            use_watch_list: self.options.use_watch_list,
             resync_period: self.resync_period,
             min_watch_timeout: self.min_watch_timeout,
-            watch_idle_timeout: self.watch_idle_timeout,
+            watch_idle_timeout: self.options.watch_idle_timeout,
             backoff: self.backoff,
             handler: self.handler,
             max_internal_error_retry_duration: self.max_internal_error_retry_duration,
             max_event_size: self.max_event_size,
-            timeouts: self.timeouts,
-            max_list_page_bytes: self.max_list_page_bytes,
-            max_initial_events_bytes: self.max_initial_events_bytes,
+            timeouts: self.options.request_timeouts,
+            max_list_page_bytes: self.options.max_list_page_bytes.max(1),
+            max_initial_events_bytes: self.options.max_initial_events_bytes.max(1),
             shared: Mutex::new(Shared {
                 last_sync_rv: self.resume_from.clone().unwrap_or_default(),
                 synced: false,
             }),
             synced_notify: tokio::sync::Notify::new(),
             resume_from: self.resume_from,
-            sharding: self.shard_selector.map(Sharding::new),
+            sharding: self.options.shard_selector.map(Sharding::new),
             shard_dropped: AtomicU64::new(0),
             fallback_logged: AtomicBool::new(false),
             running: AtomicBool::new(false),
@@ -570,6 +568,36 @@ struct Listed<K> {
     shard_dropped: usize,
 }
 
+/// The items of a list page read so far.
+struct PageItems<K> {
+    items: Vec<CachedObject<K>>,
+    /// How many items are objects reused from the store.
+    reused: usize,
+    /// Items dropped as outside the shard.
+    dropped: usize,
+}
+
+impl<K> PageItems<K> {
+    /// The page, with what its envelope said.
+    fn into_page(
+        self,
+        resource_version: String,
+        shard_echoed: bool,
+        continue_token: Option<String>,
+    ) -> Page<K> {
+        Page {
+            listed: Listed {
+                items: self.items,
+                resource_version,
+                reused: self.reused,
+                shard_echoed,
+                shard_dropped: self.dropped,
+            },
+            continue_token,
+        }
+    }
+}
+
 /// One list page.
 struct Page<K> {
     listed: Listed<K>,
@@ -655,27 +683,16 @@ impl<K: Resource + 'static> Reflector<K> {
             client,
             store,
             dyntype,
-            namespace: None,
-            label_selector: None,
-            field_selector: None,
-            page_size: 0,
-            use_watch_list: true,
+            options: ListOptions::default(),
             resync_period: None,
             min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
-            watch_idle_timeout: None,
             backoff: BackoffConfig::default(),
-            object_options: ObjectOptions::default(),
             name: None,
             handler: None,
             metrics: Arc::new(NoopMetricsProvider),
             max_internal_error_retry_duration: Duration::ZERO,
             max_event_size: DEFAULT_MAX_FRAME,
-            timeouts: RequestTimeouts::default(),
-            max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
-            max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
             resume_from: None,
-            wire_format: WireFormat::Auto,
-            shard_selector: None,
         }
     }
 }
@@ -788,7 +805,7 @@ impl<K> Reflector<K> {
     fn report(&self, e: &ReflectorError) {
         self.metrics.error(e.reason());
         // server-provided text is in there: bounded
-        let shown = Truncated(e, MAX_LOGGED_ERROR);
+        let shown = Truncated(&ErrorChain(e), MAX_LOGGED_ERROR);
         match e.reason() {
             ErrorReason::Expired => debug!(error = %shown, "watch closed"),
             ErrorReason::BadEvent => warn!(error = %shown, "skipped an event"),
@@ -1011,7 +1028,7 @@ impl<K> Reflector<K> {
                     if e.api_error().is_some_and(ApiError::is_invalid) {
                         st.watch_list_unsupported = true;
                         if !self.fallback_logged.swap(true, Ordering::Relaxed) {
-                            warn!(error = %Truncated(&e, MAX_LOGGED_ERROR), "the apiserver does not support streaming lists (sendInitialEvents); falling back to list + watch");
+                            warn!(error = %Truncated(&ErrorChain(&e), MAX_LOGGED_ERROR), "the apiserver does not support streaming lists (sendInitialEvents); falling back to list + watch");
                         }
                     } else if matches!(e, ReflectorError::InitialEventsTooLarge { .. }) {
                         // a paged list would hold the same collection:
@@ -1019,7 +1036,7 @@ impl<K> Reflector<K> {
                         return Err(e);
                     } else {
                         self.metrics.error(e.reason());
-                        warn!(error = %Truncated(&e, MAX_LOGGED_ERROR), "the streaming list failed; falling back to list + watch for this attempt");
+                        warn!(error = %Truncated(&ErrorChain(&e), MAX_LOGGED_ERROR), "the streaming list failed; falling back to list + watch for this attempt");
                     }
                 }
             }
@@ -1121,7 +1138,7 @@ impl<K> Reflector<K> {
                 && (e.is_expired() || e.is_too_large_resource_version())
             {
                 self.metrics.error(e.reason());
-                info!(error = %Truncated(e, MAX_LOGGED_ERROR), "resourceVersion unavailable; listing again from the newest state");
+                info!(error = %Truncated(&ErrorChain(e), MAX_LOGGED_ERROR), "resourceVersion unavailable; listing again from the newest state");
                 st.rv_unavailable = true;
                 result = self.paged_list(st, "").await;
             }
@@ -1171,7 +1188,7 @@ impl<K> Reflector<K> {
         loop {
             match self.list_page(rv, limit, cont.as_deref()).await {
                 Err(e) if e.is_expired() && cont.is_some() => {
-                    info!(error = %Truncated(&e, MAX_LOGGED_ERROR), "the continue token expired; doing one full list");
+                    info!(error = %Truncated(&ErrorChain(&e), MAX_LOGGED_ERROR), "the continue token expired; doing one full list");
                     // the pages so far are dropped before the full list
                     drop(items);
                     let page = self.list_page(rv, None, None).await?;
@@ -1300,70 +1317,27 @@ impl<K> Reflector<K> {
             source: ListBodyError::Json(e),
         };
         let mut page = JsonPage::new();
-        let mut items = Vec::new();
-        let mut reused = 0;
-        let mut dropped = 0;
-        let mut malformed = None;
-        let read = read_body_with(content_length, stream, limits, |chunk| {
+        let feed = |chunk, acc: &mut PageItems<K>| -> Result<(), serde_json::Error> {
             page.push(chunk);
-            loop {
-                match page.next(&self.decoder) {
-                    Ok(Some(obj)) => {
-                        if !self.in_shard(&obj) {
-                            dropped += 1;
-                            continue;
-                        }
-                        let (obj, r) = self.reuse(obj);
-                        reused += usize::from(r);
-                        items.push(obj);
-                    }
-                    Ok(None) => return true,
-                    Err(e) => {
-                        malformed = Some(e);
-                        return false;
-                    }
-                }
+            while let Some(obj) = page.next(&self.decoder)? {
+                self.keep(acc, obj);
             }
-        })
-        .await;
-        match read {
-            Ok(()) => {}
-            Err(BodyError::Stopped) => {
-                return Err(match malformed {
-                    Some(e) => invalid(e),
-                    None => self.list_body_error(BodyError::Stopped),
-                });
-            }
-            Err(e) => return Err(self.list_body_error(e)),
-        }
+            Ok(())
+        };
+        let mut acc = self
+            .read_list_page(content_length, stream, limits, feed, invalid)
+            .await?;
         let end = page.finish(&self.decoder).map_err(invalid)?;
         // items the envelope held itself (not a literal "items" array)
         for obj in end.items {
-            if !self.in_shard(&obj) {
-                dropped += 1;
-                continue;
-            }
-            let (obj, r) = self.reuse(obj);
-            reused += usize::from(r);
-            items.push(obj);
+            self.keep(&mut acc, obj);
         }
-        for bad in end.skipped {
-            self.report(&ReflectorError::BadEvent {
-                op: Operation::List,
-                resource: self.resource.clone(),
-                source: bad,
-            });
-        }
-        Ok(Page {
-            listed: Listed {
-                items,
-                resource_version: end.resource_version,
-                reused,
-                shard_echoed: self.is_shard_echo(end.shard_selector.as_deref()),
-                shard_dropped: dropped,
-            },
-            continue_token: end.continue_token,
-        })
+        self.report_skipped(end.skipped);
+        Ok(acc.into_page(
+            end.resource_version,
+            self.is_shard_echo(end.shard_selector.as_deref()),
+            end.continue_token,
+        ))
     }
 
     /// One protobuf list page, read as it arrives: each item is cut,
@@ -1381,49 +1355,84 @@ impl<K> Reflector<K> {
             source: ListBodyError::Protobuf(e),
         };
         let mut reader = ListReader::new();
-        let mut items = Vec::new();
         let mut skipped = Vec::new();
-        let mut reused = 0;
-        let mut dropped = 0;
+        let feed = |chunk, acc: &mut PageItems<K>| -> Result<(), WireError> {
+            reader.push(chunk);
+            while let Some(item) = reader.next_item()? {
+                let Some(tm) = reader.item_type() else {
+                    continue;
+                };
+                match self.decoder.decode_protobuf_item(item, tm) {
+                    Ok(obj) => self.keep(acc, obj),
+                    Err(bad) => skipped.push(bad),
+                }
+            }
+            Ok(())
+        };
+        let acc = self
+            .read_list_page(content_length, stream, limits, feed, invalid)
+            .await?;
+        let summary = reader.finish().map_err(invalid)?;
+        self.report_skipped(skipped);
+        Ok(acc.into_page(
+            summary.resource_version,
+            self.is_shard_echo(summary.shard_selector.as_deref()),
+            (!summary.continue_token.is_empty()).then_some(summary.continue_token),
+        ))
+    }
+
+    /// Reads a list page body within `limits`, handing each chunk to
+    /// `feed` (which parses it and [`keep`](Self::keep)s the items it
+    /// completes); a malformed body (`feed`'s error) fails the page as
+    /// `invalid` says, any other body failure as a list body error.
+    async fn read_list_page<E>(
+        &self,
+        content_length: Option<u64>,
+        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
+        limits: BodyLimits,
+        mut feed: impl FnMut(Bytes, &mut PageItems<K>) -> Result<(), E>,
+        invalid: impl Fn(E) -> ReflectorError,
+    ) -> Result<PageItems<K>, ReflectorError> {
+        let mut acc = PageItems {
+            items: Vec::new(),
+            reused: 0,
+            dropped: 0,
+        };
         let mut malformed = None;
         let read = read_body_with(content_length, stream, limits, |chunk| {
-            reader.push(chunk);
-            loop {
-                match reader.next_item() {
-                    Ok(Some(item)) => {
-                        let Some(tm) = reader.item_type() else {
-                            continue;
-                        };
-                        match self.decoder.decode_protobuf_item(item, tm) {
-                            Ok(obj) if !self.in_shard(&obj) => dropped += 1,
-                            Ok(obj) => {
-                                let (obj, r) = self.reuse(obj);
-                                reused += usize::from(r);
-                                items.push(obj);
-                            }
-                            Err(bad) => skipped.push(bad),
-                        }
-                    }
-                    Ok(None) => return true,
-                    Err(e) => {
-                        malformed = Some(e);
-                        return false;
-                    }
+            match feed(chunk, &mut acc) {
+                Ok(()) => true,
+                Err(e) => {
+                    malformed = Some(e);
+                    false
                 }
             }
         })
         .await;
         match read {
-            Ok(()) => {}
-            Err(BodyError::Stopped) => {
-                return Err(match malformed {
-                    Some(e) => invalid(e),
-                    None => self.list_body_error(BodyError::Stopped),
-                });
-            }
-            Err(e) => return Err(self.list_body_error(e)),
+            Ok(()) => Ok(acc),
+            Err(BodyError::Stopped) => Err(match malformed {
+                Some(e) => invalid(e),
+                None => self.list_body_error(BodyError::Stopped),
+            }),
+            Err(e) => Err(self.list_body_error(e)),
         }
-        let summary = reader.finish().map_err(invalid)?;
+    }
+
+    /// Adds a list item to the page, unless it is outside the shard; an
+    /// unchanged object is swapped for the store's copy.
+    fn keep(&self, acc: &mut PageItems<K>, obj: CachedObject<K>) {
+        if !self.in_shard(&obj) {
+            acc.dropped += 1;
+            return;
+        }
+        let (obj, r) = self.reuse(obj);
+        acc.reused += usize::from(r);
+        acc.items.push(obj);
+    }
+
+    /// Reports the list items that were skipped.
+    fn report_skipped(&self, skipped: Vec<BadEvent>) {
         for bad in skipped {
             self.report(&ReflectorError::BadEvent {
                 op: Operation::List,
@@ -1431,16 +1440,6 @@ impl<K> Reflector<K> {
                 source: bad,
             });
         }
-        Ok(Page {
-            listed: Listed {
-                items,
-                resource_version: summary.resource_version,
-                reused,
-                shard_echoed: self.is_shard_echo(summary.shard_selector.as_deref()),
-                shard_dropped: dropped,
-            },
-            continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
-        })
     }
 
     /// Sends a request within the response-headers deadline. A request
@@ -1784,7 +1783,7 @@ impl<K> Reflector<K> {
                 }
                 Some(Err(e)) => {
                     if is_probable_eof(&e) {
-                        debug!(error = %Truncated(&e, MAX_LOGGED_ERROR), "watch stream ended");
+                        debug!(error = %Truncated(&ErrorChain(&e), MAX_LOGGED_ERROR), "watch stream ended");
                         break;
                     }
                     return Err(ReflectorError::Body {

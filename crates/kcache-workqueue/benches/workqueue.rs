@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kcache_workqueue::{WorkQueue, default_controller_rate_limiter};
+use kcache_workqueue::{QueueItem, WorkQueue, default_controller_rate_limiter};
 
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -24,39 +24,29 @@ fn paused_current_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// `iters` times on a new queue, timed: add `item(i)`, get it, mark it done.
+async fn one_worker<T: QueueItem>(iters: u64, item: impl Fn(u64) -> T) -> Duration {
+    let q: WorkQueue<T> = WorkQueue::new();
+    let start = Instant::now();
+    for i in 0..iters {
+        q.add(item(i));
+        let got = q.get().await.unwrap();
+        q.done(&got);
+    }
+    start.elapsed()
+}
+
 /// One worker: add an item, get it, mark it done.
 fn add_get_done_1_worker(c: &mut Criterion) {
     let rt = current_thread();
     let mut g = c.benchmark_group("add_get_done");
     g.throughput(Throughput::Elements(1));
     g.bench_function("1_worker", |b| {
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let q: WorkQueue<u64> = WorkQueue::new();
-                let start = Instant::now();
-                for i in 0..iters {
-                    q.add(black_box(i));
-                    let item = q.get().await.unwrap();
-                    q.done(&item);
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| rt.block_on(one_worker(iters, black_box)))
     });
     g.bench_function("1_worker_string_keys", |b| {
         let keys: Vec<String> = (0..1024).map(|i| format!("default/pod-{i}")).collect();
-        b.iter_custom(|iters| {
-            rt.block_on(async {
-                let q: WorkQueue<String> = WorkQueue::new();
-                let start = Instant::now();
-                for i in 0..iters {
-                    q.add(keys[(i % 1024) as usize].clone());
-                    let item = q.get().await.unwrap();
-                    q.done(&item);
-                }
-                start.elapsed()
-            })
-        })
+        b.iter_custom(|iters| rt.block_on(one_worker(iters, |i| keys[(i % 1024) as usize].clone())))
     });
     g.finish();
 }
@@ -127,6 +117,25 @@ fn delay_of(i: u64) -> Duration {
     Duration::from_millis(1_000 + (i.wrapping_mul(0x9E37_79B9) % 3_599_000))
 }
 
+/// Runs `iters` iterations on `rt` in batches of at most [`WAITING`]:
+/// `batch(n)` runs `n` and returns the time it measured.
+fn in_batches(
+    rt: &tokio::runtime::Runtime,
+    iters: u64,
+    mut batch: impl AsyncFnMut(u64) -> Duration,
+) -> Duration {
+    rt.block_on(async {
+        let mut total = Duration::ZERO;
+        let mut done = 0;
+        while done < iters {
+            let n = (iters - done).min(WAITING);
+            total += batch(n).await;
+            done += n;
+        }
+        total
+    })
+}
+
 /// `add_after` of new items into a queue already holding 10k waiting
 /// items; and 10k waiting items becoming ready and being processed.
 fn add_after_10k_waiting(c: &mut Criterion) {
@@ -135,48 +144,34 @@ fn add_after_10k_waiting(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("insert", |b| {
         b.iter_custom(|iters| {
-            rt.block_on(async {
-                let mut total = Duration::ZERO;
-                let mut done = 0;
-                while done < iters {
-                    // Untimed: a fresh queue with 10k waiting items.
-                    let q: WorkQueue<u64> = WorkQueue::new();
-                    for i in 0..WAITING {
-                        q.add_after(i, delay_of(i));
-                    }
-                    let n = (iters - done).min(WAITING);
-                    let start = Instant::now();
-                    for i in WAITING..WAITING + n {
-                        q.add_after(black_box(i), delay_of(i));
-                    }
-                    total += start.elapsed();
-                    done += n;
+            in_batches(&rt, iters, async |n| {
+                // Untimed: a fresh queue with 10k waiting items.
+                let q: WorkQueue<u64> = WorkQueue::new();
+                for i in 0..WAITING {
+                    q.add_after(i, delay_of(i));
                 }
-                total
+                let start = Instant::now();
+                for i in WAITING..WAITING + n {
+                    q.add_after(black_box(i), delay_of(i));
+                }
+                start.elapsed()
             })
         })
     });
     g.bench_function("fire_get_done", |b| {
         b.iter_custom(|iters| {
-            rt.block_on(async {
-                let mut total = Duration::ZERO;
-                let mut done = 0;
-                while done < iters {
-                    let q: WorkQueue<u64> = WorkQueue::new();
-                    let n = (iters - done).min(WAITING);
-                    for i in 0..n {
-                        q.add_after(i, delay_of(i));
-                    }
-                    tokio::time::advance(Duration::from_secs(3_601)).await;
-                    let start = Instant::now();
-                    for _ in 0..n {
-                        let item = q.get().await.unwrap();
-                        q.done(&item);
-                    }
-                    total += start.elapsed();
-                    done += n;
+            in_batches(&rt, iters, async |n| {
+                let q: WorkQueue<u64> = WorkQueue::new();
+                for i in 0..n {
+                    q.add_after(i, delay_of(i));
                 }
-                total
+                tokio::time::advance(Duration::from_secs(3_601)).await;
+                let start = Instant::now();
+                for _ in 0..n {
+                    let item = q.get().await.unwrap();
+                    q.done(&item);
+                }
+                start.elapsed()
             })
         })
     });

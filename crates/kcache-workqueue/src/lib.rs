@@ -135,10 +135,6 @@ mod ready;
 mod waiters;
 
 pub use error::{BuildError, RateLimiterError};
-/// The `governor` crate, for its [`Quota`](governor::Quota) and clocks (such as
-/// [`FakeRelativeClock`](governor::clock::FakeRelativeClock)) used by
-/// [`BucketRateLimiter`].
-pub use governor;
 pub use metrics::{MetricsProvider, NoopMetricsProvider};
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]

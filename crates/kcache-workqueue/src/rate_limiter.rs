@@ -8,12 +8,9 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
-use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use governor::Quota;
-use governor::clock::{Clock, DefaultClock, Reference};
 use parking_lot::Mutex;
 
 use crate::error::RateLimiterError;
@@ -62,29 +59,23 @@ pub trait RateLimiter<T>: Send + Sync {
     fn num_requeues(&self, item: &T) -> u32;
 }
 
-impl<T, R: RateLimiter<T> + ?Sized> RateLimiter<T> for Arc<R> {
-    fn when(&self, item: &T) -> Duration {
-        (**self).when(item)
-    }
-    fn forget(&self, item: &T) {
-        (**self).forget(item)
-    }
-    fn num_requeues(&self, item: &T) -> u32 {
-        (**self).num_requeues(item)
-    }
+/// A shared or boxed rate limiter is a rate limiter.
+macro_rules! forward_rate_limiter {
+    ($($ptr:ident),*) => {$(
+        impl<T, R: RateLimiter<T> + ?Sized> RateLimiter<T> for $ptr<R> {
+            fn when(&self, item: &T) -> Duration {
+                (**self).when(item)
+            }
+            fn forget(&self, item: &T) {
+                (**self).forget(item)
+            }
+            fn num_requeues(&self, item: &T) -> u32 {
+                (**self).num_requeues(item)
+            }
+        }
+    )*};
 }
-
-impl<T, R: RateLimiter<T> + ?Sized> RateLimiter<T> for Box<R> {
-    fn when(&self, item: &T) -> Duration {
-        (**self).when(item)
-    }
-    fn forget(&self, item: &T) {
-        (**self).forget(item)
-    }
-    fn num_requeues(&self, item: &T) -> u32 {
-        (**self).num_requeues(item)
-    }
-}
+forward_rate_limiter!(Arc, Box);
 
 /// The rate limiter client-go uses for controllers:
 /// `MaxOf(ItemExponentialFailure(5 ms, 1000 s), Bucket(10 qps, burst 100))`.
@@ -331,42 +322,83 @@ impl<T> RateLimiter<T> for WithMaxWaitRateLimiter<T> {
     }
 }
 
+/// The monotonic time a [`BucketRateLimiter`] reads.
+///
+/// [`MonotonicClock`] (the default) reads [`std::time::Instant`]; a test
+/// implements this trait with a clock it advances by hand (see
+/// [`BucketRateLimiter`]).
+pub trait Clock: Send + Sync {
+    /// The time elapsed since this clock's fixed origin; never decreases.
+    fn now(&self) -> Duration;
+}
+
+/// The real monotonic clock: the time since the clock was created, read
+/// from [`std::time::Instant`].
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    origin: Instant,
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+}
+
 /// An overall token bucket shared by all items (client-go's
-/// `BucketRateLimiter` over Go's `rate.Limiter`), configured by a governor
-/// [`Quota`] and reading a governor [`Clock`].
+/// `BucketRateLimiter` over Go's `rate.Limiter`): `qps` tokens per second,
+/// at most `burst` at once, as client-go's
+/// `&BucketRateLimiter{Limiter: rate.NewLimiter(rate.Limit(10), 100)}` is
+/// `BucketRateLimiter::new(10.0, 100)`.
 ///
 /// Every call to [`when`](RateLimiter::when) takes a token. While the bucket
 /// has tokens the wait is zero; once it is empty each call *reserves* the
 /// next future token and returns the time until it, so `n` calls on an empty
 /// bucket of rate `r` wait `1/r, 2/r, ..., n/r`, exactly like Go's
 /// `rate.Limiter.Reserve().Delay()`, instead of all waiting for the same
-/// token. (governor's own limiter only answers "not until", without booking
-/// the token, so the reservation arithmetic, GCRA, is done here.)
+/// token (the reservation arithmetic is GCRA).
 ///
 /// `forget` does nothing and `num_requeues` is always 0: the bucket does not
 /// track items.
 ///
-/// The clock is governor's ([`DefaultClock`] by default), not tokio's: use
-/// [`with_clock`](BucketRateLimiter::with_clock) and
-/// [`governor::clock::FakeRelativeClock`] for deterministic tests:
+/// The clock is a [`Clock`] ([`MonotonicClock`] by default), not tokio's:
+/// use [`with_clock`](BucketRateLimiter::with_clock) and a clock advanced
+/// by hand for deterministic tests:
 ///
 /// ```
+/// use std::sync::{Arc, Mutex};
 /// use std::time::Duration;
 /// use kcache_workqueue::BucketRateLimiter;
-/// use kcache_workqueue::governor::clock::FakeRelativeClock;
+/// use kcache_workqueue::rate_limiter::Clock;
 ///
-/// let clock = FakeRelativeClock::default();
+/// #[derive(Clone, Default)]
+/// struct ManualClock(Arc<Mutex<Duration>>);
+/// impl Clock for ManualClock {
+///     fn now(&self) -> Duration {
+///         *self.0.lock().unwrap()
+///     }
+/// }
+///
+/// let clock = ManualClock::default();
 /// let bucket = BucketRateLimiter::with_clock(10.0, 2, clock.clone()).unwrap();
 /// assert_eq!(bucket.reserve(), Duration::ZERO); // the burst of 2
 /// assert_eq!(bucket.reserve(), Duration::ZERO);
 /// assert_eq!(bucket.reserve(), Duration::from_millis(100)); // booked
 /// assert_eq!(bucket.reserve(), Duration::from_millis(200));
-/// clock.advance(Duration::from_millis(250));
+/// *clock.0.lock().unwrap() += Duration::from_millis(250);
 /// assert_eq!(bucket.reserve(), Duration::from_millis(50));
 /// ```
-pub struct BucketRateLimiter<C: Clock = DefaultClock> {
+pub struct BucketRateLimiter<C: Clock = MonotonicClock> {
     clock: C,
-    start: C::Instant,
+    start: Duration,
     /// Nanoseconds per token.
     interval: u64,
     /// Nanoseconds the bucket may run ahead: `burst * interval`.
@@ -384,22 +416,21 @@ impl<C: Clock> fmt::Debug for BucketRateLimiter<C> {
     }
 }
 
-impl Default for BucketRateLimiter<DefaultClock> {
+impl Default for BucketRateLimiter<MonotonicClock> {
     /// 10 tokens per second, burst of 100 (client-go's default).
     fn default() -> Self {
-        let quota = Quota::per_second(NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN))
-            .allow_burst(NonZeroU32::new(100).unwrap_or(NonZeroU32::MIN));
-        Self::from_quota(quota, DefaultClock::default())
+        Self::from_interval(Duration::from_millis(100), 100, MonotonicClock::default())
     }
 }
 
-impl BucketRateLimiter<DefaultClock> {
+impl BucketRateLimiter<MonotonicClock> {
     /// A bucket refilled at `qps` tokens per second holding at most `burst`.
     ///
     /// Fails when `qps` is not a positive finite number (or is so small that
-    /// one token takes longer than `Duration::MAX`) or `burst` is 0.
+    /// one token takes longer than `Duration::MAX`, or so large that a token
+    /// takes less than a nanosecond) or `burst` is 0.
     pub fn new(qps: f64, burst: u32) -> Result<Self, RateLimiterError> {
-        Self::with_clock(qps, burst, DefaultClock::default())
+        Self::with_clock(qps, burst, MonotonicClock::default())
     }
 }
 
@@ -409,20 +440,20 @@ impl<C: Clock> BucketRateLimiter<C> {
         if !(qps.is_finite() && qps > 0.0) {
             return Err(RateLimiterError::InvalidQps(qps));
         }
-        let burst = NonZeroU32::new(burst).ok_or(RateLimiterError::ZeroBurst)?;
+        if burst == 0 {
+            return Err(RateLimiterError::ZeroBurst);
+        }
         let period = Duration::try_from_secs_f64(1.0 / qps)
-            .map_err(|_| RateLimiterError::InvalidQps(qps))?;
-        let quota = Quota::with_period(period)
-            .ok_or(RateLimiterError::InvalidQps(qps))?
-            .allow_burst(burst);
-        Ok(Self::from_quota(quota, clock))
+            .ok()
+            .filter(|p| !p.is_zero())
+            .ok_or(RateLimiterError::InvalidQps(qps))?;
+        Ok(Self::from_interval(period, burst, clock))
     }
 
-    /// A bucket for a governor [`Quota`] (one token per
-    /// `replenish_interval`, at most `burst_size`), reading time from `clock`.
-    pub fn from_quota(quota: Quota, clock: C) -> Self {
-        let interval = u64::try_from(quota.replenish_interval().as_nanos()).unwrap_or(u64::MAX);
-        let tolerance = interval.saturating_mul(u64::from(quota.burst_size().get()));
+    /// One token per `period`, at most `burst` (not 0) at once.
+    fn from_interval(period: Duration, burst: u32, clock: C) -> Self {
+        let interval = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
+        let tolerance = interval.saturating_mul(u64::from(burst));
         Self {
             start: clock.now(),
             clock,
@@ -434,7 +465,8 @@ impl<C: Clock> BucketRateLimiter<C> {
 
     /// Takes one token and returns how long the caller must wait for it.
     pub fn reserve(&self) -> Duration {
-        let now = self.clock.now().duration_since(self.start).as_u64();
+        let elapsed = self.clock.now().saturating_sub(self.start);
+        let now = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         let mut tat = self.tat.lock();
         // The bucket is full when `tat <= now`; each token moves `tat` one
         // interval on; a token is free while `tat - tolerance <= now`.
@@ -444,7 +476,7 @@ impl<C: Clock> BucketRateLimiter<C> {
     }
 }
 
-impl<T, C: Clock + Send + Sync> RateLimiter<T> for BucketRateLimiter<C> {
+impl<T, C: Clock> RateLimiter<T> for BucketRateLimiter<C> {
     fn when(&self, _item: &T) -> Duration {
         self.reserve()
     }

@@ -1,9 +1,12 @@
 //! Delays: client-go's delaying_queue_test.go scenarios and more. All on
 //! tokio's paused clock, with exact expected delays.
 
+mod common;
+
 use std::collections::HashSet;
 use std::time::Duration;
 
+use common::spawn_getters;
 use kcache_workqueue::WorkQueue;
 use tokio::time::{Instant, advance};
 
@@ -161,12 +164,7 @@ async fn many_ready_at_once() {
 #[tokio::test(start_paused = true)]
 async fn several_getters_woken_together() {
     let q: WorkQueue<u32> = WorkQueue::new();
-    let getters: Vec<_> = (0..5)
-        .map(|_| {
-            let q = q.clone();
-            tokio::spawn(async move { q.get().await })
-        })
-        .collect();
+    let getters = spawn_getters(&q, 5);
     tokio::task::yield_now().await;
     for i in 0..5 {
         q.add_after(i, 10 * MS);

@@ -11,7 +11,7 @@ use kcache_workqueue::metrics::{
 };
 use kcache_workqueue::{
     AddOpts, BuildError, ItemExponentialFailureRateLimiter, NoopMetricsProvider,
-    PrometheusMetricsProvider, WorkQueue,
+    PrometheusMetricsProvider, QueueItem, WorkQueue, WorkQueueBuilder,
 };
 use tokio::task::yield_now;
 use tokio::time::advance;
@@ -164,13 +164,9 @@ async fn wait_for_sets(mp: &TestProvider, n: usize) {
 /// client-go TestMetrics, with exact values (updates every 1 ms).
 #[tokio::test(start_paused = true)]
 async fn metrics_exact_values() {
-    let mp = TestProvider::default();
-    let q: WorkQueue<&str> = WorkQueue::builder()
-        .name("test")
-        .metrics(mp.clone())
-        .unfinished_work_update_period(Duration::from_millis(1))
-        .build()
-        .unwrap();
+    let (mp, q) = metered_with::<&str>("test", |b| {
+        b.unfinished_work_update_period(Duration::from_millis(1))
+    });
     {
         let created = &mp.0.lock().unwrap().created;
         assert_eq!(created.len(), 7);
@@ -226,13 +222,9 @@ async fn metrics_exact_values() {
 
 #[tokio::test(start_paused = true)]
 async fn unfinished_work_sums_and_longest_is_oldest() {
-    let mp = TestProvider::default();
-    let q: WorkQueue<u8> = WorkQueue::builder()
-        .name("sum")
-        .metrics(mp.clone())
-        .unfinished_work_update_period(Duration::from_millis(100))
-        .build()
-        .unwrap();
+    let (mp, q) = metered_with::<u8>("sum", |b| {
+        b.unfinished_work_update_period(Duration::from_millis(100))
+    });
     q.add(1);
     q.add(2);
     q.get().await.unwrap(); // starts at 0
@@ -248,13 +240,9 @@ async fn unfinished_work_sums_and_longest_is_oldest() {
 
 #[tokio::test(start_paused = true)]
 async fn retries_count_every_delaying_add() {
-    let mp = TestProvider::default();
-    let q: WorkQueue<&str> = WorkQueue::builder()
-        .name("retries")
-        .metrics(mp.clone())
-        .rate_limiter(ItemExponentialFailureRateLimiter::new(US, US))
-        .build()
-        .unwrap();
+    let (mp, q) = metered_with::<&str>("retries", |b| {
+        b.rate_limiter(ItemExponentialFailureRateLimiter::new(US, US))
+    });
     q.add("a");
     assert_eq!(mp.value("retries"), 0.0);
     q.add_after("a", Duration::ZERO); // client-go counts a zero AddAfter too
@@ -287,12 +275,7 @@ async fn retries_count_every_delaying_add() {
 /// queue duration is measured from its ready time.
 #[tokio::test(start_paused = true)]
 async fn delayed_items_count_when_ready() {
-    let mp = TestProvider::default();
-    let q: WorkQueue<&str> = WorkQueue::builder()
-        .name("delayed")
-        .metrics(mp.clone())
-        .build()
-        .unwrap();
+    let (mp, q) = metered::<&str>("delayed");
     q.add_after("a", Duration::from_millis(10));
     assert_eq!(mp.value("depth"), 0.0);
     assert_eq!(mp.value("adds"), 0.0);
@@ -309,12 +292,7 @@ async fn delayed_items_count_when_ready() {
 /// worker is busy and nobody calls the queue.
 #[tokio::test(start_paused = true)]
 async fn depth_updates_without_callers() {
-    let mp = TestProvider::default();
-    let q: WorkQueue<&str> = WorkQueue::builder()
-        .name("depth")
-        .metrics(mp.clone())
-        .build()
-        .unwrap();
+    let (mp, q) = metered::<&str>("depth");
     q.add_after("a", Duration::from_millis(10));
     let sets = mp.sets("unfinished");
     advance(Duration::from_millis(500)).await;
@@ -368,14 +346,32 @@ fn alive_tasks() -> usize {
         .num_alive_tasks()
 }
 
+/// A queue named `name` recording into a fresh [`TestProvider`].
+fn metered<T: QueueItem>(name: &str) -> (TestProvider, WorkQueue<T>) {
+    metered_with(name, |b| b)
+}
+
+/// [`metered`], with more builder settings.
+fn metered_with<T: QueueItem>(
+    name: &str,
+    settings: impl FnOnce(WorkQueueBuilder<T>) -> WorkQueueBuilder<T>,
+) -> (TestProvider, WorkQueue<T>) {
+    let mp = TestProvider::default();
+    let q = settings(WorkQueue::builder().name(name).metrics(mp.clone()))
+        .build()
+        .unwrap();
+    (mp, q)
+}
+
 async fn settle() {
     for _ in 0..20 {
         yield_now().await;
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn updater_task_ends_at_shut_down() {
+/// A queue with metrics runs one updater task, which ends after `end`
+/// (the queue `end` returns is kept alive until then).
+async fn assert_updater_task_ends(end: fn(WorkQueue<u8>) -> Option<WorkQueue<u8>>) {
     let before = alive_tasks();
     let q: WorkQueue<u8> = WorkQueue::builder()
         .name("task")
@@ -384,24 +380,28 @@ async fn updater_task_ends_at_shut_down() {
         .unwrap();
     settle().await;
     assert_eq!(alive_tasks(), before + 1);
-    q.shut_down();
+    let kept = end(q);
     settle().await;
     assert_eq!(alive_tasks(), before);
+    drop(kept);
+}
+
+#[tokio::test(start_paused = true)]
+async fn updater_task_ends_at_shut_down() {
+    assert_updater_task_ends(|q| {
+        q.shut_down();
+        Some(q)
+    })
+    .await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn updater_task_ends_when_queue_dropped() {
-    let before = alive_tasks();
-    let q: WorkQueue<u8> = WorkQueue::builder()
-        .name("task")
-        .metrics(TestProvider::default())
-        .build()
-        .unwrap();
-    settle().await;
-    assert_eq!(alive_tasks(), before + 1);
-    drop(q);
-    settle().await;
-    assert_eq!(alive_tasks(), before);
+    assert_updater_task_ends(|q| {
+        drop(q);
+        None
+    })
+    .await;
 }
 
 #[tokio::test(start_paused = true)]

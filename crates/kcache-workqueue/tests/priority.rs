@@ -12,6 +12,14 @@ fn prio(p: i32) -> AddOpts {
     AddOpts::priority(p)
 }
 
+/// Priority `p`, ready after `after`.
+fn prio_after(p: i32, after: Duration) -> AddOpts {
+    AddOpts {
+        after: Some(after),
+        ..prio(p)
+    }
+}
+
 async fn drain<T: std::hash::Hash + Eq + Clone + Send + Sync + 'static>(
     q: &WorkQueue<T>,
 ) -> Vec<T> {
@@ -43,13 +51,7 @@ async fn higher_priority_first() {
 #[tokio::test(start_paused = true)]
 async fn fifo_within_priority_by_ready_time() {
     for q in [WorkQueue::new(), strict()] {
-        q.add_with_opts(
-            "a",
-            AddOpts {
-                after: Some(20 * MS),
-                ..prio(1)
-            },
-        );
+        q.add_with_opts("a", prio_after(1, 20 * MS));
         q.add_with_opts("b", prio(1));
         advance(30 * MS).await;
         q.add_with_opts("c", prio(1));
@@ -78,27 +80,9 @@ async fn readd_keeps_highest_priority() {
 #[tokio::test(start_paused = true)]
 async fn readd_keeps_earliest_ready_time() {
     let q = strict();
-    q.add_with_opts(
-        "a",
-        AddOpts {
-            after: Some(50 * MS),
-            ..prio(0)
-        },
-    );
-    q.add_with_opts(
-        "a",
-        AddOpts {
-            after: Some(10 * MS),
-            ..prio(0)
-        },
-    );
-    q.add_with_opts(
-        "a",
-        AddOpts {
-            after: Some(100 * MS),
-            ..prio(0)
-        },
-    );
+    q.add_with_opts("a", prio_after(0, 50 * MS));
+    q.add_with_opts("a", prio_after(0, 10 * MS));
+    q.add_with_opts("a", prio_after(0, 100 * MS));
     advance(10 * MS).await;
     assert_eq!(q.len(), 1);
     assert_eq!(q.get().await, Some("a"));
@@ -110,20 +94,8 @@ async fn readd_keeps_earliest_ready_time() {
 #[tokio::test(start_paused = true)]
 async fn delayed_item_keeps_priority() {
     let q = strict();
-    q.add_with_opts(
-        "a",
-        AddOpts {
-            after: Some(10 * MS),
-            ..prio(7)
-        },
-    );
-    q.add_with_opts(
-        "a",
-        AddOpts {
-            after: Some(20 * MS),
-            ..prio(1)
-        },
-    );
+    q.add_with_opts("a", prio_after(7, 10 * MS));
+    q.add_with_opts("a", prio_after(1, 20 * MS));
     q.add_with_opts("b", prio(3));
     advance(10 * MS).await;
     assert_eq!(drain(&q).await, ["a", "b"]);

@@ -1,9 +1,12 @@
 //! Basic queue rules: client-go's queue_test.go scenarios and more.
 
+mod common;
+
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::spawn_getters;
 use kcache_workqueue::WorkQueue;
 use tokio::task::yield_now;
 
@@ -262,12 +265,7 @@ async fn add_ignored_after_shut_down() {
 #[tokio::test(start_paused = true)]
 async fn shut_down_wakes_waiting_getters() {
     let q: WorkQueue<u32> = WorkQueue::new();
-    let getters: Vec<_> = (0..4)
-        .map(|_| {
-            let q = q.clone();
-            tokio::spawn(async move { q.get().await })
-        })
-        .collect();
+    let getters = spawn_getters(&q, 4);
     settle().await;
     q.shut_down();
     for g in getters {

@@ -1,10 +1,11 @@
 //! Rate limiters and the rate-limited queue: client-go's
 //! default_rate_limiters_test.go and rate_limiting_queue_test.go.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use governor::clock::FakeRelativeClock;
+use kcache_workqueue::rate_limiter::Clock;
 use kcache_workqueue::{
     AddOpts, BucketRateLimiter, ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter,
     MaxOfRateLimiter, RateLimiter, RateLimiterError, WithMaxWaitRateLimiter, WorkQueue,
@@ -14,6 +15,23 @@ use tokio::time::advance;
 
 const MS: Duration = Duration::from_millis(1);
 const US: Duration = Duration::from_micros(1);
+
+/// A [`Clock`] the test advances by hand.
+#[derive(Clone, Default)]
+struct FakeClock(Arc<AtomicU64>);
+
+impl FakeClock {
+    fn advance(&self, by: Duration) {
+        let nanos = u64::try_from(by.as_nanos()).unwrap();
+        self.0.fetch_add(nanos, Ordering::SeqCst);
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::SeqCst))
+    }
+}
 
 /// Asserts that `item` becomes ready exactly `d` from now, then takes it.
 async fn assert_ready_after<
@@ -153,11 +171,17 @@ fn default_item_based_is_1ms_to_1000s() {
 #[test]
 fn item_fast_slow() {
     let l = ItemFastSlowRateLimiter::new(5 * MS, Duration::from_secs(10), 3);
+    assert_fast_then_slow(&l, Duration::from_secs(10));
+}
+
+/// Three retries of 5 ms then `slow`, counted per item; `forget` starts
+/// an item over.
+fn assert_fast_then_slow(l: &impl RateLimiter<&'static str>, slow: Duration) {
     assert_eq!(l.when(&"one"), 5 * MS);
     assert_eq!(l.when(&"one"), 5 * MS);
     assert_eq!(l.when(&"one"), 5 * MS);
-    assert_eq!(l.when(&"one"), Duration::from_secs(10));
-    assert_eq!(l.when(&"one"), Duration::from_secs(10));
+    assert_eq!(l.when(&"one"), slow);
+    assert_eq!(l.when(&"one"), slow);
     assert_eq!(l.num_requeues(&"one"), 5);
 
     assert_eq!(l.when(&"two"), 5 * MS);
@@ -183,20 +207,7 @@ fn max_of() {
             Duration::from_secs(1),
         )),
     ]);
-    assert_eq!(l.when(&"one"), 5 * MS);
-    assert_eq!(l.when(&"one"), 5 * MS);
-    assert_eq!(l.when(&"one"), 5 * MS);
-    assert_eq!(l.when(&"one"), Duration::from_secs(3));
-    assert_eq!(l.when(&"one"), Duration::from_secs(3));
-    assert_eq!(l.num_requeues(&"one"), 5);
-
-    assert_eq!(l.when(&"two"), 5 * MS);
-    assert_eq!(l.when(&"two"), 5 * MS);
-    assert_eq!(l.num_requeues(&"two"), 2);
-
-    l.forget(&"one");
-    assert_eq!(l.num_requeues(&"one"), 0);
-    assert_eq!(l.when(&"one"), 5 * MS);
+    assert_fast_then_slow(&l, Duration::from_secs(3));
 }
 
 #[test]
@@ -260,7 +271,7 @@ fn with_max_wait() {
 
 #[test]
 fn bucket_burst_then_booked_tokens() {
-    let clock = FakeRelativeClock::default();
+    let clock = FakeClock::default();
     let b = BucketRateLimiter::with_clock(10.0, 100, clock.clone()).unwrap();
     // The burst: 100 tokens at once.
     for _ in 0..100 {
@@ -292,7 +303,7 @@ fn bucket_burst_then_booked_tokens() {
 
 #[test]
 fn bucket_default_is_10_qps_burst_100() {
-    let clock = FakeRelativeClock::default();
+    let clock = FakeClock::default();
     let b = BucketRateLimiter::with_clock(10.0, 100, clock).unwrap();
     let d = BucketRateLimiter::default();
     for _ in 0..100 {
@@ -336,7 +347,7 @@ fn bucket_rejects_bad_config() {
 
 #[test]
 fn bucket_fractional_rate() {
-    let clock = FakeRelativeClock::default();
+    let clock = FakeClock::default();
     let b = BucketRateLimiter::with_clock(0.5, 1, clock).unwrap();
     assert_eq!(RateLimiter::<u8>::when(&b, &0), Duration::ZERO);
     assert_eq!(RateLimiter::<u8>::when(&b, &0), Duration::from_secs(2));

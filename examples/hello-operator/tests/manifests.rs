@@ -5,16 +5,13 @@
 use hello_operator::{NAME, crd_yaml};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ServiceAccount;
-use serde_json::Value;
 
-const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
+mod common;
 
-fn docs(file: &str) -> Vec<Value> {
-    kcache_testing::yaml_documents(format!("{MANIFESTS}/{file}"))
-}
+use common::{MANIFESTS, yaml_docs};
 
 fn of_kind<K: serde::de::DeserializeOwned>(file: &str, kind: &str) -> K {
-    let doc = docs(file)
+    let doc = yaml_docs(file)
         .into_iter()
         .find(|d| d["kind"] == kind)
         .unwrap_or_else(|| panic!("{file} has no {kind}"));

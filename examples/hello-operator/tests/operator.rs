@@ -30,7 +30,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-const MANIFESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests");
+mod common;
+
+use common::yaml_docs;
 
 /// Audit the requests of every ServiceAccount (the operator's is the only
 /// one that makes any).
@@ -56,10 +58,6 @@ const NOT_SEEN_AS_REQUESTS: [(&str, &str, &str); 3] = [
     ("", "configmaps", "list"),
     ("demo.kcache.dev", "greetings", "list"),
 ];
-
-fn yaml_docs(file: &str) -> Vec<Value> {
-    kcache_testing::yaml_documents(format!("{MANIFESTS}/{file}"))
-}
 
 async fn create<K>(api: Api<K>, doc: Value)
 where

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kcache_controller::events::{Event, Recorder, Reporter};
 use kcache_controller::finalizer::{FinalizerError, FinalizerEvent, finalizer};
-use kcache_controller::{Action, Config, Controller, Predicate, Request};
+use kcache_controller::{Action, Config, Controller, ControllerHandle, Predicate, Request};
 use kcache_informer::{SharedIndexInformer, SharedInformerFactory};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
@@ -93,8 +93,9 @@ impl UnknownCreates {
 pub struct Context {
     /// The client to write with.
     pub client: Client,
-    /// The Deployments cache (shared informer).
-    pub deployments: SharedIndexInformer<Deployment>,
+    /// The controller's handle: its Deployments cache
+    /// ([`Context::deployments`]) follows a sharded controller's ranges.
+    pub handle: ControllerHandle,
     /// Events about Foos.
     pub recorder: Recorder,
     /// Deployment creates whose answer was lost.
@@ -121,12 +122,20 @@ pub fn build_controller(
     let client = controller.handle().fenced_client(client);
     let ctx = Arc::new(Context {
         client: client.clone(),
-        deployments: factory.informer::<Deployment>(),
+        handle: controller.handle(),
         recorder: Recorder::new(client, Reporter::new(CONTROLLER_NAME)),
         unknown_creates: Arc::default(),
         orphans_deleted: Arc::default(),
     });
     (controller, ctx)
+}
+
+impl Context {
+    /// The Deployments cache the controller reads now (with sharded
+    /// informers, the one of its current hash ranges).
+    pub fn deployments(&self) -> SharedIndexInformer<Deployment> {
+        self.handle.informer::<Deployment>()
+    }
 }
 
 fn labels(foo: &Foo) -> std::collections::BTreeMap<String, String> {
@@ -265,7 +274,7 @@ async fn apply(foo: Foo, ns: &str, ctx: &Context) -> Result<Action, Error> {
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
     let mut changed = false;
     let key = format!("{ns}/{name}");
-    let deployment = match ctx.deployments.indexer().get_by_key(&key) {
+    let deployment = match ctx.deployments().indexer().get_by_key(&key) {
         None => {
             let foo_uid = foo.metadata.uid.clone().unwrap_or_default();
             let created = match deployments

@@ -21,10 +21,12 @@
 pub mod cli;
 pub mod controller;
 pub mod crd;
+pub mod replica;
 pub mod simulator;
 
 pub use controller::{Context, Error, FINALIZER, build_controller, reconcile};
 pub use crd::{Foo, FooSpec, FooStatus};
+pub use replica::{Replica, ReplicaConfig, Sharding, counting_client, start_replica};
 
 /// The CRDs this crate defines, for `cargo xtask codegen` (file name,
 /// definition).

@@ -261,6 +261,22 @@ fn message_kind<'de>(m: &'static Message, b: &'de [u8]) -> Result<Kind<'de>> {
     })
 }
 
+/// The value of the entry whose key was just read (`pending`), at `depth`.
+fn pending_value<'de, V: DeserializeSeed<'de>>(
+    pending: &mut Option<Kind<'de>>,
+    depth: usize,
+    seed: V,
+) -> Result<V::Value> {
+    let kind = pending
+        .take()
+        .ok_or_else(|| <ProtoDecodeError as de::Error>::custom("value asked before key"))?;
+    seed.deserialize(Value {
+        kind,
+        type_meta: None,
+        depth,
+    })
+}
+
 struct Value<'de> {
     kind: Kind<'de>,
     /// For a top-level object: `apiVersion` and `kind` to present first.
@@ -310,16 +326,22 @@ fn time_text(seconds: i64, nanos: i32, micro: bool) -> Result<time::TimeText> {
     })
 }
 
-/// `Quantity {1 string}`.
-fn quantity(b: &[u8]) -> Result<&[u8]> {
+/// The bytes of field 1 of the `what` message `b` (the last, if repeated;
+/// empty if absent).
+fn field_1_bytes<'a>(b: &'a [u8], what: &'static str) -> Result<&'a [u8]> {
     let mut r = Reader::new(b);
     let mut s: &[u8] = b"";
     while let Some(f) = r.field()? {
         if f.number == 1 {
-            s = f.bytes("Quantity")?;
+            s = f.bytes(what)?;
         }
     }
     Ok(s)
+}
+
+/// `Quantity {1 string}`.
+fn quantity(b: &[u8]) -> Result<&[u8]> {
+    field_1_bytes(b, "Quantity")
 }
 
 enum IntOrStr<'a> {
@@ -348,13 +370,7 @@ fn int_or_string(b: &[u8]) -> Result<IntOrStr<'_>> {
 
 /// `RawExtension` / `FieldsV1` {1 raw}: the raw JSON (empty: `null`).
 fn raw_json(b: &[u8]) -> Result<&[u8]> {
-    let mut r = Reader::new(b);
-    let mut raw: &[u8] = b"";
-    while let Some(f) = r.field()? {
-        if f.number == 1 {
-            raw = f.bytes("RawExtension")?;
-        }
-    }
+    let raw = field_1_bytes(b, "RawExtension")?;
     if raw.starts_with(super::envelope::MAGIC) {
         return Err(de::Error::custom(
             "a RawExtension holds a protobuf object; only embedded JSON is read",
@@ -463,10 +479,11 @@ impl<'de> Deserializer<'de> for Value<'de> {
     }
 }
 
-/// A JSON key: a field's JSON name.
-struct Key(&'static str);
+/// A JSON key: a field's JSON name (static), or a map key borrowed from
+/// the input.
+struct Key<'de>(&'de str);
 
-impl<'de> Deserializer<'de> for Key {
+impl<'de> Deserializer<'de> for Key<'de> {
     type Error = ProtoDecodeError;
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
         visitor.visit_borrowed_str(self.0)
@@ -622,15 +639,7 @@ impl<'de> MapAccess<'de> for MessageAccess<'de> {
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
-        let kind = self
-            .pending
-            .take()
-            .ok_or_else(|| <ProtoDecodeError as de::Error>::custom("value asked before key"))?;
-        seed.deserialize(Value {
-            kind,
-            type_meta: None,
-            depth: self.depth + 1,
-        })
+        pending_value(&mut self.pending, self.depth + 1, seed)
     }
 }
 
@@ -753,7 +762,7 @@ impl<'de> MapAccess<'de> for Entries<'de> {
         };
         self.pending = Some(value);
         match std::str::from_utf8(key) {
-            Ok(k) => seed.deserialize(BorrowedKey(k)).map(Some),
+            Ok(k) => seed.deserialize(Key(k)).map(Some),
             Err(_) => seed
                 .deserialize(de::value::StringDeserializer::<ProtoDecodeError>::new(
                     text(key).into_owned(),
@@ -763,30 +772,7 @@ impl<'de> MapAccess<'de> for Entries<'de> {
     }
 
     fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value> {
-        let kind = self
-            .pending
-            .take()
-            .ok_or_else(|| <ProtoDecodeError as de::Error>::custom("value asked before key"))?;
-        seed.deserialize(Value {
-            kind,
-            type_meta: None,
-            depth: self.elements.depth + 1,
-        })
-    }
-}
-
-/// A map key borrowed from the input.
-struct BorrowedKey<'de>(&'de str);
-
-impl<'de> Deserializer<'de> for BorrowedKey<'de> {
-    type Error = ProtoDecodeError;
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value> {
-        visitor.visit_borrowed_str(self.0)
-    }
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf option unit unit_struct newtype_struct seq tuple
-        tuple_struct map struct enum identifier ignored_any
+        pending_value(&mut self.pending, self.elements.depth + 1, seed)
     }
 }
 

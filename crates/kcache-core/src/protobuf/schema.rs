@@ -180,6 +180,15 @@ mod tests {
         assert!(kind_message("v1", "PodSpec").is_none());
         // The field numbers written by hand in meta.rs and envelope.rs agree
         // with the tables generated from the .proto files.
+        let check = |package: &str, msg: &str, number: u32, json: &str| {
+            let m = message_named(&format!("{package}{msg}")).unwrap();
+            let mut hint = 0;
+            assert_eq!(
+                m.field(number, &mut hint).map(|(_, f)| f.json),
+                Some(json),
+                "{msg}.{number}"
+            );
+        };
         let meta = "k8s.io.apimachinery.pkg.apis.meta.v1.";
         for (msg, number, json) in [
             ("ObjectMeta", 1, "name"),
@@ -225,13 +234,7 @@ mod tests {
             ("Time", 1, "seconds"),
             ("Time", 2, "nanos"),
         ] {
-            let m = message_named(&format!("{meta}{msg}")).unwrap();
-            let mut hint = 0;
-            assert_eq!(
-                m.field(number, &mut hint).map(|(_, f)| f.json),
-                Some(json),
-                "{msg}.{number}"
-            );
+            check(meta, msg, number, json);
         }
         let runtime = "k8s.io.apimachinery.pkg.runtime.";
         for (msg, number, json) in [
@@ -243,13 +246,7 @@ mod tests {
             ("TypeMeta", 2, "kind"),
             ("RawExtension", 1, "raw"),
         ] {
-            let m = message_named(&format!("{runtime}{msg}")).unwrap();
-            let mut hint = 0;
-            assert_eq!(
-                m.field(number, &mut hint).map(|(_, f)| f.json),
-                Some(json),
-                "{msg}.{number}"
-            );
+            check(runtime, msg, number, json);
         }
         let om = message_named("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta").unwrap();
         let mut hint = 0;

@@ -1,11 +1,17 @@
 #![allow(dead_code)]
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 
 use futures::FutureExt;
-use kcache_core::{CachedObject, DeletedFinalStateUnknown, KeyError, KeyFunc, KeyListerGetter};
-use kcache_deltafifo::{Delta, DeltaFifo, DeltaType, Deltas, FifoOptions, RealFifo};
+use kcache_core::{
+    CachedObject, DeletedFinalStateUnknown, KeyError, KeyFunc, KeyListerGetter, ObjectOrTombstone,
+    StoreError,
+};
+use kcache_deltafifo::{
+    Delta, DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo,
+};
 use serde_json::{Value, json};
 
 pub type Obj = CachedObject<Value>;
@@ -53,34 +59,165 @@ pub fn real(known: Option<Vec<Obj>>) -> RealFifo<Value> {
     RealFifo::new(opts(known))
 }
 
+/// Known objects foo=5, bar=6, baz=7.
+pub fn known3() -> Option<Vec<Obj>> {
+    Some(vec![mk("foo", 5), mk("bar", 6), mk("baz", 7)])
+}
+
+/// Which FIFO a conformance test runs over, for the few expectations that
+/// differ (per-key coalescing vs one entry per event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// client-go's DeltaFIFO: one pop per key, deltas coalesced.
+    Delta,
+    /// client-go's RealFIFO: one pop per event.
+    Real,
+}
+
+/// What the conformance suite needs of a FIFO: the inherent API both
+/// queues share, so a test written once runs over both.
+pub trait Fifo: Send + Sync + Sized + 'static {
+    const KIND: Kind;
+    fn with(options: FifoOptions<Value>) -> Self;
+    fn add(&self, obj: Obj) -> Result<(), StoreError>;
+    fn update(&self, obj: Obj) -> Result<(), StoreError>;
+    fn delete(&self, obj: impl Into<ObjectOrTombstone<Value>>) -> Result<(), StoreError>;
+    fn replace(&self, list: Vec<Obj>, rv: &str) -> Result<(), StoreError>;
+    fn resync(&self) -> Result<(), StoreError>;
+    fn pop_with<T: Send, E: Send>(
+        &self,
+        process: impl FnOnce(Deltas<Value>, bool) -> Result<T, E> + Send,
+    ) -> impl Future<Output = Result<T, PopError<E>>> + Send;
+    fn wait_synced(&self) -> impl Future<Output = ()> + Send;
+    fn has_synced(&self) -> bool;
+    fn close(&self);
+    fn is_closed(&self) -> bool;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool;
+    fn list_keys(&self) -> Vec<String>;
+    fn into_dyn(self: Arc<Self>) -> Arc<dyn Queue<Value>>;
+
+    /// The expectation for this FIFO: `delta` for the DeltaFifo, `real`
+    /// for the RealFifo.
+    fn pick<T>(delta: T, real: T) -> T {
+        match Self::KIND {
+            Kind::Delta => delta,
+            Kind::Real => real,
+        }
+    }
+}
+
+macro_rules! impl_fifo {
+    ($t:ident, $kind:ident) => {
+        impl Fifo for $t<Value> {
+            const KIND: Kind = Kind::$kind;
+            fn with(options: FifoOptions<Value>) -> Self {
+                $t::new(options)
+            }
+            fn add(&self, obj: Obj) -> Result<(), StoreError> {
+                $t::add(self, obj)
+            }
+            fn update(&self, obj: Obj) -> Result<(), StoreError> {
+                $t::update(self, obj)
+            }
+            fn delete(&self, obj: impl Into<ObjectOrTombstone<Value>>) -> Result<(), StoreError> {
+                $t::delete(self, obj)
+            }
+            fn replace(&self, list: Vec<Obj>, rv: &str) -> Result<(), StoreError> {
+                $t::replace(self, list, rv)
+            }
+            fn resync(&self) -> Result<(), StoreError> {
+                $t::resync(self)
+            }
+            fn pop_with<T: Send, E: Send>(
+                &self,
+                process: impl FnOnce(Deltas<Value>, bool) -> Result<T, E> + Send,
+            ) -> impl Future<Output = Result<T, PopError<E>>> + Send {
+                $t::pop(self, process)
+            }
+            fn wait_synced(&self) -> impl Future<Output = ()> + Send {
+                $t::wait_synced(self)
+            }
+            fn has_synced(&self) -> bool {
+                $t::has_synced(self)
+            }
+            fn close(&self) {
+                $t::close(self)
+            }
+            fn is_closed(&self) -> bool {
+                $t::is_closed(self)
+            }
+            fn len(&self) -> usize {
+                $t::len(self)
+            }
+            fn is_empty(&self) -> bool {
+                $t::is_empty(self)
+            }
+            fn list_keys(&self) -> Vec<String> {
+                $t::list_keys(self)
+            }
+            fn into_dyn(self: Arc<Self>) -> Arc<dyn Queue<Value>> {
+                self
+            }
+        }
+    };
+}
+
+impl_fifo!(DeltaFifo, Delta);
+impl_fifo!(RealFifo, Real);
+
+/// A FIFO of type `F` keyed by name, with these known objects.
+pub fn new_fifo<F: Fifo>(known: Option<Vec<Obj>>) -> F {
+    F::with(opts(known))
+}
+
 /// Pops an item that must already be queued.
-pub fn pop(f: &DeltaFifo<Value>) -> Deltas<Value> {
+pub fn pop<F: Fifo>(f: &F) -> Deltas<Value> {
     pop2(f).0
 }
 
 /// Pops an item that must already be queued, with its is_in_initial_list flag.
-pub fn pop2(f: &DeltaFifo<Value>) -> (Deltas<Value>, bool) {
-    f.pop(|d, initial| Ok::<_, Infallible>((d, initial)))
+pub fn pop2<F: Fifo>(f: &F) -> (Deltas<Value>, bool) {
+    f.pop_with(|d, initial| Ok::<_, Infallible>((d, initial)))
         .now_or_never()
         .expect("an item should be queued")
         .unwrap()
 }
 
-pub fn try_pop(f: &DeltaFifo<Value>) -> Option<Deltas<Value>> {
-    f.pop(|d, _| Ok::<_, Infallible>(d))
+/// Pops an item if one is queued.
+pub fn try_pop<F: Fifo>(f: &F) -> Option<Deltas<Value>> {
+    f.pop_with(|d, _| Ok::<_, Infallible>(d))
         .now_or_never()
         .map(|r| r.unwrap())
 }
 
-pub fn rpop(f: &RealFifo<Value>) -> Deltas<Value> {
-    rpop2(f).0
+/// Pops everything queued, one `Vec` per pop. A RealFifo pop carries one
+/// event; a DeltaFifo pop the deltas of one key.
+pub fn drain<F: Fifo>(f: &F) -> Vec<Vec<Delta<Value>>> {
+    let mut out = Vec::new();
+    while !f.is_empty() {
+        let deltas = pop(f);
+        match F::KIND {
+            Kind::Real => assert_eq!(deltas.len(), 1, "RealFifo pops one event at a time"),
+            Kind::Delta => {
+                let keys: Vec<String> = deltas
+                    .iter()
+                    .map(|d| d.object.object().name().to_owned())
+                    .collect();
+                assert!(
+                    keys.windows(2).all(|w| w[0] == w[1]),
+                    "one key a pop: {keys:?}"
+                );
+            }
+        }
+        out.push(deltas.into_vec());
+    }
+    out
 }
 
-pub fn rpop2(f: &RealFifo<Value>) -> (Deltas<Value>, bool) {
-    f.pop(|d, initial| Ok::<_, Infallible>((d, initial)))
-        .now_or_never()
-        .expect("an item should be queued")
-        .unwrap()
+/// Each delta popped on its own (what a RealFifo delivers).
+pub fn each(v: Vec<Delta<Value>>) -> Vec<Vec<Delta<Value>>> {
+    v.into_iter().map(|d| vec![d]).collect()
 }
 
 pub fn d(kind: DeltaType, o: &Obj) -> Delta<Value> {
@@ -99,4 +236,11 @@ pub fn tomb(key: &str, o: &Obj) -> Delta<Value> {
 
 pub fn ds(v: Vec<Delta<Value>>) -> Deltas<Value> {
     Deltas::from(v)
+}
+
+/// The newest object's "val" of each pop.
+pub fn newest_vals(pops: &[Vec<Delta<Value>>]) -> Vec<String> {
+    pops.iter()
+        .map(|p| val(p.last().unwrap().object.object()))
+        .collect()
 }

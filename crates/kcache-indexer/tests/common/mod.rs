@@ -1,5 +1,8 @@
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+
 use kcache_core::CachedObject;
 use serde_json::{Value, json};
 
@@ -41,4 +44,17 @@ pub fn val(o: &Obj) -> String {
 pub fn names(mut v: Vec<Obj>) -> Vec<String> {
     v.sort_by(|a, b| a.key().cmp(b.key()));
     v.iter().map(|o| o.name().to_string()).collect()
+}
+
+/// Stops the reader threads, waits for them, and checks that they checked
+/// something.
+pub fn stop_readers(stop: &AtomicBool, readers: Vec<JoinHandle<()>>, checked: &AtomicUsize) {
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(
+        checked.load(Ordering::Relaxed) > 0,
+        "readers checked nothing"
+    );
 }

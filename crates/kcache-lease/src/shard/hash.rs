@@ -10,6 +10,8 @@
 use std::fmt;
 use std::sync::Arc;
 
+use kcache_core::ShardSlots;
+
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
@@ -116,6 +118,74 @@ impl View {
     }
 }
 
+/// A key's point in the 64-bit hash space of the apiserver's shard
+/// selectors (`None`: unknown, e.g. not cached).
+pub type KeyPoint = Arc<dyn Fn(&str) -> Option<u64> + Send + Sync>;
+
+/// How a view assigns keys to members.
+#[derive(Clone, Default)]
+pub enum Placement {
+    /// Rendezvous hashing of the key itself ([`View::owner`]).
+    #[default]
+    Keys,
+    /// The hash space is cut into `slots` equal slots, each slot owned by
+    /// the member that rendezvous hashing gives it ([`View::slot_owner`]);
+    /// a key belongs to the owner of the slot of its `point` (the same
+    /// FNV-1a hash the apiserver's shard selector uses), so that a
+    /// member's slots, as a shard selector, select exactly its keys. A
+    /// key without a point belongs to nobody.
+    Slots {
+        /// The slots.
+        slots: ShardSlots,
+        /// A key's hash.
+        point: KeyPoint,
+    },
+}
+
+impl fmt::Debug for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Placement::Keys => f.write_str("Keys"),
+            Placement::Slots { slots, .. } => f
+                .debug_struct("Slots")
+                .field("slots", &slots.count())
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl Placement {
+    /// Whether `member` owns `key` in `view`.
+    pub fn owned_by(&self, view: &View, key: &str, member: &str) -> bool {
+        match self {
+            Placement::Keys => view.owned_by(key, member),
+            Placement::Slots { slots, point } => {
+                point(key).is_some_and(|p| view.slot_owner(slots.slot_of(p)) == Some(member))
+            }
+        }
+    }
+}
+
+fn slot_key(slot: usize) -> String {
+    format!("kcache-slot/{slot}")
+}
+
+impl View {
+    /// The member that owns hash slot `slot` (rendezvous hashing of the
+    /// slot's index: a join moves about 1/(N+1) of the slots, all to the
+    /// newcomer; a leave moves only the leaver's).
+    pub fn slot_owner(&self, slot: usize) -> Option<&str> {
+        self.owner(&slot_key(slot))
+    }
+
+    /// The slots `member` owns, ascending.
+    pub fn slots_of(&self, member: &str, slots: ShardSlots) -> Vec<usize> {
+        (0..slots.count())
+            .filter(|s| self.slot_owner(*s) == Some(member))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +212,51 @@ mod tests {
         assert_eq!(key_hash("ns/a"), key_hash("ns/a"));
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(mix(1), 0x5692_161d_100b_05e5);
+    }
+
+    #[test]
+    fn slots_partition_the_space_and_move_only_to_a_newcomer() {
+        let slots = ShardSlots::new(128).unwrap();
+        for n in [1usize, 2, 3, 4, 9] {
+            let members: Vec<String> = (0..n).map(|i| format!("r{i}")).collect();
+            let before = View::new(members.clone());
+            let after = View::new(members.iter().cloned().chain(["new".to_owned()]));
+            // every slot has exactly one owner, in both views
+            let mut all: Vec<usize> = members
+                .iter()
+                .flat_map(|m| before.slots_of(m, slots))
+                .collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..128).collect::<Vec<_>>(), "{n} members");
+            let mut moved = 0;
+            for s in 0..128 {
+                let (b, a) = (before.slot_owner(s).unwrap(), after.slot_owner(s).unwrap());
+                if a != b {
+                    assert_eq!(a, "new", "slot {s} moved between old members");
+                    moved += 1;
+                }
+            }
+            let frac = moved as f64 / 128.0;
+            let fair = 1.0 / (n as f64 + 1.0);
+            assert!((frac - fair).abs() < 0.12, "{n} -> {}: {frac} moved", n + 1);
+        }
+        // a key's owner is its point's slot's owner
+        let view = View::new(["a", "b", "c"]);
+        let point: KeyPoint = Arc::new(|k: &str| k.parse::<u64>().ok());
+        let placement = Placement::Slots { slots, point };
+        for p in [0u64, 1 << 60, u64::MAX, 0x8000_0000_0000_0000] {
+            let owner = view.slot_owner(slots.slot_of(p)).unwrap();
+            assert!(placement.owned_by(&view, &p.to_string(), owner));
+            for m in ["a", "b", "c"].iter().filter(|m| **m != owner) {
+                assert!(!placement.owned_by(&view, &p.to_string(), m));
+            }
+        }
+        // no point, no owner
+        assert!(
+            ["a", "b", "c"]
+                .iter()
+                .all(|m| !placement.owned_by(&view, "x", m))
+        );
     }
 
     #[test]

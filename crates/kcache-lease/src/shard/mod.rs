@@ -127,7 +127,7 @@ use coordinator::Coordinator;
 use crate::timings::{LeaseTimings, LeaseTimingsError};
 use kcache_core::metrics::{CounterMetric, SettableGaugeMetric};
 
-pub use hash::View;
+pub use hash::{KeyPoint, Placement, View};
 pub use store::{
     ACK_ANNOTATION, GROUP_LABEL, INSTANCE_ANNOTATION, KubeMembershipStore, MemberRecord,
     MembershipStore, ShardStoreError, StoredMember,
@@ -172,7 +172,7 @@ pub enum ShardConfigError {
     #[error("the shard identity must not be empty (use the pod name)")]
     EmptyIdentity,
     /// The durations break client-go's rules.
-    #[error("shard timings: {0}")]
+    #[error(transparent)]
     Timings(#[from] LeaseTimingsError),
 }
 
@@ -181,7 +181,7 @@ pub enum ShardConfigError {
 #[non_exhaustive]
 pub enum ShardError {
     /// The configuration is invalid.
-    #[error("invalid shard configuration: {0}")]
+    #[error(transparent)]
     Config(#[from] ShardConfigError),
     /// Another process took this replica's membership Lease: two replicas
     /// run with the same identity.
@@ -219,26 +219,7 @@ impl ShardConfig {
         self.replicas_hint = n;
         self
     }
-    /// Sets the lease duration.
-    pub fn lease_duration(mut self, d: Duration) -> Self {
-        self.timings.lease_duration = d;
-        self
-    }
-    /// Sets the renew deadline.
-    pub fn renew_deadline(mut self, d: Duration) -> Self {
-        self.timings.renew_deadline = d;
-        self
-    }
-    /// Sets the retry period.
-    pub fn retry_period(mut self, d: Duration) -> Self {
-        self.timings.retry_period = d;
-        self
-    }
-    /// Sets all three durations.
-    pub fn timings(mut self, timings: LeaseTimings) -> Self {
-        self.timings = timings;
-        self
-    }
+    crate::timings::timing_setters!(timings);
     /// Sets [`release_on_stop`](Self::release_on_stop).
     pub fn release_on_stop(mut self, release: bool) -> Self {
         self.release_on_stop = release;
@@ -302,8 +283,10 @@ struct Gate {
 }
 
 impl Gate {
-    fn allows(&self, key: &str) -> bool {
-        self.blockers.iter().all(|(id, v)| !v.owned_by(key, id))
+    fn allows(&self, placement: &Placement, key: &str) -> bool {
+        self.blockers
+            .iter()
+            .all(|(id, v)| !placement.owned_by(v, key, id))
     }
 }
 
@@ -315,8 +298,9 @@ struct Frozen {
 }
 
 impl Frozen {
-    fn allows(&self, key: &str, me: &str) -> bool {
-        self.views.iter().all(|v| v.owned_by(key, me)) && self.gate.allows(key)
+    fn allows(&self, placement: &Placement, key: &str, me: &str) -> bool {
+        self.views.iter().all(|v| placement.owned_by(v, key, me))
+            && self.gate.allows(placement, key)
     }
 }
 
@@ -338,6 +322,8 @@ struct Pred {
     active: bool,
     /// Renewals must succeed before this instant.
     deadline: Option<Instant>,
+    /// How views assign keys.
+    placement: Placement,
 }
 
 impl Pred {
@@ -346,15 +332,22 @@ impl Pred {
             return false;
         }
         let me = &*self.me;
-        if !self.acked.owned_by(key, me) || !self.uncertain.iter().all(|v| v.owned_by(key, me)) {
+        let pl = &self.placement;
+        if !pl.owned_by(&self.acked, key, me)
+            || !self.uncertain.iter().all(|v| pl.owned_by(v, key, me))
+        {
             return false;
         }
-        if self.pending.as_ref().is_some_and(|p| !p.owned_by(key, me)) {
+        if self
+            .pending
+            .as_ref()
+            .is_some_and(|p| !pl.owned_by(p, key, me))
+        {
             return false;
         }
         match &self.gate {
-            Some(g) => g.allows(key),
-            None => self.carry.as_ref().is_some_and(|c| c.allows(key, me)),
+            Some(g) => g.allows(pl, key),
+            None => self.carry.as_ref().is_some_and(|c| c.allows(pl, key, me)),
         }
     }
 }
@@ -512,6 +505,7 @@ impl Shard {
                         carry: None,
                         active: false,
                         deadline: None,
+                        placement: Placement::Keys,
                     },
                     inflight: HashMap::new(),
                 }),
@@ -529,6 +523,25 @@ impl Shard {
     /// The name of this replica's membership Lease.
     pub fn lease_name(&self) -> &str {
         &self.inner.lease_name
+    }
+
+    /// Sets how views assign keys to members (default
+    /// [`Placement::Keys`]); set it before [`run`](Self::run). A
+    /// controller that shards its informers uses [`Placement::Slots`].
+    pub fn set_placement(&self, placement: Placement) {
+        self.inner.state.lock().pred.placement = placement;
+    }
+
+    /// How views assign keys to members.
+    pub fn placement(&self) -> Placement {
+        self.inner.state.lock().pred.placement.clone()
+    }
+
+    /// Whether `member` owns `key` in `view` under this replica's
+    /// placement.
+    pub fn owned_in(&self, view: &View, key: &str, member: &str) -> bool {
+        let placement = self.placement();
+        placement.owned_by(view, key, member)
     }
 
     /// Whether this replica may work `key` now.

@@ -71,7 +71,7 @@ pub enum ShardStoreError {
     NotFound,
     /// Anything else (network, authorization, ...).
     #[error(
-        "membership lease request failed: {0} (check connectivity and that the controller may get, list, watch, create, update and delete coordination.k8s.io leases in the shard namespace)"
+        "membership lease request failed (check connectivity and that the controller may get, list, watch, create, update and delete coordination.k8s.io leases in the shard namespace)"
     )]
     Other(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -218,6 +218,16 @@ fn other(e: kube::Error) -> ShardStoreError {
     ShardStoreError::Other(Box::new(e))
 }
 
+/// The error of a write with a precondition (a replace or delete at a
+/// resource version): 409 a conflict, 404 the Lease is gone.
+fn precondition_error(e: kube::Error) -> ShardStoreError {
+    match status_code(&e) {
+        Some(409) => ShardStoreError::Conflict,
+        Some(404) => ShardStoreError::NotFound,
+        _ => other(e),
+    }
+}
+
 fn selector(group: &str) -> String {
     format!("{GROUP_LABEL}={group}")
 }
@@ -272,20 +282,10 @@ impl MembershipStore for KubeMembershipStore {
         record: &MemberRecord,
         resource_version: &str,
     ) -> Result<String, ShardStoreError> {
-        match self
-            .api
-            .replace(
-                name,
-                &PostParams::default(),
-                &self.to_lease(group, name, record, Some(resource_version)),
-            )
-            .await
-        {
-            Ok(l) => Ok(l.metadata.resource_version.unwrap_or_default()),
-            Err(e) if status_code(&e) == Some(409) => Err(ShardStoreError::Conflict),
-            Err(e) if status_code(&e) == Some(404) => Err(ShardStoreError::NotFound),
-            Err(e) => Err(other(e)),
-        }
+        let lease = self.to_lease(group, name, record, Some(resource_version));
+        let replaced = self.api.replace(name, &PostParams::default(), &lease).await;
+        let replaced = replaced.map_err(precondition_error)?;
+        Ok(replaced.metadata.resource_version.unwrap_or_default())
     }
 
     async fn delete(
@@ -301,12 +301,11 @@ impl MembershipStore for KubeMembershipStore {
             }),
             ..DeleteParams::default()
         };
-        match self.api.delete(name, &params).await {
-            Ok(_) => Ok(()),
-            Err(e) if status_code(&e) == Some(409) => Err(ShardStoreError::Conflict),
-            Err(e) if status_code(&e) == Some(404) => Err(ShardStoreError::NotFound),
-            Err(e) => Err(other(e)),
-        }
+        self.api
+            .delete(name, &params)
+            .await
+            .map_err(precondition_error)?;
+        Ok(())
     }
 
     async fn watch(&self, group: &str, wake: Arc<Notify>, stop: CancellationToken) {

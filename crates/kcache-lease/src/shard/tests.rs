@@ -4,6 +4,7 @@
 //! graceful leave, restart). The invariant checked throughout: a key is
 //! never worked by two replicas at once.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -176,18 +177,34 @@ impl Sim {
         }
     }
 
+    /// Starts one replica per identity, with this replicas hint.
+    fn start_all(&self, ids: &[&str], replicas_hint: usize) -> Vec<Replica> {
+        ids.iter()
+            .map(|id| self.start(cfg(id).replicas_hint(replicas_hint)))
+            .collect()
+    }
+
+    /// [`start_all`](Self::start_all), then waits (at most 10 s) until
+    /// every key has one owner.
+    async fn start_settled(&self, ids: &[&str], replicas_hint: usize) -> Vec<Replica> {
+        let rs = self.start_all(ids, replicas_hint);
+        self.settle(&rs, Duration::from_secs(10)).await;
+        rs
+    }
+
     fn violations(&self) -> Vec<String> {
         self.violations.lock().clone()
     }
 
     /// key -> replicas that may work it now.
-    fn owners(&self, replicas: &[&Replica]) -> BTreeMap<String, Vec<String>> {
+    fn owners<R: Borrow<Replica>>(&self, replicas: &[R]) -> BTreeMap<String, Vec<String>> {
         self.keys
             .iter()
             .map(|k| {
                 let o = replicas
                     .iter()
-                    .filter(|r| r.shard.owns(k))
+                    .map(Borrow::borrow)
+                    .filter(|r: &&Replica| r.shard.owns(k))
                     .map(|r| r.id.clone())
                     .collect();
                 (k.clone(), o)
@@ -196,11 +213,11 @@ impl Sim {
     }
 
     /// Waits until every key is owned by exactly one of `replicas`.
-    async fn settle(&self, replicas: &[&Replica], limit: Duration) -> Duration {
+    async fn settle<R: Borrow<Replica>>(&self, replicas: &[R], limit: Duration) -> Duration {
         let started = Instant::now();
         loop {
             let owners = self.owners(replicas);
-            let settled = replicas.iter().all(|r| r.shard.status().settled());
+            let settled = replicas.iter().all(|r| r.borrow().shard.status().settled());
             if settled && owners.values().all(|o| o.len() == 1) {
                 return started.elapsed();
             }
@@ -210,11 +227,18 @@ impl Sim {
                 owners.values().filter(|o| o.len() != 1).count(),
                 replicas
                     .iter()
-                    .map(|r| r.shard.status())
+                    .map(|r| r.borrow().shard.status())
                     .collect::<Vec<_>>()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// Stops each replica gracefully, in order.
+async fn stop_all(replicas: Vec<Replica>) {
+    for r in replicas {
+        r.stop().await.unwrap();
     }
 }
 
@@ -289,10 +313,7 @@ fn config_validation_and_lease_names() {
 #[tokio::test(start_paused = true)]
 async fn three_replicas_split_the_keys_and_settle() {
     let sim = Sim::new(600);
-    let rs: Vec<Replica> = ["r1", "r2", "r3"]
-        .iter()
-        .map(|id| sim.start(cfg(id).replicas_hint(3)))
-        .collect();
+    let rs = sim.start_all(&["r1", "r2", "r3"], 3);
     let refs: Vec<&Replica> = rs.iter().collect();
     let took = sim.settle(&refs, Duration::from_secs(10)).await;
     assert!(took < Duration::from_secs(3), "settled in {took:?}");
@@ -324,9 +345,7 @@ async fn three_replicas_split_the_keys_and_settle() {
         );
         assert_eq!(rec.lease_duration_seconds, 4);
     }
-    for r in rs {
-        r.stop().await.unwrap();
-    }
+    stop_all(rs).await;
     let records = sim.store.records("group-a");
     assert_eq!(records.len(), 3);
     assert!(
@@ -340,14 +359,9 @@ async fn three_replicas_split_the_keys_and_settle() {
 #[tokio::test(start_paused = true)]
 async fn a_killed_replicas_keys_move_after_its_lease_expires_and_never_overlap() {
     let sim = Sim::new(600);
-    let mut rs: Vec<Replica> = ["r1", "r2", "r3"]
-        .iter()
-        .map(|id| sim.start(cfg(id).replicas_hint(3)))
-        .collect();
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
-        .await;
+    let mut rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = sim.owners(&rs.iter().collect::<Vec<_>>());
+    let before = sim.owners(&rs);
     let dead = rs.remove(2);
     let dead_id = dead.id.clone();
     let dead_keys: Vec<String> = before
@@ -359,7 +373,7 @@ async fn a_killed_replicas_keys_move_after_its_lease_expires_and_never_overlap()
     dead.kill(&sim).await;
     // before the lease can have expired nobody takes its keys
     tokio::time::sleep(LEASE - Duration::from_millis(600)).await;
-    let mid = sim.owners(&rs.iter().collect::<Vec<_>>());
+    let mid = sim.owners(&rs);
     assert!(
         dead_keys.iter().all(|k| mid[k].is_empty()),
         "a dead replica's key was taken before its lease expired"
@@ -370,8 +384,7 @@ async fn a_killed_replicas_keys_move_after_its_lease_expires_and_never_overlap()
             assert_eq!(&mid[k], o, "{k} moved between live replicas");
         }
     }
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(20))
-        .await;
+    sim.settle(&rs, Duration::from_secs(20)).await;
     let took = killed.elapsed();
     assert!(
         took >= LEASE && took <= LEASE + 3 * RETRY,
@@ -382,20 +395,13 @@ async fn a_killed_replicas_keys_move_after_its_lease_expires_and_never_overlap()
     // its Lease is deleted once expired for two lease durations
     tokio::time::sleep(LEASE * 2).await;
     assert_eq!(sim.store.records("group-a").len(), 2);
-    for r in rs {
-        r.stop().await.unwrap();
-    }
+    stop_all(rs).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_partitioned_replica_stops_before_its_keys_move_and_rejoins() {
     let sim = Sim::new(300);
-    let rs: Vec<Replica> = ["r1", "r2", "r3"]
-        .iter()
-        .map(|id| sim.start(cfg(id).replicas_hint(3)))
-        .collect();
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
-        .await;
+    let rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
     let cut = Instant::now();
     // r3 keeps running its workers but cannot reach the store
     rs[2].store.set_failing(true);
@@ -406,15 +412,12 @@ async fn a_partitioned_replica_stops_before_its_keys_move_and_rejoins() {
     assert!(cut.elapsed() >= LEASE, "moved after {:?}", cut.elapsed());
     // back: it rejoins and takes a share again, without overlap
     rs[2].store.set_failing(false);
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(30))
-        .await;
-    let c = counts(&sim.owners(&rs.iter().collect::<Vec<_>>()));
+    sim.settle(&rs, Duration::from_secs(30)).await;
+    let c = counts(&sim.owners(&rs));
     assert!(c.get("r3").copied().unwrap_or(0) > 50, "{c:?}");
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(sim.violations(), Vec::<String>::new());
-    for r in rs {
-        r.stop().await.unwrap();
-    }
+    stop_all(rs).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -432,17 +435,14 @@ async fn a_fourth_replica_takes_about_a_quarter_and_only_from_the_others() {
         .iter()
         .map(|id| sim.start_on(slow(id), sim.store.partitioned().without_watch()))
         .collect();
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
-        .await;
-    let before = sim.owners(&rs.iter().collect::<Vec<_>>());
+    sim.settle(&rs, Duration::from_secs(10)).await;
+    let before = sim.owners(&rs);
     let joined = Instant::now();
     rs.push(sim.start(cfg("r4")));
-    let took = sim
-        .settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
-        .await;
+    let took = sim.settle(&rs, Duration::from_secs(10)).await;
     assert!(took < Duration::from_secs(6), "{took:?}");
     let _ = joined;
-    let after = sim.owners(&rs.iter().collect::<Vec<_>>());
+    let after = sim.owners(&rs);
     let moved: Vec<&String> = before.keys().filter(|k| before[*k] != after[*k]).collect();
     assert!(moved.iter().all(|k| after[*k] == ["r4"]), "moved elsewhere");
     let frac = moved.len() as f64 / 400.0;
@@ -450,20 +450,13 @@ async fn a_fourth_replica_takes_about_a_quarter_and_only_from_the_others() {
     assert_eq!(rs[3].gained.load(Ordering::SeqCst), moved.len());
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(sim.violations(), Vec::<String>::new());
-    for r in rs {
-        r.stop().await.unwrap();
-    }
+    stop_all(rs).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_graceful_stop_hands_over_at_once() {
     let sim = Sim::new(300);
-    let mut rs: Vec<Replica> = ["r1", "r2"]
-        .iter()
-        .map(|id| sim.start(cfg(id).replicas_hint(2)))
-        .collect();
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
-        .await;
+    let mut rs = sim.start_settled(&["r1", "r2"], 2).await;
     let stopped = Instant::now();
     rs.remove(1).stop().await.unwrap();
     sim.settle(&[&rs[0]], Duration::from_secs(10)).await;
@@ -546,17 +539,14 @@ async fn random_membership_churn_never_overlaps_and_settles() {
     for r in &rs {
         r.store.set_failing(false);
     }
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(60))
-        .await;
+    sim.settle(&rs, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(sim.violations(), Vec::<String>::new());
     assert!(
         sim.history.lock().values().any(|h| h.len() > 1),
         "keys moved during the churn"
     );
-    for r in rs {
-        r.stop().await.unwrap();
-    }
+    stop_all(rs).await;
 }
 
 fn quiet_hooks(keys: Arc<Vec<String>>) -> ShardHooks {
@@ -629,19 +619,14 @@ async fn a_running_reconcile_of_a_released_key_delays_the_handover() {
 #[tokio::test(start_paused = true)]
 async fn unanswered_writes_stop_the_replica_safely_and_it_recovers() {
     let sim = Sim::new(300);
-    let rs: Vec<Replica> = ["r1", "r2", "r3"]
-        .iter()
-        .map(|id| sim.start(cfg(id).replicas_hint(3)))
-        .collect();
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
-        .await;
-    let before = sim.owners(&rs.iter().collect::<Vec<_>>());
+    let rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
+    let before = sim.owners(&rs);
     // r1's renewals land but it never learns it: it stops at its renew
     // deadline; the others see it renewing, so its keys stay unworked
     rs[0].store.set_losing_answers(true);
     tokio::time::sleep(RENEW + RETRY * 2).await;
     assert!(!rs[0].shard.status().active);
-    let mid = sim.owners(&rs.iter().collect::<Vec<_>>());
+    let mid = sim.owners(&rs);
     for (k, o) in &before {
         if o[0] == "r1" {
             assert!(mid[k].is_empty(), "{k} owned by {:?}", mid[k]);
@@ -651,9 +636,8 @@ async fn unanswered_writes_stop_the_replica_safely_and_it_recovers() {
     }
     // answers again: r1 works its keys again
     rs[0].store.set_losing_answers(false);
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
-        .await;
-    assert_eq!(sim.owners(&rs.iter().collect::<Vec<_>>()), before);
+    sim.settle(&rs, Duration::from_secs(10)).await;
+    assert_eq!(sim.owners(&rs), before);
     // a replica whose requests hang still stops promptly
     rs[1].store.set_losing_answers(true);
     let mut rs = rs;
@@ -662,21 +646,14 @@ async fn unanswered_writes_stop_the_replica_safely_and_it_recovers() {
     r2.stop().await.unwrap();
     assert!(stopping.elapsed() <= RETRY * 3, "{:?}", stopping.elapsed());
     assert_eq!(sim.violations(), Vec::<String>::new());
-    for r in rs {
-        r.stop().await.unwrap();
-    }
+    stop_all(rs).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_deleted_by_hand_still_counts_until_it_expires() {
     let sim = Sim::new(300);
-    let rs: Vec<Replica> = ["r1", "r2", "r3"]
-        .iter()
-        .map(|id| sim.start(cfg(id).replicas_hint(3)))
-        .collect();
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
-        .await;
-    let before = sim.owners(&rs.iter().collect::<Vec<_>>());
+    let rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
+    let before = sim.owners(&rs);
     // r3 is cut off and its Lease deleted by hand: r3 keeps working until
     // its renew deadline, so the others must not take its keys before the
     // Lease would have expired
@@ -714,14 +691,11 @@ async fn a_lease_deleted_by_hand_still_counts_until_it_expires() {
     );
     // back, r3 creates its Lease again and rejoins
     rs[2].store.set_failing(false);
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(20))
-        .await;
-    assert_eq!(sim.owners(&rs.iter().collect::<Vec<_>>()), before);
+    sim.settle(&rs, Duration::from_secs(20)).await;
+    assert_eq!(sim.owners(&rs), before);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(sim.violations(), Vec::<String>::new());
-    for r in rs {
-        r.stop().await.unwrap();
-    }
+    stop_all(rs).await;
     // released Leases are deleted a lease duration later by a member that
     // is still running: here nobody is left, so they stay
     assert_eq!(sim.store.records("group-a").len(), 3);
@@ -730,12 +704,7 @@ async fn a_lease_deleted_by_hand_still_counts_until_it_expires() {
 #[tokio::test(start_paused = true)]
 async fn released_leases_are_deleted_by_the_remaining_members() {
     let sim = Sim::new(100);
-    let mut rs: Vec<Replica> = ["r1", "r2"]
-        .iter()
-        .map(|id| sim.start(cfg(id).replicas_hint(2)))
-        .collect();
-    sim.settle(&rs.iter().collect::<Vec<_>>(), Duration::from_secs(10))
-        .await;
+    let mut rs = sim.start_settled(&["r1", "r2"], 2).await;
     rs.remove(1).stop().await.unwrap();
     assert_eq!(sim.store.records("group-a").len(), 2);
     tokio::time::sleep(LEASE + RETRY * 3).await;

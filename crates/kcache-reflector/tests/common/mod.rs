@@ -69,7 +69,7 @@ pub fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> 
         b.watch_error_handler(move |e: &ReflectorError| {
             e2.lock().push(SeenError {
                 reason: e.reason(),
-                message: e.to_string(),
+                message: kcache_core::ErrorChain(e).to_string(),
                 bad_kind: match e {
                     ReflectorError::BadEvent { source, .. } => Some(source.kind),
                     _ => None,

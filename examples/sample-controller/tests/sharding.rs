@@ -627,6 +627,11 @@ async fn sharding_misuse_and_a_stolen_lease_stop_the_controller_with_an_error() 
         ),
         "{e}"
     );
-    assert!(e.to_string().contains("unique identity"), "{e}");
+    assert!(
+        kcache_core::ErrorChain(&e)
+            .to_string()
+            .contains("unique identity"),
+        "{e}"
+    );
     factory.shutdown().await;
 }
