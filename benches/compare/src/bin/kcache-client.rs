@@ -120,6 +120,8 @@ async fn workqueue(keys: usize, workers: usize) -> Report {
     let names: Vec<String> = (0..keys)
         .map(|i| format!("team-{}/web-{i:08}", i % 50))
         .collect();
+    // `new` has client-go's default controller rate limiter, like the Go
+    // client's rate-limiting queue; a worker forgets a key it processed.
     let q: WorkQueue<String> = WorkQueue::new();
     let processed = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -128,6 +130,7 @@ async fn workqueue(keys: usize, workers: usize) -> Report {
             let (q, processed) = (q.clone(), processed.clone());
             tokio::spawn(async move {
                 while let Some(k) = q.get().await {
+                    q.forget(&k);
                     q.done(&k);
                     if processed.fetch_add(1, Ordering::Relaxed) + 1 == keys as u64 {
                         q.shut_down();
