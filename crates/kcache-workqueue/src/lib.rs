@@ -128,6 +128,7 @@ mod prometheus;
 mod queue;
 pub mod rate_limiter;
 mod ready;
+mod table;
 mod waiters;
 
 pub use error::{BuildError, RateLimiterError};

@@ -84,6 +84,15 @@ impl<T> ReadyQueue<T> {
         key
     }
 
+    /// Gives back the room of empty lanes beyond `capacity` entries.
+    pub(crate) fn shrink_to(&mut self, capacity: usize) {
+        for lane in &mut self.lanes {
+            if lane.entries.is_empty() {
+                lane.entries.shrink_to(capacity);
+            }
+        }
+    }
+
     /// One live entry became stale (its item was re-queued elsewhere).
     pub(crate) fn mark_stale(&mut self) {
         self.live = self.live.saturating_sub(1);
