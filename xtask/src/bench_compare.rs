@@ -15,7 +15,10 @@
 //!   snapshot on shutdown) then a warm start from that snapshot: time to
 //!   synced and peak RSS of each, snapshot write time and size;
 //!
-//! plus bare serde_json decoding of the same bytes as the ceiling. Prints a
+//! plus bare serde_json decoding of the same bytes as the ceiling. The
+//! replay server serves protobuf to clients that ask for it (client-go's
+//! default). `--real` runs the reference measurement against the local
+//! kube-apiserver instead (see [`crate::bench_real`]). Prints a
 //! Markdown table of medians and ratios, writes it with the raw runs and an
 //! SVG plot under `target/bench-compare/`, and with `--write-docs` into
 //! `docs/performance.md` and `docs/performance-compare.svg`.
@@ -62,6 +65,20 @@ pub struct CompareArgs {
     /// Run only scenario (e), the warm restart (builds only what it needs).
     #[arg(long)]
     only_warm_restart: bool,
+    /// The reference measurement: the real kube-apiserver of the local
+    /// control plane instead of the replay server (N Pods loaded through the
+    /// API; quick: 4,000, full: 20,000), kcache (protobuf and JSON),
+    /// client-go and kube-runtime; paged and streaming sync, then an update
+    /// load. Needs the control plane's binaries (KCACHE_KUBE_APISERVER and
+    /// KCACHE_ETCD, or it builds them).
+    #[arg(long)]
+    real: bool,
+    /// `--real`: status updates of the update load (quick: 1,000; full: 5,000).
+    #[arg(long)]
+    updates: Option<usize>,
+    /// `--real`: updates per second of the update load (quick: 200; full: 250).
+    #[arg(long)]
+    update_rate: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -110,9 +127,12 @@ impl Impl {
     }
 }
 
-struct Bins {
-    release: PathBuf,
-    client_go: PathBuf,
+/// Where the harness's binaries are.
+pub(crate) struct Bins {
+    /// `target/release` (the Rust clients, the replay server, real-load).
+    pub(crate) release: PathBuf,
+    /// The client-go client.
+    pub(crate) client_go: PathBuf,
 }
 
 impl Bins {
@@ -123,7 +143,9 @@ impl Bins {
             Impl::ClientGo => {
                 let mut c = Command::new(&self.client_go);
                 // Classic paged LIST + WATCH, like the two Rust clients (the
-                // replay server does not serve streaming lists).
+                // replay server does not serve streaming lists). Content
+                // type: client-go's default (protobuf, which the replay
+                // server serves).
                 c.env("KUBE_FEATURE_WatchListClient", "false");
                 c
             }
@@ -161,6 +183,11 @@ impl Server {
         cmd.args(["--pods", &pods.to_string(), "--events", &events.to_string()]);
         if gone_once {
             cmd.arg("--gone-once");
+        }
+        // protobuf bodies for the clients that ask for them (client-go's
+        // default), encoded by the client-go client itself
+        if bins.client_go.is_file() {
+            cmd.arg("--protobuf-encoder").arg(&bins.client_go);
         }
         let mut child = cmd
             .stdout(Stdio::piped())
@@ -291,7 +318,7 @@ struct Results {
     total_secs: f64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.retain(|x| x.is_finite());
     if v.is_empty() {
         return f64::NAN;
@@ -330,6 +357,25 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     };
     let out = target_dir().join("bench-compare");
     std::fs::create_dir_all(&out)?;
+    if args.real {
+        let pods = args.pods.unwrap_or(if args.quick { 4_000 } else { 20_000 });
+        let rs = crate::bench_real::RealSettings {
+            pods,
+            reps: args.reps.unwrap_or(if args.quick { 3 } else { 5 }),
+            updates: args
+                .updates
+                .unwrap_or(if args.quick { 1_000 } else { 5_000 }),
+            update_rate: args
+                .update_rate
+                .unwrap_or(if args.quick { 200.0 } else { 250.0 }),
+            update_reps: if args.quick { 1 } else { 3 },
+            quick: args.quick,
+            settle_ms: if args.quick { 500 } else { 1000 },
+            clk_tck: crate::bench_real::clk_tck(),
+        };
+        let bins = build(&out, args.no_build)?;
+        return crate::bench_real::run(&bins, rs, &out, args.write_docs);
+    }
     if args.only_warm_restart {
         return only_warm_restart(&out, &s, args.no_build);
     }
@@ -677,7 +723,7 @@ fn per_pod_kib(r: &Report, pods: usize) -> f64 {
     (r.steady_rss_kb.saturating_sub(r.baseline_rss_kb)) as f64 / pods.max(1) as f64
 }
 
-fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
@@ -692,7 +738,7 @@ fn command_line(cmd: &str, args: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-fn machine() -> Vec<(String, String)> {
+pub(crate) fn machine() -> Vec<(String, String)> {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()

@@ -1,5 +1,8 @@
 //! `cargo xtask codegen [--check]`: the CRD YAML of every custom resource
-//! type in the workspace, checked in under `examples/crds/`.
+//! type in the workspace, checked in under `examples/crds/`, and the
+//! protobuf field tables of kcache-core (see [`protobuf`]).
+
+mod protobuf;
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -84,13 +87,26 @@ pub fn check() -> anyhow::Result<()> {
             ));
         }
     }
+    let tables = workspace_root().join(protobuf::OUTPUT);
+    match fs::read_to_string(&tables) {
+        Ok(existing) if existing == protobuf::generate()? => {}
+        Ok(_) => stale.push(format!(
+            "{} is out of date (k8s.io/api {})",
+            tables.display(),
+            protobuf::module_version()
+        )),
+        Err(_) => stale.push(format!("{} is missing", tables.display())),
+    }
     if !stale.is_empty() {
         bail!(
-            "generated CRDs are stale; run `cargo xtask codegen`:\n  {}",
+            "generated files are stale; run `cargo xtask codegen`:\n  {}",
             stale.join("\n  ")
         );
     }
-    eprintln!("codegen: {} CRD file(s) up to date", generated.len());
+    eprintln!(
+        "codegen: {} CRD file(s) and the protobuf tables up to date",
+        generated.len()
+    );
     Ok(())
 }
 
@@ -117,6 +133,14 @@ pub fn run(args: CodegenArgs) -> anyhow::Result<()> {
             fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
             eprintln!("removed   {}", path.display());
         }
+    }
+    let tables = workspace_root().join(protobuf::OUTPUT);
+    let content = protobuf::generate()?;
+    if fs::read_to_string(&tables).ok().as_deref() == Some(content.as_str()) {
+        eprintln!("unchanged {}", tables.display());
+    } else {
+        fs::write(&tables, content).with_context(|| format!("writing {}", tables.display()))?;
+        eprintln!("wrote     {}", tables.display());
     }
     Ok(())
 }

@@ -165,7 +165,7 @@ async fn demo(timeout: Duration) -> anyhow::Result<()> {
     println!("kcache demo: k8s.io/sample-controller, ported to kcache, on a local control plane\n");
 
     clock.say(format!(
-        "control plane: kube-apiserver {} + etcd {} (the first run builds them from the pinned Go modules: ~5 min)",
+        "control plane: kube-apiserver {} + etcd {} (the first run builds them from the pinned Go modules: about 6-7 min on 2 cores, with progress)",
         kcache_envtest::KUBERNETES_VERSION,
         kcache_envtest::ETCD_VERSION
     ));

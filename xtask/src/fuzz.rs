@@ -30,6 +30,7 @@ pub const TARGETS: &[&str] = &[
     "list_split",
     "list_decode",
     "snapshot",
+    "protobuf_frame",
 ];
 
 #[derive(Args)]

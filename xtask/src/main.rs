@@ -3,17 +3,22 @@
 //! - `cargo xtask test`: everything CI checks (fmt, clippy, the control-plane
 //!   build, every test including the integration tests against a real local
 //!   control plane, doc-tests).
+//! - `cargo xtask docsrs [-p CRATE]`: each published crate's docs built as
+//!   docs.rs builds them, from a copy outside the workspace (part of `test`).
 //! - `cargo xtask controlplane build|start|stop|status|kubeconfig`: the local
 //!   kube-apiserver + etcd, by hand.
 //! - `cargo xtask e2e [--kubeconfig PATH | --kind]`: the integration suite
 //!   against the local control plane, any cluster, or a new kind cluster.
 //! - `cargo xtask codegen [--check]`: the CRD YAML of every custom resource
-//!   type, under `examples/crds/`.
+//!   type, under `examples/crds/`, and kcache-core's protobuf field tables.
+//! - `cargo xtask protobuf-corpus`: kcache-core's protobuf test corpus,
+//!   fetched from a local control plane both as protobuf and as JSON.
 //! - `cargo xtask demo`: the sample controller on a local control plane.
 //! - `cargo xtask bench [--quick]`: every crate's criterion benchmarks and a
 //!   Markdown summary.
 //! - `cargo xtask bench-compare [--quick]`: kcache against kube-runtime and
-//!   client-go on the same replayed data (docs/performance.md).
+//!   client-go on the same replayed data; `--real`: against the local
+//!   kube-apiserver, the reference (docs/performance.md).
 //! - `cargo xtask fuzz [--seconds N]`: the cargo-fuzz targets, N seconds each.
 
 use std::process::ExitCode;
@@ -22,12 +27,15 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_compare;
+mod bench_real;
 mod codegen;
 mod controlplane;
 mod demo;
 mod deny;
+mod docsrs;
 mod e2e;
 mod fuzz;
+mod protobuf_corpus;
 mod run;
 mod test;
 
@@ -43,6 +51,10 @@ enum Task {
     /// Run every check CI runs: fmt, clippy -D warnings, all tests (unit,
     /// integration against a local control plane, doc-tests).
     Test(test::TestArgs),
+    /// Build each published crate's docs as docs.rs does (a copy outside the
+    /// workspace, its [package.metadata.docs.rs], K8S_OPENAPI_ENABLED_VERSION
+    /// unset, -D warnings); part of `test`.
+    Docsrs(docsrs::DocsrsArgs),
     /// Build, start, stop or inspect the local control plane.
     Controlplane {
         #[command(subcommand)]
@@ -52,15 +64,20 @@ enum Task {
     /// given by a kubeconfig, or a new kind cluster.
     E2e(e2e::E2eArgs),
     /// Write the CRD YAML of every custom resource type into examples/crds/
-    /// (`--check`: fail when it is stale).
+    /// and the protobuf field tables of kcache-core (`--check`: fail when
+    /// stale).
     Codegen(codegen::CodegenArgs),
+    /// Regenerate kcache-core's protobuf test corpus from a local control
+    /// plane (each object fetched as protobuf and as JSON).
+    ProtobufCorpus(protobuf_corpus::CorpusArgs),
     /// Run the sample controller on a local control plane: create, scale and
     /// delete Foos, show what happened, stop everything.
     Demo(demo::DemoArgs),
     /// Run every crate's criterion benchmarks and print a Markdown summary.
     Bench(bench::BenchArgs),
     /// Compare kcache with kube-runtime and client-go on a replayed data set
-    /// (ingest, memory, relist, workqueue); prints medians and ratios.
+    /// (ingest, memory, relist, workqueue), or with `--real` against the
+    /// local kube-apiserver (sync, update load); prints medians and ratios.
     BenchCompare(bench_compare::CompareArgs),
     /// Build the cargo-fuzz targets (fuzz/) and run each for N seconds
     /// (default 60); fails on a crash.
@@ -73,6 +90,8 @@ fn main() -> ExitCode {
     // the client's errors while the apiserver starts) would only repeat it.
     let default_filter = match cli.command {
         Task::Demo(_) => "error,kube_client=off",
+        // bench-compare --real polls the apiserver while it starts
+        Task::BenchCompare(_) => "warn,kube_client=off",
         _ => "warn",
     };
     tracing_subscriber::fmt()
@@ -84,9 +103,11 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Task::Test(args) => test::run(args),
+        Task::Docsrs(args) => docsrs::run(args),
         Task::Controlplane { action } => controlplane::run(action),
         Task::E2e(args) => e2e::run(args),
         Task::Codegen(args) => codegen::run(args),
+        Task::ProtobufCorpus(args) => protobuf_corpus::run(args),
         Task::Demo(args) => demo::run(args),
         Task::Bench(args) => bench::run(args),
         Task::BenchCompare(args) => bench_compare::run(args),

@@ -52,6 +52,9 @@ pub fn run(args: TestArgs) -> anyhow::Result<()> {
     timings.push(("cargo deny (licenses bans sources)", crate::deny::check()?));
     // --- end dependency policy ---
 
+    // Each published crate's docs as docs.rs builds them (xtask/src/docsrs.rs).
+    timings.push(("docs.rs builds", crate::docsrs::check(&[])?));
+
     // Build the control plane up front, with progress, so that the first
     // integration test does not sit silently through a cold Go build.
     eprintln!(

@@ -2,13 +2,29 @@
 // a SharedIndexInformer for Pods over the replay server named by $KUBECONFIG
 // (scenarios ingest, memory, relist), or client-go's workqueue (scenario
 // workqueue). It prints one JSON line of results on stdout.
+//
+// Scenario sync runs against the real apiserver and speaks the line protocol
+// of benches/compare/src/real.rs (phases synced, updated, done).
+//
+// Scenario encode-protobuf reads Pods as JSON lines on stdin and writes each
+// as its protobuf message (k8s.io/api's generated Marshal, the code the
+// apiserver serves with), preceded by its 4-byte big-endian length: the
+// replay server's protobuf bodies.
+//
+// The informer's clientset is client-go's default for built-in types
+// (-content-type=protobuf: it asks for application/vnd.kubernetes.protobuf
+// with JSON as the fallback); -content-type=json forces JSON.
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -22,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/workqueue"
@@ -65,27 +82,57 @@ func main() {
 	settleMs := flag.Int("settle-ms", 1000, "milliseconds to wait before reading the steady-state RSS")
 	keys := flag.Int("keys", 1000000, "workqueue: number of keys")
 	workers := flag.Int("workers", 1, "workqueue: number of workers")
+	contentType := flag.String("content-type", "protobuf", "protobuf (client-go's default for built-in types) | json")
+	mode := flag.String("mode", "paged", "sync: paged | streaming (sets the WatchListClient feature gate)")
+	expect := flag.Uint64("expect", 0, "sync: Pods in the cluster")
+	expectUpdates := flag.Uint64("expect-updates", 0, "sync: updates to wait for after the sync")
+	watchLog := flag.String("watch-log", "", "sync: where to write 'resourceVersion unix_micros' per update seen")
 	flag.Parse()
 	var r result
 	switch *scenario {
 	case "workqueue":
 		r = runWorkqueue(*keys, *workers)
+	case "encode-protobuf":
+		encodeProtobuf()
+		return
+	case "sync":
+		runSync(syncArgs{
+			strip: *strip, settle: time.Duration(*settleMs) * time.Millisecond,
+			contentType: *contentType, mode: *mode, expect: *expect,
+			expectUpdates: *expectUpdates, watchLog: *watchLog,
+		})
+		return
 	default:
-		r = runInformer(*strip, time.Duration(*settleMs)*time.Millisecond)
+		r = runInformer(*strip, *contentType, time.Duration(*settleMs)*time.Millisecond)
 	}
 	out, _ := json.Marshal(r)
 	fmt.Println(string(out))
 }
 
-func runInformer(strip bool, settle time.Duration) result {
+// restConfig reads $KUBECONFIG. With contentType "json" every request asks
+// for JSON; with "protobuf" nothing is set, which is client-go's default
+// (the generated clients of built-in types prefer protobuf).
+func restConfig(contentType string) *rest.Config {
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kubeconfig:", err)
 		os.Exit(2)
 	}
-	cfg.ContentType = "application/json"
-	cfg.AcceptContentTypes = "application/json"
+	switch contentType {
+	case "json":
+		cfg.ContentType = "application/json"
+		cfg.AcceptContentTypes = "application/json"
+	case "protobuf":
+	default:
+		fmt.Fprintln(os.Stderr, "-content-type must be protobuf or json")
+		os.Exit(2)
+	}
 	cfg.QPS = -1
+	return cfg
+}
+
+func runInformer(strip bool, contentType string, settle time.Duration) result {
+	cfg := restConfig(contentType)
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "clientset:", err)
@@ -173,5 +220,242 @@ func runWorkqueue(keys, workers int) result {
 	return result{
 		Client: "client-go", Events: uint64(keys), Secs: secs, EventsPerSec: float64(keys) / secs,
 		PeakRssKB: status("VmHWM"), SteadyRssKB: status("VmRSS"),
+	}
+}
+
+type syncArgs struct {
+	strip         bool
+	settle        time.Duration
+	contentType   string
+	mode          string
+	expect        uint64
+	expectUpdates uint64
+	watchLog      string
+}
+
+// phase is one line of the protocol (see benches/compare/src/real.rs).
+type phase struct {
+	Phase         string   `json:"phase"`
+	Client        string   `json:"client"`
+	Objects       uint64   `json:"objects"`
+	Secs          float64  `json:"secs"`
+	CPUTicks      uint64   `json:"cpu_ticks"`
+	PeakRssKB     uint64   `json:"peak_rss_kb"`
+	RssKB         uint64   `json:"rss_kb"`
+	BaselineRssKB uint64   `json:"baseline_rss_kb"`
+	ReadBytes     uint64   `json:"read_bytes"`
+	Cached        uint64   `json:"cached"`
+	Requests      []string `json:"requests,omitempty"`
+}
+
+// cpuTicks is utime + stime of /proc/self/stat, in clock ticks.
+func cpuTicks() uint64 {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return u + st
+}
+
+// readBytes is rchar of /proc/self/io.
+func readBytes() uint64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "rchar:") {
+			n, _ := strconv.ParseUint(strings.TrimSpace(line[6:]), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// requestLog records every request's method, URL, Accept header and the
+// response's Content-Type: what client-go actually asked for.
+type requestLog struct {
+	mu    sync.Mutex
+	lines []string
+	next  http.RoundTripper
+}
+
+func (l *requestLog) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(req)
+	ct := ""
+	if resp != nil {
+		ct = resp.Header.Get("Content-Type")
+		// Go's transport asks for gzip by itself and decompresses
+		// transparently; Uncompressed says the body came gzipped.
+		if resp.Uncompressed {
+			ct += " (gzip)"
+		}
+	}
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf("%s %s accept=%q -> %s", req.Method, req.URL.RequestURI(), req.Header.Get("Accept"), ct))
+	l.mu.Unlock()
+	return resp, err
+}
+
+func (l *requestLog) snapshot() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+func runSync(a syncArgs) {
+	// The feature gate is read from the environment when client-go's
+	// feature gates are first used: set it before anything else.
+	if a.mode == "streaming" {
+		os.Setenv("KUBE_FEATURE_WatchListClient", "true")
+	} else {
+		os.Setenv("KUBE_FEATURE_WatchListClient", "false")
+	}
+	cfg := restConfig(a.contentType)
+	reqs := &requestLog{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { reqs.next = rt; return reqs })
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "clientset:", err)
+		os.Exit(2)
+	}
+	stop := make(chan struct{})
+	go func() {
+		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
+		close(stop)
+	}()
+	runtime.GC()
+	baseline := status("VmRSS")
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	inf := factory.Core().V1().Pods().Informer()
+	if a.strip {
+		_ = inf.SetTransform(func(obj interface{}) (interface{}, error) {
+			if m, err := meta.Accessor(obj); err == nil {
+				m.SetManagedFields(nil)
+			}
+			return obj, nil
+		})
+	}
+	var adds atomic.Uint64
+	var syncedFlag atomic.Bool
+	synced := make(chan struct{})
+	updated := make(chan struct{})
+	var seenMu sync.Mutex
+	var seen [][2]uint64
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if adds.Add(1) == a.expect {
+				syncedFlag.Store(true)
+				close(synced)
+			}
+		},
+		UpdateFunc: func(_, obj interface{}) {
+			p, ok := obj.(*corev1.Pod)
+			if !ok {
+				return
+			}
+			rv, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
+			seenMu.Lock()
+			seen = append(seen, [2]uint64{rv, uint64(time.Now().UnixMicro())})
+			n := uint64(len(seen))
+			seenMu.Unlock()
+			if n == a.expectUpdates {
+				close(updated)
+			}
+		},
+	})
+	cpu0, read0 := cpuTicks(), readBytes()
+	start := time.Now()
+	mk := func(name string, objects uint64) phase {
+		return phase{
+			Phase: name, Client: "client-go", Objects: objects, Secs: time.Since(start).Seconds(),
+			CPUTicks: cpuTicks() - cpu0, PeakRssKB: status("VmHWM"), RssKB: status("VmRSS"),
+			BaselineRssKB: baseline, ReadBytes: readBytes() - read0,
+			Cached: uint64(len(inf.GetStore().ListKeys())), Requests: reqs.snapshot(),
+		}
+	}
+	emit := func(p phase) {
+		out, _ := json.Marshal(p)
+		fmt.Println(string(out))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go inf.Run(ctx.Done())
+	<-synced
+	emit(mk("synced", adds.Load()))
+	stopped := false
+	if a.expectUpdates > 0 {
+		select {
+		case <-updated:
+			emit(mk("updated", a.expectUpdates))
+		case <-stop:
+			stopped = true
+		}
+	}
+	if !stopped {
+		<-stop
+	}
+	time.Sleep(a.settle)
+	runtime.GC()
+	debug.FreeOSMemory()
+	seenMu.Lock()
+	n := uint64(len(seen))
+	log := append([][2]uint64(nil), seen...)
+	seenMu.Unlock()
+	emit(mk("done", n))
+	if a.watchLog != "" {
+		f, err := os.Create(a.watchLog)
+		if err == nil {
+			w := bufio.NewWriter(f)
+			for _, s := range log {
+				fmt.Fprintf(w, "%d %d\n", s[0], s[1])
+			}
+			_ = w.Flush()
+			_ = f.Close()
+		}
+	}
+}
+
+// encodeProtobuf: see the package doc.
+func encodeProtobuf() {
+	in := bufio.NewReaderSize(os.Stdin, 1<<20)
+	out := bufio.NewWriterSize(os.Stdout, 1<<20)
+	defer out.Flush()
+	var lenBuf [4]byte
+	for {
+		line, err := in.ReadBytes('\n')
+		if len(strings.TrimSpace(string(line))) > 0 {
+			var p corev1.Pod
+			if jerr := json.Unmarshal(line, &p); jerr != nil {
+				fmt.Fprintln(os.Stderr, "encode-protobuf: bad Pod JSON:", jerr)
+				os.Exit(2)
+			}
+			b, merr := p.Marshal()
+			if merr != nil {
+				fmt.Fprintln(os.Stderr, "encode-protobuf:", merr)
+				os.Exit(2)
+			}
+			binary.BigEndian.PutUint32(lenBuf[:], uint32(len(b)))
+			_, _ = out.Write(lenBuf[:])
+			_, _ = out.Write(b)
+		}
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "encode-protobuf:", err)
+			os.Exit(2)
+		}
 	}
 }

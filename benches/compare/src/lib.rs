@@ -9,10 +9,19 @@
 //!   the first watch with `410 Gone` to force a relist. Plain HTTP, no auth:
 //!   kube-rs and client-go both accept `server: http://127.0.0.1:PORT`.
 //! - [`Report`] is the one JSON line every client prints.
+//! - [`protobuf`] encodes the data set as protobuf (the Pods by k8s.io/api's
+//!   own `Marshal`, run in the client-go module), which the server sends to
+//!   clients that ask for `application/vnd.kubernetes.protobuf`.
+//! - [`real`]: the Pods and the client protocol of the runs against the real
+//!   apiserver (`cargo xtask bench-compare --real`).
 //!
-//! The binaries: `replay` (the server), `kcache-client`, `kube-runtime-client`
-//! and `decode-ceiling`. The client-go client is the Go module in
+//! The binaries: `replay` (the server), `kcache-client`, `kube-runtime-client`,
+//! `decode-ceiling`, `warm-restart`, and `real-load` (the Pods and the update
+//! load of `--real`). The client-go client is the Go module in
 //! `benches/compare/client-go`.
+
+pub mod protobuf;
+pub mod real;
 
 use std::io;
 use std::sync::Arc;
@@ -148,6 +157,9 @@ pub struct DataSet {
     pub avg_pod_bytes: usize,
     /// Mean size of a listed Pod's JSON without managedFields, bytes.
     pub avg_pod_bytes_stripped: usize,
+    /// The same data as protobuf, served to clients that ask for it (see
+    /// [`protobuf::encode`]); `None`: JSON only.
+    pub protobuf: Option<protobuf::ProtobufData>,
 }
 
 /// Generates N Pods (resourceVersions 1..=N) and M watch events
@@ -201,6 +213,7 @@ pub fn generate(n: usize, m: usize) -> DataSet {
         watch_events: m + 1,
         avg_pod_bytes: total / n.max(1),
         avg_pod_bytes_stripped: stripped / n.max(1),
+        protobuf: None,
     }
 }
 
@@ -240,10 +253,11 @@ pub async fn serve(listener: TcpListener, data: DataSet, opts: ServerOptions) ->
     }
 }
 
-/// One parsed request: path and query pairs.
+/// One parsed request: path, query pairs, and whether it accepts protobuf.
 struct Request {
     path: String,
     query: Vec<(String, String)>,
+    accepts_protobuf: bool,
 }
 
 impl Request {
@@ -289,6 +303,7 @@ async fn read_request(
     }
     let target = line.split_whitespace().nth(1).unwrap_or("/").to_string();
     let mut content_length = 0usize;
+    let mut accepts_protobuf = false;
     loop {
         let mut h = String::new();
         if reader.read_line(&mut h).await? == 0 {
@@ -298,10 +313,12 @@ async fn read_request(
         if h.is_empty() {
             break;
         }
-        if let Some((k, v)) = h.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            content_length = v.trim().parse().unwrap_or(0);
+        if let Some((k, v)) = h.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                content_length = v.trim().parse().unwrap_or(0);
+            } else if k.eq_ignore_ascii_case("accept") {
+                accepts_protobuf = v.contains(protobuf::CONTENT_TYPE);
+            }
         }
     }
     if content_length > 0 {
@@ -320,6 +337,7 @@ async fn read_request(
     Ok(Some(Request {
         path: path.to_string(),
         query,
+        accepts_protobuf,
     }))
 }
 
@@ -356,33 +374,48 @@ async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
             respond(&mut writer, 400, "Bad Request", &body).await?;
             continue;
         }
-        writer
-            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
-            .await?;
+        let data = &shared.data;
+        let pb = data.protobuf.as_ref().filter(|_| req.accepts_protobuf);
+        let head: &[u8] = if pb.is_some() {
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.kubernetes.protobuf;stream=watch\r\nTransfer-Encoding: chunked\r\n\r\n"
+        } else {
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        };
+        writer.write_all(head).await?;
         let nth = shared.watches.fetch_add(1, Ordering::SeqCst);
         if shared.opts.gone_once && nth.is_multiple_of(2) {
-            let mut ev = serde_json::to_vec(&json!({"type": "ERROR",
-                "object": status_json(410, "Expired", "too old resource version (replay server: forced once)")}))?;
-            ev.push(b'\n');
+            let message = "too old resource version (replay server: forced once)";
+            let ev = if pb.is_some() {
+                protobuf::watch_frame("ERROR", &protobuf::status(410, "Expired", message))
+            } else {
+                let mut ev = serde_json::to_vec(
+                    &json!({"type": "ERROR", "object": status_json(410, "Expired", message)}),
+                )?;
+                ev.push(b'\n');
+                ev
+            };
             chunk(&mut writer, &ev).await?;
             writer.write_all(b"0\r\n\r\n").await?;
             writer.flush().await?;
             continue;
         }
         let rv: Option<u64> = req.param("resourceVersion").and_then(|v| v.parse().ok());
-        let data = &shared.data;
+        let (events, bookmark) = match pb {
+            Some(pb) => (&pb.watch, &pb.bookmark),
+            None => (&data.watch, &data.bookmark),
+        };
         if rv.is_none_or(|rv| rv <= data.list_rv) {
-            for part in data.watch.chunks(64 * 1024) {
+            for part in events.chunks(64 * 1024) {
                 chunk(&mut writer, part).await?;
             }
             if req.param("allowWatchBookmarks") == Some("true") {
-                chunk(&mut writer, &data.bookmark).await?;
+                chunk(&mut writer, bookmark).await?;
             }
         } else if req.param("allowWatchBookmarks") == Some("true") {
             // A client resuming from a later resourceVersion (kcache's warm
             // restart, scenario (e)): nothing new, but a bookmark says the
             // resourceVersion is still served.
-            chunk(&mut writer, &data.bookmark).await?;
+            chunk(&mut writer, bookmark).await?;
         }
         writer.flush().await?;
         // Hold the watch open until the client hangs up.
@@ -449,6 +482,9 @@ async fn list<W: tokio::io::AsyncWrite + Unpin>(
         .unwrap_or(usize::MAX);
     let end = start.saturating_add(limit).min(n);
     let start = start.min(end);
+    if let Some(pb) = data.protobuf.as_ref().filter(|_| req.accepts_protobuf) {
+        return list_protobuf(w, data.list_rv, &pb.pods[start..end], end, n).await;
+    }
     let mut meta = json!({"resourceVersion": data.list_rv.to_string()});
     if end < n {
         meta["continue"] = json!(end.to_string());
@@ -471,6 +507,48 @@ async fn list<W: tokio::io::AsyncWrite + Unpin>(
         w.write_all(p).await?;
     }
     w.write_all(b"]}").await?;
+    w.flush().await
+}
+
+/// A protobuf `PodList` of `items` (the list's page ending at `end` of
+/// `n`), written without building the body in one piece.
+async fn list_protobuf<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    rv: u64,
+    items: &[Bytes],
+    end: usize,
+    n: usize,
+) -> io::Result<()> {
+    let more = end < n;
+    let cont = end.to_string();
+    let head = protobuf::list_head(
+        rv,
+        more.then_some(cont.as_str()),
+        more.then_some((n - end) as u64),
+        items,
+    );
+    let prefixes: Vec<Vec<u8>> = items
+        .iter()
+        .map(|i| protobuf::list_item_prefix(i))
+        .collect();
+    let len = head.len()
+        + items
+            .iter()
+            .zip(&prefixes)
+            .map(|(i, p)| i.len() + p.len())
+            .sum::<usize>()
+        + protobuf::LIST_TAIL.len();
+    let http_head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {len}\r\n\r\n",
+        protobuf::CONTENT_TYPE
+    );
+    w.write_all(http_head.as_bytes()).await?;
+    w.write_all(&head).await?;
+    for (i, p) in items.iter().zip(&prefixes) {
+        w.write_all(p).await?;
+        w.write_all(i).await?;
+    }
+    w.write_all(protobuf::LIST_TAIL).await?;
     w.flush().await
 }
 

@@ -76,3 +76,68 @@ async fn first_watch_is_gone_when_asked() {
         other => panic!("expected a 410 error event, got {other:?}"),
     }
 }
+
+/// A client that asks for protobuf gets the protobuf list and watch frames
+/// (here of stand-in Pod messages; the harness encodes real ones with the
+/// client-go module), a JSON client the JSON ones.
+#[tokio::test]
+async fn protobuf_is_served_to_clients_that_accept_it() {
+    use bytes::Bytes;
+    use kcache_bench_compare::protobuf::{ProtobufData, envelope, watch_frame};
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let mut data = generate(3, 1);
+    let pods: Vec<Bytes> = (0..3u8)
+        .map(|i| Bytes::from(vec![b'p', b'0' + i]))
+        .collect();
+    let ev = watch_frame("MODIFIED", &envelope("v1", "Pod", b"w"));
+    data.protobuf = Some(ProtobufData {
+        pods,
+        watch: Bytes::from(ev.clone()),
+        bookmark: Bytes::from(watch_frame("BOOKMARK", &envelope("v1", "Pod", b"b"))),
+        avg_pod_bytes: 2,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let opts = ServerOptions {
+        gone_once: false,
+        hold: Some(std::time::Duration::from_millis(200)),
+    };
+    tokio::spawn(serve(listener, data, opts));
+    let get = |path: &'static str, accept: &'static str| async move {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(2), s.read_to_end(&mut out)).await;
+        out
+    };
+    let pb = "application/vnd.kubernetes.protobuf, application/json";
+    let list = get("/api/v1/pods?limit=2", pb).await;
+    let text = String::from_utf8_lossy(&list);
+    assert!(
+        text.contains("Content-Type: application/vnd.kubernetes.protobuf\r\n"),
+        "{text}"
+    );
+    let body = &list[list.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4..];
+    assert!(body.starts_with(b"k8s\0"), "{body:?}");
+    // both items of the page, then the envelope's tail
+    assert!(
+        body.windows(4).any(|w| w == b"\x12\x02p0") && body.windows(4).any(|w| w == b"\x12\x02p1")
+    );
+    assert!(!body.windows(2).any(|w| w == b"p2"));
+    let watch = get("/api/v1/pods?watch=true&resourceVersion=3", pb).await;
+    let text = String::from_utf8_lossy(&watch);
+    assert!(
+        text.contains("Content-Type: application/vnd.kubernetes.protobuf;stream=watch\r\n"),
+        "{text}"
+    );
+    assert!(watch.windows(ev.len()).any(|w| w == ev.as_slice()));
+    let json_list = get("/api/v1/pods?limit=2", "application/json").await;
+    let text = String::from_utf8_lossy(&json_list);
+    assert!(
+        text.contains("Content-Type: application/json\r\n") && text.contains("\"PodList\""),
+        "{text}"
+    );
+}

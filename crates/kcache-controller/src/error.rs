@@ -1,6 +1,6 @@
 //! Controller errors.
 
-use crate::leader::LeaderElectionConfigError;
+use kcache_lease::LeaderElectionConfigError;
 
 /// Why a controller could not run, or why it stopped.
 #[derive(Debug, thiserror::Error)]
@@ -24,5 +24,38 @@ pub enum ControllerError {
     /// Sharding is misconfigured, or this replica's membership failed; its
     /// workers were stopped.
     #[error("sharding: {0}")]
-    Shard(#[from] crate::shard::ShardError),
+    Shard(#[from] kcache_lease::ShardError),
+    /// The caches did not sync in time (see
+    /// [`Config::cache_sync_timeout`](crate::Config::cache_sync_timeout)).
+    #[error(
+        "the caches did not sync within {timeout:?}: {}; check that the apiserver is reachable and that the controller may list and watch these resources",
+        describe_unsynced(unsynced)
+    )]
+    CacheSyncTimeout {
+        /// The timeout that passed.
+        timeout: std::time::Duration,
+        /// The informers that had not synced.
+        unsynced: Vec<UnsyncedInformer>,
+    },
+}
+
+/// An informer that had not synced when the cache-sync timeout passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnsyncedInformer {
+    /// The informer's name (its resource, e.g. `configmaps`).
+    pub informer: String,
+    /// The last error its reflector reported, if any.
+    pub last_error: Option<String>,
+}
+
+fn describe_unsynced(unsynced: &[UnsyncedInformer]) -> String {
+    let parts: Vec<String> = unsynced
+        .iter()
+        .map(|u| match &u.last_error {
+            Some(e) => format!("{} (last error: {e})", u.informer),
+            None => format!("{} (no error reported: still listing)", u.informer),
+        })
+        .collect();
+    parts.join("; ")
 }

@@ -183,3 +183,70 @@ where
         (true, false) => Ok(Action::await_change()),
     }
 }
+
+/// Removes `finalizer_name` from `obj`, if it carries it: what a controller
+/// does when it stops managing an object (it is no longer selected, its
+/// owner was unset) so that the object can be deleted without it. The
+/// patch carries `obj`'s resourceVersion: a conflict (409) means the
+/// object changed since it was read; retry with the newer object. Returns
+/// the updated object, or `None` when there was nothing to remove or the
+/// object is already gone.
+///
+/// ```no_run
+/// use kcache_controller::finalizer;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::Api;
+///
+/// # async fn run(api: Api<ConfigMap>, cm: ConfigMap) -> Result<(), Box<dyn std::error::Error>> {
+/// // this ConfigMap is no longer ours: let it go
+/// finalizer::remove(&api, &cm, "example.com/cleanup").await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn remove<K>(
+    api: &Api<K>,
+    obj: &K,
+    finalizer_name: &str,
+) -> Result<Option<K>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + fmt::Debug,
+{
+    if !has_finalizer(obj, finalizer_name) {
+        return Ok(None);
+    }
+    let (Some(name), Some(rv)) = (&obj.meta().name, &obj.meta().resource_version) else {
+        return Ok(None);
+    };
+    let finalizers: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer_name)
+        .cloned()
+        .collect();
+    match patch_finalizers(api, name, rv, &finalizers).await {
+        Ok(updated) => {
+            tracing::debug!(object = %name, finalizer = finalizer_name, "removed finalizer");
+            Ok(Some(updated))
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Adds `finalizer_name` to `obj` if it does not carry it yet (with `obj`'s
+/// resourceVersion as precondition, like [`remove`]). Returns the updated
+/// object, or `None` when it was already there.
+pub async fn add<K>(api: &Api<K>, obj: &K, finalizer_name: &str) -> Result<Option<K>, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + fmt::Debug,
+{
+    if has_finalizer(obj, finalizer_name) {
+        return Ok(None);
+    }
+    let (Some(name), Some(rv)) = (&obj.meta().name, &obj.meta().resource_version) else {
+        return Ok(None);
+    };
+    let mut finalizers = obj.finalizers().to_vec();
+    finalizers.push(finalizer_name.to_owned());
+    patch_finalizers(api, name, rv, &finalizers).await.map(Some)
+}

@@ -25,14 +25,17 @@
 //!   shuts down and the lease is released.
 //!
 //! With [`leader_election`](Controller::leader_election) only the replica
-//! holding a `coordination.k8s.io/v1` Lease runs workers ([`leader`]);
+//! holding a `coordination.k8s.io/v1` Lease runs workers
+//! ([`lease::leader_election`]);
 //! with [`sharded`](Controller::sharded) every replica runs workers for its
 //! share of the keys, handed over through membership Leases so that no key
-//! is reconciled by two replicas at once ([`shard`]);
+//! is reconciled by two replicas at once ([`lease::shard`]);
 //! [`events::Recorder`] publishes `events.k8s.io/v1` events folded into
 //! series; [`finalizer::finalizer`] runs cleanup before deletion;
-//! [`MetricsRegistry`] and the endpoint ([`MetricsServer`]) serve
-//! `/metrics`, `/healthz` and `/readyz`. Every reconcile runs in a tracing
+//! [`metrics`] records into a provider of this layer's metrics; with the
+//! `prometheus` feature (on by default), `MetricsRegistry` (every layer's
+//! families, process and REST client metrics) and the endpoint
+//! (`MetricsServer`) serve `/metrics`, `/healthz` and `/readyz`. Every reconcile runs in a tracing
 //! span `reconcile` with the controller name, key, trigger and retry count.
 //!
 //! # Example
@@ -81,29 +84,62 @@
 //! # }
 //! ```
 
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod action;
 mod controller;
 mod error;
 pub mod events;
 pub mod finalizer;
-pub mod leader;
 pub mod metrics;
 mod predicate;
 mod reconciler;
+pub mod retry;
+mod run_mode;
 pub mod server;
-pub mod shard;
+mod source;
+mod worker;
 
 pub use action::Action;
 pub use controller::{
-    Config, Controller, ControllerHandle, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY,
-    NotLeading, owner_key,
+    Config, Controller, ControllerHandle, DEFAULT_CACHE_SYNC_TIMEOUT,
+    DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY, NotLeading,
 };
-pub use error::ControllerError;
-pub use leader::{
-    InMemoryLeaseLock, KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError,
-    LeaderElector, LeaderStatus, LeaseLock,
+pub use error::{ControllerError, UnsyncedInformer};
+/// Leader election and shard membership on Leases: the
+/// [`kcache_lease`] crate, which [`Controller::leader_election`] and
+/// [`Controller::sharded`] compose.
+pub use kcache_lease as lease;
+pub use kcache_lease::shard::{KubeMembershipStore, ShardConfig};
+pub use kcache_lease::{
+    KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError, LeaderElector, LeaderStatus,
+    LeaseLock, LeaseTimings,
 };
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use metrics::MetricsRegistry;
+pub use metrics::{MetricsProvider, NoopMetricsProvider};
 pub use predicate::{Predicate, PredicateEvent};
 pub use reconciler::{Reconciler, Request, Trigger};
-pub use server::{Health, MetricsServer};
+pub use retry::TerminalError;
+pub use server::Health;
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+pub use server::MetricsServer;
+pub use source::owner_key;
+
+/// A `tracing_subscriber::EnvFilter` directive for an operator: everything
+/// at `level`, except kube-client's per-request trace layer
+/// (`kube_client::client::builder`), whose ERROR lines ("failed with
+/// status 503", "failed with error ... Connection refused") repeat, once
+/// per request, failures that kcache already reports once as a WARN saying
+/// what to fix.
+///
+/// ```
+/// assert_eq!(kcache_controller::log_filter("info"), "info,kube_client::client::builder=off");
+/// ```
+pub fn log_filter(level: &str) -> String {
+    format!("{level},kube_client::client::builder=off")
+}

@@ -184,3 +184,69 @@ impl std::ops::Not for Predicate {
         Predicate::not(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kcache_core::CachedObject;
+    use serde_json::json;
+
+    type Obj = serde_json::Value;
+
+    fn obj(v: serde_json::Value) -> CachedObject<Obj> {
+        CachedObject::from_bytes(serde_json::to_vec(&v).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn predicates_and_combinators() {
+        let m = |rv: &str, generation: i64, label: &str, ann: &str| {
+            obj(
+                json!({"metadata": {"name": "a", "namespace": "ns", "resourceVersion": rv,
+                "generation": generation, "labels": {"l": label}, "annotations": {"a": ann}}}),
+            )
+        };
+        let base = m("1", 1, "x", "x");
+        fn update<'a>(
+            old: &'a CachedObject<Obj>,
+            new: &'a CachedObject<Obj>,
+        ) -> PredicateEvent<'a> {
+            PredicateEvent::Update {
+                old: old.meta(),
+                new: new.meta(),
+            }
+        }
+        let gen2 = m("2", 2, "x", "x");
+        let label = m("2", 1, "y", "x");
+        let ann = m("2", 1, "x", "y");
+        let resync = m("1", 1, "x", "x");
+        let g = Predicate::generation_changed();
+        let l = Predicate::labels_changed();
+        let a = Predicate::annotations_changed();
+        let rv = Predicate::resource_version_changed();
+        assert!(g.evaluate(&update(&base, &gen2)) && !g.evaluate(&update(&base, &label)));
+        assert!(l.evaluate(&update(&base, &label)) && !l.evaluate(&update(&base, &gen2)));
+        assert!(a.evaluate(&update(&base, &ann)) && !a.evaluate(&update(&base, &label)));
+        assert!(rv.evaluate(&update(&base, &ann)) && !rv.evaluate(&update(&base, &resync)));
+        // creates and deletes pass the update predicates
+        assert!(g.evaluate(&PredicateEvent::Create(base.meta())));
+        assert!(g.evaluate(&PredicateEvent::Delete(base.meta())));
+        let either = g.clone() | l.clone();
+        assert!(
+            either.evaluate(&update(&base, &gen2))
+                && either.evaluate(&update(&base, &label))
+                && !either.evaluate(&update(&base, &ann))
+        );
+        let both = g.clone() & rv.clone();
+        assert!(both.evaluate(&update(&base, &gen2)) && !both.evaluate(&update(&base, &label)));
+        let not_g = !g.clone();
+        assert!(not_g.evaluate(&update(&base, &label)) && !not_g.evaluate(&update(&base, &gen2)));
+        assert!(
+            !not_g.evaluate(&PredicateEvent::Create(base.meta())),
+            "not negates creates too"
+        );
+        assert!(Predicate::all([g.clone(), rv.clone()]).evaluate(&update(&base, &gen2)));
+        assert!(!Predicate::any(Vec::new()).evaluate(&update(&base, &gen2)));
+        assert!(Predicate::all(Vec::new()).evaluate(&update(&base, &gen2)));
+        assert_eq!(either.name(), "(generation_changed or labels_changed)");
+    }
+}

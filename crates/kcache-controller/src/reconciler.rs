@@ -4,11 +4,10 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use kcache_core::CachedObject;
 use tokio_util::sync::CancellationToken;
 
-use crate::leader::LeaderElector;
+use kcache_lease::LeaderElector;
 
 use crate::action::Action;
 
@@ -50,7 +49,7 @@ pub enum Trigger {
     /// Queued by hand through [`ControllerHandle::enqueue`](crate::ControllerHandle::enqueue).
     Manual,
     /// This replica of a sharded controller gained the key in a handover
-    /// (see [`shard`](crate::shard)).
+    /// (see [`shard`](crate::lease::shard)).
     Handover,
 }
 
@@ -233,7 +232,40 @@ pub(crate) fn split_key(key: &str) -> (Option<String>, String) {
 /// # fn check<R: kcache_controller::Reconciler<ConfigMap, Ctx>>(_: R) {}
 /// # check(reconcile);
 /// ```
-#[async_trait]
+///
+/// A type with state of its own implements the trait with a plain
+/// `async fn` (no `#[async_trait]`); the controller is generic over the
+/// reconciler, so nothing is boxed:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use kcache_controller::{Action, Reconciler, Request};
+/// use k8s_openapi::api::core::v1::ConfigMap;
+///
+/// struct Ctx;
+///
+/// #[derive(Default)]
+/// struct Counting {
+///     seen: AtomicU64,
+/// }
+///
+/// impl Reconciler<ConfigMap, Ctx> for Counting {
+///     type Error = std::io::Error;
+///
+///     async fn reconcile(
+///         &self,
+///         req: Request<ConfigMap>,
+///         _ctx: Arc<Ctx>,
+///     ) -> Result<Action, Self::Error> {
+///         let n = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
+///         println!("reconcile #{n}: {}", req.key);
+///         Ok(Action::await_change())
+///     }
+/// }
+/// # fn check<R: Reconciler<ConfigMap, Ctx>>(_: R) {}
+/// # check(Counting::default());
+/// ```
 pub trait Reconciler<K, C>: Send + Sync + 'static
 where
     K: Send + 'static,
@@ -243,10 +275,24 @@ where
     type Error: fmt::Display + fmt::Debug + Send + 'static;
 
     /// Reconciles one object.
-    async fn reconcile(&self, request: Request<K>, ctx: Arc<C>) -> Result<Action, Self::Error>;
+    ///
+    /// An implementation may write `async fn reconcile(..)`: the future it
+    /// returns must be `Send`, as workers run on a multi-threaded runtime.
+    fn reconcile(
+        &self,
+        request: Request<K>,
+        ctx: Arc<C>,
+    ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+
+    /// Whether `error` is terminal: counted and logged but not retried
+    /// (see [`TerminalError`](crate::TerminalError)). The default
+    /// recognizes a `TerminalError`, also inside a boxed error's chain;
+    /// override it for an error type of your own.
+    fn is_terminal(&self, error: &Self::Error) -> bool {
+        crate::retry::is_terminal_error(error)
+    }
 }
 
-#[async_trait]
 impl<K, C, F, Fut, E> Reconciler<K, C> for F
 where
     K: Send + 'static,
@@ -257,7 +303,11 @@ where
 {
     type Error = E;
 
-    async fn reconcile(&self, request: Request<K>, ctx: Arc<C>) -> Result<Action, E> {
-        (self)(request, ctx).await
+    fn reconcile(
+        &self,
+        request: Request<K>,
+        ctx: Arc<C>,
+    ) -> impl Future<Output = Result<Action, E>> + Send {
+        (self)(request, ctx)
     }
 }

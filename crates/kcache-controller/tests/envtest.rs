@@ -332,6 +332,13 @@ async fn metrics_endpoint_serves_reconcile_and_workqueue_metrics() {
         "workqueue_work_duration_seconds_bucket{",
         "kcache_informer_synced{informer=\"configmaps\"} 1",
         "kcache_informer_cached_objects{informer=\"configmaps\"} ",
+        // the controller's handler on the primary informer
+        "kcache_informer_listener_backlog{informer=\"configmaps\",handler=\"configmaps#",
+        // the reflector under it (started after the controller gave it
+        // the registry's provider)
+        "reflector_lists_total{name=",
+        "reflector_last_sync_timestamp_seconds{name=",
+        "process_resident_memory_bytes ",
     ] {
         assert!(body.contains(needle), "missing {needle:?} in\n{body}");
     }
@@ -566,7 +573,7 @@ async fn one_key_is_never_reconciled_twice_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_lease_lock_errors_say_what_to_fix() {
     use kcache_controller::LeaseLock as _;
-    use kcache_controller::leader::{LeaderElectionRecord, LeaseError};
+    use kcache_lease::{LeaderElectionRecord, LeaseError};
     let cp = ControlPlane::shared().await.expect("control plane");
     let admin = cp.client().expect("client");
     // The most likely first-deploy mistake: the lease's namespace does not
@@ -603,4 +610,84 @@ async fn kube_lease_lock_errors_say_what_to_fix() {
             .contains("grant the controller's service account the verbs get, create and update"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizer_remove_lets_an_object_go() {
+    use kcache_controller::finalizer;
+    let (client, ns) = setup("fin-remove").await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "held", "finalizers": ["other.io/keep", "example.com/cleanup"]}
+    }))
+    .unwrap();
+    let cm = api.create(&PostParams::default(), &cm).await.unwrap();
+    // a stale copy is refused (409), the current one is updated
+    let stale = cm.clone();
+    let cm = finalizer::add(&api, &cm, "example.com/more")
+        .await
+        .unwrap()
+        .expect("added");
+    let err = finalizer::remove(&api, &stale, "example.com/cleanup")
+        .await
+        .expect_err("a stale object is refused");
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409),
+        "{err}"
+    );
+    let cm = finalizer::remove(&api, &cm, "example.com/cleanup")
+        .await
+        .unwrap()
+        .expect("removed");
+    assert_eq!(
+        cm.metadata.finalizers.as_deref().unwrap_or_default(),
+        ["other.io/keep", "example.com/more"],
+        "only our finalizer is removed"
+    );
+    // nothing to remove: no request
+    assert!(
+        finalizer::remove(&api, &cm, "example.com/cleanup")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // deleting: the object goes once the last finalizers are removed
+    api.delete("held", &Default::default()).await.unwrap();
+    let cm = api.get("held").await.unwrap();
+    let cm = finalizer::remove(&api, &cm, "example.com/more")
+        .await
+        .unwrap()
+        .unwrap();
+    finalizer::remove(&api, &cm, "other.io/keep").await.unwrap();
+    assert!(
+        api.get_opt("held").await.unwrap().is_none(),
+        "gone once no finalizer holds it"
+    );
+}
+
+/// The REST client layer on a client built as an operator builds one
+/// (`ClientBuilder::with_layer`), against the real apiserver.
+#[tokio::test]
+async fn rest_client_layer_counts_requests_to_the_local_apiserver() {
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let registry = MetricsRegistry::new();
+    let config = cp.config();
+    let host = kcache_controller::metrics::RestClientMetricsLayer::host_of(&config.cluster_url);
+    assert!(!host.is_empty(), "{}", config.cluster_url);
+    let client = kube::client::ClientBuilder::try_from(config)
+        .unwrap()
+        .with_layer(&registry.rest_client_layer(host.clone()))
+        .build();
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    api.list(&Default::default()).await.unwrap();
+    api.list(&Default::default()).await.unwrap();
+    assert!(api.get("rest-client-layer-missing").await.is_err());
+    let scrape = registry.encode();
+    for needle in [
+        format!("rest_client_requests_total{{code=\"200\",method=\"GET\",host=\"{host}\"}} 2"),
+        format!("rest_client_requests_total{{code=\"404\",method=\"GET\",host=\"{host}\"}} 1"),
+        format!("rest_client_request_duration_seconds_count{{verb=\"GET\",host=\"{host}\"}} 3"),
+    ] {
+        assert!(scrape.contains(&needle), "missing {needle:?} in\n{scrape}");
+    }
 }

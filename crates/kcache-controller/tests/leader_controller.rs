@@ -12,12 +12,13 @@ use futures::stream::{self, StreamExt as _};
 use http_body::Frame;
 use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_controller::leader::LeaderCallbacks;
 use kcache_controller::{
-    Action, Config, Controller, ControllerError, InMemoryLeaseLock, LeaderElectionConfig,
-    LeaderElector, LeaseLock, Request,
+    Action, Config, Controller, ControllerError, LeaderElectionConfig, LeaderElector, LeaseLock,
+    Request,
 };
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::LeaderCallbacks;
+use kcache_lease::testing::InMemoryLeaseLock;
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::Notify;

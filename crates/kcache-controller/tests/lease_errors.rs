@@ -15,11 +15,11 @@ use futures::stream::{self, StreamExt as _};
 use http_body::Frame;
 use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_controller::leader::{LeaderElectionRecord, LeaseError};
 use kcache_controller::{
     Action, Config, Controller, LeaderElectionConfig, LeaseLock, MetricsRegistry, Request,
 };
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::{LeaderElectionRecord, LeaseError};
 use parking_lot::Mutex;
 use serde_json::json;
 
@@ -171,7 +171,10 @@ async fn lease_errors_are_warned_and_fail_readiness() {
         .next()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0);
-    assert!(count >= 5.0, "failures counted: {errors:?}");
+    // a retry every 2 s with jitter over the 16 s, from whenever the
+    // elector started (the readiness wait above advances the paused clock
+    // by a varying amount under load): at least 3 failures, usually 4 to 8
+    assert!(count >= 3.0, "failures counted: {errors:?}");
 
     // One WARN for the lasting failure (not one per attempt), with the fix.
     let text = logs.text();

@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use kcache_controller::shard::{GROUP_LABEL, KubeMembershipStore, Shard, ShardConfig, View};
-use kcache_controller::shard::{ShardConfigError, ShardError};
 use kcache_controller::{
     Action, Config, Controller, ControllerError, ControllerHandle, KubeLeaseLock,
     LeaderElectionConfig, MetricsRegistry, Request, Trigger,
 };
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::shard::{GROUP_LABEL, KubeMembershipStore, Shard, ShardConfig, View};
+use kcache_lease::shard::{ShardConfigError, ShardError};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
@@ -605,7 +605,7 @@ async fn sharding_misuse_and_a_stolen_lease_stop_the_controller_with_an_error() 
     .await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
     let patch = serde_json::json!({"metadata": {"annotations": {
-        kcache_controller::shard::INSTANCE_ANNOTATION: "another-process"
+        kcache_lease::shard::INSTANCE_ANNOTATION: "another-process"
     }}});
     leases
         .patch(

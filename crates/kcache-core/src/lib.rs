@@ -1,10 +1,11 @@
-//! The cached Kubernetes object (JSON bytes + metadata, typed on demand), key
-//! functions, label selectors, shard selectors, tombstones and the store
-//! traits every kcache layer shares.
+//! The cached Kubernetes object (the apiserver's bytes + metadata, typed on
+//! demand), key functions, label selectors, shard selectors, tombstones and
+//! the store traits every kcache layer shares.
 //!
-//! A [`CachedObject<K>`] keeps the JSON the apiserver sent (optionally with
-//! `metadata.managedFields` cut out) plus the [`Metadata`] every layer needs,
-//! extracted once by a partial, borrowing serde decode. The typed `K`
+//! A [`CachedObject<K>`] keeps the bytes the apiserver sent (JSON, or
+//! [`protobuf`] for built-in types; optionally with `metadata.managedFields`
+//! cut out) plus the [`Metadata`] every layer needs, extracted once by a
+//! partial, borrowing decode. The typed `K`
 //! (a k8s-openapi type, a custom resource, `DynamicObject`...) is decoded on
 //! demand with [`CachedObject::decode`]. With
 //! [`ObjectOptions::compression`] the JSON is kept LZ4-compressed against a
@@ -40,10 +41,16 @@
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! ```
 
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod compression;
 mod key;
 mod managed_fields;
+pub mod metrics;
 mod object;
+pub mod protobuf;
 mod selector;
 mod shard_selector;
 mod store;
@@ -56,14 +63,15 @@ pub use key::{
     meta_namespace_key, split_meta_namespace_key,
 };
 pub use object::{
-    CachedObject, DecodeError, FieldPaths, Metadata, ObjectError, ObjectOptions, OwnerReference,
+    CachedObject, DecodeError, FieldPaths, Format, Metadata, ObjectError, ObjectOptions,
+    OwnerReference,
 };
 pub use selector::{LabelSet, Operator, Requirement, Selector, SelectorError};
 pub use shard_selector::{
     HASH_SPACE_END, MAX_QUERY_VALUE_LEN, MAX_SELECTOR_LEN, MAX_SHARDS, ShardField, ShardRange,
     ShardSelector, ShardSelectorError, ShardSlots, shard_hash,
 };
-pub use store::{KeyListerGetter, Store, StoreError};
+pub use store::{KeyListerGetter, ReflectorStore, StoreError};
 pub use string_map::StringMap;
 pub use tombstone::{DeletedFinalStateUnknown, ObjectOrTombstone};
 

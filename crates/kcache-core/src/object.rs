@@ -1,4 +1,5 @@
-//! The cached object: JSON bytes as received plus metadata extracted once.
+//! The cached object: the bytes as received (JSON, or protobuf for built-in
+//! types) plus metadata extracted once.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -15,6 +16,7 @@ use serde_json::value::RawValue;
 
 use crate::compression::{Compression, CompressionDictionary, Payload};
 use crate::managed_fields;
+use crate::protobuf::{self, ProtoDecodeError, TypeMeta, WireError, meta::ObjectMetaView};
 use crate::string_map::StringMap;
 
 /// Error building a [`CachedObject`] from bytes or from a value.
@@ -47,6 +49,37 @@ pub enum ObjectError {
     /// rather than a panic.
     #[error("decompressing the stored object failed: {0}")]
     Decompress(String),
+    /// The bytes are not a well-formed Kubernetes protobuf object (or
+    /// envelope).
+    #[error("malformed object protobuf")]
+    Protobuf(#[source] WireError),
+    /// A protobuf object of a kind kcache has no field tables for (not a
+    /// built-in type of the pinned k8s.io/api): it cannot be decoded.
+    #[error(
+        "no protobuf tables for {api_version} {kind}: it is not a built-in kind; ask the apiserver for JSON for this resource"
+    )]
+    UnknownProtobufKind {
+        /// `apiVersion` of the object.
+        api_version: String,
+        /// `kind` of the object.
+        kind: String,
+    },
+    /// Transcoding a protobuf object to JSON failed (e.g. a `RawExtension`
+    /// holding protobuf rather than JSON).
+    #[error("transcoding the protobuf object to JSON failed")]
+    Transcode(#[source] ProtoDecodeError),
+}
+
+/// The encoding of a cached object's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Format {
+    /// JSON (`application/json`): any resource.
+    Json,
+    /// Kubernetes protobuf (`application/vnd.kubernetes.protobuf`): the
+    /// object's own message, without the `k8s\0` envelope. Built-in types
+    /// only (see [`protobuf::is_builtin_kind`]).
+    Protobuf,
 }
 
 /// Error decoding a [`CachedObject`] into its typed value `K`.
@@ -63,6 +96,13 @@ pub struct DecodeError {
     /// The underlying serde error.
     #[source]
     pub source: serde_json::Error,
+}
+
+impl From<DecodeError> for std::io::Error {
+    /// A reconciler returning `std::io::Error` can use `?` on a decode.
+    fn from(e: DecodeError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+    }
 }
 
 /// An entry of `metadata.ownerReferences`.
@@ -180,6 +220,9 @@ struct FieldPathsInner {
     paths: Vec<String>,
     /// Paths resolved from the extracted metadata instead of the byte scan.
     from_meta: Vec<(usize, Vec<String>)>,
+    /// The other paths, for objects held as protobuf (JSON objects use
+    /// `trie` during their one scan).
+    scanned: Vec<(usize, Vec<String>)>,
     trie: PathNode,
 }
 
@@ -262,6 +305,7 @@ impl FieldPaths {
         let mut inner = FieldPathsInner {
             paths: Vec::new(),
             from_meta: Vec::new(),
+            scanned: Vec::new(),
             trie: PathNode::default(),
         };
         for (i, p) in paths.into_iter().enumerate() {
@@ -271,6 +315,7 @@ impl FieldPaths {
                 inner.from_meta.push((i, segs));
             } else {
                 inner.trie.insert(&segs, i);
+                inner.scanned.push((i, segs));
             }
             inner.paths.push(p);
         }
@@ -414,9 +459,74 @@ type FieldValues = (FieldPaths, Box<[Option<Box<str>>]>);
 
 struct Inner {
     payload: Payload,
+    /// `None`: JSON; `Some`: protobuf of this message.
+    proto: Option<&'static protobuf::Message>,
     key: Box<str>,
     meta: Metadata,
     fields: Option<FieldValues>,
+}
+
+fn make_key(meta: &Metadata) -> Box<str> {
+    match &meta.namespace {
+        Some(ns) => {
+            let mut k = String::with_capacity(ns.len() + 1 + meta.name.len());
+            k.push_str(ns);
+            k.push('/');
+            k.push_str(&meta.name);
+            k.into_boxed_str()
+        }
+        None => meta.name.clone(),
+    }
+}
+
+/// The [`Metadata`] of a protobuf object, as the JSON route builds it from
+/// the apiserver's JSON of the same object (JSON omits the empty strings
+/// and zero generation protobuf carries).
+fn proto_metadata(
+    m: &ObjectMetaView<'_>,
+    type_meta: TypeMeta<'_>,
+) -> Result<Metadata, ObjectError> {
+    if m.name.is_empty() {
+        return Err(ObjectError::MissingName);
+    }
+    let opt = |s: &str| (!s.is_empty()).then(|| Box::from(s));
+    let time = |t: Option<i64>| -> Result<Option<Box<str>>, ObjectError> {
+        t.map(|secs| {
+            protobuf::format_time(secs, None)
+                .map(|t| Box::from(t.as_str()))
+                .ok_or(ObjectError::Protobuf(WireError::Invalid {
+                    message: "ObjectMeta",
+                    field: 9,
+                    reason: "timestamp outside years 0-9999",
+                }))
+        })
+        .transpose()
+    };
+    Ok(Metadata {
+        api_version: opt(type_meta.api_version),
+        kind: opt(type_meta.kind),
+        name: Box::from(m.name),
+        namespace: opt(m.namespace),
+        uid: opt(m.uid),
+        resource_version: opt(m.resource_version),
+        generation: (m.generation != 0).then_some(m.generation),
+        labels: m.labels.iter().copied().collect(),
+        annotations: m.annotations.iter().copied().collect(),
+        owner_references: m
+            .owner_references
+            .iter()
+            .map(|o| OwnerReference {
+                api_version: o.api_version.to_owned(),
+                kind: o.kind.to_owned(),
+                name: o.name.to_owned(),
+                uid: o.uid.to_owned(),
+                controller: o.controller,
+                block_owner_deletion: o.block_owner_deletion,
+            })
+            .collect(),
+        finalizers: m.finalizers.iter().map(|f| (*f).to_owned()).collect(),
+        deletion_timestamp: time(m.deletion_timestamp)?,
+    })
 }
 
 /// A Kubernetes object as cached by kcache: the JSON bytes as received plus
@@ -455,6 +565,7 @@ impl<K> fmt::Debug for CachedObject<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CachedObject")
             .field("key", &self.key())
+            .field("format", &self.format())
             .field("resource_version", &self.resource_version())
             .field("bytes", &self.inner.payload.stored().len())
             .field("compressed", &self.is_compressed())
@@ -462,13 +573,16 @@ impl<K> fmt::Debug for CachedObject<K> {
     }
 }
 
-/// Two cached objects are equal when their JSON is equal, whether stored
-/// compressed or not (two objects compressed against the same dictionary are
-/// compared without decompressing: LZ4 compression is deterministic). An
-/// object whose stored bytes fail to decompress equals only itself.
+/// Two cached objects are equal when they have the same format and the
+/// same bytes, whether stored compressed or not (two objects compressed
+/// against the same dictionary are compared without decompressing: LZ4
+/// compression is deterministic). A JSON object never equals a protobuf
+/// one. An object whose stored bytes fail to decompress equals only itself.
 impl<K> PartialEq for CachedObject<K> {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner) || self.inner.payload.same_json(&other.inner.payload)
+        Arc::ptr_eq(&self.inner, &other.inner)
+            || (self.format() == other.format()
+                && self.inner.payload.same_json(&other.inner.payload))
     }
 }
 impl<K> Eq for CachedObject<K> {}
@@ -547,25 +661,151 @@ impl<K> CachedObject<K> {
             }
             (fp.clone(), field_out.into_boxed_slice())
         });
-        let key = match &meta.namespace {
-            Some(ns) => {
-                let mut k = String::with_capacity(ns.len() + 1 + meta.name.len());
-                k.push_str(ns);
-                k.push('/');
-                k.push_str(&meta.name);
-                k.into_boxed_str()
-            }
-            None => meta.name.clone(),
-        };
+        let key = make_key(&meta);
         Ok(CachedObject {
             inner: Arc::new(Inner {
                 payload,
+                proto: None,
                 key,
                 meta,
                 fields,
             }),
             _kind: PhantomData,
         })
+    }
+
+    /// Builds a cached object from a protobuf object: its own message (an
+    /// item of a [`protobuf::List`], the `raw` of a [`protobuf::Unknown`]),
+    /// of the type `type_meta` names. See
+    /// [`from_protobuf_with`](Self::from_protobuf_with).
+    pub fn from_protobuf(
+        object: impl Into<Bytes>,
+        type_meta: TypeMeta<'_>,
+    ) -> Result<Self, ObjectError> {
+        Self::from_protobuf_with(object, type_meta, &ObjectOptions::default())
+    }
+
+    /// Builds a cached object from a protobuf object, with options (strip
+    /// managedFields, field paths, compression; as for JSON).
+    ///
+    /// The [`Metadata`] is read from `ObjectMeta` (field 1) without decoding
+    /// the rest, and equals what [`from_bytes_with`](Self::from_bytes_with)
+    /// extracts from the apiserver's JSON of the same object; `apiVersion`
+    /// and `kind` come from `type_meta`. Fails on malformed protobuf
+    /// ([`ObjectError::Protobuf`]), a kind kcache has no protobuf tables for
+    /// ([`ObjectError::UnknownProtobufKind`]) and a missing name.
+    pub fn from_protobuf_with(
+        object: impl Into<Bytes>,
+        type_meta: TypeMeta<'_>,
+        options: &ObjectOptions,
+    ) -> Result<Self, ObjectError> {
+        let object = object.into();
+        let msg =
+            protobuf::kind_message(type_meta.api_version, type_meta.kind).ok_or_else(|| {
+                ObjectError::UnknownProtobufKind {
+                    api_version: type_meta.api_version.to_owned(),
+                    kind: type_meta.kind.to_owned(),
+                }
+            })?;
+        let view = ObjectMetaView::scan(&object).map_err(ObjectError::Protobuf)?;
+        let meta = proto_metadata(&view, type_meta)?;
+        let stripped = if options.strip_managed_fields {
+            view.without_managed_fields(&object)
+        } else {
+            None
+        };
+        drop(view);
+        let own_buffer = stripped.is_some();
+        let bytes = match stripped {
+            Some(cut) => Bytes::from(cut),
+            None => object,
+        };
+        let fields = match &options.field_paths {
+            Some(fp) => {
+                let mut out = vec![None; fp.len()];
+                for (i, segs) in &fp.inner.from_meta {
+                    out[*i] = field_from_meta(&meta, segs);
+                }
+                for (i, segs) in &fp.inner.scanned {
+                    out[*i] =
+                        protobuf::field_value(&bytes, msg, segs).map_err(ObjectError::Transcode)?;
+                }
+                Some((fp.clone(), out.into_boxed_slice()))
+            }
+            None => None,
+        };
+        let payload = match options.compression.compress(&bytes) {
+            Some(compressed) => compressed,
+            None if options.copy_bytes && !own_buffer => {
+                Payload::Plain(Bytes::copy_from_slice(&bytes))
+            }
+            None => Payload::Plain(bytes),
+        };
+        let key = make_key(&meta);
+        Ok(CachedObject {
+            inner: Arc::new(Inner {
+                payload,
+                proto: Some(msg),
+                key,
+                meta,
+                fields,
+            }),
+            _kind: PhantomData,
+        })
+    }
+
+    /// Builds a cached object from a protobuf envelope: `k8s\0` +
+    /// `runtime.Unknown` (a single-object response body, or the object of a
+    /// watch event). Without [`ObjectOptions::copy_bytes`] the object keeps
+    /// a slice of `body`.
+    pub fn from_protobuf_envelope_with(
+        body: impl Into<Bytes>,
+        options: &ObjectOptions,
+    ) -> Result<Self, ObjectError> {
+        let body = body.into();
+        let u = protobuf::Unknown::decode(&body).map_err(ObjectError::Protobuf)?;
+        if !(u.content_type.is_empty() || u.content_type.starts_with(protobuf::CONTENT_TYPE)) {
+            return Err(ObjectError::Protobuf(WireError::Invalid {
+                message: "Unknown",
+                field: 4,
+                reason: "the envelope holds an object that is not protobuf",
+            }));
+        }
+        let raw = body.slice_ref(u.raw);
+        Self::from_protobuf_with(raw, u.type_meta, options)
+    }
+
+    /// The encoding of the stored bytes.
+    pub fn format(&self) -> Format {
+        match self.inner.proto {
+            None => Format::Json,
+            Some(_) => Format::Protobuf,
+        }
+    }
+
+    /// The object's bytes in its [`format`](Self::format), uncompressed:
+    /// borrowed when stored as given, decompressed when compressed.
+    pub fn encoded(&self) -> Result<Cow<'_, [u8]>, ObjectError> {
+        self.inner.payload.json()
+    }
+
+    fn type_meta(&self) -> TypeMeta<'_> {
+        TypeMeta {
+            api_version: self.inner.meta.api_version().unwrap_or(""),
+            kind: self.inner.meta.kind().unwrap_or(""),
+        }
+    }
+
+    fn transcode(&self, msg: &'static protobuf::Message) -> Result<Vec<u8>, ObjectError> {
+        let mut out = Vec::new();
+        self.inner
+            .payload
+            .with_json(|b| {
+                out.reserve(b.len() * 2);
+                protobuf::message_to_json(b, msg, self.type_meta(), &mut out)
+            })?
+            .map_err(ObjectError::Transcode)?;
+        Ok(out)
     }
 
     /// The default key: `namespace/name`, or `name` for cluster-scoped objects.
@@ -600,9 +840,10 @@ impl<K> CachedObject<K> {
     pub fn annotations(&self) -> &StringMap {
         self.inner.meta.annotations()
     }
-    /// The stored bytes: the JSON (without managedFields when stripped) for
-    /// an object stored as given, the compressed block for a compressed one
-    /// (see [`is_compressed`](Self::is_compressed)).
+    /// The stored bytes: the JSON or protobuf (without managedFields when
+    /// stripped) for an object stored as given, the compressed block for a
+    /// compressed one (see [`is_compressed`](Self::is_compressed) and
+    /// [`format`](Self::format)).
     ///
     /// To read or write out the JSON of any object, use
     /// [`json`](Self::json) or [`to_json_bytes`](Self::to_json_bytes).
@@ -612,20 +853,34 @@ impl<K> CachedObject<K> {
     /// The JSON (without managedFields when stripped): borrowed when stored
     /// as given, decompressed into a new buffer when compressed.
     ///
+    /// A protobuf object is transcoded directly from its bytes (no typed
+    /// value): the same keys and values as the apiserver's JSON,
+    /// `apiVersion` and `kind` first, then the fields in protobuf field
+    /// order.
+    ///
     /// Fails only when a compressed object's stored bytes do not
-    /// decompress ([`ObjectError::Decompress`]).
+    /// decompress ([`ObjectError::Decompress`]), or a protobuf object does
+    /// not transcode ([`ObjectError::Transcode`]).
     pub fn json(&self) -> Result<Cow<'_, [u8]>, ObjectError> {
-        self.inner.payload.json()
+        match self.inner.proto {
+            None => self.inner.payload.json(),
+            Some(msg) => self.transcode(msg).map(Cow::Owned),
+        }
     }
     /// The JSON as [`Bytes`]: the stored buffer itself (a reference-count
-    /// increment) when stored as given, decompressed when compressed.
+    /// increment) when stored as given, decompressed when compressed,
+    /// transcoded for a protobuf object (see [`json`](Self::json)).
     pub fn to_json_bytes(&self) -> Result<Bytes, ObjectError> {
+        if let Some(msg) = self.inner.proto {
+            return self.transcode(msg).map(Bytes::from);
+        }
         match &self.inner.payload {
             Payload::Plain(b) => Ok(b.clone()),
             compressed => compressed.json().map(|j| Bytes::from(j.into_owned())),
         }
     }
-    /// Length of the JSON (uncompressed).
+    /// Length of the stored bytes uncompressed: the JSON, or for a
+    /// protobuf object its protobuf (see [`format`](Self::format)).
     pub fn json_len(&self) -> usize {
         self.inner.payload.json_len()
     }
@@ -672,11 +927,8 @@ impl<K> CachedObject<K> {
     /// A copy without `metadata.managedFields` (shares nothing with `self`
     /// when there was something to cut; returns a clone otherwise). A
     /// compressed object's copy is compressed against the same dictionary.
+    /// A protobuf object's copy stays protobuf.
     pub fn without_managed_fields(&self) -> Result<Self, ObjectError> {
-        let json = self.to_json_bytes()?;
-        if !managed_fields::may_contain(&json) {
-            return Ok(self.clone());
-        }
         let options = ObjectOptions {
             strip_managed_fields: true,
             copy_bytes: false,
@@ -686,6 +938,20 @@ impl<K> CachedObject<K> {
                 None => Compression::none(),
             },
         };
+        if self.inner.proto.is_some() {
+            let bytes = Bytes::from(self.encoded()?.into_owned());
+            let view = ObjectMetaView::scan(&bytes).map_err(ObjectError::Protobuf)?;
+            if view.managed_fields.is_empty() {
+                return Ok(self.clone());
+            }
+            drop(view);
+            let type_meta = self.type_meta();
+            return Self::from_protobuf_with(bytes.clone(), type_meta, &options);
+        }
+        let json = self.to_json_bytes()?;
+        if !managed_fields::may_contain(&json) {
+            return Ok(self.clone());
+        }
         Self::from_bytes_with(json, &options)
     }
     /// Approximate heap bytes held by this object (stored bytes + metadata),
@@ -728,14 +994,25 @@ impl<K> CachedObject<K> {
 }
 
 impl<K: DeserializeOwned> CachedObject<K> {
-    /// Decodes the JSON into the typed `K` (a full serde decode; a
+    /// Decodes the bytes into the typed `K` (a full serde decode; a
     /// compressed object is first decompressed into a scratch buffer).
+    ///
+    /// A protobuf object is decoded straight from its protobuf through the
+    /// generated field tables: the result equals what decoding the
+    /// apiserver's JSON of the same object gives. A protobuf decode error
+    /// is carried as a custom `serde_json::Error` in [`DecodeError`].
     pub fn decode(&self) -> Result<K, DecodeError> {
-        let decoded = self
-            .inner
-            .payload
-            .with_json(|json| serde_json::from_slice::<K>(json))
-            .unwrap_or_else(|e| Err(<serde_json::Error as de::Error>::custom(e)));
+        let decoded = match self.inner.proto {
+            None => self
+                .inner
+                .payload
+                .with_json(|json| serde_json::from_slice::<K>(json)),
+            Some(msg) => self.inner.payload.with_json(|bytes| {
+                protobuf::decode_message::<K>(bytes, msg, self.type_meta())
+                    .map_err(<serde_json::Error as de::Error>::custom)
+            }),
+        }
+        .unwrap_or_else(|e| Err(<serde_json::Error as de::Error>::custom(e)));
         decoded.map_err(|source| DecodeError {
             key: self.key().to_owned(),
             type_name: std::any::type_name::<K>(),

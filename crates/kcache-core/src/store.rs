@@ -5,7 +5,7 @@ use crate::key::{BoxError, KeyError};
 use crate::object::CachedObject;
 use crate::tombstone::ObjectOrTombstone;
 
-/// Error from a [`Store`] write.
+/// Error from a [`ReflectorStore`] write.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -41,8 +41,8 @@ pub enum StoreError {
 /// indexer, or a test double.
 ///
 /// Every method is synchronous and must not block for long: a reflector
-/// calls them once per watch event. Object-safe: use as `Arc<dyn Store<K>>`.
-pub trait Store<K>: Send + Sync {
+/// calls them once per watch event. Object-safe: use as `Arc<dyn ReflectorStore<K>>`.
+pub trait ReflectorStore<K>: Send + Sync {
     /// An object was added.
     fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError>;
     /// An object was updated.

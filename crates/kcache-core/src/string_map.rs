@@ -260,3 +260,72 @@ mod tests {
         assert_ne!(a, c);
     }
 }
+
+impl From<&StringMap> for BTreeMap<String, String> {
+    fn from(m: &StringMap) -> Self {
+        m.to_btree_map()
+    }
+}
+
+impl From<StringMap> for BTreeMap<String, String> {
+    fn from(m: StringMap) -> Self {
+        m.to_btree_map()
+    }
+}
+
+impl From<&BTreeMap<String, String>> for StringMap {
+    fn from(m: &BTreeMap<String, String>) -> Self {
+        m.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    }
+}
+
+impl From<BTreeMap<String, String>> for StringMap {
+    fn from(m: BTreeMap<String, String>) -> Self {
+        m.into_iter().collect()
+    }
+}
+
+impl PartialEq<StringMap> for BTreeMap<String, String> {
+    fn eq(&self, other: &StringMap) -> bool {
+        other == self
+    }
+}
+
+impl<'a> IntoIterator for &'a StringMap {
+    type Item = (&'a str, &'a str);
+    type IntoIter = Box<dyn ExactSizeIterator<Item = (&'a str, &'a str)> + 'a>;
+    fn into_iter(self) -> Self::IntoIter {
+        Box::new(self.iter())
+    }
+}
+
+impl serde::Serialize for StringMap {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+#[cfg(test)]
+mod conversion_tests {
+    use super::*;
+
+    #[test]
+    fn converts_to_and_from_btree_maps_and_serializes_as_a_map() {
+        let b: BTreeMap<String, String> = [
+            ("app".to_owned(), "web".to_owned()),
+            ("tier".to_owned(), "fe".to_owned()),
+        ]
+        .into();
+        let m = StringMap::from(&b);
+        assert_eq!(m, b);
+        assert_eq!(b, m);
+        assert_eq!(BTreeMap::from(&m), b);
+        assert_eq!(StringMap::from(b.clone()), m);
+        let pairs: Vec<(&str, &str)> = (&m).into_iter().collect();
+        assert_eq!(pairs, [("app", "web"), ("tier", "fe")]);
+        assert_eq!(
+            serde_json::to_value(&m).unwrap(),
+            serde_json::json!({"app": "web", "tier": "fe"})
+        );
+    }
+}

@@ -5,7 +5,9 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use kcache_core::{BoxError, CachedObject, KeyFunc, KeyListerGetter, ObjectOrTombstone, Store};
+use kcache_core::{
+    BoxError, CachedObject, KeyFunc, KeyListerGetter, ObjectOrTombstone, ReflectorStore,
+};
 
 /// The kind of change a [`Delta`] records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -225,7 +227,7 @@ impl<K> FifoOptions<K> {
     }
 }
 
-/// What an informer needs from its queue: a [`Store`] sink for the
+/// What an informer needs from its queue: a [`ReflectorStore`] sink for the
 /// reflector, plus an async `pop`. Implemented by
 /// [`DeltaFifo`](crate::DeltaFifo) and [`RealFifo`](crate::RealFifo);
 /// object-safe (`Arc<dyn Queue<K>>`).
@@ -235,7 +237,7 @@ impl<K> FifoOptions<K> {
 /// the initial list (the queue had not synced yet), holding the queue's
 /// lock so the next item cannot be popped before this one is processed.
 /// `process` must therefore be quick and must not call back into the queue.
-pub trait Queue<K>: Store<K> {
+pub trait Queue<K>: ReflectorStore<K> {
     /// Pops the next item and processes it; [`PopError::Closed`] once the
     /// queue is closed and empty.
     fn pop<'a>(

@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures::future::BoxFuture;
 use kcache_core::{
     BoxError, CachedObject, DeletedFinalStateUnknown, KeyFunc, KeyListerGetter, ObjectOrTombstone,
-    Store, StoreError, deletion_handling_key, meta_namespace_key,
+    ReflectorStore, StoreError, deletion_handling_key, meta_namespace_key,
 };
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -322,7 +322,7 @@ impl<K> DeltaFifo<K> {
     }
 
     /// An object this queue already holds under `key`, for a relist to
-    /// reuse (see [`Store::cached`]): the newest queued object for the key
+    /// reuse (see [`ReflectorStore::cached`]): the newest queued object for the key
     /// (none if that is a deletion), else the known object under the key.
     /// `key` is an object's [`CachedObject::key`]; with a custom key
     /// function whose keys differ, nothing is found.
@@ -455,7 +455,7 @@ impl<K> DeltaFifo<K> {
     }
 }
 
-impl<K: 'static> Store<K> for DeltaFifo<K> {
+impl<K: 'static> ReflectorStore<K> for DeltaFifo<K> {
     fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         DeltaFifo::add(self, obj)
     }

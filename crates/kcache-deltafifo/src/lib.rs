@@ -3,13 +3,13 @@
 //! deletions missed while disconnected, "synced" tracking of the initial
 //! list).
 //!
-//! Both queues implement [`kcache_core::Store`] (what the reflector writes
+//! Both queues implement [`kcache_core::ReflectorStore`] (what the reflector writes
 //! into) and [`Queue`] (what the informer pops from), so an informer can use
 //! either through `Arc<dyn Queue<K>>`.
 //!
 //! ```
 //! use std::sync::Arc;
-//! use kcache_core::{CachedObject, Store};
+//! use kcache_core::{CachedObject, ReflectorStore};
 //! use kcache_deltafifo::{DeltaFifo, DeltaType, FifoOptions, Queue};
 //!
 //! # futures::executor::block_on(async {
@@ -31,6 +31,10 @@
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
+
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod delta;
 mod delta_fifo;

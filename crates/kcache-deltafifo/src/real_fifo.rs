@@ -8,7 +8,7 @@ use std::time::Instant;
 use futures::future::BoxFuture;
 use kcache_core::{
     BoxError, CachedObject, DeletedFinalStateUnknown, KeyFunc, KeyListerGetter, ObjectOrTombstone,
-    Store, StoreError, deletion_handling_key, meta_namespace_key,
+    ReflectorStore, StoreError, deletion_handling_key, meta_namespace_key,
 };
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -231,7 +231,7 @@ impl<K> RealFifo<K> {
     }
 
     /// The known object under `key`, for a relist to reuse (see
-    /// [`Store::cached`]); `None` without known objects. Queued entries are
+    /// [`ReflectorStore::cached`]); `None` without known objects. Queued entries are
     /// not searched. `key` is an object's [`CachedObject::key`]; with a
     /// custom key function whose keys differ, nothing is found.
     ///
@@ -348,7 +348,7 @@ impl<K> RealFifo<K> {
     }
 }
 
-impl<K: 'static> Store<K> for RealFifo<K> {
+impl<K: 'static> ReflectorStore<K> for RealFifo<K> {
     fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         RealFifo::add(self, obj)
     }

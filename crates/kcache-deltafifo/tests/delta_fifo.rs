@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::*;
 use futures::FutureExt;
-use kcache_core::{CachedObject, DeletedFinalStateUnknown, ObjectOrTombstone, Store, StoreError};
+use kcache_core::{
+    CachedObject, DeletedFinalStateUnknown, ObjectOrTombstone, ReflectorStore, StoreError,
+};
 use kcache_deltafifo::{DeltaFifo, DeltaType::*, FifoOptions, PopError, Queue};
 use serde_json::Value;
 
@@ -268,11 +270,11 @@ fn cached_is_the_newest_queued_object_else_the_known_one() {
     let k1 = mk("k", 1);
     let f = fifo(Some(vec![k1.clone()]));
     assert!(f.cached("k").unwrap().ptr_eq(&k1));
-    assert!(Store::cached(&f, "k").unwrap().ptr_eq(&k1));
+    assert!(ReflectorStore::cached(&f, "k").unwrap().ptr_eq(&k1));
     assert!(f.cached("x").is_none());
     let k2 = mk("k", 2);
     f.update(k2.clone()).unwrap();
-    assert!(Store::cached(&f, "k").unwrap().ptr_eq(&k2));
+    assert!(ReflectorStore::cached(&f, "k").unwrap().ptr_eq(&k2));
     f.delete(mk("k", 3)).unwrap();
     assert!(f.cached("k").is_none(), "the newest delta is a deletion");
     pop(&f);
@@ -280,12 +282,12 @@ fn cached_is_the_newest_queued_object_else_the_known_one() {
 
     // without known objects: only what is queued
     let f = fifo(None);
-    assert!(Store::cached(&f, "a").is_none());
+    assert!(ReflectorStore::cached(&f, "a").is_none());
     let a = mk("a", 1);
     f.add(a.clone()).unwrap();
-    assert!(Store::cached(&f, "a").unwrap().ptr_eq(&a));
+    assert!(ReflectorStore::cached(&f, "a").unwrap().ptr_eq(&a));
     pop(&f);
-    assert!(Store::cached(&f, "a").is_none());
+    assert!(ReflectorStore::cached(&f, "a").is_none());
 }
 
 /// A relist hands back objects it got from `cached`: they were transformed
@@ -774,10 +776,10 @@ fn default_key_function_and_store_trait() {
     let f: DeltaFifo<Value> = DeltaFifo::new(FifoOptions::new());
     let o: CachedObject<Value> =
         CachedObject::from_bytes(&br#"{"metadata":{"name":"a","namespace":"ns"}}"#[..]).unwrap();
-    Store::add(&f, o.clone()).unwrap();
-    Store::update(&f, o.clone()).unwrap();
-    Store::delete(&f, o.into()).unwrap();
-    Store::resync(&f).unwrap();
+    ReflectorStore::add(&f, o.clone()).unwrap();
+    ReflectorStore::update(&f, o.clone()).unwrap();
+    ReflectorStore::delete(&f, o.into()).unwrap();
+    ReflectorStore::resync(&f).unwrap();
     assert_eq!(f.list_keys(), ["ns/a"]);
     assert_eq!(f.get_by_key("ns/a").unwrap().len(), 3);
 }

@@ -285,7 +285,11 @@ fn cached_is_the_known_object_and_not_transformed_again() {
     let known = mk("k", 1);
     let f = RealFifo::new(opts(Some(vec![known.clone()])).transformer(t));
     assert!(f.cached("k").unwrap().ptr_eq(&known));
-    assert!(kcache_core::Store::cached(&f, "k").unwrap().ptr_eq(&known));
+    assert!(
+        kcache_core::ReflectorStore::cached(&f, "k")
+            .unwrap()
+            .ptr_eq(&known)
+    );
     assert!(f.cached("x").is_none());
     assert!(real(None).cached("k").is_none());
 

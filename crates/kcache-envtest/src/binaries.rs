@@ -1,19 +1,23 @@
 //! Building kube-apiserver and etcd from the pinned Kubernetes Go modules.
 //!
-//! The Go wrapper module lives in the repository at `xtask/controlplane/`
-//! (go.mod + go.sum pin `k8s.io/kubernetes` and the etcd server module); its
-//! files are embedded in this crate, so a build works from any directory. The
+//! The Go wrapper module lives in this crate's `controlplane/` folder
+//! (go.mod + go.sum pin `k8s.io/kubernetes` and the etcd server module; it
+//! is inside the crate so that the published crate carries it, and its
+//! module path still says `xtask/controlplane`, where it used to live:
+//! changing a byte would change the fingerprint below and rebuild every
+//! cached control plane); its files are embedded in this crate, so a build
+//! works from any directory. The
 //! binaries are built once into the cache directory (`target/controlplane/`
 //! of the workspace, or `$KCACHE_CONTROLPLANE_DIR`) under a folder named by a
 //! hash of those files: they are rebuilt only when go.mod, go.sum or the
 //! wrapper sources change.
 
 use std::fs;
-use std::io::Write as _;
+use std::io::{BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{EnvtestError, tail};
@@ -26,19 +30,19 @@ pub const ETCD_VERSION: &str = "v3.7.0";
 
 /// The wrapper module's files, embedded at compile time.
 const SOURCES: &[(&str, &str)] = &[
-    ("go.mod", include_str!("../../../xtask/controlplane/go.mod")),
-    ("go.sum", include_str!("../../../xtask/controlplane/go.sum")),
+    ("go.mod", include_str!("../controlplane/go.mod")),
+    ("go.sum", include_str!("../controlplane/go.sum")),
     (
         "cmd/kube-apiserver/main.go",
-        include_str!("../../../xtask/controlplane/cmd/kube-apiserver/main.go"),
+        include_str!("../controlplane/cmd/kube-apiserver/main.go"),
     ),
     (
         "cmd/etcd/main.go",
-        include_str!("../../../xtask/controlplane/cmd/etcd/main.go"),
+        include_str!("../controlplane/cmd/etcd/main.go"),
     ),
     (
         "internal/parentwatch/parentwatch.go",
-        include_str!("../../../xtask/controlplane/internal/parentwatch/parentwatch.go"),
+        include_str!("../controlplane/internal/parentwatch/parentwatch.go"),
     ),
 ];
 
@@ -167,30 +171,13 @@ fn check_go() -> Result<String, EnvtestError> {
 
 fn build(root: &Path, out_dir: &Path) -> Result<(), EnvtestError> {
     let go_version = check_go()?;
-    let src = root.join(format!("src-{}", sources_fingerprint()));
-    for (name, text) in SOURCES {
-        let path = src.join(name);
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(|e| EnvtestError::io("creating", parent, e))?;
-        }
-        fs::write(&path, text).map_err(|e| EnvtestError::io("writing", &path, e))?;
-    }
+    let src = write_sources(root)?;
     let tmp_out = root.join(format!("bin-tmp-{}", std::process::id()));
     fs::create_dir_all(&tmp_out).map_err(|e| EnvtestError::io("creating", &tmp_out, e))?;
     let log_path = root.join("build.log");
     let mut log =
         fs::File::create(&log_path).map_err(|e| EnvtestError::io("creating", &log_path, e))?;
-    let minor = KUBERNETES_VERSION
-        .trim_start_matches('v')
-        .split('.')
-        .nth(1)
-        .unwrap_or("0");
-    let ldflags = format!(
-        "-s -w -X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION} \
-         -X k8s.io/component-base/version.gitMajor=1 \
-         -X k8s.io/component-base/version.gitMinor={minor} \
-         -X k8s.io/component-base/version.gitTreeState=clean"
-    );
+    let ldflags = ldflags();
     eprintln!(
         "[kcache-envtest] building kube-apiserver {KUBERNETES_VERSION} and etcd {ETCD_VERSION} \
          from Go modules with {go_version}\n[kcache-envtest]   into {}\n[kcache-envtest]   \
@@ -201,46 +188,13 @@ fn build(root: &Path, out_dir: &Path) -> Result<(), EnvtestError> {
     );
     let _ = writeln!(log, "# {go_version}\n# ldflags: {ldflags}");
     let started = Instant::now();
-    let done = Arc::new(AtomicBool::new(false));
-    let ticker = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let mut last = Instant::now();
-            while !done.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(200));
-                if last.elapsed() >= Duration::from_secs(20) {
-                    last = Instant::now();
-                    eprintln!(
-                        "[kcache-envtest]   still building the control plane... {}s",
-                        started.elapsed().as_secs()
-                    );
-                }
-            }
-        })
-    };
-    let log_err = log
-        .try_clone()
-        .map_err(|e| EnvtestError::io("opening", &log_path, e))?;
-    let status = Command::new(go_command())
-        .current_dir(&src)
-        .env("GOTOOLCHAIN", "local")
-        .env("CGO_ENABLED", "0")
-        .args([
-            "build",
-            "-trimpath",
-            "-mod=readonly",
-            "-ldflags",
-            &ldflags,
-            "-o",
-        ])
-        .arg(&tmp_out)
-        .args(["./cmd/kube-apiserver", "./cmd/etcd"])
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log_err)
-        .status();
-    done.store(true, Ordering::Relaxed);
-    let _ = ticker.join();
+    // Phase 1: module download and the package count (what "how far" is
+    // measured against).
+    let total = count_packages(&src, &mut log);
+    // Phase 2: `go build -v` names each package as it compiles it.
+    let ticker = ProgressTicker::start(total, started);
+    let status = go_build(&src, &tmp_out, &ldflags, &mut log, &ticker.built);
+    ticker.stop();
     let status = status.map_err(|e| EnvtestError::GoMissing(e.to_string()))?;
     if !status.success() {
         return Err(EnvtestError::BuildFailed {
@@ -261,9 +215,229 @@ fn build(root: &Path, out_dir: &Path) -> Result<(), EnvtestError> {
     Ok(())
 }
 
+/// Writes the Go module that builds the binaries into a directory of
+/// `root` named by the sources' fingerprint; that directory.
+fn write_sources(root: &Path) -> Result<PathBuf, EnvtestError> {
+    let src = root.join(format!("src-{}", sources_fingerprint()));
+    for (name, text) in SOURCES {
+        let path = src.join(name);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(|e| EnvtestError::io("creating", parent, e))?;
+        }
+        fs::write(&path, text).map_err(|e| EnvtestError::io("writing", &path, e))?;
+    }
+    Ok(src)
+}
+
+/// The linker flags: stripped binaries that report
+/// [`KUBERNETES_VERSION`] as their version.
+fn ldflags() -> String {
+    let minor = KUBERNETES_VERSION
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .unwrap_or("0");
+    format!(
+        "-s -w -X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION} \
+         -X k8s.io/component-base/version.gitMajor=1 \
+         -X k8s.io/component-base/version.gitMinor={minor} \
+         -X k8s.io/component-base/version.gitTreeState=clean"
+    )
+}
+
+/// A thread printing the build's progress every 15 s until stopped.
+struct ProgressTicker {
+    /// Packages compiled so far (counted by the build's reader).
+    built: Arc<AtomicUsize>,
+    /// Set to stop the thread.
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ProgressTicker {
+    /// Starts the thread: `total` packages to compile (if known), the
+    /// build having started at `started`.
+    fn start(total: Option<usize>, started: Instant) -> Self {
+        let built = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (done, built) = (done.clone(), built.clone());
+            std::thread::spawn(move || {
+                let compiling = Instant::now();
+                let mut last = Instant::now();
+                while !done.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    if last.elapsed() >= Duration::from_secs(15) {
+                        last = Instant::now();
+                        eprintln!(
+                            "[kcache-envtest]   {}",
+                            progress_line(
+                                built.load(Ordering::Relaxed),
+                                total,
+                                compiling.elapsed(),
+                                started.elapsed()
+                            )
+                        );
+                    }
+                }
+            })
+        };
+        ProgressTicker {
+            built,
+            done,
+            thread,
+        }
+    }
+
+    /// Stops the thread and waits for it.
+    fn stop(self) {
+        self.done.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+/// Runs `go build -v` of both binaries from `src` into `tmp_out`,
+/// copying its output into `log` and counting each package it compiles
+/// in `built`; its exit status.
+fn go_build(
+    src: &Path,
+    tmp_out: &Path,
+    ldflags: &str,
+    log: &mut fs::File,
+    built: &AtomicUsize,
+) -> std::io::Result<std::process::ExitStatus> {
+    let child = Command::new(go_command())
+        .current_dir(src)
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0")
+        .args([
+            "build",
+            "-v",
+            "-trimpath",
+            "-mod=readonly",
+            "-ldflags",
+            ldflags,
+            "-o",
+        ])
+        .arg(tmp_out)
+        .args(["./cmd/kube-apiserver", "./cmd/etcd"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    child.and_then(|mut child| {
+        // `-v` writes package names to stderr; compiler errors go there too.
+        let stderr = child.stderr.take();
+        let stdout = child.stdout.take();
+        let mut log_out = log.try_clone()?;
+        let out_thread = std::thread::spawn(move || {
+            if let Some(mut out) = stdout {
+                let _ = std::io::copy(&mut out, &mut log_out);
+            }
+        });
+        if let Some(err) = stderr {
+            for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                if is_package_path(&line) {
+                    built.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = writeln!(log, "{line}");
+            }
+        }
+        let _ = out_thread.join();
+        child.wait()
+    })
+}
+
+/// Downloads the modules and counts the packages the build compiles
+/// (`go list -deps`); `None` when that fails (the build then reports
+/// packages built without a total).
+fn count_packages(src: &Path, log: &mut fs::File) -> Option<usize> {
+    eprintln!("[kcache-envtest]   downloading the Go modules and listing the packages to build...");
+    let listed = Command::new(go_command())
+        .current_dir(src)
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", "0")
+        .args([
+            "list",
+            "-mod=readonly",
+            "-deps",
+            "-f",
+            "{{.ImportPath}}",
+            "./cmd/kube-apiserver",
+            "./cmd/etcd",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let _ = log.write_all(&listed.stderr);
+    if !listed.status.success() {
+        return None;
+    }
+    let total = listed
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .count();
+    eprintln!(
+        "[kcache-envtest]   {total} packages to compile (fewer when Go's build cache has some)"
+    );
+    Some(total)
+}
+
+/// Whether a line of `go build -v` names a package (not an error line).
+fn is_package_path(line: &str) -> bool {
+    !line.is_empty() && !line.starts_with('#') && !line.contains(' ') && !line.contains(':')
+}
+
+/// "built 1234 of 3456 packages (36%), about 4 min left (2 min so far)".
+fn progress_line(built: usize, total: Option<usize>, compiling: Duration, all: Duration) -> String {
+    let so_far = format_minutes(all);
+    match total {
+        Some(total) if total > 0 && built > 0 => {
+            let fraction = (built as f64 / total as f64).min(1.0);
+            let left = compiling.as_secs_f64() * (1.0 - fraction) / fraction;
+            format!(
+                "built {built} of {total} packages ({:.0}%), about {} left ({so_far} so far)",
+                fraction * 100.0,
+                format_minutes(Duration::from_secs_f64(left))
+            )
+        }
+        _ => format!("built {built} packages ({so_far} so far)"),
+    }
+}
+
+fn format_minutes(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 90 {
+        format!("{secs} s")
+    } else {
+        format!("{} min", (secs + 30) / 60)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_reads_as_a_person_would_say_it() {
+        assert_eq!(
+            progress_line(
+                1000,
+                Some(4000),
+                Duration::from_secs(60),
+                Duration::from_secs(80)
+            ),
+            "built 1000 of 4000 packages (25%), about 3 min left (80 s so far)"
+        );
+        assert_eq!(
+            progress_line(10, None, Duration::from_secs(5), Duration::from_secs(5)),
+            "built 10 packages (5 s so far)"
+        );
+        assert!(is_package_path("k8s.io/apiserver/pkg/server"));
+        assert!(!is_package_path("# k8s.io/foo"));
+        assert!(!is_package_path("./x.go:3:1: syntax error"));
+    }
 
     #[test]
     fn fingerprint_is_stable_and_names_the_version() {

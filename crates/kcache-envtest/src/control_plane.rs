@@ -405,108 +405,21 @@ impl ControlPlane {
 
     async fn start_with(opts: ControlPlaneBuilder) -> Result<ControlPlane, EnvtestError> {
         let binaries = Binaries::ensure_async().await?;
-        let root = cache_dir();
-        let run_dir = if opts.detached {
-            root.join("detached")
-        } else {
-            let runs = root.join("runs");
-            prune_runs(&runs);
-            let suffix: u32 = rand::random();
-            runs.join(format!("{}-{suffix:08x}", std::process::id()))
-        };
-        if opts.detached {
-            let _ = fs::remove_dir_all(run_dir.join("data"));
-        }
+        let run_dir = Self::prepare_run_dir(opts.detached)?;
         let certs = run_dir.join("data/pki");
-        create_private_dir(&certs, &[&run_dir, &run_dir.join("data")])?;
-
-        let ca = CertificateAuthority::new()?;
-        let serving = ca.serving_cert()?;
-        let admin = ca.client_cert("kcache-admin", &["system:masters"])?;
-        write_file(&certs.join("ca.crt"), ca.cert_pem())?;
-        write_file(&certs.join("apiserver.crt"), &serving.cert_pem)?;
-        write_file(&certs.join("apiserver.key"), &serving.key_pem)?;
-        let (sa_key, sa_pub) = service_account_key()?;
-        write_file(&certs.join("sa.key"), &sa_key)?;
-        write_file(&certs.join("sa.pub"), &sa_pub)?;
-
-        let etcd_port = free_port()?;
-        let etcd_peer_port = free_port()?;
-        let apiserver_port = free_port()?;
-        let server = format!("https://127.0.0.1:{apiserver_port}");
+        let Pki { ca, admin } = Self::write_pki(&certs)?;
+        let ports = Ports::pick()?;
+        let server = format!("https://127.0.0.1:{}", ports.apiserver);
 
         let kubeconfig_path = run_dir.join("kubeconfig");
         let yaml = kubeconfig_yaml(&server, ca.cert_pem(), "kcache-admin", &admin);
         write_file(&kubeconfig_path, &yaml)?;
         let admin_config = config_from_yaml(&yaml).await?;
 
-        let etcd_data = run_dir.join("data/etcd");
-        let peer = format!("http://127.0.0.1:{etcd_peer_port}");
-        let client_url = format!("http://127.0.0.1:{etcd_port}");
-        let etcd_args: Vec<OsString> = vec![
-            "--name=default".into(),
-            format!("--data-dir={}", etcd_data.display()).into(),
-            format!("--listen-client-urls={client_url}").into(),
-            format!("--advertise-client-urls={client_url}").into(),
-            format!("--listen-peer-urls={peer}").into(),
-            format!("--initial-advertise-peer-urls={peer}").into(),
-            format!("--initial-cluster=default={peer}").into(),
-            "--unsafe-no-fsync=true".into(),
-            "--log-level=warn".into(),
-        ];
-
-        let mut apiserver_args: Vec<OsString> = vec![
-            format!("--etcd-servers={client_url}").into(),
-            format!("--secure-port={apiserver_port}").into(),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            // The endpoint reconciler refuses a loopback advertise address;
-            // there are no Pods to reach the `kubernetes` Service anyway.
-            "--endpoint-reconciler-type=none".into(),
-            format!("--cert-dir={}", certs.display()).into(),
-            format!("--tls-cert-file={}", certs.join("apiserver.crt").display()).into(),
-            format!(
-                "--tls-private-key-file={}",
-                certs.join("apiserver.key").display()
-            )
-            .into(),
-            format!("--client-ca-file={}", certs.join("ca.crt").display()).into(),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
-            "--authorization-mode=RBAC".into(),
-            "--disable-admission-plugins=ServiceAccount".into(),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!(
-                "--service-account-key-file={}",
-                certs.join("sa.pub").display()
-            )
-            .into(),
-            format!(
-                "--service-account-signing-key-file={}",
-                certs.join("sa.key").display()
-            )
-            .into(),
-            "--allow-privileged=true".into(),
-            "--profiling=false".into(),
-            "--v=1".into(),
-            format!(
-                "--feature-gates=ShardedListAndWatch={}",
-                opts.sharded_list_and_watch
-            )
-            .into(),
-        ];
+        let etcd_args = etcd_args(&run_dir.join("data/etcd"), &ports);
+        let mut apiserver_args = apiserver_args(&certs, &ports, opts.sharded_list_and_watch);
         let audit_log = match &opts.audit {
-            Some(policy) => {
-                let policy_path = run_dir.join("audit-policy.yaml");
-                write_file(&policy_path, policy.yaml())?;
-                let log = run_dir.join("audit.log");
-                apiserver_args.extend([
-                    format!("--audit-policy-file={}", policy_path.display()).into(),
-                    format!("--audit-log-path={}", log.display()).into(),
-                    "--audit-log-format=json".into(),
-                    "--audit-log-mode=blocking".into(),
-                ]);
-                Some(log)
-            }
+            Some(policy) => Some(audit_args(&run_dir, policy, &mut apiserver_args)?),
             None => None,
         };
         apiserver_args.extend(opts.extra_apiserver_args.iter().map(OsString::from));
@@ -515,7 +428,7 @@ impl ControlPlane {
             run_dir,
             binaries: Some(binaries.clone()),
             ca: Some(ca),
-            etcd_port,
+            etcd_port: ports.etcd,
             server_url: server,
             kubeconfig_path,
             admin_config,
@@ -534,6 +447,155 @@ impl ControlPlane {
         Ok(cp)
     }
 
+    /// The run's directory, with a private, empty `data/pki` in it: the
+    /// fixed `detached` one (its old data removed), or a new one under
+    /// `runs` (after pruning the runs left behind).
+    fn prepare_run_dir(detached: bool) -> Result<PathBuf, EnvtestError> {
+        let root = cache_dir();
+        let run_dir = if detached {
+            root.join("detached")
+        } else {
+            let runs = root.join("runs");
+            prune_runs(&runs);
+            let suffix: u32 = rand::random();
+            runs.join(format!("{}-{suffix:08x}", std::process::id()))
+        };
+        if detached {
+            let _ = fs::remove_dir_all(run_dir.join("data"));
+        }
+        let certs = run_dir.join("data/pki");
+        create_private_dir(&certs, &[&run_dir, &run_dir.join("data")])?;
+        Ok(run_dir)
+    }
+
+    /// Makes a CA, the apiserver's serving certificate, an admin client
+    /// certificate and the service-account key pair, and writes all but
+    /// the admin's into `certs`.
+    fn write_pki(certs: &Path) -> Result<Pki, EnvtestError> {
+        let ca = CertificateAuthority::new()?;
+        let serving = ca.serving_cert()?;
+        let admin = ca.client_cert("kcache-admin", &["system:masters"])?;
+        write_file(&certs.join("ca.crt"), ca.cert_pem())?;
+        write_file(&certs.join("apiserver.crt"), &serving.cert_pem)?;
+        write_file(&certs.join("apiserver.key"), &serving.key_pem)?;
+        let (sa_key, sa_pub) = service_account_key()?;
+        write_file(&certs.join("sa.key"), &sa_key)?;
+        write_file(&certs.join("sa.pub"), &sa_pub)?;
+        Ok(Pki { ca, admin })
+    }
+}
+
+/// The certificates a new control plane keeps.
+struct Pki {
+    /// Signs the serving and client certificates.
+    ca: CertificateAuthority,
+    /// The admin's client certificate (in the kubeconfig).
+    admin: CertAndKey,
+}
+
+/// The local ports of a control plane.
+struct Ports {
+    /// etcd's client port.
+    etcd: u16,
+    /// etcd's peer port.
+    etcd_peer: u16,
+    /// The apiserver's secure port.
+    apiserver: u16,
+}
+
+impl Ports {
+    /// Three free ports: etcd's client and peer ports, then the apiserver's.
+    fn pick() -> Result<Self, EnvtestError> {
+        Ok(Ports {
+            etcd: free_port()?,
+            etcd_peer: free_port()?,
+            apiserver: free_port()?,
+        })
+    }
+
+    /// The URL etcd serves its clients on.
+    fn etcd_client_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.etcd)
+    }
+}
+
+/// etcd's command line: a single member storing in `data_dir`, without fsync.
+fn etcd_args(data_dir: &Path, ports: &Ports) -> Vec<OsString> {
+    let peer = format!("http://127.0.0.1:{}", ports.etcd_peer);
+    let client_url = ports.etcd_client_url();
+    vec![
+        "--name=default".into(),
+        format!("--data-dir={}", data_dir.display()).into(),
+        format!("--listen-client-urls={client_url}").into(),
+        format!("--advertise-client-urls={client_url}").into(),
+        format!("--listen-peer-urls={peer}").into(),
+        format!("--initial-advertise-peer-urls={peer}").into(),
+        format!("--initial-cluster=default={peer}").into(),
+        "--unsafe-no-fsync=true".into(),
+        "--log-level=warn".into(),
+    ]
+}
+
+/// The apiserver's command line (before audit and extra arguments): on
+/// loopback, against the local etcd, with the certificates in `certs`.
+fn apiserver_args(certs: &Path, ports: &Ports, sharded_list_and_watch: bool) -> Vec<OsString> {
+    vec![
+        format!("--etcd-servers={}", ports.etcd_client_url()).into(),
+        format!("--secure-port={}", ports.apiserver).into(),
+        "--bind-address=127.0.0.1".into(),
+        "--advertise-address=127.0.0.1".into(),
+        // The endpoint reconciler refuses a loopback advertise address;
+        // there are no Pods to reach the `kubernetes` Service anyway.
+        "--endpoint-reconciler-type=none".into(),
+        format!("--cert-dir={}", certs.display()).into(),
+        format!("--tls-cert-file={}", certs.join("apiserver.crt").display()).into(),
+        format!(
+            "--tls-private-key-file={}",
+            certs.join("apiserver.key").display()
+        )
+        .into(),
+        format!("--client-ca-file={}", certs.join("ca.crt").display()).into(),
+        "--service-cluster-ip-range=10.0.0.0/24".into(),
+        "--authorization-mode=RBAC".into(),
+        "--disable-admission-plugins=ServiceAccount".into(),
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+        format!(
+            "--service-account-key-file={}",
+            certs.join("sa.pub").display()
+        )
+        .into(),
+        format!(
+            "--service-account-signing-key-file={}",
+            certs.join("sa.key").display()
+        )
+        .into(),
+        "--allow-privileged=true".into(),
+        "--profiling=false".into(),
+        "--v=1".into(),
+        format!("--feature-gates=ShardedListAndWatch={sharded_list_and_watch}").into(),
+    ]
+}
+
+/// Writes the audit `policy` into `run_dir` and adds the apiserver
+/// arguments that log by it (JSON, blocking); the log's path.
+fn audit_args(
+    run_dir: &Path,
+    policy: &AuditPolicy,
+    apiserver_args: &mut Vec<OsString>,
+) -> Result<PathBuf, EnvtestError> {
+    let policy_path = run_dir.join("audit-policy.yaml");
+    write_file(&policy_path, policy.yaml())?;
+    let log = run_dir.join("audit.log");
+    apiserver_args.extend([
+        format!("--audit-policy-file={}", policy_path.display()).into(),
+        format!("--audit-log-path={}", log.display()).into(),
+        "--audit-log-format=json".into(),
+        "--audit-log-mode=blocking".into(),
+    ]);
+    Ok(log)
+}
+
+impl ControlPlane {
     fn log_path(&self, process: &str) -> PathBuf {
         self.run_dir.join(format!("{process}.log"))
     }

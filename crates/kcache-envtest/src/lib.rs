@@ -6,7 +6,7 @@
 //! bookmarks, `410 Gone`, RBAC, CRDs, streaming lists).
 //!
 //! The two binaries are built from the Kubernetes Go modules pinned in the
-//! repository's `xtask/controlplane/go.mod` (kube-apiserver from
+//! crate's `controlplane/go.mod` (kube-apiserver from
 //! `k8s.io/kubernetes` [`KUBERNETES_VERSION`], etcd [`ETCD_VERSION`]) the
 //! first time they are needed, into `target/controlplane/`, and reused
 //! afterwards; only Go >= 1.26 must be installed. A cold build takes several
@@ -54,6 +54,10 @@
 //! exits (even on a panic or `SIGKILL`), since the wrapper binaries watch
 //! their parent. Logs are kept under `target/controlplane/runs/<run>/`; when
 //! a process fails to start, the error carries the last lines of its log.
+
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod binaries;
 mod certs;

@@ -1,14 +1,13 @@
 //! The thread-safe indexed store.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use dashmap::DashMap;
 use kcache_core::{
-    BoxError, CachedObject, KeyError, KeyFunc, KeyListerGetter, ObjectOrTombstone, Store,
+    BoxError, CachedObject, KeyError, KeyFunc, KeyListerGetter, ObjectOrTombstone, ReflectorStore,
     StoreError, deletion_handling_key, meta_namespace_key,
 };
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{RwLock, RwLockUpgradableReadGuard};
 
 use crate::index::{IndexFunc, Indexers, NAMESPACE_INDEX, meta_namespace_index_func};
 
@@ -36,7 +35,7 @@ pub enum IndexError {
 }
 
 /// Values of one object for every index, in index order.
-type Values = Arc<[Box<[String]>]>;
+type Values = Box<[Box<[String]>]>;
 
 struct Entry<K> {
     obj: CachedObject<K>,
@@ -47,26 +46,30 @@ struct Slot<K> {
     name: String,
     func: IndexFunc<K>,
     /// index value -> keys
-    map: DashMap<String, HashSet<Arc<str>>>,
+    map: HashMap<String, HashSet<Arc<str>>>,
 }
 
+/// Everything the lock protects: objects, indexes and the resource version
+/// change together, so a reader sees either all of a write or none of it.
 struct State<K> {
-    items: DashMap<Arc<str>, Entry<K>>,
+    items: HashMap<Arc<str>, Entry<K>>,
     slots: Vec<Slot<K>>,
+    rv: String,
 }
 
 impl<K> State<K> {
     fn empty(defs: Vec<(String, IndexFunc<K>)>) -> Self {
         State {
-            items: DashMap::new(),
+            items: HashMap::new(),
             slots: defs
                 .into_iter()
                 .map(|(name, func)| Slot {
                     name,
                     func,
-                    map: DashMap::new(),
+                    map: HashMap::new(),
                 })
                 .collect(),
+            rv: String::new(),
         }
     }
 
@@ -86,56 +89,77 @@ impl<K> State<K> {
     }
 
     fn compute(&self, obj: &CachedObject<K>, key: &str) -> Result<Values, IndexError> {
-        self.slots
-            .iter()
-            .map(|s| compute_one(s, obj, key))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Into::into)
+        // Exact capacity: `into_boxed_slice` must not shrink (a realloc per
+        // write fragments glibc's heap and cost ~2x on updates).
+        let mut values = Vec::with_capacity(self.slots.len());
+        for s in &self.slots {
+            values.push(compute_one(s, obj, key)?);
+        }
+        Ok(values.into_boxed_slice())
     }
 
-    /// Inserts or replaces `key`. Never holds two map guards at once.
-    fn put(&self, key: &str, obj: CachedObject<K>, values: Values) {
-        let arc_key: Arc<str> = match self.items.get(key) {
-            Some(r) => r.key().clone(),
-            None => Arc::from(key),
+    fn set_rv(&mut self, obj: &CachedObject<K>) {
+        if let Some(rv) = obj.resource_version() {
+            self.rv.clear();
+            self.rv.push_str(rv);
+        }
+    }
+
+    /// Inserts or replaces `key`, returning the entry it replaced (for the
+    /// caller to drop after releasing the lock).
+    fn put(&mut self, key: &str, obj: CachedObject<K>, values: Values) -> Option<Entry<K>> {
+        let State { items, slots, .. } = self;
+        let (arc_key, old_values) = match items.get_key_value(key) {
+            Some((k, e)) => (k.clone(), Some(&e.values)),
+            None => (Arc::from(key), None),
         };
-        let old = self.items.insert(
-            arc_key.clone(),
-            Entry {
-                obj,
-                values: values.clone(),
-            },
-        );
-        for (i, slot) in self.slots.iter().enumerate() {
+        for (i, slot) in slots.iter_mut().enumerate() {
             let new_vals = &values[i];
-            let old_vals: &[String] = old.as_ref().map_or(&[], |e| &e.values[i]);
+            let old_vals: &[String] = old_values.map_or(&[], |v| &v[i]);
             if old_vals == &new_vals[..] {
                 continue;
             }
             for v in old_vals {
                 if !new_vals.contains(v) {
-                    remove_from(&slot.map, v, &arc_key);
+                    remove_from(&mut slot.map, v, &arc_key);
                 }
             }
             for v in new_vals.iter() {
                 if !old_vals.contains(v) {
-                    slot.map
-                        .entry(v.clone())
-                        .or_default()
-                        .insert(arc_key.clone());
+                    match slot.map.get_mut(v.as_str()) {
+                        Some(set) => {
+                            set.insert(arc_key.clone());
+                        }
+                        None => {
+                            slot.map.insert(v.clone(), HashSet::from([arc_key.clone()]));
+                        }
+                    }
                 }
             }
         }
+        items.insert(arc_key, Entry { obj, values })
     }
 
-    fn remove(&self, key: &str) -> Option<CachedObject<K>> {
-        let (arc_key, entry) = self.items.remove(key)?;
-        for (i, slot) in self.slots.iter().enumerate() {
+    fn remove(&mut self, key: &str) -> Option<Entry<K>> {
+        let (arc_key, entry) = self.items.remove_entry(key)?;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
             for v in entry.values[i].iter() {
-                remove_from(&slot.map, v, &arc_key);
+                remove_from(&mut slot.map, v, &arc_key);
             }
         }
-        Some(entry.obj)
+        Some(entry)
+    }
+
+    fn collect_objects(&self, i: usize, value: &str) -> Vec<CachedObject<K>> {
+        let Some(set) = self.slots[i].map.get(value) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(set.len());
+        out.extend(
+            set.iter()
+                .filter_map(|k| self.items.get(k).map(|e| e.obj.clone())),
+        );
+        out
     }
 }
 
@@ -154,16 +178,12 @@ fn compute_one<K>(
     Ok(v.into_boxed_slice())
 }
 
-fn remove_from(map: &DashMap<String, HashSet<Arc<str>>>, value: &str, key: &str) {
-    let now_empty = match map.get_mut(value) {
-        Some(mut set) => {
-            set.remove(key);
-            set.is_empty()
+fn remove_from(map: &mut HashMap<String, HashSet<Arc<str>>>, value: &str, key: &str) {
+    if let Some(set) = map.get_mut(value) {
+        set.remove(key);
+        if set.is_empty() {
+            map.remove(value);
         }
-        None => false,
-    };
-    if now_empty {
-        map.remove_if(value, |_, s| s.is_empty());
     }
 }
 
@@ -175,18 +195,22 @@ fn store_err(e: IndexError) -> StoreError {
 }
 
 /// A thread-safe store of [`CachedObject`]s with named indexes (client-go's
-/// `Indexer` over a `threadSafeMap`), on `dashmap`.
+/// `Indexer` over a `threadSafeMap`): one `parking_lot::RwLock` around the
+/// objects, the index maps and the resource version.
 ///
-/// * Readers never block each other and only contend with writers per shard.
-/// * Writers are serialized; index maintenance removes a key from the values
-///   it no longer has, adds it to its new ones, and drops empty value sets.
+/// * Every write is atomic for readers: a reader sees an object together
+///   with all its index entries, or neither (no reader ever finds an object
+///   under an index value it does not have).
+/// * Writers are serialized. A write computes the index values while readers
+///   still read (an upgradable read lock), then takes the write lock only to
+///   change the maps; index maintenance removes a key from the values it no
+///   longer has, adds it to its new ones, and drops empty value sets.
 /// * A failing index function fails the write and leaves the store unchanged.
-/// * Reads through an index filter on the object's current values, so a
-///   reader never sees an object under a value it does not have at the time
-///   of the read (during a concurrent update it may miss the object for that
-///   instant instead).
 /// * [`replace`](Self::replace) and [`add_indexers`](Self::add_indexers)
-///   build a new state and swap it in atomically.
+///   build the new content while readers read the old, then swap it in at
+///   once.
+/// * Reads copy out under the read lock (cheap `Arc` clones) and sort or
+///   convert after releasing it.
 ///
 /// ```
 /// use kcache_core::{CachedObject, Selector};
@@ -202,10 +226,8 @@ fn store_err(e: IndexError) -> StoreError {
 /// # Ok::<_, Box<dyn std::error::Error>>(())
 /// ```
 pub struct Indexer<K> {
-    state: RwLock<Arc<State<K>>>,
-    write: Mutex<()>,
+    state: RwLock<State<K>>,
     key_func: Arc<dyn KeyFunc<K>>,
-    rv: Mutex<String>,
 }
 
 impl<K: 'static> Default for Indexer<K> {
@@ -230,28 +252,14 @@ impl<K> Indexer<K> {
         let mut defs: Vec<_> = indexers.into_iter().collect();
         defs.sort_by(|a, b| a.0.cmp(&b.0));
         Indexer {
-            state: RwLock::new(Arc::new(State::empty(defs))),
-            write: Mutex::new(()),
+            state: RwLock::new(State::empty(defs)),
             key_func,
-            rv: Mutex::new(String::new()),
         }
-    }
-
-    fn current(&self) -> Arc<State<K>> {
-        self.state.read().clone()
     }
 
     /// The key of `obj` under this store's key function.
     pub fn key_of(&self, obj: &CachedObject<K>) -> Result<String, KeyError> {
         self.key_func.key(obj)
-    }
-
-    fn set_rv(&self, obj: &CachedObject<K>) {
-        if let Some(rv) = obj.resource_version() {
-            let mut cur = self.rv.lock();
-            cur.clear();
-            cur.push_str(rv);
-        }
     }
 
     /// Adds or replaces an object (upsert, like client-go).
@@ -262,11 +270,13 @@ impl<K> Indexer<K> {
     /// Updates (or adds) an object, moving its key between index values.
     pub fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         let key = self.key_func.key(&obj)?;
-        let _w = self.write.lock();
-        let st = self.current();
+        let st = self.state.upgradable_read();
         let values = st.compute(&obj, &key).map_err(store_err)?;
-        self.set_rv(&obj);
-        st.put(&key, obj, values);
+        let mut st = RwLockUpgradableReadGuard::upgrade(st);
+        st.set_rv(&obj);
+        let old = st.put(&key, obj, values);
+        drop(st);
+        drop(old);
         Ok(())
     }
 
@@ -274,18 +284,20 @@ impl<K> Indexer<K> {
     pub fn delete(&self, obj: impl Into<ObjectOrTombstone<K>>) -> Result<(), StoreError> {
         let obj = obj.into();
         let key = deletion_handling_key(&*self.key_func, &obj)?;
-        let _w = self.write.lock();
+        let mut st = self.state.write();
         if let ObjectOrTombstone::Object(o) = &obj {
-            self.set_rv(o);
+            st.set_rv(o);
         }
-        self.current().remove(&key);
+        let old = st.remove(&key);
+        drop(st);
+        drop(old);
         Ok(())
     }
 
     /// Deletes the object under `key`, returning it. A missing key is a no-op.
     pub fn delete_by_key(&self, key: &str) -> Option<CachedObject<K>> {
-        let _w = self.write.lock();
-        self.current().remove(key)
+        let old = self.state.write().remove(key);
+        old.map(|e| e.obj)
     }
 
     /// The stored object with the same key as `obj`.
@@ -296,28 +308,29 @@ impl<K> Indexer<K> {
 
     /// The stored object under `key`.
     pub fn get_by_key(&self, key: &str) -> Option<CachedObject<K>> {
-        self.current().items.get(key).map(|e| e.obj.clone())
+        self.state.read().items.get(key).map(|e| e.obj.clone())
     }
 
     /// Every stored object (in no particular order).
     pub fn list(&self) -> Vec<CachedObject<K>> {
-        let st = self.current();
+        let st = self.state.read();
         let mut out = Vec::with_capacity(st.items.len());
-        out.extend(st.items.iter().map(|e| e.obj.clone()));
+        out.extend(st.items.values().map(|e| e.obj.clone()));
         out
     }
 
     /// Every stored key (in no particular order).
     pub fn list_keys(&self) -> Vec<String> {
-        let st = self.current();
-        let mut out = Vec::with_capacity(st.items.len());
-        out.extend(st.items.iter().map(|e| e.key().to_string()));
-        out
+        let keys: Vec<Arc<str>> = {
+            let st = self.state.read();
+            st.items.keys().cloned().collect()
+        };
+        keys.iter().map(|k| k.to_string()).collect()
     }
 
     /// Number of stored objects.
     pub fn len(&self) -> usize {
-        self.current().items.len()
+        self.state.read().items.len()
     }
 
     /// Whether the store is empty.
@@ -332,15 +345,19 @@ impl<K> Indexer<K> {
         items: Vec<CachedObject<K>>,
         resource_version: impl Into<String>,
     ) -> Result<(), StoreError> {
-        let _w = self.write.lock();
-        let next = State::empty(self.current().defs());
+        let st = self.state.upgradable_read();
+        let mut next = State::empty(st.defs());
+        next.items.reserve(items.len());
         for obj in items {
             let key = self.key_func.key(&obj)?;
             let values = next.compute(&obj, &key).map_err(store_err)?;
             next.put(&key, obj, values);
         }
-        *self.state.write() = Arc::new(next);
-        *self.rv.lock() = resource_version.into();
+        next.rv = resource_version.into();
+        let mut st = RwLockUpgradableReadGuard::upgrade(st);
+        let old = std::mem::replace(&mut *st, next);
+        drop(st);
+        drop(old);
         Ok(())
     }
 
@@ -355,24 +372,20 @@ impl<K> Indexer<K> {
         name: &str,
         obj: &CachedObject<K>,
     ) -> Result<Vec<CachedObject<K>>, IndexError> {
-        let st = self.current();
+        let st = self.state.read();
         let (i, slot) = st.slot(name)?;
         let values = compute_one(slot, obj, obj.key())?;
         if let [only] = &values[..] {
-            return Ok(collect_objects(&st, i, only));
+            return Ok(st.collect_objects(i, only));
         }
-        let mut seen: HashSet<Arc<str>> = HashSet::new();
+        let mut seen: HashSet<&Arc<str>> = HashSet::new();
         let mut out = Vec::new();
         for v in values.iter() {
             if let Some(set) = slot.map.get(v.as_str()) {
                 for k in set.iter() {
-                    if seen.contains(k) {
-                        continue;
-                    }
-                    if let Some(e) = st.items.get(k)
-                        && values.iter().any(|v| e.values[i].contains(v))
+                    if seen.insert(k)
+                        && let Some(e) = st.items.get(k)
                     {
-                        seen.insert(k.clone());
                         out.push(e.obj.clone());
                     }
                 }
@@ -383,58 +396,47 @@ impl<K> Indexer<K> {
 
     /// Objects whose index `name` contains `value` (empty for an unknown value).
     pub fn by_index(&self, name: &str, value: &str) -> Result<Vec<CachedObject<K>>, IndexError> {
-        let st = self.current();
+        let st = self.state.read();
         let (i, _) = st.slot(name)?;
-        Ok(collect_objects(&st, i, value))
+        Ok(st.collect_objects(i, value))
     }
 
     /// Keys whose index `name` contains `value`, sorted.
     pub fn index_keys(&self, name: &str, value: &str) -> Result<Vec<String>, IndexError> {
-        let st = self.current();
-        let (i, slot) = st.slot(name)?;
-        let mut keys: Vec<String> = match slot.map.get(value) {
-            Some(set) => set
-                .iter()
-                .filter(|k| {
-                    st.items
-                        .get(&***k)
-                        .is_some_and(|e| e.values[i].iter().any(|v| v == value))
-                })
-                .map(|k| k.to_string())
-                .collect(),
-            None => Vec::new(),
+        let mut keys: Vec<Arc<str>> = {
+            let st = self.state.read();
+            let (_, slot) = st.slot(name)?;
+            slot.map
+                .get(value)
+                .map_or_else(Vec::new, |set| set.iter().cloned().collect())
         };
         keys.sort_unstable();
-        Ok(keys)
+        Ok(keys.iter().map(|k| k.to_string()).collect())
     }
 
     /// The distinct values of index `name`, sorted (empty for an unknown index).
     pub fn list_index_func_values(&self, name: &str) -> Vec<String> {
-        let st = self.current();
-        let Ok((_, slot)) = st.slot(name) else {
-            return Vec::new();
+        let mut v: Vec<String> = {
+            let st = self.state.read();
+            let Ok((_, slot)) = st.slot(name) else {
+                return Vec::new();
+            };
+            slot.map.keys().cloned().collect()
         };
-        let mut v: Vec<String> = slot
-            .map
-            .iter()
-            .filter(|e| !e.value().is_empty())
-            .map(|e| e.key().clone())
-            .collect();
         v.sort_unstable();
         v
     }
 
     /// The registered index functions.
     pub fn get_indexers(&self) -> Indexers<K> {
-        self.current().defs().into_iter().collect()
+        self.state.read().defs().into_iter().collect()
     }
 
     /// Registers more indexes, indexing the objects already stored. A name
     /// already registered is a [`IndexError::Conflict`]; a failing function
     /// is an [`IndexError::Func`]; in both cases nothing changes.
     pub fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), IndexError> {
-        let _w = self.write.lock();
-        let cur = self.current();
+        let cur = self.state.upgradable_read();
         let mut conflicts: Vec<String> = indexers
             .keys()
             .filter(|n| cur.slots.iter().any(|s| &s.name == *n))
@@ -449,47 +451,40 @@ impl<K> Indexer<K> {
         let mut added: Vec<_> = indexers.into_iter().collect();
         added.sort_by(|a, b| a.0.cmp(&b.0));
         defs.extend(added);
-        let next = State::empty(defs);
+        let mut next = State::empty(defs);
+        next.items.reserve(cur.items.len());
+        next.rv = cur.rv.clone();
         // Old indexes keep their positions: reuse their values, compute the new ones.
-        for e in cur.items.iter() {
-            let mut values: Vec<Box<[String]>> = e.values.to_vec();
+        for (key, e) in cur.items.iter() {
+            let mut values = Vec::with_capacity(next.slots.len());
+            values.extend_from_slice(&e.values);
             for slot in &next.slots[old_len..] {
-                values.push(compute_one(slot, &e.obj, e.key())?);
+                values.push(compute_one(slot, &e.obj, key)?);
             }
-            next.put(e.key(), e.obj.clone(), values.into());
+            next.put(key, e.obj.clone(), values.into());
         }
-        *self.state.write() = Arc::new(next);
+        let mut st = RwLockUpgradableReadGuard::upgrade(cur);
+        let old = std::mem::replace(&mut *st, next);
+        drop(st);
+        drop(old);
         Ok(())
     }
 
     /// Records a watch bookmark's resource version.
     pub fn bookmark(&self, resource_version: &str) {
-        *self.rv.lock() = resource_version.to_owned();
+        let mut st = self.state.write();
+        st.rv.clear();
+        st.rv.push_str(resource_version);
     }
 
     /// The resource version of the last write, replace or bookmark.
     pub fn last_store_sync_resource_version(&self) -> Option<String> {
-        let rv = self.rv.lock();
-        (!rv.is_empty()).then(|| rv.clone())
+        let st = self.state.read();
+        (!st.rv.is_empty()).then(|| st.rv.clone())
     }
 }
 
-fn collect_objects<K>(st: &State<K>, i: usize, value: &str) -> Vec<CachedObject<K>> {
-    let Some(set) = st.slots[i].map.get(value) else {
-        return Vec::new();
-    };
-    let mut out = Vec::with_capacity(set.len());
-    for k in set.iter() {
-        if let Some(e) = st.items.get(k)
-            && e.values[i].iter().any(|v| v == value)
-        {
-            out.push(e.obj.clone());
-        }
-    }
-    out
-}
-
-impl<K: 'static> Store<K> for Indexer<K> {
+impl<K: 'static> ReflectorStore<K> for Indexer<K> {
     fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         Indexer::add(self, obj)
     }

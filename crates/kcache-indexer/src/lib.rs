@@ -1,6 +1,6 @@
 //! Thread-safe store of cached Kubernetes objects with named indexes, and
 //! listers: client-go's `Indexer`, `ThreadSafeStore` and listers, on
-//! `dashmap`.
+//! one `parking_lot::RwLock`.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -24,6 +24,10 @@
 //! assert_eq!(lister.namespaced("ns").list(&"app=web".parse()?).len(), 1);
 //! # Ok::<_, Box<dyn std::error::Error>>(())
 //! ```
+
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod index;
 mod indexer;

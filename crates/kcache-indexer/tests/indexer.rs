@@ -9,8 +9,8 @@ use std::sync::Arc;
 use common::{Obj, mk, names, obj, val};
 use k8s_openapi::api::core::v1::Pod;
 use kcache_core::{
-    CachedObject, DeletedFinalStateUnknown, FieldPaths, KeyListerGetter, ObjectOptions, Selector,
-    Store, StoreError,
+    CachedObject, DeletedFinalStateUnknown, FieldPaths, KeyListerGetter, ObjectOptions,
+    ReflectorStore, Selector, StoreError,
 };
 use kcache_indexer::{
     IndexError, IndexFunc, Indexer, Indexers, Lister, NAMESPACE_INDEX, NotFound, field_index_func,
@@ -264,9 +264,9 @@ fn store_resource_version() {
         idx.last_store_sync_resource_version().as_deref(),
         Some("20")
     );
-    Store::bookmark(&idx, "25").unwrap();
+    ReflectorStore::bookmark(&idx, "25").unwrap();
     assert_eq!(
-        Store::last_store_sync_resource_version(&idx).as_deref(),
+        ReflectorStore::last_store_sync_resource_version(&idx).as_deref(),
         Some("25")
     );
 }
@@ -579,7 +579,7 @@ fn lister_typed_convenience_decodes() {
 #[test]
 fn store_and_key_lister_getter_traits() {
     let idx = Arc::new(Indexer::<Value>::new());
-    let store: Arc<dyn Store<Value>> = idx.clone();
+    let store: Arc<dyn ReflectorStore<Value>> = idx.clone();
     store.add(obj(Some("n"), "a", &[], &[])).unwrap();
     store
         .update(obj(Some("n"), "a", &[("v", "2")], &[]))
@@ -623,8 +623,8 @@ fn custom_key_function() {
 fn store_cached_is_the_held_object() {
     let store = indexer_with("by_val", by_val());
     let a = mk("a", "1");
-    Store::add(&store, a.clone()).unwrap();
-    let held = Store::cached(&store, a.key()).unwrap();
+    ReflectorStore::add(&store, a.clone()).unwrap();
+    let held = ReflectorStore::cached(&store, a.key()).unwrap();
     assert!(held.ptr_eq(&a));
-    assert!(Store::cached(&store, "absent").is_none());
+    assert!(ReflectorStore::cached(&store, "absent").is_none());
 }

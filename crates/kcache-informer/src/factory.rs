@@ -16,6 +16,7 @@ use crate::error::InformerError;
 use crate::informer::{
     DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, ListOptions, SharedIndexInformer, TransformFunc,
 };
+use crate::metrics::{MetricsProvider, ReflectorMetricsProvider};
 use crate::snapshot::SnapshotOptions;
 
 type Tweak = Arc<dyn Fn(&mut ListOptions) + Send + Sync>;
@@ -82,7 +83,8 @@ struct Entry {
 
 struct Config {
     list_options: ListOptions,
-    reflector_metrics: Option<Arc<dyn kcache_reflector::MetricsProvider>>,
+    reflector_metrics: Option<Arc<dyn ReflectorMetricsProvider>>,
+    metrics: Option<Arc<dyn MetricsProvider>>,
     tweak: Option<Tweak>,
     default_resync: Duration,
     resync_for: HashMap<TypeId, Duration>,
@@ -207,11 +209,14 @@ impl SharedInformerFactoryBuilder {
         self
     }
     /// Every informer's reflector reports its metrics here.
-    pub fn reflector_metrics(
-        mut self,
-        provider: Arc<dyn kcache_reflector::MetricsProvider>,
-    ) -> Self {
+    pub fn reflector_metrics(mut self, provider: Arc<dyn ReflectorMetricsProvider>) -> Self {
         self.config.reflector_metrics = Some(provider);
+        self
+    }
+    /// Every informer (and its handlers) reports its metrics here (see
+    /// [`metrics`](crate::metrics)).
+    pub fn metrics(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+        self.config.metrics = Some(provider);
         self
     }
     /// A transform for the informer of `K`.
@@ -328,6 +333,7 @@ impl SharedInformerFactory {
             config: Config {
                 list_options: ListOptions::default(),
                 reflector_metrics: None,
+                metrics: None,
                 tweak: None,
                 default_resync: Duration::ZERO,
                 resync_for: HashMap::new(),
@@ -405,6 +411,9 @@ impl SharedInformerFactory {
                 .handler_shutdown_timeout(cfg.handler_shutdown_timeout);
         if let Some(m) = &cfg.reflector_metrics {
             builder = builder.reflector_metrics(m.clone());
+        }
+        if let Some(m) = &cfg.metrics {
+            builder = builder.metrics(m.clone());
         }
         if let Some(s) = cfg.snapshots_for(&gvr) {
             let mut s = s.clone().into_dir();

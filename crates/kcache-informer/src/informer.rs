@@ -2,14 +2,17 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
-use kcache_core::{BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
+use kcache_core::{
+    BoxError, CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, ShardSelector,
+    StoreError,
+};
 use kcache_deltafifo::{DeltaFifo, DeltaType, Deltas, FifoOptions, PopError, Queue, RealFifo};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
 use kcache_reflector::{
-    DEFAULT_MAX_LIST_BYTES, MetricsProvider, Reflector, ReflectorError, RequestTimeouts,
+    DEFAULT_MAX_LIST_BYTES, Reflector, ReflectorError, RequestTimeouts, ShardFilterMode, WireFormat,
 };
 use kube::{Client, Resource};
 use tokio::task::JoinHandle;
@@ -19,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::InformerError;
 use crate::handler::ResourceEventHandler;
 use crate::listener::{Listener, Notification, SyncedFn};
+use crate::metrics::{InformerMetrics, MetricsProvider, ReflectorMetricsProvider};
 use crate::processor::{MINIMUM_RESYNC_PERIOD, SharedProcessor, determine_resync_period};
 use crate::snapshot::{
     Fingerprint, Loaded, SnapshotError, SnapshotOptions, SnapshotStatus, StartKind, WriteStats,
@@ -92,6 +96,18 @@ pub struct ListOptions {
     /// bytes (default: 2 GiB); see
     /// `ReflectorBuilder::max_initial_events_bytes`.
     pub max_initial_events_bytes: usize,
+    /// The format asked of the apiserver (default: [`WireFormat::Auto`]:
+    /// protobuf for built-in types, JSON otherwise); see
+    /// `ReflectorBuilder::wire_format`.
+    pub wire_format: WireFormat,
+    /// Server-side sharding (default: none): cache only the objects whose
+    /// `metadata.uid` or `metadata.namespace` hashes into the selector's
+    /// ranges. Sent to the apiserver as `shardSelector` on every list and
+    /// watch, and applied on the client too, so the cache holds exactly
+    /// the shard whether or not the apiserver's `ShardedListAndWatch`
+    /// feature gate is on (see `ReflectorBuilder::shard_selector` and
+    /// [`SharedIndexInformer::shard_filter_mode`]).
+    pub shard_selector: Option<ShardSelector>,
 }
 
 impl Default for ListOptions {
@@ -107,6 +123,8 @@ impl Default for ListOptions {
             request_timeouts: RequestTimeouts::default(),
             max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
             max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
+            wire_format: WireFormat::Auto,
+            shard_selector: None,
         }
     }
 }
@@ -149,7 +167,10 @@ pub(crate) struct Inner<K: Resource> {
     list_options: ListOptions,
     fifo_kind: FifoKind,
     default_handler_resync: Duration,
-    reflector_metrics: Option<Arc<dyn MetricsProvider>>,
+    /// Taken when the reflector is built.
+    reflector_metrics: OnceLock<Arc<dyn ReflectorMetricsProvider>>,
+    /// Set once (by the builder or `set_metrics`).
+    metrics: OnceLock<InformerMetrics>,
     indexer: Arc<Indexer<K>>,
     processor: SharedProcessor<K>,
     lifecycle: Mutex<Lifecycle<K>>,
@@ -165,6 +186,8 @@ pub(crate) struct Inner<K: Resource> {
     /// False from a warm start until the cache is known current.
     current: AtomicBool,
     snapshot_status: Mutex<SnapshotStatus>,
+    /// The last error the reflector reported, as text.
+    last_error: Arc<Mutex<Option<String>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -206,7 +229,8 @@ pub struct SharedIndexInformerBuilder<K: Resource> {
     indexers: Indexers<K>,
     fifo_kind: FifoKind,
     name: Option<String>,
-    reflector_metrics: Option<Arc<dyn MetricsProvider>>,
+    reflector_metrics: Option<Arc<dyn ReflectorMetricsProvider>>,
+    metrics: Option<Arc<dyn MetricsProvider>>,
     snapshot: Option<SnapshotOptions>,
     handler_shutdown_timeout: Duration,
 }
@@ -236,7 +260,24 @@ where
         self.list_options.watch_idle_timeout = Some(idle);
         self
     }
-    /// Replaces all list options at once.
+    /// What to ask the apiserver for: [`WireFormat::Auto`] (the default:
+    /// protobuf for built-in types, JSON for custom resources) or
+    /// [`WireFormat::Json`] (see [`ListOptions::wire_format`]).
+    pub fn wire_format(mut self, format: WireFormat) -> Self {
+        self.list_options.wire_format = format;
+        self
+    }
+    /// Cache only one shard of the objects (see
+    /// [`ListOptions::shard_selector`]), e.g. member `i` of
+    /// `ShardSelector::contiguous(ShardField::Uid, n)?`. The selector is
+    /// fixed for the informer's life: to move to another shard, stop the
+    /// informer and build a new one.
+    pub fn shard_selector(mut self, selector: ShardSelector) -> Self {
+        self.list_options.shard_selector = Some(selector);
+        self
+    }
+    /// Replaces all list options at once (the namespace and selectors
+    /// too: call it before the methods that set one option).
     pub fn list_options(mut self, options: ListOptions) -> Self {
         self.list_options = options;
         self
@@ -258,10 +299,18 @@ where
         self
     }
     /// Where the reflector reports its metrics (lists, watches, events,
-    /// relists, errors, last resourceVersion), e.g. kcache-reflector's
-    /// `PrometheusMetricsProvider` or kcache-controller's registry.
-    pub fn reflector_metrics(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+    /// relists, errors, last sync time), e.g.
+    /// [`PrometheusReflectorMetricsProvider`](crate::metrics) (feature
+    /// `prometheus`) or kcache-controller's `MetricsRegistry::reflector_provider`.
+    pub fn reflector_metrics(mut self, provider: Arc<dyn ReflectorMetricsProvider>) -> Self {
         self.reflector_metrics = Some(provider);
+        self
+    }
+    /// Where the informer and its handlers report their metrics (sync
+    /// state, cache size, handler backlogs, deliveries, panics, warm
+    /// restarts: see [`metrics`](crate::metrics)).
+    pub fn metrics(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+        self.metrics = Some(provider);
         self
     }
     /// Name for logs and metrics (default: the resource's plural).
@@ -271,7 +320,7 @@ where
     }
     /// Warm restarts: persist the cache as configured and, on start, resume
     /// from a matching snapshot instead of listing (see [`SnapshotOptions`]
-    /// and `docs/warm-restart.md`).
+    /// and [Warm restarts](https://github.com/kcache/kcache/blob/main/docs/warm-restart.md)).
     pub fn snapshot(mut self, options: SnapshotOptions) -> Self {
         self.snapshot = Some(options);
         self
@@ -301,6 +350,14 @@ where
         let name = self
             .name
             .unwrap_or_else(|| K::plural(&self.dyntype).to_string());
+        let reflector_metrics = OnceLock::new();
+        if let Some(p) = self.reflector_metrics {
+            let _ = reflector_metrics.set(p);
+        }
+        let metrics = OnceLock::new();
+        if let Some(p) = self.metrics {
+            let _ = metrics.set(InformerMetrics::new(p, &name, self.snapshot.is_some()));
+        }
         SharedIndexInformer {
             inner: Arc::new(Inner {
                 name,
@@ -309,7 +366,8 @@ where
                 list_options: self.list_options,
                 fifo_kind: self.fifo_kind,
                 default_handler_resync: self.resync,
-                reflector_metrics: self.reflector_metrics,
+                reflector_metrics,
+                metrics,
                 indexer,
                 processor: SharedProcessor::new(),
                 lifecycle: Mutex::new(Lifecycle {
@@ -329,6 +387,7 @@ where
                 snapshot: self.snapshot,
                 current: AtomicBool::new(true),
                 snapshot_status: Mutex::new(SnapshotStatus::default()),
+                last_error: Arc::new(Mutex::new(None)),
             }),
         }
     }
@@ -359,6 +418,7 @@ where
             fifo_kind: FifoKind::default(),
             name: None,
             reflector_metrics: None,
+            metrics: None,
             snapshot: None,
             handler_shutdown_timeout: DEFAULT_HANDLER_SHUTDOWN_TIMEOUT,
         }
@@ -429,6 +489,42 @@ where
         self.inner.snapshot.is_some()
     }
 
+    /// Reports this informer's metrics and its handlers' (see
+    /// [`metrics`](crate::metrics)) to `provider` from now on, starting
+    /// from the current values; before or after [`run`](Self::run).
+    /// `false`, and nothing changes, when the informer has a provider
+    /// already (from its builder, its factory or an earlier call): an
+    /// informer shared by several users is recorded once.
+    pub fn set_metrics(&self, provider: Arc<dyn MetricsProvider>) -> bool {
+        {
+            // under the lifecycle lock: no handler is added meanwhile
+            let _lc = lock(&self.inner.lifecycle);
+            if self.inner.metrics.get().is_some() {
+                // checked first: a second provider gets no series at all
+                return false;
+            }
+            let name = &self.inner.name;
+            let fresh = InformerMetrics::new(provider, name, self.inner.snapshot.is_some());
+            let m = self.inner.metrics.get_or_init(|| fresh);
+            for l in self.inner.processor.listeners() {
+                l.attach_metrics(m.listener(name, &l.name));
+            }
+        }
+        self.inner.push_cache_metrics(self.inner.has_synced());
+        self.inner
+            .snapshot_changed(&lock(&self.inner.snapshot_status));
+        true
+    }
+
+    /// The reflector reports its metrics to `provider` (see
+    /// [`SharedIndexInformerBuilder::reflector_metrics`]). Only before the
+    /// reflector is built (when [`run`](Self::run) starts): `false`, and
+    /// nothing changes, after that or when a provider was given already.
+    pub fn set_reflector_metrics(&self, provider: Arc<dyn ReflectorMetricsProvider>) -> bool {
+        let lc = lock(&self.inner.lifecycle);
+        lc.reflector.is_none() && self.inner.reflector_metrics.set(provider).is_ok()
+    }
+
     /// Whether the run was claimed: [`run`](Self::run) was called or
     /// [`try_start`](Self::try_start) returned a handle (true from that
     /// moment, before the run has listed anything).
@@ -448,6 +544,25 @@ where
             .as_ref()
             .map(|r| r.last_sync_resource_version())
             .unwrap_or_default()
+    }
+
+    /// The shard selector the informer lists and watches with
+    /// ([`ListOptions::shard_selector`]).
+    pub fn shard_selector(&self) -> Option<&ShardSelector> {
+        self.inner.list_options.shard_selector.as_ref()
+    }
+
+    /// Who cuts the collection down to the informer's shard: `None`
+    /// without a shard selector or before the first list;
+    /// [`ShardFilterMode::Server`] when the apiserver filters (each replica
+    /// receives only its share), [`ShardFilterMode::Client`] when it serves
+    /// everything (feature gate `ShardedListAndWatch` off) and the
+    /// reflector drops the rest. The cache holds the same objects either way.
+    pub fn shard_filter_mode(&self) -> Option<ShardFilterMode> {
+        lock(&self.inner.lifecycle)
+            .reflector
+            .as_ref()
+            .and_then(|r| r.shard_filter_mode())
     }
 
     /// Adds a handler with the informer's default resync period.
@@ -511,6 +626,9 @@ where
             period,
             synced,
         );
+        if let Some(m) = self.inner.metrics.get() {
+            listener.attach_metrics(m.listener(&self.inner.name, &listener.name));
+        }
         if !lc.started {
             self.inner
                 .processor
@@ -561,23 +679,6 @@ where
             .listeners()
             .iter()
             .map(|l| (l.name.clone(), l.backlog()))
-            .collect()
-    }
-
-    /// Per-handler statistics (backlog, delivered, panics).
-    #[cfg(feature = "prometheus")]
-    pub(crate) fn listener_stats(&self) -> Vec<crate::prometheus::ListenerStats> {
-        self.inner
-            .processor
-            .listeners()
-            .iter()
-            .map(|l| crate::prometheus::ListenerStats {
-                informer: self.inner.name.clone(),
-                handler: l.name.clone(),
-                backlog: l.backlog(),
-                delivered: l.delivered(),
-                panics: l.panics(),
-            })
             .collect()
     }
 
@@ -642,7 +743,10 @@ where
         Ok(())
     }
 
-    /// The run, once [`claim`](Self::claim)ed.
+    /// The run, once [`claim`](Self::claim)ed; client-go's
+    /// `sharedIndexInformer.Run`: load a snapshot, build the queue and the
+    /// reflector, run the reflector, pop the queue until cancelled, then
+    /// finish the snapshots and stop the listeners.
     async fn run_claimed(&self, cancel: CancellationToken) -> Result<(), InformerError> {
         let started_at = Instant::now();
         let plan = tokio::select! {
@@ -651,122 +755,176 @@ where
             p = self.prepare_snapshot() => p,
         };
         let writer = plan.writer;
-        let (queue, reflector, tracker) = self.start(plan.loaded)?;
+        let run = self.start(plan.loaded)?;
         let warm = !self.inner.current.load(Ordering::Acquire);
         let reflector_task = {
-            let reflector = reflector.clone();
+            let reflector = run.reflector.clone();
             let token = cancel.child_token();
             tokio::spawn(async move { reflector.run(token).await })
         };
+        let mut state = LoopState::new(started_at, warm, writer.as_ref());
+        self.process_loop(&cancel, &run, writer.as_ref(), &mut state)
+            .await;
+        run.queue.close();
+        let _ = reflector_task.await;
+        self.finish_snapshots(&run, writer.as_ref(), state.write_task)
+            .await;
+        self.stop_listeners().await;
+        tracing::debug!(informer = %self.inner.name, "informer stopped");
+        Ok(())
+    }
+
+    /// Pops the queue into the indexer and the handlers until `cancel` or
+    /// the queue closes (client-go's `processLoop`); between pops, marks a
+    /// warm-started cache current once the reflector confirms it, and
+    /// writes the periodic snapshots.
+    async fn process_loop(
+        &self,
+        cancel: &CancellationToken,
+        run: &Started<K>,
+        writer: Option<&SnapshotWriter>,
+        state: &mut LoopState,
+    ) {
         let inner = self.inner.clone();
-        let mut pops: u64 = 0;
-        let mut awaiting_confirmation = warm;
-        let mut confirm_target: Option<u64> = None;
-        let mut synced_recorded = false;
-        let mut snapshot_timer = writer
-            .as_ref()
-            .and_then(|w| (!w.interval.is_zero()).then_some(w.interval))
-            .map(|p| {
-                let mut i = tokio::time::interval_at(Instant::now() + p, p);
-                i.set_missed_tick_behavior(MissedTickBehavior::Delay);
-                i
-            });
-        let mut snapshot_due = false;
-        let mut write_task: Option<JoinHandle<Result<WriteStats, SnapshotError>>> = None;
         loop {
             let step = tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
-                _ = reflector.wait_synced(), if awaiting_confirmation => Step::Confirmed,
-                r = join_write(&mut write_task), if write_task.is_some() => Step::Written(r),
-                _ = tick(snapshot_timer.as_mut()) => Step::SnapshotDue,
-                r = queue.pop(Box::new(|deltas, initial| inner.handle_deltas(deltas, initial))) => Step::Popped(r),
+                _ = run.reflector.wait_synced(), if state.awaiting_confirmation => Step::Confirmed,
+                r = join_write(&mut state.write_task), if state.write_task.is_some() => Step::Written(r),
+                _ = tick(state.snapshot_timer.as_mut()) => Step::SnapshotDue,
+                r = run.queue.pop(Box::new(|deltas, initial| inner.handle_deltas(deltas, initial))) => Step::Popped(r),
             };
-            match step {
-                Step::Confirmed => {
-                    awaiting_confirmation = false;
-                    // everything queued now arrived before the confirmation
-                    confirm_target = Some(pops + queue.len() as u64);
-                }
-                Step::Written(r) => {
-                    write_task = None;
-                    self.record_write(r);
-                }
-                Step::SnapshotDue => snapshot_due = true,
-                Step::Popped(Ok(())) => pops += 1,
-                Step::Popped(Err(PopError::Closed)) => break,
-                Step::Popped(Err(PopError::Process(e))) => {
-                    pops += 1;
-                    tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
-                }
+            if !self.apply_step(step, &run.queue, state) {
+                break;
             }
-            // Listeners are woken in batches while deltas keep coming; wake
-            // them for what is left once the queue has run dry, and every
-            // FLUSH_EVERY pops in any case (a listener that gets few of a
-            // long run of deltas, e.g. one not resyncing during another's
-            // resync, does not wait for the whole run).
-            if pops.is_multiple_of(FLUSH_EVERY) || queue.is_empty() {
-                self.inner.processor.flush();
+            self.after_step(run, writer, state);
+        }
+    }
+
+    /// Applies one wake-up of the loop to its state; false when the queue
+    /// has closed (the loop ends).
+    fn apply_step(&self, step: Step, queue: &Arc<dyn Queue<K>>, state: &mut LoopState) -> bool {
+        match step {
+            Step::Confirmed => {
+                state.awaiting_confirmation = false;
+                // everything queued now arrived before the confirmation
+                state.confirm_target = Some(state.pops + queue.len() as u64);
             }
-            if let Some(target) = confirm_target
-                && (pops >= target || queue.is_empty())
-            {
-                confirm_target = None;
-                self.inner.current.store(true, Ordering::Release);
-                tracing::info!(informer = %self.inner.name, "warm start: the cache is current");
+            Step::Written(r) => {
+                state.write_task = None;
+                self.record_write(r);
             }
-            if !synced_recorded && self.has_synced() {
-                synced_recorded = true;
-                lock(&self.inner.snapshot_status).time_to_synced = Some(started_at.elapsed());
-            }
-            if snapshot_due
-                && write_task.is_none()
-                && self.has_synced()
-                && let (Some(w), Some(t)) = (&writer, &tracker)
-                && let Some((rv, items)) = self.capture(&queue, t)
-            {
-                snapshot_due = false;
-                write_task = Some(w.spawn_write(rv, items));
+            Step::SnapshotDue => state.snapshot_due = true,
+            Step::Popped(Ok(())) => state.pops += 1,
+            Step::Popped(Err(PopError::Closed)) => return false,
+            Step::Popped(Err(PopError::Process(e))) => {
+                state.pops += 1;
+                tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
             }
         }
-        queue.close();
-        let _ = reflector_task.await;
+        true
+    }
+
+    /// The bookkeeping after each wake-up: wakes the listeners, marks a
+    /// warm-started cache current, records the time to sync, pushes the
+    /// cache metrics and starts a due snapshot write.
+    fn after_step(&self, run: &Started<K>, writer: Option<&SnapshotWriter>, state: &mut LoopState) {
+        let queue = &run.queue;
+        // Listeners are woken in batches while deltas keep coming; wake
+        // them for what is left once the queue has run dry, and every
+        // FLUSH_EVERY pops in any case (a listener that gets few of a
+        // long run of deltas, e.g. one not resyncing during another's
+        // resync, does not wait for the whole run).
+        let flush = state.pops.is_multiple_of(FLUSH_EVERY) || queue.is_empty();
+        if flush {
+            self.inner.processor.flush();
+        }
+        if let Some(target) = state.confirm_target
+            && (state.pops >= target || queue.is_empty())
+        {
+            state.confirm_target = None;
+            self.inner.current.store(true, Ordering::Release);
+            tracing::info!(informer = %self.inner.name, "warm start: the cache is current");
+        }
+        if !state.synced_recorded && self.has_synced() {
+            state.synced_recorded = true;
+            let mut st = lock(&self.inner.snapshot_status);
+            st.time_to_synced = Some(state.started_at.elapsed());
+            self.inner.snapshot_changed(&st);
+        }
+        if flush || state.synced_recorded != state.synced_pushed {
+            // the cache's metrics follow the listeners' wake-ups
+            state.synced_pushed = state.synced_recorded;
+            self.inner.push_cache_metrics(state.synced_recorded);
+        }
+        if state.snapshot_due
+            && state.write_task.is_none()
+            && self.has_synced()
+            && let (Some(w), Some(t)) = (writer, &run.tracker)
+            && let Some((rv, items)) = self.capture(queue, t)
+        {
+            state.snapshot_due = false;
+            state.write_task = Some(w.spawn_write(rv, items));
+        }
+    }
+
+    /// After the loop (queue closed, reflector stopped): waits for the
+    /// write in flight, then, when snapshots are written on shutdown and
+    /// the cache has synced, applies what is still queued and writes the
+    /// final snapshot.
+    async fn finish_snapshots(
+        &self,
+        run: &Started<K>,
+        writer: Option<&SnapshotWriter>,
+        mut write_task: Option<JoinHandle<Result<WriteStats, SnapshotError>>>,
+    ) {
         if write_task.is_some() {
             // an older snapshot must not land after the final one
             let r = join_write(&mut write_task).await;
             self.record_write(r);
         }
-        if let (Some(w), Some(t)) = (&writer, &tracker)
+        if let (Some(w), Some(t)) = (writer, &run.tracker)
             && w.on_shutdown
             && self.has_synced()
         {
             // apply what is still queued, so the cache matches the last RV
-            loop {
-                match queue
-                    .pop(Box::new(|deltas, initial| {
-                        inner.handle_deltas(deltas, initial)
-                    }))
-                    .await
-                {
-                    Ok(()) => {}
-                    Err(PopError::Closed) => break,
-                    Err(PopError::Process(e)) => {
-                        tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
-                    }
-                }
-            }
-            if let Some((rv, items)) = self.capture(&queue, t) {
+            self.drain(&run.queue).await;
+            if let Some((rv, items)) = self.capture(&run.queue, t) {
                 let r = join_write(&mut Some(w.spawn_write(rv, items))).await;
                 self.record_write(r);
             }
         }
+    }
+
+    /// Pops the (closed) queue into the indexer and the handlers until it
+    /// is empty.
+    async fn drain(&self, queue: &Arc<dyn Queue<K>>) {
+        let inner = self.inner.clone();
+        loop {
+            match queue
+                .pop(Box::new(|deltas, initial| {
+                    inner.handle_deltas(deltas, initial)
+                }))
+                .await
+            {
+                Ok(()) => {}
+                Err(PopError::Closed) => break,
+                Err(PopError::Process(e)) => {
+                    tracing::warn!(informer = %self.inner.name, error = %e, "handling deltas failed");
+                }
+            }
+        }
+    }
+
+    /// Stops the listeners (the current and the removed ones), waits for
+    /// their threads, and marks the informer stopped.
+    async fn stop_listeners(&self) {
         let mut listeners = self.inner.processor.stop();
         listeners.append(&mut lock(&self.inner.retired));
         self.join_listeners(listeners).await;
         lock(&self.inner.lifecycle).stopped = true;
         self.inner.stopped.cancel();
-        tracing::debug!(informer = %self.inner.name, "informer stopped");
-        Ok(())
     }
 
     /// Waits, up to the handler shutdown timeout, for the threads of the
@@ -834,6 +992,7 @@ where
                 st.write_failures += 1;
             }
         }
+        self.inner.snapshot_changed(&st);
     }
 
     /// Works out the fingerprint and loads a matching snapshot, if
@@ -934,6 +1093,7 @@ where
             namespace: nonempty(&o.namespace),
             label_selector: nonempty(&o.label_selector),
             field_selector: nonempty(&o.field_selector),
+            shard_selector: o.shard_selector.as_ref().map(ToString::to_string),
             transform_id: if has_transform {
                 options.transform_id.clone()
             } else {
@@ -943,23 +1103,24 @@ where
         })
     }
 
+    /// The last error the informer's reflector reported (a failed list or
+    /// watch, a skipped event), as text; `None` before any. What a
+    /// controller's cache-sync timeout names for an informer that never
+    /// synced.
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.inner.last_error).clone()
+    }
+
     /// Waits until the informer has stopped after its `run` was cancelled.
     pub async fn stopped(&self) {
         self.inner.stopped.cancelled().await
     }
 
-    #[allow(clippy::type_complexity)]
-    fn start(
-        &self,
-        warm: Option<Loaded<K>>,
-    ) -> Result<
-        (
-            Arc<dyn Queue<K>>,
-            Arc<Reflector<K>>,
-            Option<Arc<PushTracker>>,
-        ),
-        InformerError,
-    > {
+    /// Builds this run's queue and reflector (what client-go's `Run` does
+    /// before it starts the controller), with a loaded snapshot queued
+    /// first; records both in the lifecycle and starts the listeners'
+    /// threads.
+    fn start(&self, warm: Option<Loaded<K>>) -> Result<Started<K>, InformerError> {
         let mut lc = lock(&self.inner.lifecycle);
         // claimed by `run`/`try_start`; `stopped` is set only at the end of
         // the one run
@@ -967,73 +1128,110 @@ where
         // Snapshot objects were transformed before they were written: the
         // transform is bypassed while they are queued.
         let bypass = Arc::new(AtomicBool::new(false));
-        let make_queue = |lc: &Lifecycle<K>| -> Arc<dyn Queue<K>> {
-            let mut fifo_options = FifoOptions::new()
-                .known_objects(self.inner.indexer.clone())
-                .emit_delta_type_replaced(true);
-            if let Some(t) = &lc.transform {
-                let t = t.clone();
-                let bypass = bypass.clone();
-                let wrapped: TransformFunc<K> = Arc::new(move |o| {
-                    if bypass.load(Ordering::Relaxed) {
-                        Ok(o)
-                    } else {
-                        t(o)
-                    }
-                });
-                fifo_options = fifo_options.transformer(wrapped);
-            }
-            match self.inner.fifo_kind {
-                FifoKind::DeltaFifo => Arc::new(DeltaFifo::new(fifo_options)),
-                FifoKind::RealFifo => Arc::new(RealFifo::new(fifo_options)),
-            }
-        };
-        let mut queue = make_queue(&lc);
-        let mut resume_rv = None;
-        {
-            let mut status = lock(&self.inner.snapshot_status);
-            status.start = StartKind::Cold;
-            if let Some(loaded) = warm {
-                let count = loaded.objects.len() as u64;
-                let age = SystemTime::now()
-                    .duration_since(loaded.written_at)
-                    .unwrap_or_default();
-                bypass.store(true, Ordering::Relaxed);
-                let queued = queue.replace(loaded.objects, loaded.resource_version.clone());
-                bypass.store(false, Ordering::Relaxed);
-                match queued {
-                    Ok(()) => {
-                        tracing::info!(
-                            informer = %self.inner.name,
-                            objects = count,
-                            age_s = age.as_secs(),
-                            resource_version = %loaded.resource_version,
-                            "warm start: snapshot loaded; resuming the watch without a list"
-                        );
-                        status.start = StartKind::Warm;
-                        status.objects_loaded = count;
-                        status.snapshot_age = Some(age);
-                        self.inner.current.store(false, Ordering::Release);
-                        resume_rv = Some(loaded.resource_version);
-                    }
-                    Err(e) => {
-                        tracing::warn!(informer = %self.inner.name, error = %e, "snapshot not used, starting cold: queueing its objects failed");
-                        status.cold_reason = Some(e.to_string());
-                        queue = make_queue(&lc);
-                    }
-                }
-            }
-        }
+        let InitialQueue { queue, resume_rv } = self.queue_snapshot(&lc, &bypass, warm);
         let tracker = self.inner.snapshot.as_ref().map(|_| {
             Arc::new(PushTracker {
                 last_rv: Mutex::new(resume_rv.clone().unwrap_or_default()),
             })
         });
-        let sink: Arc<dyn Store<K>> = Arc::new(ResyncGate {
+        let sink: Arc<dyn ReflectorStore<K>> = Arc::new(ResyncGate {
             queue: queue.clone(),
             informer: Arc::downgrade(&self.inner),
             tracker: tracker.clone(),
         });
+        let reflector = Arc::new(self.build_reflector(&lc, sink, resume_rv));
+        lc.queue = Some(queue.clone());
+        lc.reflector = Some(reflector.clone());
+        self.inner.processor.run().map_err(InformerError::Thread)?;
+        Ok(Started {
+            queue,
+            reflector,
+            tracker,
+        })
+    }
+
+    /// A new, empty queue of the configured kind that knows the indexer's
+    /// objects, with the user's transform (skipped while `bypass` is set).
+    fn new_queue(&self, lc: &Lifecycle<K>, bypass: &Arc<AtomicBool>) -> Arc<dyn Queue<K>> {
+        let mut fifo_options = FifoOptions::new()
+            .known_objects(self.inner.indexer.clone())
+            .emit_delta_type_replaced(true);
+        if let Some(t) = &lc.transform {
+            let t = t.clone();
+            let bypass = bypass.clone();
+            let wrapped: TransformFunc<K> = Arc::new(move |o| {
+                if bypass.load(Ordering::Relaxed) {
+                    Ok(o)
+                } else {
+                    t(o)
+                }
+            });
+            fifo_options = fifo_options.transformer(wrapped);
+        }
+        match self.inner.fifo_kind {
+            FifoKind::DeltaFifo => Arc::new(DeltaFifo::new(fifo_options)),
+            FifoKind::RealFifo => Arc::new(RealFifo::new(fifo_options)),
+        }
+    }
+
+    /// The run's first queue: holding the loaded snapshot's objects (queued
+    /// untransformed) when there is a snapshot and queueing it works, empty
+    /// otherwise. Records the start kind (warm or cold, and why cold) in the
+    /// snapshot status and logs it.
+    fn queue_snapshot(
+        &self,
+        lc: &Lifecycle<K>,
+        bypass: &Arc<AtomicBool>,
+        warm: Option<Loaded<K>>,
+    ) -> InitialQueue<K> {
+        let mut queue = self.new_queue(lc, bypass);
+        let mut resume_rv = None;
+        let mut status = lock(&self.inner.snapshot_status);
+        status.start = StartKind::Cold;
+        if let Some(loaded) = warm {
+            let count = loaded.objects.len() as u64;
+            let age = SystemTime::now()
+                .duration_since(loaded.written_at)
+                .unwrap_or_default();
+            bypass.store(true, Ordering::Relaxed);
+            let queued = queue.replace(loaded.objects, loaded.resource_version.clone());
+            bypass.store(false, Ordering::Relaxed);
+            match queued {
+                Ok(()) => {
+                    tracing::info!(
+                        informer = %self.inner.name,
+                        objects = count,
+                        age_s = age.as_secs(),
+                        resource_version = %loaded.resource_version,
+                        "warm start: snapshot loaded; resuming the watch without a list"
+                    );
+                    status.start = StartKind::Warm;
+                    status.objects_loaded = count;
+                    status.snapshot_age = Some(age);
+                    self.inner.current.store(false, Ordering::Release);
+                    resume_rv = Some(loaded.resource_version);
+                }
+                Err(e) => {
+                    tracing::warn!(informer = %self.inner.name, error = %e, "snapshot not used, starting cold: queueing its objects failed");
+                    status.cold_reason = Some(e.to_string());
+                    queue = self.new_queue(lc, bypass);
+                }
+            }
+        }
+        self.inner.snapshot_changed(&status);
+        InitialQueue { queue, resume_rv }
+    }
+
+    /// The reflector feeding `sink`: the list options, the resync check
+    /// period, the reflector metrics, a watch error handler that records
+    /// the last error before calling the user's, and the resourceVersion to
+    /// resume the watch from after a warm start.
+    fn build_reflector(
+        &self,
+        lc: &Lifecycle<K>,
+        sink: Arc<dyn ReflectorStore<K>>,
+        resume_rv: Option<String>,
+    ) -> Reflector<K> {
         let o = &self.inner.list_options;
         let mut rb =
             Reflector::builder_with(self.inner.client.clone(), sink, self.inner.dyntype.clone())
@@ -1043,7 +1241,8 @@ where
                 .object_options(o.object_options.clone())
                 .request_timeouts(o.request_timeouts)
                 .max_list_page_bytes(o.max_list_page_bytes)
-                .max_initial_events_bytes(o.max_initial_events_bytes);
+                .max_initial_events_bytes(o.max_initial_events_bytes)
+                .wire_format(o.wire_format);
         if let Some(ns) = &o.namespace {
             rb = rb.namespace(ns.clone());
         }
@@ -1053,28 +1252,51 @@ where
         if let Some(s) = &o.field_selector {
             rb = rb.field_selector(s.clone());
         }
+        if let Some(s) = &o.shard_selector {
+            rb = rb.shard_selector(s.clone());
+        }
         if lc.resync_check_period > Duration::ZERO {
             rb = rb.resync_period(lc.resync_check_period);
         }
         if let Some(idle) = o.watch_idle_timeout {
             rb = rb.watch_idle_timeout(idle);
         }
-        if let Some(m) = &self.inner.reflector_metrics {
+        if let Some(m) = self.inner.reflector_metrics.get() {
             rb = rb.metrics(m.clone());
         }
-        if let Some(h) = &lc.watch_error_handler {
-            let h = h.clone();
-            rb = rb.watch_error_handler(move |e: &ReflectorError| h(e));
-        }
+        let user = lc.watch_error_handler.clone();
+        let last = self.inner.last_error.clone();
+        rb = rb.watch_error_handler(move |e: &ReflectorError| {
+            *lock(&last) = Some(e.to_string());
+            if let Some(h) = &user {
+                h(e);
+            }
+        });
         if let Some(rv) = resume_rv {
             rb = rb.resume_from(rv);
         }
-        let reflector = Arc::new(rb.build());
-        lc.queue = Some(queue.clone());
-        lc.reflector = Some(reflector.clone());
-        self.inner.processor.run().map_err(InformerError::Thread)?;
-        Ok((queue, reflector, tracker))
+        rb.build()
     }
+}
+
+/// What [`SharedIndexInformer::start`] builds for one run.
+struct Started<K> {
+    /// The queue between the reflector and the indexer.
+    queue: Arc<dyn Queue<K>>,
+    /// The reflector feeding `queue`.
+    reflector: Arc<Reflector<K>>,
+    /// The resourceVersion of the last change queued, when snapshots are
+    /// configured.
+    tracker: Option<Arc<PushTracker>>,
+}
+
+/// The first queue of a run and where its watch resumes.
+struct InitialQueue<K> {
+    /// Empty, or holding a loaded snapshot's objects.
+    queue: Arc<dyn Queue<K>>,
+    /// The snapshot's resourceVersion when its objects were queued (a warm
+    /// start): the watch resumes there without a list.
+    resume_rv: Option<String>,
 }
 
 /// One wake-up of the informer's loop.
@@ -1106,6 +1328,53 @@ async fn join_write(
             }),
         },
         None => std::future::pending().await,
+    }
+}
+
+/// The state of the informer's loop, carried between its wake-ups.
+struct LoopState {
+    /// When the run began (for the time to sync).
+    started_at: Instant,
+    /// Deltas popped, handled or not.
+    pops: u64,
+    /// A warm start waits for the reflector to confirm the resumed watch.
+    awaiting_confirmation: bool,
+    /// After a confirmation: the pops after which the cache is current.
+    confirm_target: Option<u64>,
+    /// The time to sync has been recorded.
+    synced_recorded: bool,
+    /// The sync state last pushed to the cache metrics.
+    synced_pushed: bool,
+    /// Ticks when a periodic snapshot is due (none without an interval).
+    snapshot_timer: Option<Interval>,
+    /// A snapshot is due and waits for a synced, drained cache.
+    snapshot_due: bool,
+    /// The snapshot write in flight.
+    write_task: Option<JoinHandle<Result<WriteStats, SnapshotError>>>,
+}
+
+impl LoopState {
+    /// The state before the first wake-up; the snapshot timer's first tick
+    /// is one interval from now.
+    fn new(started_at: Instant, warm: bool, writer: Option<&SnapshotWriter>) -> Self {
+        let snapshot_timer = writer
+            .and_then(|w| (!w.interval.is_zero()).then_some(w.interval))
+            .map(|p| {
+                let mut i = tokio::time::interval_at(Instant::now() + p, p);
+                i.set_missed_tick_behavior(MissedTickBehavior::Delay);
+                i
+            });
+        LoopState {
+            started_at,
+            pops: 0,
+            awaiting_confirmation: warm,
+            confirm_target: None,
+            synced_recorded: false,
+            synced_pushed: false,
+            snapshot_timer,
+            snapshot_due: false,
+            write_task: None,
+        }
     }
 }
 
@@ -1157,6 +1426,21 @@ impl<K: Resource> Inner<K> {
         // Cloned out so the FIFO's lock is not taken under ours.
         let queue = lock(&self.lifecycle).queue.clone();
         queue.is_some_and(|q| q.has_synced()) && self.current.load(Ordering::Acquire)
+    }
+
+    /// Pushes the sync state and the cache size to the metrics, if any.
+    fn push_cache_metrics(&self, synced: bool) {
+        if let Some(m) = self.metrics.get() {
+            m.cache(synced, self.indexer.len());
+        }
+    }
+
+    /// Pushes the warm-restart state to the metrics, if any (called with
+    /// the status lock held, so pushes keep the order of the changes).
+    fn snapshot_changed(&self, status: &SnapshotStatus) {
+        if let Some(m) = self.metrics.get() {
+            m.snapshot(status);
+        }
     }
 }
 
@@ -1248,7 +1532,7 @@ impl<K: Resource> ResyncGate<K> {
     }
 }
 
-impl<K: Resource + 'static> Store<K> for ResyncGate<K> {
+impl<K: Resource + 'static> ReflectorStore<K> for ResyncGate<K> {
     fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         let keep = obj.clone();
         self.tracked(keep.resource_version(), || self.queue.add(obj))
@@ -1269,6 +1553,7 @@ impl<K: Resource + 'static> Store<K> for ResyncGate<K> {
             if !st.resume_relisted {
                 st.resume_relisted = true;
                 tracing::info!(informer = %i.name, "warm start: the snapshot's resourceVersion is too old; relisted");
+                i.snapshot_changed(&st);
             }
         }
         let keep = rv.clone();

@@ -48,6 +48,16 @@
 //! thread: keep them quick, typically computing a key and adding it to a
 //! work queue.
 //!
+//! # Metrics
+//!
+//! An informer given a [`MetricsProvider`] (on its builder, its factory's,
+//! or later with [`SharedIndexInformer::set_metrics`]) records its sync
+//! state, cache size, per-handler backlog, deliveries and panics, and
+//! warm-restart figures (see [`metrics`]); its reflector records into a
+//! [`ReflectorMetricsProvider`]. The `prometheus` feature adds
+//! `PrometheusMetricsProvider` and re-exports the reflector's as
+//! `PrometheusReflectorMetricsProvider`.
+//!
 //! # Warm restarts
 //!
 //! With [`SnapshotOptions`], an informer persists its cache (every few
@@ -60,7 +70,7 @@
 //! leaves core/v1 Secrets out unless they are named
 //! ([`SharedInformerFactoryBuilder::snapshot_for`]); files are private
 //! (0600, folders 0700) and written without following symlinks. See
-//! `docs/warm-restart.md`.
+//! [Warm restarts](https://github.com/kcache/kcache/blob/main/docs/warm-restart.md).
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::Pod;
@@ -89,16 +99,22 @@
 //! # }
 //! ```
 
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod error;
 mod factory;
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub mod fuzzing;
 mod handler;
 mod informer;
 mod listener;
+pub mod metrics;
 mod processor;
 #[cfg(feature = "prometheus")]
-pub mod prometheus;
+mod prometheus;
 pub mod snapshot;
 
 pub use error::InformerError;
@@ -109,4 +125,21 @@ pub use informer::{
     ResourceEventHandlerRegistration, SharedIndexInformer, SharedIndexInformerBuilder,
     TransformFunc, WatchErrorHandler, strip_managed_fields, wait_for_cache_sync,
 };
+/// Server-side sharding's selector types ([`ListOptions::shard_selector`]),
+/// re-exported from kcache-core.
+pub use kcache_core::{ShardField, ShardRange, ShardSelector};
+/// The reflector's settings that [`ListOptions`] carries, re-exported so an
+/// informer user needs no direct dependency on kcache-reflector.
+pub use kcache_reflector::{RequestTimeouts, ShardFilterMode, WireFormat};
 pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};
+
+/// kcache-reflector's Prometheus provider (`reflector_*` metrics), for the
+/// reflectors under informers: a crate above this one needs no direct
+/// dependency on kcache-reflector for it.
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+pub use kcache_reflector::PrometheusMetricsProvider as PrometheusReflectorMetricsProvider;
+pub use metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetricsProvider};
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+pub use prometheus::PrometheusMetricsProvider;

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use kcache_core::{CachedObject, ObjectOrTombstone};
 use tokio::time::Instant;
 
 use crate::handler::ResourceEventHandler;
+use crate::metrics::ListenerMetrics;
 
 /// client-go's initial listener buffer size; the buffer doubles as needed.
 pub(crate) const INITIAL_BUFFER_SIZE: usize = 1024;
@@ -85,6 +86,13 @@ impl<K> Notification<K> {
     }
 }
 
+/// How a handler call ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Handled {
+    Returned,
+    Panicked,
+}
+
 struct Buffer<K> {
     items: VecDeque<Notification<K>>,
     closed: bool,
@@ -119,8 +127,12 @@ pub(crate) struct Listener<K> {
     wake: Condvar,
     resync: Mutex<Resync>,
     pending_initial: AtomicUsize,
+    /// Counted under the buffer's lock (with their metrics), so that
+    /// metrics attached while the handler runs start from exact values.
     panics: AtomicU64,
     delivered: AtomicU64,
+    /// Set once, when the informer gets a metrics provider.
+    metrics: OnceLock<ListenerMetrics>,
     upstream_synced: SyncedFn,
     started: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -159,6 +171,7 @@ impl<K: 'static> Listener<K> {
             pending_initial: AtomicUsize::new(0),
             panics: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
+            metrics: OnceLock::new(),
             upstream_synced,
             started: AtomicBool::new(false),
             thread: Mutex::new(None),
@@ -183,6 +196,9 @@ impl<K: 'static> Listener<K> {
             self.pending_initial.fetch_add(1, Ordering::SeqCst);
         }
         buf.items.push_back(n);
+        if let Some(m) = self.metrics.get() {
+            m.backlog.set(buf.items.len() as f64);
+        }
         let wake = buf.waiting && (!defer || buf.items.len() >= WAKE_BATCH);
         drop(buf);
         if wake {
@@ -215,9 +231,14 @@ impl<K: 'static> Listener<K> {
     }
 
     fn run(&self) {
+        // what the last notification came to: counted under the lock
+        let mut handled: Option<Handled> = None;
         loop {
             let n = {
                 let mut buf = lock(&self.buffer);
+                if let Some(h) = handled.take() {
+                    self.count(h);
+                }
                 buf.busy = false;
                 buf.current = None;
                 loop {
@@ -225,6 +246,9 @@ impl<K: 'static> Listener<K> {
                         return;
                     }
                     if let Some(n) = buf.items.pop_front() {
+                        if let Some(m) = self.metrics.get() {
+                            m.backlog.set(buf.items.len() as f64);
+                        }
                         buf.busy = true;
                         buf.current = Some(n.clone());
                         break n;
@@ -238,11 +262,39 @@ impl<K: 'static> Listener<K> {
                     buf.waiting = false;
                 }
             };
-            self.dispatch(n);
+            handled = Some(self.dispatch(n));
         }
     }
 
-    fn dispatch(&self, n: Notification<K>) {
+    /// Counts a handled notification (under the buffer's lock).
+    fn count(&self, h: Handled) {
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        if h == Handled::Panicked {
+            self.panics.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(m) = self.metrics.get() {
+            m.delivered.inc();
+            if h == Handled::Panicked {
+                m.panics.inc();
+            }
+        }
+    }
+
+    /// Records into `metrics` from now on, starting from this listener's
+    /// counts; a no-op when metrics were attached already.
+    pub(crate) fn attach_metrics(&self, metrics: ListenerMetrics) {
+        let buf = lock(&self.buffer);
+        if self.metrics.set(metrics).is_err() {
+            return;
+        }
+        if let Some(m) = self.metrics.get() {
+            m.backlog.set(buf.items.len() as f64);
+            m.delivered.inc_by(self.delivered.load(Ordering::Relaxed));
+            m.panics.inc_by(self.panics.load(Ordering::Relaxed));
+        }
+    }
+
+    fn dispatch(&self, n: Notification<K>) -> Handled {
         let initial = n.is_initial_add();
         let result = catch_unwind(AssertUnwindSafe(|| match &n {
             Notification::Add {
@@ -252,8 +304,11 @@ impl<K: 'static> Listener<K> {
             Notification::Update { old, new } => self.handler.on_update(old, new),
             Notification::Delete { obj } => self.handler.on_delete(obj),
         }));
+        let handled = match &result {
+            Ok(()) => Handled::Returned,
+            Err(_) => Handled::Panicked,
+        };
         if let Err(panic) = result {
-            self.panics.fetch_add(1, Ordering::Relaxed);
             let message = panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
@@ -266,10 +321,10 @@ impl<K: 'static> Listener<K> {
                 "event handler panicked; the event is skipped and the handler keeps receiving later events"
             );
         }
-        self.delivered.fetch_add(1, Ordering::Relaxed);
         if initial {
             self.pending_initial.fetch_sub(1, Ordering::SeqCst);
         }
+        handled
     }
 
     /// Stops the listener: pending notifications are dropped, the thread
@@ -279,6 +334,9 @@ impl<K: 'static> Listener<K> {
         buf.closed = true;
         buf.items.clear();
         buf.items.shrink_to_fit();
+        if let Some(m) = self.metrics.get() {
+            m.backlog.set(0.0);
+        }
         drop(buf);
         self.pending_initial.store(0, Ordering::SeqCst);
         self.wake.notify_all();

@@ -1,262 +1,209 @@
-//! Prometheus metrics of informers (feature `prometheus`).
+//! A [`MetricsProvider`] on the `prometheus-client` crate (feature
+//! `prometheus`).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::AtomicU64;
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::snapshot::{SnapshotStatus, StartKind};
+use crate::metrics::{CounterMetric, MetricsProvider, SettableGaugeMetric, SnapshotMetrics};
 
-type Source = Arc<dyn Fn() -> Vec<ListenerStats> + Send + Sync>;
-type SizeSource = Arc<dyn Fn() -> (String, usize) + Send + Sync>;
-type SnapshotSource = Arc<dyn Fn() -> Option<(String, SnapshotStatus)> + Send + Sync>;
+type Labels = Vec<(String, String)>;
+type Count = Family<Labels, Gauge>;
+type Seconds = Family<Labels, Gauge<f64, AtomicU64>>;
 
-/// One handler's numbers at scrape time.
-#[derive(Debug, Clone)]
-pub struct ListenerStats {
-    /// Informer name.
-    pub informer: String,
-    /// Handler name.
-    pub handler: String,
-    /// Notifications waiting for the handler.
-    pub backlog: usize,
-    /// Notifications handed to the handler so far.
-    pub delivered: u64,
-    /// Handler panics so far.
-    pub panics: u64,
+fn informer(name: &str) -> Labels {
+    vec![("informer".to_owned(), name.to_owned())]
 }
 
-/// Exposes, for every handler of the registered informers,
-/// `kcache_informer_listener_backlog` (gauge),
-/// `kcache_informer_listener_delivered_total` and
-/// `kcache_informer_handler_panics_total` (counters), labelled `informer`
-/// and `handler`; plus `kcache_informer_cached_objects` per informer.
+fn handler(informer: &str, handler: &str) -> Labels {
+    vec![
+        ("informer".to_owned(), informer.to_owned()),
+        ("handler".to_owned(), handler.to_owned()),
+    ]
+}
+
+/// Registers the informer metrics (see [`metrics`](crate::metrics)) in a
+/// `prometheus-client` [`Registry`] and hands them to informers, labelled
+/// by informer (and handler) name.
 ///
-/// For informers with [snapshots](crate::SnapshotOptions) (warm restarts),
-/// per informer: `kcache_informer_warm_start` (1: started from a snapshot,
-/// 0: cold), `kcache_informer_snapshot_age_seconds` (age of the snapshot
-/// loaded), `kcache_informer_snapshot_objects_loaded`,
-/// `kcache_informer_snapshot_resume_relisted` (1: the snapshot's
-/// resourceVersion was too old and the informer relisted),
-/// `kcache_informer_time_to_synced_seconds`,
-/// `kcache_informer_snapshot_writes_total`,
-/// `kcache_informer_snapshot_write_failures_total`,
-/// `kcache_informer_snapshot_last_write_seconds`,
-/// `kcache_informer_snapshot_last_write_bytes` and
-/// `kcache_informer_snapshot_last_write_objects`.
+/// Register it once per registry and share it (it is cheap to clone)
+/// between every informer, e.g. through
+/// [`SharedInformerFactoryBuilder::metrics`](crate::SharedInformerFactoryBuilder::metrics).
+/// The reflectors' metrics are registered separately, with
+/// [`PrometheusReflectorMetricsProvider`](crate::PrometheusReflectorMetricsProvider)
+/// (kcache-reflector's provider, re-exported).
 ///
 /// ```
-/// # #[cfg(feature = "prometheus")] {
+/// use std::sync::Arc;
+/// use kcache_informer::{PrometheusMetricsProvider, PrometheusReflectorMetricsProvider};
 /// use prometheus_client::registry::Registry;
+///
+/// # fn build(client: kube::Client) {
 /// let mut registry = Registry::default();
-/// let metrics = kcache_informer::prometheus::InformerMetrics::register(&mut registry);
-/// // metrics.add(&informer) for each informer
-/// # let _ = metrics;
+/// let informers = PrometheusMetricsProvider::new(&mut registry);
+/// let reflectors = PrometheusReflectorMetricsProvider::new(&mut registry);
+/// let factory = kcache_informer::SharedInformerFactory::builder(client)
+///     .metrics(Arc::new(informers))
+///     .reflector_metrics(Arc::new(reflectors))
+///     .build();
+/// # let _ = factory;
 /// # }
 /// ```
-#[derive(Clone, Default)]
-pub struct InformerMetrics {
-    sources: Arc<Mutex<Vec<(Source, SizeSource, SnapshotSource)>>>,
+#[derive(Clone, Debug)]
+pub struct PrometheusMetricsProvider {
+    synced: Count,
+    cached_objects: Count,
+    backlog: Count,
+    delivered: Family<Labels, Counter>,
+    panics: Family<Labels, Counter>,
+    warm_start: Count,
+    snapshot_age: Seconds,
+    objects_loaded: Count,
+    resume_relisted: Count,
+    time_to_synced: Seconds,
+    writes: Family<Labels, Counter>,
+    write_failures: Family<Labels, Counter>,
+    last_write_seconds: Seconds,
+    last_write_bytes: Count,
+    last_write_objects: Count,
 }
 
-impl std::fmt::Debug for InformerMetrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InformerMetrics").finish_non_exhaustive()
-    }
-}
-
-impl InformerMetrics {
-    /// Registers the collector in `registry`; add informers to the result.
-    pub fn register(registry: &mut Registry) -> Self {
-        let m = InformerMetrics::default();
-        registry.register_collector(Box::new(m.clone()));
-        m
-    }
-
-    /// Reports this informer's handlers and cache size from now on.
-    pub fn add<K>(&self, informer: &crate::SharedIndexInformer<K>)
-    where
-        K: kube::Resource + 'static,
-        K::DynamicType: Clone + Send + Sync + 'static,
-    {
-        let stats = informer.clone();
-        let size = informer.clone();
-        let snap = informer.clone();
-        let source: Source = Arc::new(move || stats.listener_stats());
-        let cached: SizeSource = Arc::new(move || (size.name().to_string(), size.indexer().len()));
-        let snapshots: SnapshotSource = Arc::new(move || {
-            snap.snapshots_enabled()
-                .then(|| (snap.name().to_string(), snap.snapshot_status()))
-        });
-        self.sources
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((source, cached, snapshots));
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn snapshot(
-        &self,
-    ) -> (
-        Vec<ListenerStats>,
-        Vec<(String, usize)>,
-        Vec<(String, SnapshotStatus)>,
-    ) {
-        let sources = self
-            .sources
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let mut listeners = Vec::new();
-        let mut sizes = Vec::new();
-        let mut snapshots = Vec::new();
-        for (s, c, w) in sources {
-            listeners.extend(s());
-            sizes.push(c());
-            snapshots.extend(w());
-        }
-        (listeners, sizes, snapshots)
-    }
-}
-
-impl Collector for InformerMetrics {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let (listeners, sizes, snapshots) = self.snapshot();
-        let labels = |l: &ListenerStats| {
-            [
-                ("informer".to_string(), l.informer.clone()),
-                ("handler".to_string(), l.handler.clone()),
-            ]
+impl PrometheusMetricsProvider {
+    /// Creates the metric families and registers them in `registry`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let this = Self {
+            synced: Family::default(),
+            cached_objects: Family::default(),
+            backlog: Family::default(),
+            delivered: Family::default(),
+            panics: Family::default(),
+            warm_start: Family::default(),
+            snapshot_age: Family::default(),
+            objects_loaded: Family::default(),
+            resume_relisted: Family::default(),
+            time_to_synced: Family::default(),
+            writes: Family::default(),
+            write_failures: Family::default(),
+            last_write_seconds: Family::default(),
+            last_write_bytes: Family::default(),
+            last_write_objects: Family::default(),
         };
-        let sample = ConstGauge::new(0i64);
-        let mut family = encoder.encode_descriptor(
+        // prometheus-client appends `_total` to counters, and a period to
+        // HELP texts.
+        let r = registry;
+        r.register(
+            "kcache_informer_synced",
+            "Whether the informer's cache has synced (1) or not (0)",
+            this.synced.clone(),
+        );
+        r.register(
+            "kcache_informer_cached_objects",
+            "Objects in the informer's cache",
+            this.cached_objects.clone(),
+        );
+        r.register(
             "kcache_informer_listener_backlog",
             "Notifications waiting for an event handler",
-            None,
-            sample.metric_type(),
-        )?;
-        for l in &listeners {
-            let g = ConstGauge::new(i64::try_from(l.backlog).unwrap_or(i64::MAX));
-            g.encode(family.encode_family(&labels(l))?)?;
-        }
-        let csample = ConstCounter::new(0u64);
-        let mut family = encoder.encode_descriptor(
+            this.backlog.clone(),
+        );
+        r.register(
             "kcache_informer_listener_delivered",
-            "Notifications handed to an event handler",
-            None,
-            csample.metric_type(),
-        )?;
-        for l in &listeners {
-            ConstCounter::new(l.delivered).encode(family.encode_family(&labels(l))?)?;
-        }
-        let mut family = encoder.encode_descriptor(
+            "Notifications an event handler returned from",
+            this.delivered.clone(),
+        );
+        r.register(
             "kcache_informer_handler_panics",
-            "Event handler panics (the event was skipped)",
-            None,
-            csample.metric_type(),
-        )?;
-        for l in &listeners {
-            ConstCounter::new(l.panics).encode(family.encode_family(&labels(l))?)?;
-        }
-        let mut family = encoder.encode_descriptor(
-            "kcache_informer_cached_objects",
-            "Objects in an informer's cache",
-            None,
-            sample.metric_type(),
-        )?;
-        for (name, n) in &sizes {
-            let g = ConstGauge::new(i64::try_from(*n).unwrap_or(i64::MAX));
-            g.encode(family.encode_family(&[("informer".to_string(), name.clone())])?)?;
-        }
-        encode_snapshots(&mut encoder, &snapshots)
+            "Event handler panics (each event was skipped)",
+            this.panics.clone(),
+        );
+        r.register(
+            "kcache_informer_warm_start",
+            "1 if the informer started from a snapshot, 0 if it listed",
+            this.warm_start.clone(),
+        );
+        r.register(
+            "kcache_informer_snapshot_age_seconds",
+            "Age of the snapshot loaded at start (0 on a cold start)",
+            this.snapshot_age.clone(),
+        );
+        r.register(
+            "kcache_informer_snapshot_objects_loaded",
+            "Objects loaded from the snapshot at start (0 on a cold start)",
+            this.objects_loaded.clone(),
+        );
+        r.register(
+            "kcache_informer_snapshot_resume_relisted",
+            "1 if the snapshot's resourceVersion was too old and the informer relisted",
+            this.resume_relisted.clone(),
+        );
+        r.register(
+            "kcache_informer_time_to_synced_seconds",
+            "Time from the start of the informer until it had synced",
+            this.time_to_synced.clone(),
+        );
+        r.register(
+            "kcache_informer_snapshot_writes",
+            "Snapshots written",
+            this.writes.clone(),
+        );
+        r.register(
+            "kcache_informer_snapshot_write_failures",
+            "Snapshot writes that failed",
+            this.write_failures.clone(),
+        );
+        r.register(
+            "kcache_informer_snapshot_last_write_seconds",
+            "Duration of the last snapshot write (encode, write, fsync, rename)",
+            this.last_write_seconds.clone(),
+        );
+        r.register(
+            "kcache_informer_snapshot_last_write_bytes",
+            "Size of the last snapshot written, in bytes",
+            this.last_write_bytes.clone(),
+        );
+        r.register(
+            "kcache_informer_snapshot_last_write_objects",
+            "Objects in the last snapshot written",
+            this.last_write_objects.clone(),
+        );
+        this
     }
 }
 
-type SnapshotGauge = fn(&SnapshotStatus) -> Option<f64>;
-type SnapshotCounter = fn(&SnapshotStatus) -> u64;
-
-fn encode_snapshots(
-    encoder: &mut DescriptorEncoder,
-    snapshots: &[(String, SnapshotStatus)],
-) -> Result<(), std::fmt::Error> {
-    let gauges: [(&str, &str, SnapshotGauge); 8] = [
-        (
-            "kcache_informer_warm_start",
-            "1 if the informer started from a snapshot, 0 if it listed",
-            |s| match s.start {
-                StartKind::NotStarted => None,
-                StartKind::Cold => Some(0.0),
-                StartKind::Warm => Some(1.0),
-            },
-        ),
-        (
-            "kcache_informer_snapshot_age_seconds",
-            "Age of the snapshot loaded at start",
-            |s| s.snapshot_age.map(|d| d.as_secs_f64()),
-        ),
-        (
-            "kcache_informer_snapshot_objects_loaded",
-            "Objects loaded from the snapshot at start",
-            |s| (s.start == StartKind::Warm).then_some(s.objects_loaded as f64),
-        ),
-        (
-            "kcache_informer_snapshot_resume_relisted",
-            "1 if the snapshot's resourceVersion was too old and the informer relisted",
-            |s| (s.start == StartKind::Warm).then_some(f64::from(u8::from(s.resume_relisted))),
-        ),
-        (
-            "kcache_informer_time_to_synced_seconds",
-            "Time from the start of the informer until it had synced",
-            |s| s.time_to_synced.map(|d| d.as_secs_f64()),
-        ),
-        (
-            "kcache_informer_snapshot_last_write_seconds",
-            "Duration of the last snapshot write (encode, write, fsync, rename)",
-            |s| s.last_write.as_ref().map(|w| w.duration.as_secs_f64()),
-        ),
-        (
-            "kcache_informer_snapshot_last_write_bytes",
-            "Size of the last snapshot written",
-            |s| s.last_write.as_ref().map(|w| w.bytes as f64),
-        ),
-        (
-            "kcache_informer_snapshot_last_write_objects",
-            "Objects in the last snapshot written",
-            |s| s.last_write.as_ref().map(|w| w.objects as f64),
-        ),
-    ];
-    let sample = ConstGauge::new(0.0f64);
-    for (name, help, get) in gauges {
-        let mut family = encoder.encode_descriptor(name, help, None, sample.metric_type())?;
-        for (informer, s) in snapshots {
-            if let Some(v) = get(s) {
-                ConstGauge::new(v)
-                    .encode(family.encode_family(&[("informer".to_string(), informer.clone())])?)?;
-            }
+// prometheus-client's metrics are kcache-core's primitives (kcache-core's
+// `prometheus` feature): a family's metric is handed out as it is.
+impl MetricsProvider for PrometheusMetricsProvider {
+    fn new_synced_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(self.synced.get_or_create_owned(&informer(name)))
+    }
+    fn new_cached_objects_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(self.cached_objects.get_or_create_owned(&informer(name)))
+    }
+    fn new_listener_backlog_metric(&self, name: &str, h: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(self.backlog.get_or_create_owned(&handler(name, h)))
+    }
+    fn new_listener_delivered_metric(&self, name: &str, h: &str) -> Box<dyn CounterMetric> {
+        Box::new(self.delivered.get_or_create_owned(&handler(name, h)))
+    }
+    fn new_handler_panics_metric(&self, name: &str, h: &str) -> Box<dyn CounterMetric> {
+        Box::new(self.panics.get_or_create_owned(&handler(name, h)))
+    }
+    fn new_snapshot_metrics(&self, name: &str) -> SnapshotMetrics {
+        let l = informer(name);
+        SnapshotMetrics {
+            warm_start: Box::new(self.warm_start.get_or_create_owned(&l)),
+            age_seconds: Box::new(self.snapshot_age.get_or_create_owned(&l)),
+            objects_loaded: Box::new(self.objects_loaded.get_or_create_owned(&l)),
+            resume_relisted: Box::new(self.resume_relisted.get_or_create_owned(&l)),
+            time_to_synced_seconds: Box::new(self.time_to_synced.get_or_create_owned(&l)),
+            writes: Box::new(self.writes.get_or_create_owned(&l)),
+            write_failures: Box::new(self.write_failures.get_or_create_owned(&l)),
+            last_write_seconds: Box::new(self.last_write_seconds.get_or_create_owned(&l)),
+            last_write_bytes: Box::new(self.last_write_bytes.get_or_create_owned(&l)),
+            last_write_objects: Box::new(self.last_write_objects.get_or_create_owned(&l)),
         }
     }
-    let counters: [(&str, &str, SnapshotCounter); 2] = [
-        (
-            "kcache_informer_snapshot_writes",
-            "Snapshots written",
-            |s| s.writes,
-        ),
-        (
-            "kcache_informer_snapshot_write_failures",
-            "Snapshot writes that failed",
-            |s| s.write_failures,
-        ),
-    ];
-    let csample = ConstCounter::new(0u64);
-    for (name, help, get) in counters {
-        let mut family = encoder.encode_descriptor(name, help, None, csample.metric_type())?;
-        for (informer, s) in snapshots {
-            ConstCounter::new(get(s))
-                .encode(family.encode_family(&[("informer".to_string(), informer.clone())])?)?;
-        }
-    }
-    Ok(())
 }

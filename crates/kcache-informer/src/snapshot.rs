@@ -1,32 +1,42 @@
 //! Warm restart: an informer's cache persisted to disk, and loaded back on
 //! start instead of a full relist.
 //!
-//! # The file format (version 1)
+//! # The file format (version 3)
 //!
 //! All integers are little-endian.
 //!
 //! ```text
 //! magic            8 bytes  89 'K' 'C' 'S' 'N' 'A' 'P' '\n'
-//! format version   u32      1
+//! format version   u32      3
 //! header length    u32      at most 1 MiB
 //! header           fields in a fixed order (strings: u32 length + UTF-8;
 //!                  optional strings: u8 0/1 then the string; booleans: u8):
 //!                  cluster uid, server url?, group, version, resource,
 //!                  metadata-only, namespace?, label selector?, field
-//!                  selector?, transform id?, strip managedFields,
+//!                  selector?, shard selector?, transform id?, strip
+//!                  managedFields,
 //!                  resourceVersion, written at (u64 ms since the Unix
 //!                  epoch), object count (u64)
 //! header checksum  u64      CRC-64/XZ of every byte before it
-//! objects          object count times: u32 length + the object's JSON
+//! objects          object count times: u8 format, then
+//!                  0 (JSON): u32 length + the object's JSON;
+//!                  1 (protobuf): apiVersion, kind (strings), u32 length +
+//!                  the object's own protobuf message (no envelope)
 //! end marker       8 bytes  'K' 'C' 'S' 'N' 'E' 'N' 'D' '\n'
 //! checksum         u64      CRC-64/XZ of every byte before it
 //! ```
 //!
 //! The header is checked (magic, version, header checksum, fingerprint)
 //! before any object is read, so a snapshot of something else is rejected
-//! without reading it all. The objects are exactly the JSON bytes the cache
-//! held (after the transform and the managedFields cut), so loading one is
-//! the same partial decode as a list, without the network. A file is written
+//! without reading it all. The objects are exactly the bytes the cache
+//! held, in the format it held them in (JSON, or protobuf for the built-in
+//! types the apiserver sent as protobuf; after the transform and the
+//! managedFields cut, decompressed), so loading one is the same partial
+//! decode as a list, without the network, and an object comes back in the
+//! format it was written in. Files of other versions (1: JSON only,
+//! written before protobuf objects existed; 2: before shard selectors) are
+//! refused as an unsupported version: the informer starts cold once, with
+//! a warning, and writes a version 3 snapshot when synced. A file is written
 //! to a temporary file in the same folder, fsynced, renamed over the old one
 //! and the folder fsynced: a reader sees the old snapshot or the new one,
 //! never a mix.
@@ -51,10 +61,16 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kcache_core::{CachedObject, ObjectOptions};
+use kcache_core::protobuf::TypeMeta;
+use kcache_core::{CachedObject, Format, ObjectOptions};
 
 /// The snapshot format this version of kcache reads and writes.
-pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 3;
+
+/// Format tag of an object stored as JSON.
+const OBJECT_JSON: u8 = 0;
+/// Format tag of an object stored as protobuf.
+const OBJECT_PROTOBUF: u8 = 1;
 
 /// How often a synced informer writes its snapshot by default.
 pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(300);
@@ -157,6 +173,9 @@ pub struct Fingerprint {
     pub label_selector: Option<String>,
     /// The field selector.
     pub field_selector: Option<String>,
+    /// The shard selector (server-side sharding), in the apiserver's
+    /// syntax: a snapshot of one shard is never loaded for another.
+    pub shard_selector: Option<String>,
     /// The transform's id (`None`: no transform).
     pub transform_id: Option<String>,
     /// Whether `managedFields` are cut from cached objects.
@@ -171,7 +190,7 @@ fn show(v: &Option<String>) -> String {
 }
 
 impl Fingerprint {
-    fn fields(&self) -> [(&'static str, String); 11] {
+    fn fields(&self) -> [(&'static str, String); 12] {
         [
             ("cluster", format!("{:?}", self.cluster_uid)),
             ("server URL", show(&self.server_url)),
@@ -182,6 +201,7 @@ impl Fingerprint {
             ("namespace", show(&self.namespace)),
             ("label selector", show(&self.label_selector)),
             ("field selector", show(&self.field_selector)),
+            ("shard selector", show(&self.shard_selector)),
             ("transform id", show(&self.transform_id)),
             ("strip managedFields", self.strip_managed_fields.to_string()),
         ]
@@ -331,7 +351,7 @@ enum Location {
 /// delivered to handlers as initial-list adds, and the watch resumes from
 /// the snapshot's resourceVersion instead of listing. A missing, foreign,
 /// truncated or corrupt snapshot is ignored with one warning. See
-/// `docs/warm-restart.md`.
+/// [Warm restarts](https://github.com/kcache/kcache/blob/main/docs/warm-restart.md).
 ///
 /// ```
 /// use std::time::Duration;
@@ -557,6 +577,7 @@ pub(crate) fn encode<K, W: Write>(
     put_opt(&mut header, &f.namespace)?;
     put_opt(&mut header, &f.label_selector)?;
     put_opt(&mut header, &f.field_selector)?;
+    put_opt(&mut header, &f.shard_selector)?;
     put_opt(&mut header, &f.transform_id)?;
     header.push(u8::from(f.strip_managed_fields));
     put_str(&mut header, resource_version)?;
@@ -578,11 +599,25 @@ pub(crate) fn encode<K, W: Write>(
     w.write_all(&header)?;
     let header_crc = w.crc.finish();
     w.write_all(&header_crc.to_le_bytes())?;
+    let mut type_meta = Vec::new();
     for o in objects {
-        // The JSON, decompressed when the object is stored compressed.
-        let b = o
-            .json()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        // The bytes in their format, decompressed when stored compressed.
+        let invalid = |e| io::Error::new(io::ErrorKind::InvalidData, e);
+        let b = match o.format() {
+            Format::Protobuf => {
+                type_meta.clear();
+                put_str(&mut type_meta, o.meta().api_version().unwrap_or(""))?;
+                put_str(&mut type_meta, o.meta().kind().unwrap_or(""))?;
+                w.write_all(&[OBJECT_PROTOBUF])?;
+                w.write_all(&type_meta)?;
+                o.encoded().map_err(invalid)?
+            }
+            // JSON, and any later format as its JSON
+            _ => {
+                w.write_all(&[OBJECT_JSON])?;
+                o.json().map_err(invalid)?
+            }
+        };
         let len = u32::try_from(b.len()).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -639,6 +674,27 @@ impl<R: Read> CrcReader<R> {
         self.crc.update(buf);
         self.read += buf.len() as u64;
         Ok(())
+    }
+    fn u8(&mut self, what: &'static str) -> Result<u8, SnapshotError> {
+        let mut b = [0u8; 1];
+        self.exact(&mut b, what)?;
+        Ok(b[0])
+    }
+    /// A length-prefixed string (its length checked against the bytes
+    /// left before a buffer is sized by it).
+    fn string(&mut self, what: &'static str) -> Result<String, SnapshotError> {
+        let bytes = self.bytes(what)?;
+        String::from_utf8(bytes).map_err(|_| SnapshotError::Corrupt(format!("{what}: not UTF-8")))
+    }
+    /// A u32 length, then that many bytes.
+    fn bytes(&mut self, what: &'static str) -> Result<Vec<u8>, SnapshotError> {
+        let len = self.u32(what)?;
+        if u64::from(len) > self.remaining() {
+            return Err(SnapshotError::Truncated(what));
+        }
+        let mut bytes = vec![0u8; len as usize];
+        self.exact(&mut bytes, what)?;
+        Ok(bytes)
     }
     fn u32(&mut self, what: &'static str) -> Result<u32, SnapshotError> {
         let mut b = [0u8; 4];
@@ -718,6 +774,51 @@ pub(crate) fn decode<K, R: Read>(
         read: 0,
         total: total_len,
     };
+    let header = read_header_bytes(&mut r, total_len)?;
+    let Header {
+        fingerprint: found,
+        resource_version,
+        written_at,
+        count,
+    } = parse_header(&header)?;
+    if let Some((field, found, expected)) = found.first_difference(expected) {
+        return Err(SnapshotError::Mismatch {
+            field,
+            found,
+            expected,
+        });
+    }
+    if resource_version.is_empty() {
+        return Err(SnapshotError::Corrupt("empty resourceVersion".to_owned()));
+    }
+    let objects = read_objects(&mut r, count, options)?;
+    read_trailer(&mut r)?;
+    Ok(Loaded {
+        resource_version,
+        written_at,
+        objects,
+    })
+}
+
+/// What a snapshot's header says, besides its checksum.
+struct Header {
+    /// Which cache the snapshot is of.
+    fingerprint: Fingerprint,
+    /// The resourceVersion the cache reflected.
+    resource_version: String,
+    /// When the snapshot was written.
+    written_at: SystemTime,
+    /// How many objects follow.
+    count: u64,
+}
+
+/// Reads the magic, the format version and the header (length, bytes,
+/// checksum) of a snapshot of `total_len` bytes; the header's bytes,
+/// checked against their checksum.
+fn read_header_bytes<R: Read>(
+    r: &mut CrcReader<R>,
+    total_len: u64,
+) -> Result<Vec<u8>, SnapshotError> {
     let mut magic = [0u8; 8];
     let head = total_len.min(8) as usize;
     r.exact(&mut magic[..head], "magic")?;
@@ -751,8 +852,13 @@ pub(crate) fn decode<K, R: Read>(
             "header checksum mismatch".to_owned(),
         ));
     }
-    let mut h = HeaderCursor(&header);
-    let found = Fingerprint {
+    Ok(header)
+}
+
+/// Parses the header's bytes, all of them.
+fn parse_header(header: &[u8]) -> Result<Header, SnapshotError> {
+    let mut h = HeaderCursor(header);
+    let fingerprint = Fingerprint {
         cluster_uid: h.string()?,
         server_url: h.opt()?,
         group: h.string()?,
@@ -762,6 +868,7 @@ pub(crate) fn decode<K, R: Read>(
         namespace: h.opt()?,
         label_selector: h.opt()?,
         field_selector: h.opt()?,
+        shard_selector: h.opt()?,
         transform_id: h.opt()?,
         strip_managed_fields: h.boolean()?,
     };
@@ -771,30 +878,51 @@ pub(crate) fn decode<K, R: Read>(
     if !h.0.is_empty() {
         return Err(bad_header());
     }
-    if let Some((field, found, expected)) = found.first_difference(expected) {
-        return Err(SnapshotError::Mismatch {
-            field,
-            found,
-            expected,
-        });
-    }
-    if resource_version.is_empty() {
-        return Err(SnapshotError::Corrupt("empty resourceVersion".to_owned()));
-    }
-    // every object takes at least its 4-byte length
-    let capacity = count.min(r.remaining() / 4);
+    Ok(Header {
+        fingerprint,
+        resource_version,
+        written_at,
+        count,
+    })
+}
+
+/// Reads the `count` objects that follow the header, each JSON or
+/// protobuf, built with `options`.
+fn read_objects<K, R: Read>(
+    r: &mut CrcReader<R>,
+    count: u64,
+    options: &ObjectOptions,
+) -> Result<Vec<CachedObject<K>>, SnapshotError> {
+    // every object takes at least its format byte and 4-byte length
+    let capacity = count.min(r.remaining() / 5);
     let mut objects = Vec::with_capacity(usize::try_from(capacity).unwrap_or(0));
     for i in 0..count {
-        let len = r.u32("object length")?;
-        if u64::from(len) > r.remaining() {
-            return Err(SnapshotError::Truncated("object"));
+        let obj = match r.u8("object format")? {
+            OBJECT_JSON => CachedObject::from_bytes_with(r.bytes("object")?, options),
+            OBJECT_PROTOBUF => {
+                let api_version = r.string("object apiVersion")?;
+                let kind = r.string("object kind")?;
+                let tm = TypeMeta {
+                    api_version: &api_version,
+                    kind: &kind,
+                };
+                CachedObject::from_protobuf_with(r.bytes("object")?, tm, options)
+            }
+            other => {
+                return Err(SnapshotError::Corrupt(format!(
+                    "object {i}: unknown format {other}"
+                )));
+            }
         }
-        let mut bytes = vec![0u8; len as usize];
-        r.exact(&mut bytes, "object")?;
-        let obj = CachedObject::from_bytes_with(bytes, options)
-            .map_err(|e| SnapshotError::Corrupt(format!("object {i}: {e}")))?;
+        .map_err(|e| SnapshotError::Corrupt(format!("object {i}: {e}")))?;
         objects.push(obj);
     }
+    Ok(objects)
+}
+
+/// Reads the end marker and the whole-file checksum, and checks that
+/// nothing follows them.
+fn read_trailer<R: Read>(r: &mut CrcReader<R>) -> Result<(), SnapshotError> {
     let mut end = [0u8; 8];
     r.exact(&mut end, "end marker")?;
     if end != END {
@@ -811,11 +939,7 @@ pub(crate) fn decode<K, R: Read>(
             "bytes after the checksum".to_owned(),
         ));
     }
-    Ok(Loaded {
-        resource_version,
-        written_at,
-        objects,
-    })
+    Ok(())
 }
 
 // ------------------------------------------------------------------- files
@@ -1076,6 +1200,7 @@ mod tests {
             namespace: Some("ns".into()),
             label_selector: Some("app=web".into()),
             field_selector: None,
+            shard_selector: None,
             transform_id: None,
             strip_managed_fields: true,
         }
@@ -1132,6 +1257,83 @@ mod tests {
         let keys: Vec<_> = loaded.objects.iter().map(|o| o.key().to_owned()).collect();
         assert_eq!(keys, ["ns/a", "ns/b", "ns/c"]);
         assert_eq!(loaded.objects[1].resource_version(), Some("7"));
+    }
+
+    /// A ConfigMap's protobuf (its own message): name, namespace,
+    /// resourceVersion, a managedFields entry, data {k: v}.
+    fn proto_cm(name: &str, rv: &str) -> Vec<u8> {
+        fn field(out: &mut Vec<u8>, n: u8, b: &[u8]) {
+            out.push(n << 3 | 2);
+            out.push(b.len() as u8);
+            out.extend_from_slice(b);
+        }
+        let mut mf = Vec::new();
+        field(&mut mf, 1, b"kubectl");
+        let mut meta = Vec::new();
+        field(&mut meta, 1, name.as_bytes());
+        field(&mut meta, 3, b"ns");
+        field(&mut meta, 6, rv.as_bytes());
+        meta.extend_from_slice(&[17 << 3 | 2, 1, mf.len() as u8]);
+        meta.extend_from_slice(&mf);
+        let mut entry = Vec::new();
+        field(&mut entry, 1, b"k");
+        field(&mut entry, 2, b"v");
+        let mut cm = Vec::new();
+        field(&mut cm, 1, &meta);
+        field(&mut cm, 2, &entry);
+        cm
+    }
+
+    #[test]
+    fn objects_come_back_in_their_format() {
+        let tm = TypeMeta {
+            api_version: "v1",
+            kind: "ConfigMap",
+        };
+        let pb: CachedObject<Cm> = CachedObject::from_protobuf(proto_cm("p", "5"), tm).unwrap();
+        let objects = vec![obj("a", 3), pb.clone(), obj("b", 7)];
+        let mut out = Vec::new();
+        encode(&mut out, &fp(), "42", SystemTime::now(), &objects).unwrap();
+        let loaded = load(&out, &fp()).unwrap();
+        assert_eq!(loaded.objects, objects);
+        let formats: Vec<_> = loaded.objects.iter().map(|o| o.format()).collect();
+        assert_eq!(formats, [Format::Json, Format::Protobuf, Format::Json]);
+        let back = &loaded.objects[1];
+        assert_eq!(back.bytes(), pb.bytes(), "the protobuf as written");
+        assert_eq!(back.meta(), pb.meta());
+        assert_eq!(back.key(), "ns/p");
+        // rebuilt with the informer's options, in its format
+        let strip = ObjectOptions::new().strip_managed_fields(true);
+        let loaded: Loaded<Cm> = decode(&out[..], out.len() as u64, &fp(), &strip).unwrap();
+        let back = &loaded.objects[1];
+        assert_eq!(back.format(), Format::Protobuf);
+        assert!(back.bytes().len() < pb.bytes().len(), "managedFields cut");
+        // a protobuf object of a kind without tables, or an unknown format
+        // tag, is a corrupt snapshot (the informer starts cold)
+        let n = out.len();
+        let kind_at = out.windows(9).position(|w| w == b"ConfigMap").unwrap();
+        let mut bad = out.clone();
+        bad[kind_at] = b'X';
+        let crc = |b: &[u8]| {
+            let mut c = Crc64::new();
+            c.update(b);
+            c.finish()
+        };
+        let fixed = crc(&bad[..n - 8]);
+        bad[n - 8..].copy_from_slice(&fixed.to_le_bytes());
+        match load(&bad, &fp()) {
+            Err(SnapshotError::Corrupt(m)) => assert!(m.contains("object 1"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let header_len = u32::from_le_bytes(out[12..16].try_into().unwrap()) as usize;
+        let mut bad = out.clone();
+        bad[16 + header_len + 8] = 7;
+        let fixed = crc(&bad[..n - 8]);
+        bad[n - 8..].copy_from_slice(&fixed.to_le_bytes());
+        match load(&bad, &fp()) {
+            Err(SnapshotError::Corrupt(m)) => assert!(m.contains("unknown format 7"), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -1223,14 +1425,19 @@ mod tests {
 
     #[test]
     fn other_format_versions_are_rejected() {
-        let (mut bytes, _) = sample();
-        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
-        match load(&bytes, &fp()) {
-            Err(e @ SnapshotError::UnsupportedVersion { found: 2 }) => {
-                assert_eq!(e.reason(), "version");
-                assert!(e.to_string().contains("version 2"), "{e}");
+        // version 1 (JSON only, before protobuf objects) and a later one
+        for v in [1u32, 2, 4] {
+            let (mut bytes, _) = sample();
+            bytes[8..12].copy_from_slice(&v.to_le_bytes());
+            match load(&bytes, &fp()) {
+                Err(e @ SnapshotError::UnsupportedVersion { found }) => {
+                    assert_eq!(found, v);
+                    assert_eq!(e.reason(), "version");
+                    assert!(e.to_string().contains(&format!("version {v}")), "{e}");
+                    assert!(e.to_string().contains("reads version 3"), "{e}");
+                }
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
         }
         assert!(matches!(
             load(b"{\"not\":\"a snapshot\"}", &fp()),
@@ -1259,6 +1466,15 @@ mod tests {
                 Box::new(|f| f.field_selector = Some("metadata.name=a".into())),
             ),
             (
+                "shard selector",
+                Box::new(|f| {
+                    f.shard_selector = Some(
+                        "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
+                            .into(),
+                    )
+                }),
+            ),
+            (
                 "transform id",
                 Box::new(|f| f.transform_id = Some("v1".into())),
             ),
@@ -1283,6 +1499,11 @@ mod tests {
         let mut b = fp();
         b.label_selector = Some("app=db".into());
         assert_ne!(a.file_name(), b.file_name());
+        let mut shard = fp();
+        shard.shard_selector = Some(
+            "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')".into(),
+        );
+        assert_ne!(a.file_name(), shard.file_name());
         let mut c = fp();
         c.cluster_uid = "another".into();
         assert_eq!(

@@ -612,8 +612,8 @@ async fn listener_backlog_and_panics_are_exported_to_prometheus() {
     informer
         .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| g2.wait()))
         .unwrap();
-    let metrics = kcache_informer::prometheus::InformerMetrics::register(&mut registry);
-    metrics.add(&informer);
+    let metrics = kcache_informer::PrometheusMetricsProvider::new(&mut registry);
+    assert!(informer.set_metrics(Arc::new(metrics)));
     let run = Running::start(informer.clone());
     run.synced().await;
     for i in 0..5 {

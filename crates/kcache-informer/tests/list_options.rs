@@ -6,7 +6,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use kcache_informer::{ListOptions, SharedIndexInformer};
-use kcache_reflector::ErrorReason;
+use kcache_reflector::{ErrorReason, WireFormat};
 use support::{ConfigMap, FakeApi, eventually};
 use tokio_util::sync::CancellationToken;
 
@@ -38,4 +38,45 @@ async fn list_page_cap_reaches_the_reflector() {
     assert!(!informer.has_synced());
     cancel.cancel();
     task.await.unwrap().unwrap();
+}
+
+/// `wire_format` reaches the reflector: by default a built-in type asks for
+/// protobuf (with JSON as the fallback, which this fake answers with),
+/// `WireFormat::Json` asks for JSON.
+#[tokio::test]
+async fn wire_format_reaches_the_reflector() {
+    for (format, want) in [
+        (
+            WireFormat::Auto,
+            Some("application/vnd.kubernetes.protobuf, application/json"),
+        ),
+        (WireFormat::Json, None),
+    ] {
+        let api = FakeApi::new();
+        api.create("ns", "a", "x");
+        let informer = SharedIndexInformer::<ConfigMap>::builder(api.client.clone())
+            .list_options(ListOptions {
+                use_watch_list: false,
+                wire_format: format,
+                ..ListOptions::default()
+            })
+            .build();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn({
+            let (i, c) = (informer.clone(), cancel.clone());
+            async move { i.run(c).await }
+        });
+        eventually("synced", || informer.has_synced()).await;
+        assert_eq!(
+            api.accept_headers()[0].as_deref(),
+            want,
+            "{format:?}: the list's Accept"
+        );
+        assert_eq!(
+            informer.indexer().get_by_key("ns/a").unwrap().format(),
+            kcache_core::Format::Json
+        );
+        cancel.cancel();
+        task.await.unwrap().unwrap();
+    }
 }

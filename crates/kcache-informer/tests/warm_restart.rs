@@ -349,9 +349,9 @@ async fn fresh_snapshot_resumes_without_a_list() {
 
     let (client, log) = recording_client(cp.config());
     let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = kcache_informer::prometheus::InformerMetrics::register(&mut registry);
+    let metrics = kcache_informer::PrometheusMetricsProvider::new(&mut registry);
     let run = Run::start(client, &ns, "warm-fresh-2", options, true);
-    metrics.add(&run.informer);
+    assert!(run.informer.set_metrics(Arc::new(metrics)));
     // the snapshot is in the cache at once, but the informer has not synced
     // before the apiserver confirmed the resume (here: the resumed watch's
     // clean end after 2 s)
@@ -559,7 +559,10 @@ fn corrupt_copy(src: &Path, dst: &Path, how: &str) {
     match how {
         "truncated" => b.truncate(b.len() / 2),
         "corrupt" => {
-            let i = b.len() * 2 / 3;
+            // inside the last object's bytes (before the end marker and the
+            // checksum), not on a length prefix: a flipped length reads as
+            // a file cut short ("truncated"), which is also a cold start
+            let i = b.len() - 8 - 8 - 10;
             b[i] ^= 0x20;
         }
         "version" => b[8] = 9,

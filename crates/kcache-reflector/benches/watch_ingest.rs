@@ -15,7 +15,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
 use k8s_openapi::api::core::v1::Pod;
-use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
+use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, StoreError};
 use kcache_reflector::{EventDecoder, LineFramer, WatchEvent};
 use parking_lot::Mutex;
 use serde::Deserialize;
@@ -155,7 +155,7 @@ fn recorded_stream() -> (Vec<Bytes>, usize) {
 #[derive(Default)]
 struct LatestByKey(Mutex<HashMap<String, CachedObject<Pod>>>);
 
-impl Store<Pod> for LatestByKey {
+impl ReflectorStore<Pod> for LatestByKey {
     fn add(&self, obj: CachedObject<Pod>) -> Result<(), StoreError> {
         self.update(obj)
     }
@@ -231,7 +231,7 @@ struct CountingSink {
     done: tokio_util::sync::CancellationToken,
 }
 
-impl Store<Pod> for CountingSink {
+impl ReflectorStore<Pod> for CountingSink {
     fn add(&self, obj: CachedObject<Pod>) -> Result<(), StoreError> {
         self.update(obj)
     }

@@ -6,12 +6,16 @@ use std::collections::HashMap;
 use std::fmt;
 
 use bytes::Bytes;
+#[cfg(any(test, feature = "fuzzing"))]
+use kcache_core::protobuf::ListReader;
+use kcache_core::protobuf::{self as pb, ListItem, TypeMeta, WireError};
 use kcache_core::{CachedObject, ObjectError, ObjectOptions};
 use serde::Deserialize;
 use serde_json::error::Category;
 use serde_json::value::RawValue;
 
 use crate::error::{ApiError, BadEvent, BadEventKind, INITIAL_EVENTS_END_ANNOTATION};
+use crate::split::JsonListReader;
 
 /// A watch bookmark: only moves the resource version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,14 +133,42 @@ struct ListMetaWire<'a> {
     resource_version: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "continue")]
     continue_: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "shardInfo")]
+    shard_info: Option<ShardInfoWire<'a>>,
+}
+
+/// `metadata.shardInfo` of a list the apiserver filtered (KEP-5866).
+#[derive(Deserialize)]
+struct ShardInfoWire<'a> {
+    #[serde(borrow, default)]
+    selector: Option<Cow<'a, str>>,
 }
 
 impl ListMetaWire<'_> {
+    #[cfg(any(test, feature = "fuzzing"))]
     fn into_owned(self) -> ListMetaWire<'static> {
         ListMetaWire {
             resource_version: self.resource_version.map(|c| Cow::Owned(c.into_owned())),
             continue_: self.continue_.map(|c| Cow::Owned(c.into_owned())),
+            shard_info: self.shard_info.map(|i| ShardInfoWire {
+                selector: i.selector.map(|c| Cow::Owned(c.into_owned())),
+            }),
         }
+    }
+
+    /// resourceVersion, continue token, shard selector echo.
+    fn parts(self) -> (String, Option<String>, Option<String>) {
+        (
+            self.resource_version
+                .map(Cow::into_owned)
+                .unwrap_or_default(),
+            self.continue_
+                .filter(|c| !c.is_empty())
+                .map(Cow::into_owned),
+            self.shard_info
+                .and_then(|i| i.selector)
+                .map(Cow::into_owned),
+        )
     }
 }
 
@@ -148,6 +180,9 @@ pub struct ListPage<K> {
     pub resource_version: String,
     /// The list's `metadata.continue`, when non-empty.
     pub continue_token: Option<String>,
+    /// The list's `metadata.shardInfo.selector`: the shard selector the
+    /// apiserver filtered the list with (server-side sharding, KEP-5866).
+    pub shard_selector: Option<String>,
     /// Items that were skipped.
     pub skipped: Vec<BadEvent>,
 }
@@ -158,8 +193,71 @@ impl<K> fmt::Debug for ListPage<K> {
             .field("items", &self.items.len())
             .field("resource_version", &self.resource_version)
             .field("continue_token", &self.continue_token)
+            .field("shard_selector", &self.shard_selector)
             .field("skipped", &self.skipped.len())
             .finish()
+    }
+}
+
+/// A JSON list page read as it arrives: items cut by a
+/// [`JsonListReader`] and built (or skipped) one by one.
+pub(crate) struct JsonPage<K> {
+    reader: JsonListReader,
+    items: Vec<CachedObject<K>>,
+    skipped: Vec<BadEvent>,
+}
+
+impl<K> JsonPage<K> {
+    pub(crate) fn new() -> Self {
+        JsonPage {
+            reader: JsonListReader::new(),
+            items: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+
+    /// Adds the next chunk of the body.
+    pub(crate) fn push(&mut self, chunk: Bytes) {
+        self.reader.push(chunk);
+    }
+
+    /// The next item that was built, after the skipped ones before it;
+    /// `None` when more bytes are needed. The caller keeps the objects
+    /// ([`finish`](Self::finish) returns only what was not taken).
+    pub(crate) fn next(
+        &mut self,
+        decoder: &EventDecoder<K>,
+    ) -> Result<Option<CachedObject<K>>, serde_json::Error> {
+        while let Some((item, shares)) = self.reader.next_item()? {
+            match decoder.json_list_item(item, shares)? {
+                Ok(o) => return Ok(Some(o)),
+                Err(bad) => self.skipped.push(bad),
+            }
+        }
+        Ok(None)
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
+    /// Keeps an object the caller does not take.
+    fn keep(&mut self, obj: CachedObject<K>) {
+        self.items.push(obj);
+    }
+
+    /// The end of the body: the page, with every object not taken by the
+    /// caller, the skipped items and the list's metadata.
+    pub(crate) fn finish(
+        self,
+        decoder: &EventDecoder<K>,
+    ) -> Result<ListPage<K>, serde_json::Error> {
+        let envelope = self.reader.finish()?;
+        let mut page = decoder.json_list_end(envelope)?;
+        let mut items = self.items;
+        items.append(&mut page.items);
+        let mut skipped = self.skipped;
+        skipped.append(&mut page.skipped);
+        page.items = items;
+        page.skipped = skipped;
+        Ok(page)
     }
 }
 
@@ -209,6 +307,20 @@ fn utf8(bytes: &[u8]) -> Result<&str, serde_json::Error> {
     })
 }
 
+/// The first bytes of a protobuf message, in hex (for a log line).
+fn hex_preview(bytes: &[u8]) -> String {
+    let cut = bytes.len().min(48);
+    let mut s = String::with_capacity(cut * 3 + 3);
+    for b in &bytes[..cut] {
+        s.push_str(&format!("{b:02x} "));
+    }
+    s.pop();
+    if bytes.len() > cut {
+        s.push_str("...");
+    }
+    s
+}
+
 fn bad(kind: BadEventKind, detail: impl Into<String>) -> BadEvent {
     BadEvent {
         kind,
@@ -239,6 +351,7 @@ impl<K> EventDecoder<K> {
         }
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// The object options in use.
     pub fn options(&self) -> &ObjectOptions {
         &self.options
@@ -384,7 +497,195 @@ impl<K> EventDecoder<K> {
         }
     }
 
-    /// Splits a list body into items without decoding them, then builds
+    /// Decodes one protobuf watch frame (a `WatchEvent`, as cut by
+    /// [`ProtobufFramer`](crate::ProtobufFramer)): the event type, and the
+    /// object's `k8s\0` + `runtime.Unknown` envelope into a cached object
+    /// (a zero-copy slice of `frame`), a bookmark, or the `Status` of an
+    /// `ERROR` event. Bad frames are [`BadEvent`]s of the same kinds as a
+    /// bad JSON line.
+    pub fn decode_protobuf_event(&self, frame: Bytes) -> Result<WatchEvent<K>, BadEvent> {
+        let ev = pb::WatchEvent::decode(&frame).map_err(|e| {
+            bad(
+                BadEventKind::Undecodable,
+                format!("protobuf: {e}: {}", hex_preview(&frame)),
+            )
+        })?;
+        match ev.event_type {
+            "ADDED" | "MODIFIED" | "DELETED" => {
+                let object = frame.slice_ref(ev.object);
+                let obj = CachedObject::from_protobuf_envelope_with(object, &self.options)
+                    .map_err(|e| BadEvent {
+                        kind: BadEventKind::InvalidObject,
+                        detail: format!("{e}: {}", hex_preview(ev.object)),
+                        source: Some(e),
+                    })?;
+                self.check_kind(obj.meta().kind(), obj.meta().api_version())?;
+                Ok(match ev.event_type {
+                    "ADDED" => WatchEvent::Added(obj),
+                    "MODIFIED" => WatchEvent::Modified(obj),
+                    _ => WatchEvent::Deleted(obj),
+                })
+            }
+            "BOOKMARK" => self
+                .decode_protobuf_bookmark(ev.object)
+                .map(WatchEvent::Bookmark),
+            "ERROR" => Ok(WatchEvent::Error(ApiError::from_status_bytes(
+                None, ev.object,
+            ))),
+            other => Err(bad(
+                BadEventKind::UnknownType,
+                format!("event type {other:?}"),
+            )),
+        }
+    }
+
+    fn decode_protobuf_bookmark(&self, object: &[u8]) -> Result<Bookmark, BadEvent> {
+        let invalid = |e: WireError| {
+            bad(
+                BadEventKind::InvalidObject,
+                format!("bookmark: protobuf: {e}: {}", hex_preview(object)),
+            )
+        };
+        let u = pb::Unknown::decode(object).map_err(invalid)?;
+        self.check_kind(Some(u.type_meta.kind), Some(u.type_meta.api_version))?;
+        let b = pb::Bookmark::decode(u.raw).map_err(invalid)?;
+        if b.resource_version.is_empty() {
+            return Err(bad(
+                BadEventKind::InvalidObject,
+                "bookmark without metadata.resourceVersion",
+            ));
+        }
+        Ok(Bookmark {
+            resource_version: b.resource_version.to_owned(),
+            initial_events_end: b.initial_events_end,
+        })
+    }
+
+    /// Builds the cached object of one item of a protobuf list (cut by a
+    /// [`ListReader`]; `type_meta` is [`ListReader::item_type`]). An item
+    /// that is a slice of a network chunk is copied into a buffer of its
+    /// own (or, when managedFields are cut, only the cut result is kept),
+    /// so that no long-lived object keeps a chunk alive.
+    pub fn decode_protobuf_item(
+        &self,
+        item: ListItem,
+        type_meta: TypeMeta<'_>,
+    ) -> Result<CachedObject<K>, BadEvent> {
+        let options = if item.shares_chunk {
+            &self.list_options
+        } else {
+            &self.options
+        };
+        let obj = CachedObject::from_protobuf_with(item.bytes.clone(), type_meta, options)
+            .map_err(|e| BadEvent {
+                kind: BadEventKind::InvalidObject,
+                detail: format!("{e}: {}", hex_preview(&item.bytes)),
+                source: Some(e),
+            })?;
+        self.check_kind(obj.meta().kind(), obj.meta().api_version())?;
+        Ok(obj)
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
+    /// [`decode_list`](Self::decode_list) for a protobuf list body (the
+    /// `k8s\0` magic and a `runtime.Unknown` holding e.g. a `PodList`),
+    /// read whole. A
+    /// malformed envelope or list fails the page; an item whose own bytes
+    /// are not a usable object is skipped (its length prefix still says
+    /// where the next item starts). The reflector reads list bodies with a
+    /// [`ListReader`] as they arrive instead.
+    pub fn decode_protobuf_list(&self, body: &Bytes) -> Result<ListPage<K>, WireError> {
+        let mut reader = ListReader::new();
+        reader.push(body.clone());
+        let mut items = Vec::new();
+        let mut skipped = Vec::new();
+        while let Some(item) = reader.next_item()? {
+            let Some(tm) = reader.item_type() else {
+                continue;
+            };
+            match self.decode_protobuf_item(item, tm) {
+                Ok(o) => items.push(o),
+                Err(e) => skipped.push(e),
+            }
+        }
+        let summary = reader.finish()?;
+        Ok(ListPage {
+            items,
+            resource_version: summary.resource_version,
+            continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
+            shard_selector: summary.shard_selector,
+            skipped,
+        })
+    }
+
+    /// One item cut by a [`JsonListReader`]: `Ok(Ok)` an object,
+    /// `Ok(Err)` an item that is well-formed JSON but not a usable object
+    /// (skipped), `Err` malformed JSON (the page fails), as in
+    /// [`decode_list`](Self::decode_list).
+    fn json_list_item(
+        &self,
+        item: Bytes,
+        shares_chunk: bool,
+    ) -> Result<Result<CachedObject<K>, BadEvent>, serde_json::Error> {
+        let options = if shares_chunk {
+            &self.list_options
+        } else {
+            &self.options
+        };
+        match self.decode_object_with(item.clone(), options) {
+            Ok(o) => Ok(Ok(o)),
+            Err(e) => malformed_item(&item, e).map(Err),
+        }
+    }
+
+    /// The end of a JSON list read by a [`JsonListReader`]: its envelope
+    /// decoded (and so validated) by serde, and the items it holds itself
+    /// (a body whose items member is not a literal `"items"` array, which
+    /// serde reads).
+    fn json_list_end(&self, envelope: Vec<u8>) -> Result<ListPage<K>, serde_json::Error> {
+        let envelope = Bytes::from(envelope);
+        let wire: ListWire<'_> = serde_json::from_str(utf8(&envelope)?)?;
+        let mut items = Vec::new();
+        let mut skipped = Vec::new();
+        for raw in wire.items.unwrap_or_default() {
+            let item = subslice(&envelope, raw.get().as_bytes());
+            match self.decode_object_with(item, &self.list_options) {
+                Ok(o) => items.push(o),
+                Err(e) => skipped.push(e),
+            }
+        }
+        let (rv, cont, shard) = wire.metadata.map(ListMetaWire::parts).unwrap_or_default();
+        Ok(ListPage {
+            items,
+            resource_version: rv,
+            continue_token: cont,
+            shard_selector: shard,
+            skipped,
+        })
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
+    /// [`decode_list`](Self::decode_list) over a body given in chunks, as
+    /// the reflector reads it: items are cut and built as they arrive. The
+    /// same page (items, skipped items, metadata) and the same acceptance
+    /// as `decode_list` of the whole body.
+    #[doc(hidden)]
+    pub fn decode_list_chunks(
+        &self,
+        chunks: impl IntoIterator<Item = Bytes>,
+    ) -> Result<ListPage<K>, serde_json::Error> {
+        let mut page = JsonPage::new();
+        for chunk in chunks {
+            page.push(chunk);
+            while let Some(obj) = page.next(self)? {
+                page.keep(obj);
+            }
+        }
+        page.finish(self)
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
+    /// Splits a list body into items without decoding them, then builds    /// Splits a list body into items without decoding them, then builds
     /// each item's cached object. Items that fail are skipped and returned
     /// in [`ListPage::skipped`].
     ///
@@ -430,17 +731,12 @@ impl<K> EventDecoder<K> {
                 (items, wire.metadata.map(ListMetaWire::into_owned))
             }
         };
-        let (rv, cont) = match metadata {
-            Some(m) => (
-                m.resource_version.map(Cow::into_owned).unwrap_or_default(),
-                m.continue_.filter(|c| !c.is_empty()).map(Cow::into_owned),
-            ),
-            None => (String::new(), None),
-        };
+        let (rv, cont, shard) = metadata.map(ListMetaWire::parts).unwrap_or_default();
         Ok(ListPage {
             items,
             resource_version: rv,
             continue_token: cont,
+            shard_selector: shard,
             skipped,
         })
     }
@@ -600,6 +896,114 @@ mod tests {
         assert_eq!((page.items.len(), page.skipped.len()), (1, 2));
     }
 
+    /// The page of `body` read in chunks of `size` equals the page of the
+    /// whole body (or both fail).
+    fn same_page(d: &EventDecoder<V>, body: &[u8], size: usize) {
+        let whole = d.decode_list(&Bytes::copy_from_slice(body));
+        let chunks: Vec<Bytes> = body
+            .chunks(size.max(1))
+            .map(Bytes::copy_from_slice)
+            .collect();
+        let chunked = d.decode_list_chunks(chunks);
+        let show = || format!("{} in chunks of {size}", String::from_utf8_lossy(body));
+        match (whole, chunked) {
+            (Ok(a), Ok(b)) => {
+                let items = |p: &ListPage<V>| {
+                    p.items
+                        .iter()
+                        .map(|o| (o.key().to_owned(), o.bytes().clone()))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(items(&a), items(&b), "{}", show());
+                assert_eq!(a.skipped.len(), b.skipped.len(), "{}", show());
+                assert_eq!(a.resource_version, b.resource_version, "{}", show());
+                assert_eq!(a.continue_token, b.continue_token, "{}", show());
+            }
+            (Err(_), Err(_)) => {}
+            (a, b) => panic!("{}: whole {:?}, chunked {:?}", show(), a.is_ok(), b.is_ok()),
+        }
+    }
+
+    #[test]
+    fn json_lists_read_in_chunks_equal_the_whole_body() {
+        let bodies: [&[u8]; 22] = [
+            br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"9","continue":"a]b\"}"},"items":[{"metadata":{"name":"a","namespace":"n","labels":{"x":"}]"}}},7,{"metadata":{}},"s",{"metadata":{"name":"b"}},null ] , "z":[{}] }  "#,
+            br#" {"items":[ ],"metadata":{"resourceVersion":"1"}}"#,
+            br#"{"metadata":{"resourceVersion":"1"}}"#,
+            br#"{"items":null,"metadata":{"resourceVersion":"1"}}"#,
+            br#"{"it\u0065ms":[{"metadata":{"name":"e"}}],"metadata":{}}"#,
+            br#"{"items":[{"metadata":{"name":"a"}}],"items":[]}"#,
+            br#"{"items":[{"metadata":{"name":"a"}} {"metadata":{"name":"b"}}]}"#,
+            br#"{"items":[{"metadata":{"name":"a"}},]}"#,
+            br#"{"items":[,]}"#,
+            br#"{"items":[1.2.3]}"#,
+            br#"{"items":[{"metadata":{"name":"a"}}}"#,
+            br#"{"items":[{"metadata":{"name":tru}}]}"#,
+            br#"{"items":[]} trailing"#,
+            br#"{"items":[] "x":1}"#,
+            br#"{items:[]}"#,
+            br#"{"items":[1,2"#,
+            br#"[{"metadata":{"name":"a"}}]"#,
+            br#""#,
+            br#"   "#,
+            br#"{}"#,
+            br#"{"metadata":{"resourceVersion":9x},"items":[]}"#,
+            b"{\"kind\":\"L\xffist\",\"items\":[{\"metadata\":{\"name\":\"a\"}}]}",
+        ];
+        for options in [
+            ObjectOptions::new(),
+            ObjectOptions::new().strip_managed_fields(true),
+        ] {
+            let d = EventDecoder::<V>::new(options, None, None);
+            for body in bodies {
+                for size in 1..=body.len().max(1) {
+                    same_page(&d, body, size);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn json_list_items_read_in_chunks_own_their_bytes() {
+        let body = br#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a","namespace":"n"}},{"metadata":{"name":"b","namespace":"n"}}]}"#;
+        for size in [7, 40, body.len()] {
+            let chunks: Vec<Bytes> = body.chunks(size).map(Bytes::copy_from_slice).collect();
+            let ranges: Vec<_> = chunks
+                .iter()
+                .map(|c| c.as_ptr() as usize..c.as_ptr() as usize + c.len())
+                .collect();
+            let page = dec().decode_list_chunks(chunks.clone()).unwrap();
+            assert_eq!(page.items.len(), 2);
+            for item in &page.items {
+                let p = item.bytes().as_ptr() as usize;
+                assert!(ranges.iter().all(|r| !r.contains(&p)), "chunks of {size}");
+            }
+            assert_eq!(
+                page.items[1].bytes().as_ref(),
+                br#"{"metadata":{"name":"b","namespace":"n"}}"#
+            );
+        }
+    }
+
+    #[test]
+    fn list_shard_info_echo_is_read_by_every_json_path() {
+        let sel = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
+        let with = Bytes::from(format!(
+            r#"{{"kind":"ConfigMapList","metadata":{{"resourceVersion":"9","shardInfo":{{"selector":"{sel}"}}}},"items":[{{"metadata":{{"name":"a"}}}}]}}"#
+        ));
+        let without = Bytes::from_static(
+            br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"9"},"items":[]}"#,
+        );
+        let d = dec();
+        for (body, expect) in [(&with, Some(sel)), (&without, None)] {
+            let whole = d.decode_list(body).unwrap();
+            assert_eq!(whole.shard_selector.as_deref(), expect);
+            let chunks = body.chunks(5).map(Bytes::copy_from_slice);
+            let streamed = d.decode_list_chunks(chunks).unwrap();
+            assert_eq!(streamed.shard_selector.as_deref(), expect);
+        }
+    }
+
     #[test]
     fn list_items_are_exact_size_copies() {
         let body = Bytes::from_static(br#"{"kind":"ConfigMapList","metadata":{"resourceVersion":"9","continue":"abc"},"items":[{"metadata":{"name":"a","namespace":"n"}},{"metadata":{}},{"metadata":{"name":"b"}}]}"#);
@@ -620,6 +1024,184 @@ mod tests {
             ))
             .unwrap();
         assert!(empty.items.is_empty() && empty.continue_token.is_none());
+    }
+
+    fn pb(out: &mut Vec<u8>, n: u8, b: &[u8]) {
+        out.push(n << 3 | 2);
+        out.push(b.len() as u8);
+        out.extend_from_slice(b);
+    }
+
+    /// A ConfigMap's protobuf: name, namespace "n", a managedFields entry.
+    fn pb_cm(name: &str) -> Vec<u8> {
+        let mut mf = Vec::new();
+        pb(&mut mf, 1, b"kubectl");
+        let mut meta = Vec::new();
+        pb(&mut meta, 1, name.as_bytes());
+        pb(&mut meta, 3, b"n");
+        meta.extend_from_slice(&[17 << 3 | 2, 1, mf.len() as u8]);
+        meta.extend_from_slice(&mf);
+        let mut cm = Vec::new();
+        pb(&mut cm, 1, &meta);
+        cm
+    }
+
+    fn pb_list(kind: &str, items: &[Vec<u8>]) -> Bytes {
+        let mut meta = Vec::new();
+        pb(&mut meta, 2, b"9");
+        let mut list = Vec::new();
+        pb(&mut list, 1, &meta);
+        for i in items {
+            pb(&mut list, 2, i);
+        }
+        let mut tm = Vec::new();
+        pb(&mut tm, 1, b"v1");
+        pb(&mut tm, 2, kind.as_bytes());
+        let mut body = b"k8s\0".to_vec();
+        pb(&mut body, 1, &tm);
+        body.extend_from_slice(&[2 << 3 | 2]);
+        let mut len = Vec::new();
+        let mut v = list.len();
+        while v >= 0x80 {
+            len.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        len.push(v as u8);
+        body.extend_from_slice(&len);
+        body.extend_from_slice(&list);
+        Bytes::from(body)
+    }
+
+    #[test]
+    fn protobuf_list_items_are_own_buffers_and_bad_ones_skipped() {
+        let nameless = {
+            let mut cm = Vec::new();
+            pb(&mut cm, 1, &[]);
+            cm
+        };
+        let body = pb_list(
+            "ConfigMapList",
+            &[pb_cm("a"), nameless, vec![0x0a, 0x7f], pb_cm("b")],
+        );
+        for options in [
+            ObjectOptions::new(),
+            ObjectOptions::new().strip_managed_fields(true),
+        ] {
+            let dec = EventDecoder::<V>::new(options.clone(), Some("ConfigMap"), Some("v1"));
+            let page = dec.decode_protobuf_list(&body).unwrap();
+            assert_eq!(page.resource_version, "9");
+            assert_eq!(page.continue_token, None);
+            let keys: Vec<_> = page.items.iter().map(|o| o.key()).collect();
+            assert_eq!(keys, ["n/a", "n/b"]);
+            assert_eq!(page.skipped.len(), 2);
+            assert!(
+                page.skipped
+                    .iter()
+                    .all(|b| b.kind == BadEventKind::InvalidObject)
+            );
+            // no item keeps the body alive
+            let range = body.as_ptr() as usize..body.as_ptr() as usize + body.len();
+            for item in &page.items {
+                assert_eq!(item.format(), kcache_core::Format::Protobuf);
+                assert!(!range.contains(&(item.bytes().as_ptr() as usize)));
+                let v = item.decode().unwrap();
+                assert_eq!(v["kind"], "ConfigMap");
+                assert_eq!(
+                    v["metadata"].get("managedFields").is_some(),
+                    !options.strips_managed_fields()
+                );
+            }
+        }
+        // items of another kind are skipped as such; a malformed list fails
+        let page = dec()
+            .decode_protobuf_list(&pb_list("SecretList", &[pb_cm("a")]))
+            .unwrap();
+        assert_eq!(page.skipped[0].kind, BadEventKind::WrongKind);
+        assert!(
+            dec()
+                .decode_protobuf_list(&body.slice(..body.len() - 3))
+                .is_err()
+        );
+        assert!(
+            dec()
+                .decode_protobuf_list(&Bytes::from_static(b"{}"))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn protobuf_events_bookmarks_and_errors() {
+        let frame = |ty: &str, object: &[u8]| {
+            let mut raw = Vec::new();
+            pb(&mut raw, 1, object);
+            let mut ev = Vec::new();
+            pb(&mut ev, 1, ty.as_bytes());
+            pb(&mut ev, 2, &raw);
+            Bytes::from(ev)
+        };
+        let envelope = |kind: &str, raw: &[u8]| {
+            let mut tm = Vec::new();
+            pb(&mut tm, 1, b"v1");
+            pb(&mut tm, 2, kind.as_bytes());
+            let mut out = b"k8s\0".to_vec();
+            pb(&mut out, 1, &tm);
+            pb(&mut out, 2, raw);
+            out
+        };
+        let d = dec();
+        match d.decode_protobuf_event(frame("MODIFIED", &envelope("ConfigMap", &pb_cm("a")))) {
+            Ok(WatchEvent::Modified(o)) => {
+                assert_eq!(o.key(), "n/a");
+                assert_eq!(o.format(), kcache_core::Format::Protobuf);
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut meta = Vec::new();
+        pb(&mut meta, 6, b"12");
+        let mut entry = Vec::new();
+        pb(&mut entry, 1, b"k8s.io/initial-events-end");
+        pb(&mut entry, 2, b"true");
+        pb(&mut meta, 12, &entry);
+        let mut bm = Vec::new();
+        pb(&mut bm, 1, &meta);
+        match d.decode_protobuf_event(frame("BOOKMARK", &envelope("ConfigMap", &bm))) {
+            Ok(WatchEvent::Bookmark(b)) => assert_eq!(
+                b,
+                Bookmark {
+                    resource_version: "12".into(),
+                    initial_events_end: true
+                }
+            ),
+            other => panic!("{other:?}"),
+        }
+        let mut st = Vec::new();
+        pb(&mut st, 4, b"Expired");
+        st.extend_from_slice(&[6 << 3, 0x9a, 0x03]);
+        match d.decode_protobuf_event(frame("ERROR", &envelope("Status", &st))) {
+            Ok(WatchEvent::Error(e)) => assert!(e.is_expired() && e.code == 410),
+            other => panic!("{other:?}"),
+        }
+        let kind = |r: Result<WatchEvent<V>, BadEvent>| r.unwrap_err().kind;
+        assert_eq!(
+            kind(d.decode_protobuf_event(Bytes::from_static(b"\x0a\x09A"))),
+            BadEventKind::Undecodable
+        );
+        assert_eq!(
+            kind(d.decode_protobuf_event(frame("WEIRD", &envelope("ConfigMap", &pb_cm("a"))))),
+            BadEventKind::UnknownType
+        );
+        assert_eq!(
+            kind(d.decode_protobuf_event(frame("ADDED", &envelope("Secret", &pb_cm("a"))))),
+            BadEventKind::WrongKind
+        );
+        assert_eq!(
+            kind(d.decode_protobuf_event(frame("ADDED", b"{\"kind\":\"ConfigMap\"}"))),
+            BadEventKind::InvalidObject
+        );
+        assert_eq!(
+            kind(d.decode_protobuf_event(frame("BOOKMARK", &envelope("ConfigMap", &[])))),
+            BadEventKind::InvalidObject
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use kcache_core::protobuf::{self, WireError};
 use kcache_core::{BoxError, ObjectError, StoreError};
 use serde::Deserialize;
 
@@ -96,9 +97,14 @@ struct CauseWire {
 }
 
 impl ApiError {
-    /// Builds the error from a `Status` body. `http_status` is used when the
+    /// Builds the error from a `Status` body, JSON or protobuf (`k8s\0` +
+    /// `runtime.Unknown` holding a `Status`: what the apiserver answers to
+    /// a request that accepts protobuf). `http_status` is used when the
     /// body has no code, and a body that is not a Status becomes the message.
     pub fn from_status_bytes(http_status: Option<u16>, body: &[u8]) -> Self {
+        if body.starts_with(protobuf::MAGIC) {
+            return Self::from_protobuf_status(http_status, body);
+        }
         match serde_json::from_slice::<StatusWire>(body) {
             Ok(s) => ApiError {
                 code: s.code.filter(|c| *c != 0).or(http_status).unwrap_or(500),
@@ -118,6 +124,42 @@ impl ApiError {
                     causes: Vec::new(),
                 }
             }
+        }
+    }
+
+    fn from_protobuf_status(http_status: Option<u16>, body: &[u8]) -> Self {
+        match protobuf::Status::from_envelope(body) {
+            Ok(Some(s)) => ApiError {
+                code: u16::try_from(s.code)
+                    .ok()
+                    .filter(|c| *c != 0)
+                    .or(http_status)
+                    .unwrap_or(500),
+                reason: s.reason,
+                message: s.message,
+                causes: s
+                    .details
+                    .map(|d| {
+                        d.causes
+                            .into_iter()
+                            .map(|c| c.reason)
+                            .filter(|r| !r.is_empty())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            },
+            Ok(None) => ApiError {
+                code: http_status.unwrap_or(500),
+                reason: String::new(),
+                message: "a protobuf body that is not a Status".to_owned(),
+                causes: Vec::new(),
+            },
+            Err(e) => ApiError {
+                code: http_status.unwrap_or(500),
+                reason: String::new(),
+                message: format!("an undecodable protobuf Status: {e}"),
+                causes: Vec::new(),
+            },
         }
     }
 
@@ -291,6 +333,21 @@ pub struct BadEvent {
     pub source: Option<ObjectError>,
 }
 
+/// Why a list body is not a valid list.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListBodyError {
+    /// A JSON list body: malformed JSON (the envelope, or an item), or not
+    /// a list.
+    #[error(transparent)]
+    Json(serde_json::Error),
+    /// A protobuf list body: a malformed envelope or list message, or not
+    /// a list (an item's own bytes do not fail the page: a bad item is
+    /// skipped, as its length prefix still says where the next one starts).
+    #[error("protobuf: {0}")]
+    Protobuf(WireError),
+}
+
 /// An error a reflector reports to its watch-error handler.
 ///
 /// The reflector handles every error itself (relist, rewatch, backoff: see
@@ -334,7 +391,7 @@ pub enum ReflectorError {
         #[source]
         source: BoxError,
     },
-    /// A list response was not a valid list.
+    /// A list response was not a valid list (JSON or protobuf).
     #[error(
         "list {resource}: invalid list body: {source} (is the URL right? the reflector retries)"
     )]
@@ -343,7 +400,7 @@ pub enum ReflectorError {
         resource: String,
         /// The decode error.
         #[source]
-        source: serde_json::Error,
+        source: ListBodyError,
     },
     /// A watch event or list item was skipped.
     #[error("{op} {resource}: {source}")]
@@ -443,6 +500,26 @@ pub enum ReflectorError {
         resource: String,
         /// The cap ([`ReflectorBuilder::max_initial_events_bytes`](crate::ReflectorBuilder::max_initial_events_bytes)).
         limit: usize,
+    },
+    /// The apiserver rejected the reflector's shard selector (`500 invalid
+    /// shard selector`, or a `400`/`422` naming it). Not transient: the
+    /// reflector retries with backoff, but only a fixed selector (or an
+    /// apiserver that accepts its syntax) helps.
+    #[error(
+        "{op} {resource}: the apiserver rejected the shard selector `{}`: {} {} (build the selector with kcache_core::ShardSelector and check that the apiserver supports server-side sharding (Kubernetes 1.36+); the reflector retries with backoff)",
+        Truncated(.selector.as_str(), 512),
+        .error.code,
+        Truncated(.error.message.as_str(), MAX_DISPLAYED_MESSAGE)
+    )]
+    ShardSelectorRejected {
+        /// What was being done.
+        op: Operation,
+        /// The resource.
+        resource: String,
+        /// The selector sent, in the apiserver's syntax.
+        selector: String,
+        /// The apiserver's Status (shown in the message, not as a source).
+        error: Box<ApiError>,
     },
     /// The request could not be built (invalid selector or parameters).
     #[error("{resource}: cannot build the request: {source} (fix the reflector's configuration)")]
@@ -550,6 +627,7 @@ impl ReflectorError {
     pub fn api_error(&self) -> Option<&ApiError> {
         match self {
             ReflectorError::Api { error, .. } => Some(error),
+            ReflectorError::ShardSelectorRejected { error, .. } => Some(error),
             _ => None,
         }
     }
@@ -570,6 +648,8 @@ impl ReflectorError {
                     ErrorReason::Api
                 }
             }
+            // under the existing label: a shard selector is an API error
+            ReflectorError::ShardSelectorRejected { .. } => ErrorReason::Api,
             ReflectorError::Transport { .. } => ErrorReason::Transport,
             ReflectorError::Body { .. } => ErrorReason::Body,
             ReflectorError::InvalidList { .. } => ErrorReason::InvalidList,
@@ -710,6 +790,43 @@ mod tests {
                 .to_string()
                 .contains("RBAC")
         );
+    }
+
+    #[test]
+    fn parses_a_protobuf_status() {
+        // what the apiserver sent for an expired watch (tests/data of
+        // kcache-core): k8s\0 + Unknown{Status}
+        let mut status = Vec::new();
+        let field = |out: &mut Vec<u8>, n: u8, b: &[u8]| {
+            out.push(n << 3 | 2);
+            out.push(b.len() as u8);
+            out.extend_from_slice(b);
+        };
+        field(&mut status, 2, b"Failure");
+        field(&mut status, 3, b"too old resource version: 1 (5)");
+        field(&mut status, 4, b"Expired");
+        let mut cause = Vec::new();
+        field(&mut cause, 1, b"ResourceVersionTooLarge");
+        let mut details = Vec::new();
+        field(&mut details, 4, &cause);
+        field(&mut status, 5, &details);
+        status.extend_from_slice(&[6 << 3, 0x9a, 0x03]); // code 410
+        let mut tm = Vec::new();
+        field(&mut tm, 1, b"v1");
+        field(&mut tm, 2, b"Status");
+        let mut body = protobuf::MAGIC.to_vec();
+        field(&mut body, 1, &tm);
+        field(&mut body, 2, &status);
+        let e = ApiError::from_status_bytes(Some(200), &body);
+        assert_eq!(e.code, 410);
+        assert_eq!(e.reason, "Expired");
+        assert!(e.is_expired());
+        assert_eq!(e.message, "too old resource version: 1 (5)");
+        assert!(e.is_too_large_resource_version(), "causes: {:?}", e.causes);
+        // not a Status, or malformed: the HTTP code, a message saying so
+        let e = ApiError::from_status_bytes(Some(503), b"k8s\0\x0a\x05");
+        assert_eq!(e.code, 503);
+        assert!(e.message.contains("undecodable protobuf Status"), "{e}");
     }
 
     #[test]

@@ -1,10 +1,12 @@
-//! Newline framing of a watch stream's byte chunks.
+//! Framing of a watch stream's byte chunks: by newline (JSON) or by length
+//! prefix (protobuf).
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
-/// A line exceeded the framer's maximum size.
+/// A watch event exceeded the framer's maximum size (a line without a
+/// newline, or a protobuf frame whose length prefix says more).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("watch event exceeds {limit} bytes without a newline")]
+#[error("watch event exceeds {limit} bytes")]
 pub struct FrameTooLarge {
     /// The configured maximum.
     pub limit: usize,
@@ -72,6 +74,7 @@ impl LineFramer {
         }
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// Hands out frames as slices of the chunks (no copy), which keeps a
     /// whole chunk alive as long as any frame of it is.
     pub fn zero_copy(mut self) -> Self {
@@ -158,9 +161,192 @@ impl LineFramer {
         trim(self.pending.split().freeze())
     }
 
+    #[cfg(any(test, feature = "fuzzing"))]
     /// Bytes buffered and not framed yet.
     pub fn buffered(&self) -> usize {
         self.pending.len() + self.current.len()
+    }
+}
+
+/// Splits a protobuf watch stream into its frames (a 4-byte big-endian
+/// length, then that many bytes: one `WatchEvent`), whatever the chunk
+/// boundaries.
+///
+/// As with [`LineFramer`], every frame is an exact-size buffer of its own
+/// (a frame that is a whole chunk is kept as is, any other is copied once),
+/// and a frame longer than the maximum fails as soon as its length prefix
+/// has arrived, before any of it is buffered. A stream that ends inside a
+/// frame leaves [`buffered`](Self::buffered) bytes behind.
+///
+/// ```
+/// use bytes::Bytes;
+/// use kcache_reflector::ProtobufFramer;
+///
+/// let mut framer = ProtobufFramer::with_max_frame(1024);
+/// framer.push(Bytes::from_static(b"\0\0\0\x02ab\0\0"));
+/// assert_eq!(framer.next_frame()?.as_deref(), Some(&b"ab"[..]));
+/// assert_eq!(framer.next_frame()?, None); // the second frame is incomplete
+/// framer.push(Bytes::from_static(b"\0\x01c"));
+/// assert_eq!(framer.next_frame()?.as_deref(), Some(&b"c"[..]));
+/// assert_eq!(framer.buffered(), 0);
+/// # Ok::<_, kcache_reflector::FrameTooLarge>(())
+/// ```
+#[derive(Debug)]
+pub struct ProtobufFramer {
+    /// The start of a frame that spans chunks (its length prefix included).
+    pending: BytesMut,
+    /// The part of the last chunk not framed yet.
+    current: Bytes,
+    /// Length of the last chunk pushed.
+    chunk_len: usize,
+    max_frame: usize,
+}
+
+impl ProtobufFramer {
+    /// A framer that fails on frames longer than `max_frame` bytes.
+    pub fn with_max_frame(max_frame: usize) -> Self {
+        ProtobufFramer {
+            pending: BytesMut::new(),
+            current: Bytes::new(),
+            chunk_len: 0,
+            max_frame,
+        }
+    }
+
+    /// Adds a chunk. Call [`next_frame`](Self::next_frame) until it returns
+    /// `None` before pushing the next chunk.
+    pub fn push(&mut self, chunk: Bytes) {
+        self.chunk_len = chunk.len();
+        if !self.current.is_empty() {
+            // next_frame was not drained: keep everything, in order.
+            self.pending.extend_from_slice(&self.current);
+        }
+        self.current = chunk;
+    }
+
+    fn too_large(&mut self) -> FrameTooLarge {
+        self.pending.clear();
+        self.current = Bytes::new();
+        FrameTooLarge {
+            limit: self.max_frame,
+        }
+    }
+
+    /// The next complete frame (without its length prefix), or `None` when
+    /// more bytes are needed.
+    pub fn next_frame(&mut self) -> Result<Option<Bytes>, FrameTooLarge> {
+        if self.pending.is_empty() {
+            if self.current.len() < 4 {
+                self.pending.extend_from_slice(&self.current);
+                self.current = Bytes::new();
+                return Ok(None);
+            }
+            let len = u32::from_be_bytes([
+                self.current[0],
+                self.current[1],
+                self.current[2],
+                self.current[3],
+            ]) as usize;
+            if len > self.max_frame {
+                return Err(self.too_large());
+            }
+            if self.current.len() < 4 + len {
+                self.pending.reserve(4 + len);
+                self.pending.extend_from_slice(&self.current);
+                self.current = Bytes::new();
+                return Ok(None);
+            }
+            let whole_chunk = self.current.len() == self.chunk_len && 4 + len == self.chunk_len;
+            let mut frame = self.current.split_to(4 + len);
+            frame.advance(4);
+            return Ok(Some(if whole_chunk {
+                frame
+            } else {
+                Bytes::copy_from_slice(&frame)
+            }));
+        }
+        // a frame that started in an earlier chunk
+        if self.pending.len() < 4 {
+            let n = (4 - self.pending.len()).min(self.current.len());
+            self.pending.extend_from_slice(&self.current.split_to(n));
+            if self.pending.len() < 4 {
+                return Ok(None);
+            }
+        }
+        let len = u32::from_be_bytes([
+            self.pending[0],
+            self.pending[1],
+            self.pending[2],
+            self.pending[3],
+        ]) as usize;
+        if len > self.max_frame {
+            return Err(self.too_large());
+        }
+        let need = 4 + len - self.pending.len();
+        let n = need.min(self.current.len());
+        self.pending.reserve(need);
+        self.pending.extend_from_slice(&self.current.split_to(n));
+        if n < need {
+            return Ok(None);
+        }
+        // exact size; the buffer is reused for the next frame
+        let frame = Bytes::copy_from_slice(&self.pending[4..]);
+        self.pending.clear();
+        Ok(Some(frame))
+    }
+
+    /// Bytes buffered and not framed yet (at the end of the stream: a
+    /// truncated last frame).
+    pub fn buffered(&self) -> usize {
+        self.pending.len() + self.current.len()
+    }
+}
+
+/// A watch stream's framer: by line for JSON, by length prefix for
+/// protobuf.
+#[derive(Debug)]
+pub(crate) enum WatchFramer {
+    Lines(LineFramer),
+    Frames(ProtobufFramer),
+}
+
+impl WatchFramer {
+    pub(crate) fn new(format: crate::wire_format::BodyFormat, max_frame: usize) -> Self {
+        match format {
+            crate::wire_format::BodyFormat::Json => {
+                WatchFramer::Lines(LineFramer::with_max_frame(max_frame))
+            }
+            crate::wire_format::BodyFormat::Protobuf => {
+                WatchFramer::Frames(ProtobufFramer::with_max_frame(max_frame))
+            }
+        }
+    }
+
+    pub(crate) fn push(&mut self, chunk: Bytes) {
+        match self {
+            WatchFramer::Lines(f) => f.push(chunk),
+            WatchFramer::Frames(f) => f.push(chunk),
+        }
+    }
+
+    pub(crate) fn next_frame(&mut self) -> Result<Option<Bytes>, FrameTooLarge> {
+        match self {
+            WatchFramer::Lines(f) => f.next_frame(),
+            WatchFramer::Frames(f) => f.next_frame(),
+        }
+    }
+
+    /// At the end of the stream: a last JSON line without a newline
+    /// (`Ok(Some)`), nothing left (`Ok(None)`), or the byte count of a
+    /// truncated protobuf frame (`Err`).
+    pub(crate) fn finish(&mut self) -> Result<Option<Bytes>, usize> {
+        match self {
+            WatchFramer::Lines(f) => Ok(f.finish()),
+            WatchFramer::Frames(f) => match f.buffered() {
+                0 => Ok(None),
+                n => Err(n),
+            },
+        }
     }
 }
 
@@ -264,6 +450,80 @@ mod tests {
         let mut f = LineFramer::new();
         f.push(whole.clone());
         assert_eq!(f.next_frame().unwrap().unwrap().as_ptr(), whole.as_ptr());
+    }
+
+    fn protobuf_frames(
+        chunks: &[&[u8]],
+        max: usize,
+    ) -> Result<(Vec<Vec<u8>>, usize), FrameTooLarge> {
+        let mut f = ProtobufFramer::with_max_frame(max);
+        let mut out = Vec::new();
+        for c in chunks {
+            f.push(Bytes::copy_from_slice(c));
+            while let Some(fr) = f.next_frame()? {
+                out.push(fr.to_vec());
+            }
+        }
+        Ok((out, f.buffered()))
+    }
+
+    fn length_prefixed(frames: &[&[u8]]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for f in frames {
+            out.extend_from_slice(&(f.len() as u32).to_be_bytes());
+            out.extend_from_slice(f);
+        }
+        out
+    }
+
+    #[test]
+    fn protobuf_frames_at_every_split_point() {
+        let frames: [&[u8]; 4] = [b"first", b"", b"a longer third frame", b"4"];
+        let stream = length_prefixed(&frames);
+        let want: Vec<Vec<u8>> = frames.iter().map(|f| f.to_vec()).collect();
+        for i in 0..stream.len() {
+            for j in i..stream.len() {
+                let (out, left) =
+                    protobuf_frames(&[&stream[..i], &stream[i..j], &stream[j..]], 64).unwrap();
+                assert_eq!(out, want, "split {i} {j}");
+                assert_eq!(left, 0);
+            }
+        }
+        // a stream cut inside a frame leaves its bytes behind
+        let (out, left) = protobuf_frames(&[&stream[..stream.len() - 1]], 64).unwrap();
+        assert_eq!(out.len(), 3);
+        assert_eq!(left, 4);
+    }
+
+    #[test]
+    fn protobuf_frame_limit_and_copies() {
+        let stream = length_prefixed(&[b"0123456789", b"ok"]);
+        assert_eq!(protobuf_frames(&[&stream], 10).unwrap().0.len(), 2);
+        // too large: refused on its length prefix, even split before it
+        for cut in 0..5 {
+            assert_eq!(
+                protobuf_frames(&[&stream[..cut], &stream[cut..]], 9),
+                Err(FrameTooLarge { limit: 9 }),
+                "cut {cut}"
+            );
+        }
+        let mut f = ProtobufFramer::with_max_frame(9);
+        f.push(Bytes::from_static(&[0xff, 0xff, 0xff, 0xff]));
+        assert_eq!(f.next_frame(), Err(FrameTooLarge { limit: 9 }));
+        // a frame inside a larger chunk is copied, a whole chunk is not
+        let chunk = Bytes::from(stream.clone());
+        let mut f = ProtobufFramer::with_max_frame(64);
+        f.push(chunk.clone());
+        let a = f.next_frame().unwrap().unwrap();
+        let range = chunk.as_ptr() as usize..chunk.as_ptr() as usize + chunk.len();
+        assert!(!range.contains(&(a.as_ptr() as usize)));
+        let whole = Bytes::from(length_prefixed(&[b"alone"]));
+        let mut f = ProtobufFramer::with_max_frame(64);
+        f.push(whole.clone());
+        assert_eq!(
+            f.next_frame().unwrap().unwrap().as_ptr(),
+            whole[4..].as_ptr()
+        );
     }
 
     #[test]

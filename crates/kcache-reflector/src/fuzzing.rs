@@ -1,6 +1,7 @@
 //! Fuzzing support, not a stable API: entry points into the reflector's
 //! internals for kcache's fuzz targets (`fuzz/`) and their stable smoke test
-//! (`tests/fuzz-checks`). Hidden from the docs; may change in any release.
+//! (`tests/fuzz-checks`), behind the `fuzzing` feature; may change in any
+//! release.
 
 use std::ops::Range;
 

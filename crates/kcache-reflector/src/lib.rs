@@ -1,6 +1,6 @@
 //! client-go's `Reflector`, rebuilt on `kube`: lists a Kubernetes resource
 //! type, then watches it from the list's resourceVersion, and writes every
-//! change into a [`Store`](kcache_core::Store) sink (normally the DeltaFIFO),
+//! change into a [`ReflectorStore`](kcache_core::ReflectorStore) sink (normally the DeltaFIFO),
 //! with client-go's paging, resourceVersion, bookmark, backoff and recovery
 //! rules.
 //!
@@ -8,22 +8,45 @@
 //!
 //! The reflector reads the apiserver's bytes itself through
 //! [`kube::Client::send`] (which still applies configuration, auth and TLS):
-//! a list body is split into its items without decoding them, a watch
-//! stream is framed by line ([`LineFramer`]), and each object becomes a
+//! a list body is cut into its items as it arrives, without decoding them
+//! and without holding the body whole, a watch stream is framed by line
+//! or by length prefix, and each object becomes a
 //! [`CachedObject`](kcache_core::CachedObject) (bytes + metadata) through
-//! [`EventDecoder`]. No typed decode happens on the ingest path.
+//! the reflector's event decoder. No typed decode happens on the ingest
+//! path.
+//!
+//! # Features
+//!
+//! - `prometheus`: `PrometheusMetricsProvider`, the `reflector_*`
+//!   metrics through `prometheus-client`.
+//! - `fuzzing`: not a stable API, for kcache's fuzz targets, their smoke
+//!   test (`tests/fuzz-checks`) and benchmarks: the framers
+//!   (`LineFramer`, `ProtobufFramer`, `FrameTooLarge`), the event decoder
+//!   (`EventDecoder`, `WatchEvent`, `Bookmark`, `ListPage`) and the
+//!   `fuzzing` module. May change in any release.
+//!
+//! # Protobuf for built-in types
+//!
+//! With [`WireFormat::Auto`] (the default), lists, watches and streaming
+//! lists of a built-in type accept `application/vnd.kubernetes.protobuf`
+//! with JSON as the fallback, as client-go's typed clients do (it costs
+//! the apiserver 2-3x less CPU than JSON); custom resources and
+//! metadata-only reflectors ask for JSON, and
+//! [`ReflectorBuilder::wire_format`]`(WireFormat::Json)` forces it. Each
+//! response is read in the format its `Content-Type` names; a `406 Not
+//! Acceptable` to protobuf switches the reflector to JSON.
 //!
 //! # Example
 //!
 //! ```no_run
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::ConfigMap;
-//! use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, Store, StoreError};
+//! use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, StoreError};
 //! use kcache_reflector::Reflector;
 //! use tokio_util::sync::CancellationToken;
 //!
 //! struct Printer;
-//! impl Store<ConfigMap> for Printer {
+//! impl ReflectorStore<ConfigMap> for Printer {
 //!     fn add(&self, obj: CachedObject<ConfigMap>) -> Result<(), StoreError> {
 //!         println!("added {}", obj.key());
 //!         Ok(())
@@ -101,7 +124,7 @@
 //!   switches to list + watch, logged once.
 //! - **Relist memory** (kcache's own rule): while a list or a streaming
 //!   list is collected, an item whose key the store already holds
-//!   ([`Store::cached`](kcache_core::Store::cached)) with the same
+//!   ([`ReflectorStore::cached`](kcache_core::ReflectorStore::cached)) with the same
 //!   non-empty `metadata.uid` and `metadata.resourceVersion` is replaced by
 //!   the store's object, so an unchanged object is not held twice until
 //!   `replace`. The count is logged as `relist_reused`.
@@ -112,32 +135,53 @@
 //!   Server-provided text is cut in logs: an [`ApiError`] displays at most
 //!   [`MAX_DISPLAYED_MESSAGE`] bytes of its message (the field keeps it
 //!   whole), and a log line at most 2 KiB of an error.
+//! - **Server-side sharding** ([`ReflectorBuilder::shard_selector`],
+//!   KEP-5866): the `shardSelector` parameter on every LIST page,
+//!   streaming list and watch; every list item and watch event is also
+//!   checked on the client with the same hash, so the store holds exactly
+//!   the shard when the apiserver ignores the parameter (feature gate
+//!   `ShardedListAndWatch` off). [`Reflector::shard_filter_mode`] says
+//!   which side filters (a list echoing the selector in
+//!   `metadata.shardInfo`: the apiserver); a rejected selector is
+//!   [`ReflectorError::ShardSelectorRejected`].
 //! - **Warm resume** ([`ReflectorBuilder::resume_from`]): watch from a
 //!   known resourceVersion without a list; synced on a bookmark or a clean
 //!   end at or after the watch's timeout, never on an earlier end.
 //!
-//! See `docs/reflector.md` for the recovery rules in prose.
+//! See [The reflector](https://github.com/kcache/kcache/blob/main/docs/reflector.md) for the recovery rules in prose.
+
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
 mod decode;
 mod error;
 mod framing;
-#[doc(hidden)]
+#[cfg(feature = "fuzzing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub mod fuzzing;
 mod limits;
 mod metrics;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 mod reflector;
+mod shard;
 mod split;
+mod wire_format;
 
 pub use backoff::BackoffConfig;
+#[cfg(feature = "fuzzing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub use decode::{Bookmark, EventDecoder, ListPage, WatchEvent};
 pub use error::{
-    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION,
+    ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION, ListBodyError,
     MAX_DISPLAYED_MESSAGE, Operation, ReflectorError, TimeoutPhase,
 };
-pub use framing::{DEFAULT_MAX_FRAME, FrameTooLarge, LineFramer};
+pub use framing::DEFAULT_MAX_FRAME;
+#[cfg(feature = "fuzzing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
+pub use framing::{FrameTooLarge, LineFramer, ProtobufFramer};
 pub use limits::{
     DEFAULT_LIST_BODY_IDLE_TIMEOUT, DEFAULT_LIST_BODY_TIMEOUT, DEFAULT_MAX_LIST_BYTES,
     DEFAULT_RESPONSE_HEADERS_TIMEOUT, RequestTimeouts,
@@ -146,8 +190,11 @@ pub use metrics::{
     CounterMetric, MetricsProvider, NoopMetric, NoopMetricsProvider, SettableGaugeMetric,
 };
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::PrometheusMetricsProvider;
 pub use reflector::{
     DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, RESUME_WATCH_TIMEOUT, Reflector,
     ReflectorBuilder, WATCH_IDLE_MARGIN, WatchErrorHandler,
 };
+pub use shard::ShardFilterMode;
+pub use wire_format::WireFormat;

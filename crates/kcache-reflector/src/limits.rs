@@ -3,12 +3,14 @@
 //! kube's client sets no read timeout, so without these a stalled LIST (no
 //! response headers, or a body that stops mid-way) would hang a reflector
 //! forever, and a server sending an endless body would grow its memory
-//! without bound. See `docs/reflector.md` ("Deadlines and byte caps") for
-//! why the defaults are safe for a large LIST on a loaded apiserver.
+//! without bound. See [Deadlines and byte caps](https://github.com/kcache/kcache/blob/main/docs/reflector.md#deadlines-and-byte-caps)
+//! for why the defaults are safe for a large LIST on a loaded apiserver.
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+#[cfg(test)]
+use bytes::BytesMut;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
@@ -120,6 +122,9 @@ pub(crate) enum BodyError<E> {
     TooLarge,
     /// The body stream failed.
     Stream(E),
+    /// The consumer of the chunks stopped reading (it found the body
+    /// malformed).
+    Stopped,
 }
 
 /// Limits for [`read_body`].
@@ -130,23 +135,21 @@ pub(crate) struct BodyLimits {
     pub(crate) max_bytes: usize,
 }
 
-/// Reads a whole response body within `limits`. Stops as soon as a limit
-/// is passed: with [`BodyError::TooLarge`] at the chunk that passes
-/// `max_bytes` (or at once when `Content-Length` announces more). A body of
-/// one chunk is returned without a copy.
-pub(crate) async fn read_body<E>(
+/// Reads a response body within `limits`, handing each chunk to `each` as
+/// it arrives. Stops as soon as a limit is passed: with
+/// [`BodyError::TooLarge`] at the chunk that passes `max_bytes` (or at
+/// once when `Content-Length` announces more), and with
+/// [`BodyError::Stopped`] when `each` returns `false`.
+pub(crate) async fn read_body_with<E>(
     content_length: Option<u64>,
     mut stream: impl Stream<Item = Result<Bytes, E>> + Unpin,
     limits: BodyLimits,
-) -> Result<Bytes, BodyError<E>> {
+    mut each: impl FnMut(Bytes) -> bool,
+) -> Result<(), BodyError<E>> {
     if content_length.is_some_and(|n| n > limits.max_bytes as u64) {
         return Err(BodyError::TooLarge);
     }
-    // at most the cap, and at most 64 MiB up front on the server's word
-    let hint = content_length.map_or(0, |n| n.min(64 << 20) as usize);
     let end = deadline_after(limits.total);
-    let mut first: Option<Bytes> = None;
-    let mut buf = BytesMut::new();
     let mut len = 0usize;
     loop {
         let wake = deadline_after(limits.idle).min(end);
@@ -156,7 +159,7 @@ pub(crate) async fn read_body<E>(
             Err(_) => return Err(BodyError::Idle),
         };
         let chunk = match next {
-            None => break,
+            None => return Ok(()),
             Some(Ok(c)) => c,
             Some(Err(e)) => return Err(BodyError::Stream(e)),
         };
@@ -164,6 +167,26 @@ pub(crate) async fn read_body<E>(
         if len > limits.max_bytes {
             return Err(BodyError::TooLarge);
         }
+        if !each(chunk) {
+            return Err(BodyError::Stopped);
+        }
+    }
+}
+
+/// Reads a whole response body within `limits` (see [`read_body_with`]).
+/// A body of one chunk is returned without a copy. (The reflector reads
+/// list bodies as they arrive; this is how the limits are tested.)
+#[cfg(test)]
+pub(crate) async fn read_body<E>(
+    content_length: Option<u64>,
+    stream: impl Stream<Item = Result<Bytes, E>> + Unpin,
+    limits: BodyLimits,
+) -> Result<Bytes, BodyError<E>> {
+    // at most the cap, and at most 64 MiB up front on the server's word
+    let hint = content_length.map_or(0, |n| n.min(64 << 20) as usize);
+    let mut first: Option<Bytes> = None;
+    let mut buf = BytesMut::new();
+    read_body_with(content_length, stream, limits, |chunk| {
         if first.is_none() && buf.is_empty() {
             first = Some(chunk);
         } else {
@@ -173,7 +196,9 @@ pub(crate) async fn read_body<E>(
             }
             buf.extend_from_slice(&chunk);
         }
-    }
+        true
+    })
+    .await?;
     Ok(first.unwrap_or_else(|| buf.freeze()))
 }
 

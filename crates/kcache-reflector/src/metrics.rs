@@ -12,23 +12,16 @@
 //! | `reflector_watch_events_total` | counter | watch events handled (bookmarks included, skipped events not) |
 //! | `reflector_relists_total` | counter | lists after the first successful one |
 //! | `reflector_errors_total` | counter, label `reason` | errors by [`ErrorReason`](crate::ErrorReason) |
-//! | `reflector_last_resource_version` | gauge | the last synced resourceVersion, when numeric |
+//! | `reflector_last_sync_timestamp_seconds` | gauge | when the cache was last known current (a list, a watch event or a bookmark), as Unix time: alert on `time() - reflector_last_sync_timestamp_seconds` |
+//!
+//! The resourceVersion itself is not exported: it is opaque (a string the
+//! apiserver may change the shape of), and a float would round it.
 //!
 //! The `prometheus` feature adds [`PrometheusMetricsProvider`](crate::PrometheusMetricsProvider).
 
+pub use kcache_core::metrics::{CounterMetric, NoopMetric, SettableGaugeMetric};
+
 use crate::error::ErrorReason;
-
-/// A value that only goes up.
-pub trait CounterMetric: Send + Sync {
-    /// Adds one.
-    fn inc(&self);
-}
-
-/// A value that is set.
-pub trait SettableGaugeMetric: Send + Sync {
-    /// Sets the value.
-    fn set(&self, value: f64);
-}
 
 /// Creates the metrics of a named reflector.
 pub trait MetricsProvider: Send + Sync {
@@ -42,19 +35,8 @@ pub trait MetricsProvider: Send + Sync {
     fn new_relists_metric(&self, name: &str) -> Box<dyn CounterMetric>;
     /// `reflector_errors_total{reason}`.
     fn new_errors_metric(&self, name: &str, reason: ErrorReason) -> Box<dyn CounterMetric>;
-    /// `reflector_last_resource_version`.
-    fn new_last_resource_version_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric>;
-}
-
-/// A metric that records nothing.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoopMetric;
-
-impl CounterMetric for NoopMetric {
-    fn inc(&self) {}
-}
-impl SettableGaugeMetric for NoopMetric {
-    fn set(&self, _value: f64) {}
+    /// `reflector_last_sync_timestamp_seconds`.
+    fn new_last_sync_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric>;
 }
 
 /// A provider whose metrics record nothing: the default.
@@ -77,7 +59,7 @@ impl MetricsProvider for NoopMetricsProvider {
     fn new_errors_metric(&self, _name: &str, _reason: ErrorReason) -> Box<dyn CounterMetric> {
         Box::new(NoopMetric)
     }
-    fn new_last_resource_version_metric(&self, _name: &str) -> Box<dyn SettableGaugeMetric> {
+    fn new_last_sync_metric(&self, _name: &str) -> Box<dyn SettableGaugeMetric> {
         Box::new(NoopMetric)
     }
 }
@@ -98,8 +80,8 @@ impl<P: MetricsProvider + ?Sized> MetricsProvider for std::sync::Arc<P> {
     fn new_errors_metric(&self, name: &str, reason: ErrorReason) -> Box<dyn CounterMetric> {
         (**self).new_errors_metric(name, reason)
     }
-    fn new_last_resource_version_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
-        (**self).new_last_resource_version_metric(name)
+    fn new_last_sync_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
+        (**self).new_last_sync_metric(name)
     }
 }
 
@@ -110,7 +92,7 @@ pub(crate) struct ReflectorMetrics {
     pub(crate) events: Box<dyn CounterMetric>,
     pub(crate) relists: Box<dyn CounterMetric>,
     errors: Vec<Box<dyn CounterMetric>>,
-    pub(crate) last_rv: Box<dyn SettableGaugeMetric>,
+    last_sync: Box<dyn SettableGaugeMetric>,
 }
 
 impl ReflectorMetrics {
@@ -124,7 +106,7 @@ impl ReflectorMetrics {
                 .iter()
                 .map(|r| p.new_errors_metric(name, *r))
                 .collect(),
-            last_rv: p.new_last_resource_version_metric(name),
+            last_sync: p.new_last_sync_metric(name),
         }
     }
 
@@ -134,9 +116,10 @@ impl ReflectorMetrics {
         }
     }
 
-    pub(crate) fn resource_version(&self, rv: &str) {
-        if let Ok(v) = rv.parse::<u64>() {
-            self.last_rv.set(v as f64);
+    /// The cache was known current now.
+    pub(crate) fn synced_now(&self) {
+        if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            self.last_sync.set(d.as_secs_f64());
         }
     }
 }

@@ -20,7 +20,7 @@ fn labels(name: &str) -> Labels {
 /// labelled `name=<reflector name>`: `reflector_lists_total`,
 /// `reflector_watches_total`, `reflector_watch_events_total`,
 /// `reflector_relists_total`, `reflector_errors_total{reason}`,
-/// `reflector_last_resource_version`.
+/// `reflector_last_sync_timestamp_seconds`.
 ///
 /// Register it once per registry and share it (it is cheap to clone).
 #[derive(Clone, Debug)]
@@ -30,7 +30,7 @@ pub struct PrometheusMetricsProvider {
     events: Family<Labels, Counter>,
     relists: Family<Labels, Counter>,
     errors: Family<Labels, Counter>,
-    last_rv: Family<Labels, Gauge<f64, AtomicU64>>,
+    last_sync: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
 impl PrometheusMetricsProvider {
@@ -42,7 +42,7 @@ impl PrometheusMetricsProvider {
             events: Family::default(),
             relists: Family::default(),
             errors: Family::default(),
-            last_rv: Family::default(),
+            last_sync: Family::default(),
         };
         // prometheus-client appends `_total` to counters.
         registry.register(
@@ -71,47 +71,35 @@ impl PrometheusMetricsProvider {
             this.errors.clone(),
         );
         registry.register(
-            "reflector_last_resource_version",
-            "The last resourceVersion the reflector synced to",
-            this.last_rv.clone(),
+            "reflector_last_sync_timestamp_seconds",
+            "When the reflector's cache was last known current (a list, a watch event or a bookmark), as Unix time",
+            this.last_sync.clone(),
         );
         this
     }
 }
 
-struct PCounter(Counter);
-impl CounterMetric for PCounter {
-    fn inc(&self) {
-        self.0.inc();
-    }
-}
-
-struct PGauge(Gauge<f64, AtomicU64>);
-impl SettableGaugeMetric for PGauge {
-    fn set(&self, value: f64) {
-        self.0.set(value);
-    }
-}
-
+// prometheus-client's metrics are kcache-core's primitives (kcache-core's
+// `prometheus` feature): a family's metric is handed out as it is.
 impl MetricsProvider for PrometheusMetricsProvider {
     fn new_lists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        Box::new(PCounter(self.lists.get_or_create_owned(&labels(name))))
+        Box::new(self.lists.get_or_create_owned(&labels(name)))
     }
     fn new_watches_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        Box::new(PCounter(self.watches.get_or_create_owned(&labels(name))))
+        Box::new(self.watches.get_or_create_owned(&labels(name)))
     }
     fn new_events_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        Box::new(PCounter(self.events.get_or_create_owned(&labels(name))))
+        Box::new(self.events.get_or_create_owned(&labels(name)))
     }
     fn new_relists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        Box::new(PCounter(self.relists.get_or_create_owned(&labels(name))))
+        Box::new(self.relists.get_or_create_owned(&labels(name)))
     }
     fn new_errors_metric(&self, name: &str, reason: ErrorReason) -> Box<dyn CounterMetric> {
         let mut l = labels(name);
         l.push(("reason".to_owned(), reason.as_str().to_owned()));
-        Box::new(PCounter(self.errors.get_or_create_owned(&l)))
+        Box::new(self.errors.get_or_create_owned(&l))
     }
-    fn new_last_resource_version_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
-        Box::new(PGauge(self.last_rv.get_or_create_owned(&labels(name))))
+    fn new_last_sync_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(self.last_sync.get_or_create_owned(&labels(name)))
     }
 }

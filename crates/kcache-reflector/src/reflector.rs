@@ -5,13 +5,14 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
-use kcache_core::{CachedObject, ObjectOptions, Store};
+use kcache_core::protobuf::ListReader;
+use kcache_core::{CachedObject, ObjectOptions, ReflectorStore, ShardSelector};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
 use kube::core::Request;
@@ -22,16 +23,21 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backoff::{Backoff, BackoffConfig};
-use crate::decode::{EventDecoder, WatchEvent};
+use crate::decode::{EventDecoder, JsonPage, WatchEvent};
+use crate::error::ListBodyError;
 use crate::error::{
     ApiError, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError, TimeoutPhase,
     Truncated, is_probable_eof,
 };
-use crate::framing::{DEFAULT_MAX_FRAME, LineFramer};
+use crate::framing::{DEFAULT_MAX_FRAME, WatchFramer};
 use crate::limits::{
-    BodyError, BodyLimits, DEFAULT_MAX_LIST_BYTES, RequestTimeouts, read_body, read_error_body,
+    BodyError, BodyLimits, DEFAULT_MAX_LIST_BYTES, RequestTimeouts, read_body_with, read_error_body,
 };
 use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
+use crate::shard::{self, ShardFilterMode, Sharding};
+use crate::wire_format::{
+    ACCEPT_PROTOBUF_LIST, ACCEPT_PROTOBUF_WATCH, BodyFormat, WireFormat, wants_protobuf,
+};
 
 /// Called with every error the reflector meets (see [`ReflectorError`]).
 /// It must return quickly: it runs on the reflector's task.
@@ -78,7 +84,7 @@ type DataStream = Pin<Box<dyn Stream<Item = Result<Bytes, kube::Error>> + Send>>
 /// [`Reflector::builder_with`]. Every setting has client-go's default.
 pub struct ReflectorBuilder<K: Resource> {
     client: Client,
-    store: Arc<dyn Store<K>>,
+    store: Arc<dyn ReflectorStore<K>>,
     dyntype: K::DynamicType,
     namespace: Option<String>,
     label_selector: Option<String>,
@@ -99,6 +105,8 @@ pub struct ReflectorBuilder<K: Resource> {
     max_list_page_bytes: usize,
     max_initial_events_bytes: usize,
     resume_from: Option<String>,
+    wire_format: WireFormat,
+    shard_selector: Option<ShardSelector>,
 }
 
 impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
@@ -110,6 +118,8 @@ impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
             .field("page_size", &self.page_size)
             .field("use_watch_list", &self.use_watch_list)
             .field("resync_period", &self.resync_period)
+            .field("wire_format", &self.wire_format)
+            .field("shard_selector", &self.shard_selector)
             .finish_non_exhaustive()
     }
 }
@@ -283,6 +293,38 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         self
     }
 
+    /// The format to ask the apiserver for (default: [`WireFormat::Auto`]:
+    /// protobuf for built-in types, with JSON as the fallback; JSON for
+    /// custom resources and metadata-only reflectors).
+    /// [`WireFormat::Json`] asks for JSON always. Either way each response
+    /// is read in the format its `Content-Type` names.
+    pub fn wire_format(mut self, format: WireFormat) -> Self {
+        self.wire_format = format;
+        self
+    }
+
+    /// Server-side sharding (KEP-5866): list and watch only the objects
+    /// whose hashed field (`metadata.uid` or `metadata.namespace`) falls in
+    /// the selector's ranges.
+    ///
+    /// The selector goes as the `shardSelector` parameter on every LIST
+    /// page, streaming list and watch, and every list item and watch event
+    /// is checked on the client with the same hash, so the store holds
+    /// exactly the shard whether or not the apiserver filters (its feature
+    /// gate `ShardedListAndWatch` is alpha in Kubernetes 1.36+; without it
+    /// the apiserver ignores the parameter and serves everything).
+    /// [`Reflector::shard_filter_mode`] says which side filters; the mode is
+    /// logged (INFO) when first known and when it changes. A selector the
+    /// apiserver rejects fails each attempt with
+    /// [`ReflectorError::ShardSelectorRejected`] (retried with backoff).
+    ///
+    /// The selector is fixed for the reflector's life: to move to another
+    /// shard, stop the reflector and build a new one over a new store.
+    pub fn shard_selector(mut self, selector: ShardSelector) -> Self {
+        self.shard_selector = Some(selector);
+        self
+    }
+
     /// Builds the reflector.
     pub fn build(self) -> Reflector<K> {
         let dt = &self.dyntype;
@@ -310,6 +352,12 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         };
         let kind = (!kind.is_empty()).then_some(kind);
         let api_version = (!api_version.is_empty()).then_some(api_version);
+        let protobuf = wants_protobuf(
+            self.wire_format,
+            metadata_only,
+            api_version.as_deref(),
+            kind.as_deref(),
+        );
         Reflector {
             metrics: ReflectorMetrics::new(&*self.metrics, &name),
             client: self.client,
@@ -343,8 +391,11 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             }),
             synced_notify: tokio::sync::Notify::new(),
             resume_from: self.resume_from,
+            sharding: self.shard_selector.map(Sharding::new),
+            shard_dropped: AtomicU64::new(0),
             fallback_logged: AtomicBool::new(false),
             running: AtomicBool::new(false),
+            protobuf: AtomicBool::new(protobuf),
         }
     }
 }
@@ -355,7 +406,7 @@ struct Shared {
     synced: bool,
 }
 
-/// Lists and watches one resource type into a [`Store`], following
+/// Lists and watches one resource type into a [`ReflectorStore`], following
 /// client-go's `Reflector` (see the crate docs for the rules).
 ///
 /// Build one with [`Reflector::builder`], then drive it with
@@ -365,7 +416,7 @@ struct Shared {
 /// Run one `run` at a time per reflector.
 pub struct Reflector<K> {
     client: Client,
-    store: Arc<dyn Store<K>>,
+    store: Arc<dyn ReflectorStore<K>>,
     url_path: String,
     metadata_only: bool,
     resource: String,
@@ -389,8 +440,15 @@ pub struct Reflector<K> {
     shared: Mutex<Shared>,
     synced_notify: tokio::sync::Notify,
     resume_from: Option<String>,
+    /// The shard selector, and who filters.
+    sharding: Option<Sharding>,
+    /// Objects (list items, watch events) dropped as outside the shard.
+    shard_dropped: AtomicU64,
     fallback_logged: AtomicBool,
     running: AtomicBool,
+    /// Lists and watches ask for protobuf (a built-in type with
+    /// [`WireFormat::Auto`]); cleared when the server refuses it (406).
+    protobuf: AtomicBool,
 }
 
 impl<K> fmt::Debug for Reflector<K> {
@@ -421,7 +479,10 @@ struct OpenWatch {
     body: DataStream,
     /// No byte for this long: the watch is abandoned as stalled.
     idle_limit: Duration,
-    framer: LineFramer,
+    /// By line (JSON) or by length prefix (protobuf), as the response's
+    /// `Content-Type` says.
+    framer: WatchFramer,
+    format: BodyFormat,
     /// When the request was sent.
     start: Instant,
     /// The server-side timeout the watch asked for.
@@ -444,6 +505,8 @@ struct InitialBuffer<K> {
     resource_version: String,
     /// The stored bytes of the objects held (capped).
     bytes: usize,
+    /// Events dropped as outside the shard.
+    shard_dropped: usize,
 }
 
 impl<K> InitialBuffer<K> {
@@ -453,6 +516,7 @@ impl<K> InitialBuffer<K> {
             items: Vec::new(),
             resource_version: String::new(),
             bytes: 0,
+            shard_dropped: 0,
         }
     }
     fn upsert(&mut self, (obj, reused): (CachedObject<K>, bool)) {
@@ -493,12 +557,17 @@ impl<K> InitialBuffer<K> {
     }
 }
 
-/// The objects of a (paged) list, ready for `Store::replace`.
+/// The objects of a (paged) list, ready for `ReflectorStore::replace`.
 struct Listed<K> {
     items: Vec<CachedObject<K>>,
     resource_version: String,
     /// How many items are objects reused from the store.
     reused: usize,
+    /// Every page echoed the reflector's shard selector
+    /// (`metadata.shardInfo`): the apiserver filtered.
+    shard_echoed: bool,
+    /// Items dropped as outside the shard.
+    shard_dropped: usize,
 }
 
 /// One list page.
@@ -568,7 +637,7 @@ impl<K: Resource + 'static> Reflector<K> {
     /// A builder for a resource whose dynamic type is `Default` (every
     /// k8s-openapi type, derived custom resources, `PartialObjectMeta<K>`
     /// of those).
-    pub fn builder(client: Client, store: Arc<dyn Store<K>>) -> ReflectorBuilder<K>
+    pub fn builder(client: Client, store: Arc<dyn ReflectorStore<K>>) -> ReflectorBuilder<K>
     where
         K::DynamicType: Default,
     {
@@ -579,7 +648,7 @@ impl<K: Resource + 'static> Reflector<K> {
     /// `DynamicObject`.
     pub fn builder_with(
         client: Client,
-        store: Arc<dyn Store<K>>,
+        store: Arc<dyn ReflectorStore<K>>,
         dyntype: K::DynamicType,
     ) -> ReflectorBuilder<K> {
         ReflectorBuilder {
@@ -605,6 +674,8 @@ impl<K: Resource + 'static> Reflector<K> {
             max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
             max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
             resume_from: None,
+            wire_format: WireFormat::Auto,
+            shard_selector: None,
         }
     }
 }
@@ -640,6 +711,32 @@ impl<K> Reflector<K> {
     /// The reflector's name (logs, metrics label).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the reflector asks for protobuf: a built-in type with
+    /// [`WireFormat::Auto`], until a server refused protobuf with `406 Not
+    /// Acceptable` (then JSON for the rest of its life).
+    pub fn asks_for_protobuf(&self) -> bool {
+        self.protobuf.load(Ordering::Relaxed)
+    }
+
+    /// The shard selector (see [`ReflectorBuilder::shard_selector`]).
+    pub fn shard_selector(&self) -> Option<&ShardSelector> {
+        self.sharding.as_ref().map(|s| &s.selector)
+    }
+
+    /// Who cuts the collection down to the shard: `None` without a shard
+    /// selector or before the first list; then [`ShardFilterMode::Server`]
+    /// (the apiserver filtered) or [`ShardFilterMode::Client`] (the
+    /// apiserver served everything; the reflector keeps its shard).
+    pub fn shard_filter_mode(&self) -> Option<ShardFilterMode> {
+        self.sharding.as_ref().and_then(Sharding::mode)
+    }
+
+    /// How many list items and watch events the reflector dropped as
+    /// outside its shard (0 while the apiserver filters).
+    pub fn shard_dropped(&self) -> u64 {
+        self.shard_dropped.load(Ordering::Relaxed)
     }
 
     /// Runs until `cancel` is cancelled. Returns promptly after
@@ -708,7 +805,7 @@ impl<K> Reflector<K> {
             g.last_sync_rv.clear();
             g.last_sync_rv.push_str(rv);
         }
-        self.metrics.resource_version(rv);
+        self.metrics.synced_now();
     }
 
     /// Marks the store as synced (first time only: wakes `wait_synced`).
@@ -763,6 +860,90 @@ impl<K> Reflector<K> {
                 resource: self.resource.clone(),
                 source: e,
             });
+        }
+    }
+
+    /// Appends the shard selector, if any, to a request's query.
+    fn add_shard_selector(&self, req: &mut http::Request<Vec<u8>>) -> Result<(), ReflectorError> {
+        let Some(sh) = &self.sharding else {
+            return Ok(());
+        };
+        let uri = sh
+            .append_to(req.uri())
+            .map_err(|e| ReflectorError::Request {
+                resource: self.resource.clone(),
+                source: kube::core::request::Error::Validation(format!(
+                    "the shard selector does not fit in a request URI ({e}): use fewer ranges"
+                )),
+            })?;
+        *req.uri_mut() = uri;
+        Ok(())
+    }
+
+    /// Whether `obj` is in the reflector's shard (always, without a shard
+    /// selector): the apiserver's filter, applied on the client. Objects
+    /// outside are counted.
+    fn in_shard(&self, obj: &CachedObject<K>) -> bool {
+        match &self.sharding {
+            Some(sh) if !sh.selector.matches(obj.meta()) => {
+                self.shard_dropped.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether a list page's `metadata.shardInfo.selector` is the
+    /// reflector's selector.
+    fn is_shard_echo(&self, echo: Option<&str>) -> bool {
+        match (&self.sharding, echo) {
+            (Some(sh), Some(echo)) => sh.is_echo(echo),
+            _ => false,
+        }
+    }
+
+    /// Decides who filtered a list (see the `shard` module): the echo
+    /// says the apiserver did; its absence, where a list carries it
+    /// (`echo_expected`), or any object outside the shard says it did not.
+    fn settle_shard_mode(&self, echoed: bool, echo_expected: bool, outside: usize) {
+        let Some(sh) = &self.sharding else { return };
+        if echoed && outside > 0 {
+            warn!(
+                outside,
+                selector = %Truncated(sh.rendered(), MAX_LOGGED_URI),
+                "the apiserver echoed the shard selector but sent objects outside it (dropped): kcache's hash disagrees with this apiserver's; please report it with the apiserver's version"
+            );
+        }
+        let mode = if echoed {
+            ShardFilterMode::Server
+        } else if echo_expected || outside > 0 {
+            ShardFilterMode::Client
+        } else {
+            ShardFilterMode::Server
+        };
+        self.set_shard_mode(sh, mode);
+    }
+
+    /// Sets the shard filter mode; logs it when it changes.
+    fn set_shard_mode(&self, sh: &Sharding, mode: ShardFilterMode) {
+        if sh.set_mode(mode) == Some(mode) {
+            return;
+        }
+        let selector = Truncated(sh.rendered(), MAX_LOGGED_URI);
+        let share = sh.selector.fraction();
+        match mode {
+            ShardFilterMode::Server => info!(
+                shard_filter = %mode,
+                %selector,
+                share,
+                "server-side sharding: the apiserver sends only this shard"
+            ),
+            _ => info!(
+                shard_filter = %mode,
+                %selector,
+                share,
+                "client-side sharding: the apiserver ignores the shard selector and sends every object; the reflector keeps its shard (enable the apiserver's ShardedListAndWatch feature gate, Kubernetes 1.36+, to cut each replica's traffic)"
+            ),
         }
     }
 
@@ -822,6 +1003,10 @@ impl<K> Reflector<K> {
         if self.use_watch_list && !st.watch_list_unsupported {
             match self.watch_list(st, backoff).await {
                 Ok(w) => open = Some(w),
+                Err(e @ ReflectorError::ShardSelectorRejected { .. }) => {
+                    // a list would be rejected the same way
+                    return Err(e);
+                }
                 Err(e) => {
                     if e.api_error().is_some_and(ApiError::is_invalid) {
                         st.watch_list_unsupported = true;
@@ -876,6 +1061,8 @@ impl<K> Reflector<K> {
                 st.rv_unavailable = false;
                 // from here on the stream carries ordered events
                 w.propagate_rv = true;
+                // a streaming list has no list envelope to echo the selector
+                self.settle_shard_mode(false, false, buffer.shard_dropped);
                 let (items, reused) = buffer.into_items();
                 self.replace(items, rv, Operation::WatchList, reused)?;
                 return Ok(w);
@@ -943,6 +1130,13 @@ impl<K> Reflector<K> {
                 st.paginated_result = true;
             }
             st.rv_unavailable = false;
+            // a full list without the echo was not filtered; a
+            // metadata-only list never carries it
+            self.settle_shard_mode(
+                listed.shard_echoed,
+                !self.metadata_only,
+                listed.shard_dropped,
+            );
             self.replace(
                 listed.items,
                 listed.resource_version,
@@ -970,6 +1164,8 @@ impl<K> Reflector<K> {
         };
         let mut items = Vec::new();
         let mut reused = 0;
+        let mut shard_echoed = true;
+        let mut shard_dropped = 0;
         let mut cont: Option<String> = None;
         let mut paginated = false;
         loop {
@@ -987,8 +1183,12 @@ impl<K> Reflector<K> {
                         items: page_items,
                         resource_version,
                         reused: page_reused,
+                        shard_echoed: page_echoed,
+                        shard_dropped: page_dropped,
                     } = page.listed;
                     reused += page_reused;
+                    shard_echoed &= page_echoed;
+                    shard_dropped += page_dropped;
                     if items.is_empty() {
                         items = page_items;
                     } else {
@@ -1000,6 +1200,8 @@ impl<K> Reflector<K> {
                                 items,
                                 resource_version,
                                 reused,
+                                shard_echoed,
+                                shard_dropped,
                             };
                             return Ok((listed, paginated));
                         }
@@ -1049,9 +1251,19 @@ impl<K> Reflector<K> {
         {
             *req.uri_mut() = uri;
         }
+        self.add_shard_selector(&mut req)?;
+        if self.asks_for_protobuf() {
+            req.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(ACCEPT_PROTOBUF_LIST),
+            );
+        }
         // the URI carries a server-sent resourceVersion or continue token
         debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "list page");
-        let resp = self.send(Operation::List, req).await?;
+        let resp = self
+            .send(Operation::List, req)
+            .await
+            .map_err(|e| shard::classify(self.sharding.as_ref(), e))?;
         let content_length = resp
             .headers()
             .get(http::header::CONTENT_LENGTH)
@@ -1061,46 +1273,214 @@ impl<K> Reflector<K> {
             total: self.timeouts.list_body,
             max_bytes: self.max_list_page_bytes,
         };
-        let body = read_body(content_length, resp.into_body().into_data_stream(), limits)
-            .await
-            .map_err(|e| self.list_body_error(e))?;
-        let page =
-            self.decoder
-                .decode_list(&body)
-                .map_err(|source| ReflectorError::InvalidList {
-                    resource: self.resource.clone(),
-                    source,
-                })?;
-        drop(body);
-        for bad in page.skipped {
+        let format = BodyFormat::of(resp.headers());
+        let stream = resp.into_body().into_data_stream();
+        match format {
+            BodyFormat::Protobuf => {
+                self.protobuf_list_page(content_length, stream, limits)
+                    .await
+            }
+            BodyFormat::Json => self.json_list_page(content_length, stream, limits).await,
+        }
+    }
+
+    /// One JSON list page, read as it arrives: each item is cut, built
+    /// and (when unchanged) swapped for the store's copy as soon as its
+    /// last byte is in; the envelope (everything but the items) is decoded
+    /// at the end. A syntax error anywhere fails the page, as it does for
+    /// [`EventDecoder::decode_list`] of the whole body.
+    async fn json_list_page(
+        &self,
+        content_length: Option<u64>,
+        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
+        limits: BodyLimits,
+    ) -> Result<Page<K>, ReflectorError> {
+        let invalid = |e| ReflectorError::InvalidList {
+            resource: self.resource.clone(),
+            source: ListBodyError::Json(e),
+        };
+        let mut page = JsonPage::new();
+        let mut items = Vec::new();
+        let mut reused = 0;
+        let mut dropped = 0;
+        let mut malformed = None;
+        let read = read_body_with(content_length, stream, limits, |chunk| {
+            page.push(chunk);
+            loop {
+                match page.next(&self.decoder) {
+                    Ok(Some(obj)) => {
+                        if !self.in_shard(&obj) {
+                            dropped += 1;
+                            continue;
+                        }
+                        let (obj, r) = self.reuse(obj);
+                        reused += usize::from(r);
+                        items.push(obj);
+                    }
+                    Ok(None) => return true,
+                    Err(e) => {
+                        malformed = Some(e);
+                        return false;
+                    }
+                }
+            }
+        })
+        .await;
+        match read {
+            Ok(()) => {}
+            Err(BodyError::Stopped) => {
+                return Err(match malformed {
+                    Some(e) => invalid(e),
+                    None => self.list_body_error(BodyError::Stopped),
+                });
+            }
+            Err(e) => return Err(self.list_body_error(e)),
+        }
+        let end = page.finish(&self.decoder).map_err(invalid)?;
+        // items the envelope held itself (not a literal "items" array)
+        for obj in end.items {
+            if !self.in_shard(&obj) {
+                dropped += 1;
+                continue;
+            }
+            let (obj, r) = self.reuse(obj);
+            reused += usize::from(r);
+            items.push(obj);
+        }
+        for bad in end.skipped {
             self.report(&ReflectorError::BadEvent {
                 op: Operation::List,
                 resource: self.resource.clone(),
                 source: bad,
             });
         }
-        // Unchanged objects: keep the store's copy, drop the fresh one now.
-        let mut reused = 0;
-        let items = page
-            .items
-            .into_iter()
-            .map(|obj| {
-                let (obj, r) = self.reuse(obj);
-                reused += usize::from(r);
-                obj
-            })
-            .collect();
         Ok(Page {
             listed: Listed {
                 items,
-                resource_version: page.resource_version,
+                resource_version: end.resource_version,
                 reused,
+                shard_echoed: self.is_shard_echo(end.shard_selector.as_deref()),
+                shard_dropped: dropped,
             },
-            continue_token: page.continue_token,
+            continue_token: end.continue_token,
         })
     }
 
+    /// One protobuf list page, read as it arrives: each item is cut,
+    /// built and (when unchanged) swapped for the store's copy as soon as
+    /// its bytes are in, so the body is never held whole (the apiserver
+    /// sends a list at resourceVersion "0" as one body, whatever its size).
+    async fn protobuf_list_page(
+        &self,
+        content_length: Option<u64>,
+        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
+        limits: BodyLimits,
+    ) -> Result<Page<K>, ReflectorError> {
+        let invalid = |e| ReflectorError::InvalidList {
+            resource: self.resource.clone(),
+            source: ListBodyError::Protobuf(e),
+        };
+        let mut reader = ListReader::new();
+        let mut items = Vec::new();
+        let mut skipped = Vec::new();
+        let mut reused = 0;
+        let mut dropped = 0;
+        let mut malformed = None;
+        let read = read_body_with(content_length, stream, limits, |chunk| {
+            reader.push(chunk);
+            loop {
+                match reader.next_item() {
+                    Ok(Some(item)) => {
+                        let Some(tm) = reader.item_type() else {
+                            continue;
+                        };
+                        match self.decoder.decode_protobuf_item(item, tm) {
+                            Ok(obj) if !self.in_shard(&obj) => dropped += 1,
+                            Ok(obj) => {
+                                let (obj, r) = self.reuse(obj);
+                                reused += usize::from(r);
+                                items.push(obj);
+                            }
+                            Err(bad) => skipped.push(bad),
+                        }
+                    }
+                    Ok(None) => return true,
+                    Err(e) => {
+                        malformed = Some(e);
+                        return false;
+                    }
+                }
+            }
+        })
+        .await;
+        match read {
+            Ok(()) => {}
+            Err(BodyError::Stopped) => {
+                return Err(match malformed {
+                    Some(e) => invalid(e),
+                    None => self.list_body_error(BodyError::Stopped),
+                });
+            }
+            Err(e) => return Err(self.list_body_error(e)),
+        }
+        let summary = reader.finish().map_err(invalid)?;
+        for bad in skipped {
+            self.report(&ReflectorError::BadEvent {
+                op: Operation::List,
+                resource: self.resource.clone(),
+                source: bad,
+            });
+        }
+        Ok(Page {
+            listed: Listed {
+                items,
+                resource_version: summary.resource_version,
+                reused,
+                shard_echoed: self.is_shard_echo(summary.shard_selector.as_deref()),
+                shard_dropped: dropped,
+            },
+            continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
+        })
+    }
+
+    /// Sends a request within the response-headers deadline. A request
+    /// that asked for protobuf and is refused with `406 Not Acceptable` (a
+    /// proxy that dropped the JSON fallback from `Accept`, or a server
+    /// without protobuf for the type) is sent again at once without it,
+    /// and the reflector asks for JSON from then on (one WARN).
     async fn send(
+        &self,
+        op: Operation,
+        req: http::Request<Vec<u8>>,
+    ) -> Result<http::Response<Body>, ReflectorError> {
+        let asked_protobuf = req
+            .headers()
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.starts_with(kcache_core::protobuf::CONTENT_TYPE));
+        if !asked_protobuf {
+            return self.send_once(op, req).await;
+        }
+        let mut again = http::Request::new(req.body().clone());
+        *again.method_mut() = req.method().clone();
+        *again.uri_mut() = req.uri().clone();
+        *again.headers_mut() = req.headers().clone();
+        again.headers_mut().remove(http::header::ACCEPT);
+        match self.send_once(op, req).await {
+            Err(ReflectorError::Api { error, .. }) if error.code == 406 => {
+                if self.protobuf.swap(false, Ordering::Relaxed) {
+                    warn!(
+                        error = %Truncated(&error, MAX_LOGGED_ERROR),
+                        "the apiserver (or a proxy in front of it) refused protobuf with 406 Not Acceptable; this reflector asks for JSON from now on (set WireFormat::Json to skip the attempt, or let the proxy pass `Accept: application/vnd.kubernetes.protobuf, application/json`)"
+                    );
+                }
+                self.send_once(op, again).await
+            }
+            other => other,
+        }
+    }
+
+    async fn send_once(
         &self,
         op: Operation,
         req: http::Request<Vec<u8>>,
@@ -1155,6 +1535,13 @@ impl<K> Reflector<K> {
                 resource: self.resource.clone(),
                 source: Box::new(e),
             },
+            // only a consumer that found the body malformed stops, and it
+            // reports that itself
+            BodyError::Stopped => ReflectorError::Body {
+                op: Operation::List,
+                resource: self.resource.clone(),
+                source: "the list body was not read to its end".into(),
+            },
         }
     }
 
@@ -1185,22 +1572,34 @@ impl<K> Reflector<K> {
             resource: self.resource.clone(),
             source,
         })?;
+        self.add_shard_selector(&mut req)?;
         // Kubernetes 1.37 gzips watch streams one member per event: ask for
         // an identity encoding and frame the raw bytes.
         req.headers_mut().insert(
             http::header::ACCEPT_ENCODING,
             http::HeaderValue::from_static("identity"),
         );
+        if self.asks_for_protobuf() {
+            req.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(ACCEPT_PROTOBUF_WATCH),
+            );
+        }
         debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "watch");
         self.metrics.watches.inc();
-        let resp = self.send(op, req).await?;
+        let resp = self
+            .send(op, req)
+            .await
+            .map_err(|e| shard::classify(self.sharding.as_ref(), e))?;
         let idle_limit = self
             .watch_idle_timeout
             .unwrap_or(Duration::from_secs(u64::from(timeout_secs)) + WATCH_IDLE_MARGIN);
+        let format = BodyFormat::of(resp.headers());
         Ok(OpenWatch {
             body: Box::pin(resp.into_body().into_data_stream()),
             idle_limit,
-            framer: LineFramer::with_max_frame(self.max_event_size),
+            framer: WatchFramer::new(format, self.max_event_size),
+            format,
             start,
             timeout: Duration::from_secs(u64::from(timeout_secs)),
             events: 0,
@@ -1280,6 +1679,10 @@ impl<K> Reflector<K> {
                     }
                     debug!("watch closed; watching again from the last resourceVersion");
                 }
+                Err(e @ ReflectorError::ShardSelectorRejected { .. }) => {
+                    // not transient: relist after a backoff step
+                    return Err(e);
+                }
                 Err(e) => {
                     let is_internal = e.api_error().is_some_and(ApiError::is_internal_error);
                     if is_internal {
@@ -1323,8 +1726,8 @@ impl<K> Reflector<K> {
         loop {
             loop {
                 match w.framer.next_frame() {
-                    Ok(Some(line)) => {
-                        if let Some(rv) = self.handle_line(line, &mut mode, w)? {
+                    Ok(Some(frame)) => {
+                        if let Some(rv) = self.handle_frame(frame, &mut mode, w)? {
                             return Ok(Some(rv));
                         }
                     }
@@ -1393,17 +1796,27 @@ impl<K> Reflector<K> {
                 None => break,
             }
         }
-        if let Some(line) = w.framer.finish() {
-            // a last line without newline: accept it if it is a whole event
-            match self.decoder.decode_event(line.clone()) {
-                Err(e) if e.kind == BadEventKind::Undecodable => {
-                    debug!("ignoring a truncated last line of a watch stream");
-                }
-                _ => {
-                    if let Some(rv) = self.handle_line(line, &mut mode, w)? {
-                        return Ok(Some(rv));
+        match w.framer.finish() {
+            Ok(Some(line)) => {
+                // a last line without newline: accept it if it is a whole event
+                match self.decoder.decode_event(line.clone()) {
+                    Err(e) if e.kind == BadEventKind::Undecodable => {
+                        debug!("ignoring a truncated last line of a watch stream");
+                    }
+                    _ => {
+                        if let Some(rv) = self.handle_frame(line, &mut mode, w)? {
+                            return Ok(Some(rv));
+                        }
                     }
                 }
+            }
+            Ok(None) => {}
+            Err(left) => {
+                // a protobuf frame cut by the end of the stream
+                debug!(
+                    bytes = left,
+                    "ignoring a truncated last frame of a watch stream"
+                );
             }
         }
         if w.events == 0 && w.start.elapsed() < VERY_SHORT_WATCH {
@@ -1425,13 +1838,18 @@ impl<K> Reflector<K> {
         }
     }
 
-    fn handle_line(
+    /// Handles one watch event (a JSON line or a protobuf frame).
+    fn handle_frame(
         &self,
-        line: Bytes,
+        frame: Bytes,
         mode: &mut Mode<'_, K>,
         w: &mut OpenWatch,
     ) -> Result<Option<String>, ReflectorError> {
-        let event = match self.decoder.decode_event(line) {
+        let decoded = match w.format {
+            BodyFormat::Json => self.decoder.decode_event(frame),
+            BodyFormat::Protobuf => self.decoder.decode_protobuf_event(frame),
+        };
+        let event = match decoded {
             Ok(e) => e,
             Err(bad) => {
                 self.report(&ReflectorError::BadEvent {
@@ -1444,10 +1862,22 @@ impl<K> Reflector<K> {
         };
         let op = w.op;
         let mut end = None;
+        // An object outside the shard (the apiserver did not filter) only
+        // moves the resourceVersion.
+        let outside = match &event {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
+                !self.in_shard(o)
+            }
+            _ => false,
+        };
+        if outside {
+            self.outside_shard(mode);
+        }
         match event {
             WatchEvent::Added(obj) => {
                 let keep = obj.clone();
                 match mode {
+                    _ if outside => {}
                     Mode::Normal => self.store_result(op, self.store.add(obj)),
                     Mode::Initial(buf) => self.buffer_initial(buf, obj)?,
                 }
@@ -1459,6 +1889,7 @@ impl<K> Reflector<K> {
                 w.propagate_rv = true;
                 let keep = obj.clone();
                 match mode {
+                    _ if outside => {}
                     Mode::Normal => self.store_result(op, self.store.update(obj)),
                     Mode::Initial(buf) => self.buffer_initial(buf, obj)?,
                 }
@@ -1468,7 +1899,9 @@ impl<K> Reflector<K> {
                 Mode::Normal => {
                     w.propagate_rv = true;
                     let keep = obj.clone();
-                    self.store_result(op, self.store.delete(obj.into()));
+                    if !outside {
+                        self.store_result(op, self.store.delete(obj.into()));
+                    }
                     self.event_rv(mode, keep.resource_version());
                 }
                 Mode::Initial(buf) => {
@@ -1493,16 +1926,34 @@ impl<K> Reflector<K> {
                 }
             },
             WatchEvent::Error(error) => {
-                return Err(ReflectorError::Api {
-                    op,
-                    resource: self.resource.clone(),
-                    error,
-                });
+                return Err(shard::classify(
+                    self.sharding.as_ref(),
+                    ReflectorError::Api {
+                        op,
+                        resource: self.resource.clone(),
+                        error,
+                    },
+                ));
             }
         }
         w.events += 1;
         self.metrics.events.inc();
         Ok(end)
+    }
+
+    /// An event outside the shard arrived: counted for a streaming list's
+    /// mode; on a watch, proof that the apiserver does not filter.
+    fn outside_shard(&self, mode: &mut Mode<'_, K>) {
+        match mode {
+            Mode::Initial(buf) => buf.shard_dropped += 1,
+            Mode::Normal => {
+                if let Some(sh) = &self.sharding
+                    && sh.mode() != Some(ShardFilterMode::Client)
+                {
+                    self.set_shard_mode(sh, ShardFilterMode::Client);
+                }
+            }
+        }
     }
 
     /// Buffers one initial event of a streaming list, within the cap.

@@ -14,8 +14,13 @@
 //! Anything the scanner does not expect returns `None`, and the caller
 //! falls back to the plain serde decode, which reports the error.
 
+use std::collections::VecDeque;
+#[cfg(any(test, feature = "fuzzing"))]
 use std::ops::Range;
 
+use bytes::Bytes;
+
+#[cfg(any(test, feature = "fuzzing"))]
 /// Where the items are in a list body.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct SplitList {
@@ -29,6 +34,7 @@ fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 fn skip_ws(s: &[u8], mut i: usize) -> usize {
     while i < s.len() && is_ws(s[i]) {
         i += 1;
@@ -36,6 +42,7 @@ fn skip_ws(s: &[u8], mut i: usize) -> usize {
     i
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 /// The index just past the string starting at `s[i] == b'"'`.
 fn string_end(s: &[u8], i: usize) -> Option<usize> {
     let mut j = i + 1;
@@ -58,6 +65,7 @@ fn string_end(s: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 /// The index just past the value starting at `s[i]` (not whitespace).
 /// Strings and brackets are tracked; everything else is skipped unchecked.
 fn value_end(s: &[u8], i: usize) -> Option<usize> {
@@ -95,6 +103,7 @@ fn value_end(s: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+#[cfg(any(test, feature = "fuzzing"))]
 /// Splits a list body; `None` when it does not have the expected shape
 /// (then decode it with serde, which reports what is wrong).
 pub(crate) fn split_list(body: &[u8]) -> Option<SplitList> {
@@ -167,6 +176,378 @@ pub(crate) fn split_list(body: &[u8]) -> Option<SplitList> {
     Some(SplitList { envelope, items })
 }
 
+/// Where a value being scanned is (see [`ValueScan::feed`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct ValueScan {
+    started: bool,
+    /// Container depth (`{`/`[` minus `}`/`]`).
+    depth: usize,
+    in_string: bool,
+    /// The previous byte was a backslash inside a string.
+    escape: bool,
+    /// A scalar (number, literal): it ends at a separator or whitespace.
+    scalar: bool,
+}
+
+impl ValueScan {
+    /// Feeds the next bytes of a value (the first call starts at its first
+    /// byte, not whitespace). `Ok(Some(n))`: the value ends after `n` bytes
+    /// of `s`; `Ok(None)`: all of `s` belongs to it; `Err(())`: there is no
+    /// value here (a separator). The same rules as [`value_end`]: strings
+    /// and brackets are tracked, the rest is skipped unchecked.
+    fn feed(&mut self, s: &[u8]) -> Result<Option<usize>, ()> {
+        let mut i = 0;
+        if !self.started {
+            let Some(&first) = s.first() else {
+                return Ok(None);
+            };
+            self.started = true;
+            match first {
+                b'"' => {
+                    self.in_string = true;
+                    i = 1;
+                }
+                b'{' | b'[' => {}
+                b',' | b'}' | b']' => return Err(()),
+                _ => self.scalar = true,
+            }
+        }
+        if self.scalar {
+            return Ok(s[i..]
+                .iter()
+                .position(|&b| matches!(b, b',' | b'}' | b']') || is_ws(b))
+                .map(|p| i + p));
+        }
+        while i < s.len() {
+            if self.in_string {
+                if self.escape {
+                    self.escape = false;
+                    i += 1;
+                    continue;
+                }
+                match memchr::memchr2(b'"', b'\\', &s[i..]) {
+                    None => return Ok(None),
+                    Some(p) => {
+                        i += p;
+                        if s[i] == b'\\' {
+                            self.escape = true;
+                        } else {
+                            self.in_string = false;
+                            if self.depth == 0 {
+                                return Ok(Some(i + 1));
+                            }
+                        }
+                        i += 1;
+                    }
+                }
+                continue;
+            }
+            match s[i] {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        return Ok(Some(i + 1));
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        Ok(None)
+    }
+}
+
+/// Where a [`JsonListReader`] is in the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Before the top-level `{`.
+    Open,
+    /// Not an object at the top: everything goes to the envelope (serde
+    /// reports what is wrong).
+    Verbatim,
+    /// After `{` (`first`) or a `,`: a key, or `}` after `{`.
+    BeforeKey { first: bool },
+    /// Inside a key.
+    Key,
+    /// After a key: `:`.
+    Colon { items: bool },
+    /// After `:`.
+    BeforeValue { items: bool },
+    /// Inside a member's value (copied to the envelope).
+    MemberValue,
+    /// After the `[` of the items: an item or `]`.
+    ItemsOpen,
+    /// After a `,` between items: an item.
+    BeforeItem,
+    /// Inside an item: its scan has reached chunk `idx`, offset `off`.
+    Item { idx: usize, off: usize },
+    /// After an item: `,` or `]`.
+    AfterItem,
+    /// After a member's value: `,` or `}`.
+    AfterValue,
+    /// After the closing `}` (serde rejects anything but whitespace).
+    Trailing,
+}
+
+/// Reads a JSON list body chunk by chunk, cutting each item of its
+/// `items` array out as soon as the item's last byte has arrived: the
+/// streaming twin of [`split_list`], with the same rules.
+///
+/// The items are found by a structural scan (strings and brackets only)
+/// and handed out unvalidated (the caller validates each, as the metadata
+/// decode does); everything else (the envelope, with the items array
+/// replaced by `[]`) is kept and decoded by serde at the end, which
+/// validates it. Only the bytes of an incomplete item, and the envelope
+/// (a few hundred bytes), stay buffered. A structural error (a missing
+/// separator, an empty item) fails at once with a serde error, as serde
+/// would fail on the whole body.
+#[derive(Debug)]
+pub(crate) struct JsonListReader {
+    chunks: VecDeque<Bytes>,
+    /// Stream offset of the first byte in `chunks`.
+    pos: u64,
+    stage: Stage,
+    scan: ValueScan,
+    envelope: Vec<u8>,
+    /// The current key's first bytes and length (to recognize `"items"`).
+    key: [u8; 7],
+    key_len: usize,
+}
+
+/// A structural error at stream offset `at`.
+fn syntax(at: u64, expected: &str) -> serde_json::Error {
+    <serde_json::Error as serde::de::Error>::custom(format_args!(
+        "malformed list body at byte {at}: expected {expected}"
+    ))
+}
+
+impl JsonListReader {
+    pub(crate) fn new() -> Self {
+        JsonListReader {
+            chunks: VecDeque::new(),
+            pos: 0,
+            stage: Stage::Open,
+            scan: ValueScan::default(),
+            envelope: Vec::new(),
+            key: [0; 7],
+            key_len: 0,
+        }
+    }
+
+    /// Adds the next chunk; call [`next_item`](Self::next_item) until it
+    /// returns `None` before pushing the next one.
+    pub(crate) fn push(&mut self, chunk: Bytes) {
+        if !chunk.is_empty() {
+            self.chunks.push_back(chunk);
+        }
+    }
+
+    /// Bytes held (an incomplete item, the envelope).
+    #[cfg(test)]
+    pub(crate) fn buffered(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum::<usize>() + self.envelope.len()
+    }
+
+    /// Drops the first `n` bytes of the front chunk.
+    fn advance(&mut self, n: usize) {
+        if let Some(front) = self.chunks.front_mut() {
+            let _ = front.split_to(n);
+            if front.is_empty() {
+                self.chunks.pop_front();
+            }
+            self.pos += n as u64;
+        }
+    }
+
+    /// Copies the first `n` bytes of the front chunk to the envelope and
+    /// drops them.
+    fn copy(&mut self, n: usize) {
+        if let Some(front) = self.chunks.front() {
+            self.envelope.extend_from_slice(&front[..n]);
+        }
+        self.advance(n);
+    }
+
+    /// The next complete item and whether it is a slice of a pushed chunk
+    /// (else a buffer of its own), or `None` when more bytes are needed.
+    pub(crate) fn next_item(&mut self) -> Result<Option<(Bytes, bool)>, serde_json::Error> {
+        loop {
+            if let Stage::Item { idx, off } = self.stage {
+                return self.scan_item(idx, off);
+            }
+            let Some(front) = self.chunks.front() else {
+                return Ok(None);
+            };
+            let b = front[0];
+            match self.stage {
+                Stage::Verbatim | Stage::Trailing => {
+                    let n = front.len();
+                    self.copy(n);
+                    continue;
+                }
+                Stage::Item { .. } => unreachable!("handled above"),
+                _ if is_ws(b) && !matches!(self.stage, Stage::Key | Stage::MemberValue) => {
+                    let n = front.iter().position(|&b| !is_ws(b)).unwrap_or(front.len());
+                    self.advance(n);
+                    continue;
+                }
+                _ => {}
+            }
+            let at = self.pos;
+            match self.stage {
+                Stage::Open if b == b'{' => {
+                    self.copy(1);
+                    self.stage = Stage::BeforeKey { first: true };
+                }
+                Stage::Open => self.stage = Stage::Verbatim,
+                Stage::BeforeKey { first: true } if b == b'}' => {
+                    self.copy(1);
+                    self.stage = Stage::Trailing;
+                }
+                Stage::BeforeKey { .. } if b == b'"' => {
+                    self.scan = ValueScan::default();
+                    self.key_len = 0;
+                    self.stage = Stage::Key;
+                }
+                Stage::BeforeKey { .. } => return Err(syntax(at, "a key")),
+                Stage::Key | Stage::MemberValue => {
+                    let front = self.chunks.front().map_or(&[][..], |c| &c[..]);
+                    let len = front.len();
+                    let done = self.scan.feed(front).map_err(|()| syntax(at, "a value"))?;
+                    let n = done.unwrap_or(len);
+                    if self.stage == Stage::Key {
+                        for &k in &front[..n] {
+                            if self.key_len < self.key.len() {
+                                self.key[self.key_len] = k;
+                            }
+                            self.key_len += 1;
+                        }
+                    }
+                    self.copy(n);
+                    if done.is_some() {
+                        self.stage = match self.stage {
+                            Stage::Key => Stage::Colon {
+                                items: self.key_len == 7 && &self.key == b"\"items\"",
+                            },
+                            _ => Stage::AfterValue,
+                        };
+                    }
+                }
+                Stage::Colon { items } if b == b':' => {
+                    self.copy(1);
+                    self.stage = Stage::BeforeValue { items };
+                }
+                Stage::Colon { .. } => return Err(syntax(at, "`:`")),
+                Stage::BeforeValue { items: true } if b == b'[' => {
+                    self.envelope.extend_from_slice(b"[]");
+                    self.advance(1);
+                    self.stage = Stage::ItemsOpen;
+                }
+                Stage::BeforeValue { .. } => {
+                    self.scan = ValueScan::default();
+                    self.stage = Stage::MemberValue;
+                }
+                Stage::ItemsOpen if b == b']' => {
+                    self.advance(1);
+                    self.stage = Stage::AfterValue;
+                }
+                Stage::ItemsOpen | Stage::BeforeItem => {
+                    self.scan = ValueScan::default();
+                    self.stage = Stage::Item { idx: 0, off: 0 };
+                }
+                Stage::AfterItem if b == b',' => {
+                    self.advance(1);
+                    self.stage = Stage::BeforeItem;
+                }
+                Stage::AfterItem if b == b']' => {
+                    self.advance(1);
+                    self.stage = Stage::AfterValue;
+                }
+                Stage::AfterItem => return Err(syntax(at, "`,` or `]` after an item")),
+                Stage::AfterValue if b == b',' => {
+                    self.copy(1);
+                    self.stage = Stage::BeforeKey { first: false };
+                }
+                Stage::AfterValue if b == b'}' => {
+                    self.copy(1);
+                    self.stage = Stage::Trailing;
+                }
+                Stage::AfterValue => return Err(syntax(at, "`,` or `}`")),
+                Stage::Verbatim | Stage::Trailing | Stage::Item { .. } => {
+                    unreachable!("handled above")
+                }
+            }
+        }
+    }
+
+    /// Scans an item from chunk `idx`, offset `off` on; hands it out when
+    /// its end is in.
+    fn scan_item(
+        &mut self,
+        mut idx: usize,
+        mut off: usize,
+    ) -> Result<Option<(Bytes, bool)>, serde_json::Error> {
+        while let Some(chunk) = self.chunks.get(idx) {
+            let at = self.pos;
+            match self
+                .scan
+                .feed(&chunk[off..])
+                .map_err(|()| syntax(at, "an item"))?
+            {
+                None => {
+                    idx += 1;
+                    off = 0;
+                }
+                Some(n) => {
+                    let end = off + n;
+                    let item = if idx == 0 {
+                        let front = self.chunks.front_mut().expect("chunk 0");
+                        let item = front.split_to(end);
+                        if front.is_empty() {
+                            self.chunks.pop_front();
+                        }
+                        self.pos += end as u64;
+                        (item, true)
+                    } else {
+                        let len: usize =
+                            self.chunks.iter().take(idx).map(Bytes::len).sum::<usize>() + end;
+                        let mut out = Vec::with_capacity(len);
+                        for _ in 0..idx {
+                            let c = self.chunks.pop_front().expect("counted");
+                            out.extend_from_slice(&c);
+                        }
+                        let front = self.chunks.front_mut().expect("chunk idx");
+                        out.extend_from_slice(&front.split_to(end));
+                        if front.is_empty() {
+                            self.chunks.pop_front();
+                        }
+                        self.pos += len as u64;
+                        (Bytes::from(out), false)
+                    };
+                    self.stage = Stage::AfterItem;
+                    return Ok(Some(item));
+                }
+            }
+        }
+        self.stage = Stage::Item { idx, off };
+        Ok(None)
+    }
+
+    /// Ends the body: the envelope (everything but the items, with the
+    /// items array as `[]`), to be decoded by serde, which reports what is
+    /// wrong with it. Fails when the body ended inside its object.
+    pub(crate) fn finish(self) -> Result<Vec<u8>, serde_json::Error> {
+        match self.stage {
+            Stage::Trailing | Stage::Verbatim => Ok(self.envelope),
+            // nothing but whitespace: serde's EOF error
+            Stage::Open => Ok(self.envelope),
+            _ => Err(syntax(self.pos, "more of the list body (it ended early)")),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +610,39 @@ mod tests {
                 None,
                 "{:?}",
                 String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn the_reader_holds_only_an_incomplete_item() {
+        let item = format!(
+            r#"{{"metadata":{{"name":"x"}},"data":{{"v":"{}"}}}}"#,
+            "y".repeat(460)
+        );
+        let items = vec![item.as_str(); 50].join(",");
+        let body =
+            format!(r#"{{"kind":"List","metadata":{{"resourceVersion":"1"}},"items":[{items}]}}"#);
+        for size in [100, 1000, 4096] {
+            let mut r = JsonListReader::new();
+            let (mut n, mut most) = (0, 0);
+            for c in body.as_bytes().chunks(size) {
+                r.push(Bytes::copy_from_slice(c));
+                while let Some((cut, _)) = r.next_item().unwrap() {
+                    assert_eq!(cut, item.as_bytes());
+                    n += 1;
+                }
+                most = most.max(r.buffered());
+            }
+            assert_eq!(n, 50);
+            assert!(
+                most < item.len() + size + 64,
+                "held {most} bytes with chunks of {size}"
+            );
+            let envelope = r.finish().unwrap();
+            assert_eq!(
+                envelope,
+                br#"{"kind":"List","metadata":{"resourceVersion":"1"},"items":[]}"#
             );
         }
     }

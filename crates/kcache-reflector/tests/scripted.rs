@@ -163,6 +163,36 @@ async fn list_and_watch_resumes_from_last_resource_version() {
     run.stop().await;
 }
 
+/// A JSON list body arriving in small chunks is read as it arrives: the
+/// same objects as from one chunk; a syntax error inside an item (found
+/// while the body arrives) fails the page, and the relist after a backoff
+/// step succeeds.
+#[tokio::test(start_paused = true)]
+async fn json_list_read_in_small_chunks() {
+    let chunks = |body: String| -> Vec<Bytes> {
+        body.as_bytes()
+            .chunks(7)
+            .map(Bytes::copy_from_slice)
+            .collect()
+    };
+    let good = list_json("5", "", vec![cm("a", "1"), cm("b", "2"), cm("c", "5")]);
+    let bad = good.replace(r#""name":"b""#, r#""name":b""#);
+    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (false, 0) => Reply::Chunks(chunks(bad.clone()), End::Close),
+        (false, 1) => Reply::Chunks(chunks(good.clone()), End::Close),
+        _ => hang(),
+    });
+    let store = Arc::new(Store::default());
+    let run = start(builder(&fake, &store));
+    let calls = store.wait_calls(1).await;
+    assert_eq!(calls, [Call::Replace(keys(&["a", "b", "c"]), "5".into())]);
+    assert_eq!(run.reasons(), [ErrorReason::InvalidList]);
+    let a = store.object("ns/a").unwrap();
+    assert_eq!(a.bytes().as_ref(), cm("a", "1").to_string().as_bytes());
+    assert_eq!(gaps(&fake.lists()), [800], "one backoff step");
+    run.stop().await;
+}
+
 /// TestReflectorListAndWatchWithErrors: a failed list is retried after a
 /// backoff at "0" (never synced); a failing watch leads to a relist at the
 /// last synced RV, unpaged (watch cache).
@@ -841,10 +871,14 @@ async fn bad_events_are_reported_and_skipped() {
         text.contains("reflector_watches_total{name=\"cms\"} 1"),
         "{text}"
     );
-    assert!(
-        text.contains("reflector_last_resource_version{name=\"cms\"} 5"),
-        "{text}"
-    );
+    // the time of the last sync, as Unix time (no float resourceVersion)
+    let last_sync: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("reflector_last_sync_timestamp_seconds{name=\"cms\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no last sync timestamp: {text}"));
+    assert!(last_sync > 1.7e9, "{last_sync}");
+    assert!(!text.contains("last_resource_version"), "{text}");
     run.stop().await;
 }
 
@@ -1511,7 +1545,7 @@ async fn synthetic_added_events_do_not_move_the_rv() {
 #[tokio::test(start_paused = true)]
 async fn failing_resync_relists() {
     struct FailingResync(Store);
-    impl kcache_core::Store<ConfigMap> for FailingResync {
+    impl kcache_core::ReflectorStore<ConfigMap> for FailingResync {
         fn add(
             &self,
             o: kcache_core::CachedObject<ConfigMap>,

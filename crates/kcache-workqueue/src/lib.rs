@@ -121,6 +121,10 @@
 //! }
 //! ```
 
+// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
+// badge naming it.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod error;
 pub mod metrics;
 #[cfg(feature = "prometheus")]
@@ -138,6 +142,7 @@ pub use error::{BuildError, RateLimiterError};
 pub use governor;
 pub use metrics::{MetricsProvider, NoopMetricsProvider};
 #[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::PrometheusMetricsProvider;
 pub use queue::{
     AddOpts, DEFAULT_PRIORITY_AGING, DEFAULT_UNFINISHED_WORK_UPDATE_PERIOD, QueueItem, WorkQueue,

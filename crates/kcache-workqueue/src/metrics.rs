@@ -25,6 +25,21 @@ use std::hash::Hash;
 
 use tokio::time::Instant;
 
+// The four primitives have the shape of kcache-core's
+// (`kcache_core::metrics`), so one Prometheus adapter reads the same in every
+// crate; they are defined here because this crate depends on no other
+// kcache crate (like client-go's `workqueue` package).
+
+/// A value that only goes up.
+pub trait CounterMetric: Send + Sync {
+    /// Adds `n`.
+    fn inc_by(&self, n: u64);
+    /// Adds one.
+    fn inc(&self) {
+        self.inc_by(1);
+    }
+}
+
 /// A value that goes up and down by one.
 pub trait GaugeMetric: Send + Sync {
     /// Adds one.
@@ -39,15 +54,9 @@ pub trait SettableGaugeMetric: Send + Sync {
     fn set(&self, value: f64);
 }
 
-/// A value that only goes up.
-pub trait CounterMetric: Send + Sync {
-    /// Adds one.
-    fn inc(&self);
-}
-
 /// A distribution of observed values.
 pub trait HistogramMetric: Send + Sync {
-    /// Records one observation.
+    /// Records one value.
     fn observe(&self, value: f64);
 }
 
@@ -83,15 +92,15 @@ pub trait MetricsProvider: Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoopMetric;
 
+impl CounterMetric for NoopMetric {
+    fn inc_by(&self, _n: u64) {}
+}
 impl GaugeMetric for NoopMetric {
     fn inc(&self) {}
     fn dec(&self) {}
 }
 impl SettableGaugeMetric for NoopMetric {
     fn set(&self, _value: f64) {}
-}
-impl CounterMetric for NoopMetric {
-    fn inc(&self) {}
 }
 impl HistogramMetric for NoopMetric {
     fn observe(&self, _value: f64) {}

@@ -27,7 +27,8 @@ fn labels(name: &str) -> Labels {
 /// [`Registry`] and hands them to queues, labelled `name=<queue name>`.
 ///
 /// Register it once per registry and share it (it is cheap to clone) between
-/// all queues: each queue name gets its own label value. Exposed names:
+/// all queues: each queue name gets its own label value. (HELP texts carry
+/// no final period: `prometheus-client` adds one.) Exposed names:
 /// `workqueue_depth`, `workqueue_adds_total`,
 /// `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`,
 /// `workqueue_unfinished_work_seconds`,
@@ -68,24 +69,24 @@ impl PrometheusMetricsProvider {
         );
         registry.register(
             "workqueue_queue_duration_seconds",
-            "How long in seconds an item stays in workqueue before being requested.",
+            "How long in seconds an item stays in workqueue before being requested",
             this.latency.clone(),
         );
         registry.register(
             "workqueue_work_duration_seconds",
-            "How long in seconds processing an item from workqueue takes.",
+            "How long in seconds processing an item from workqueue takes",
             this.work_duration.clone(),
         );
         registry.register(
             "workqueue_unfinished_work_seconds",
             "How many seconds of work has done that is in progress and hasn't been observed by \
              work_duration. Large values indicate stuck threads. One can deduce the number of \
-             stuck threads by observing the rate at which this increases.",
+             stuck threads by observing the rate at which this increases",
             this.unfinished.clone(),
         );
         registry.register(
             "workqueue_longest_running_processor_seconds",
-            "How many seconds has the longest running processor for workqueue been running.",
+            "How many seconds has the longest running processor for workqueue been running",
             this.longest.clone(),
         );
         registry.register(
@@ -97,64 +98,55 @@ impl PrometheusMetricsProvider {
     }
 }
 
-struct PGauge(Gauge);
-impl GaugeMetric for PGauge {
+// prometheus-client's metrics are this crate's primitives as they are (the
+// same impls as kcache-core's `prometheus` feature gives the other crates).
+impl CounterMetric for Counter {
+    fn inc_by(&self, n: u64) {
+        Counter::inc_by(self, n);
+    }
+}
+impl GaugeMetric for Gauge {
     fn inc(&self) {
-        self.0.inc();
+        Gauge::inc(self);
     }
     fn dec(&self) {
-        self.0.dec();
+        Gauge::dec(self);
     }
 }
-
-struct PFloatGauge(Gauge<f64, AtomicU64>);
-impl SettableGaugeMetric for PFloatGauge {
+impl SettableGaugeMetric for Gauge<f64, AtomicU64> {
     fn set(&self, value: f64) {
-        self.0.set(value);
+        Gauge::set(self, value);
     }
 }
-
-struct PCounter(Counter);
-impl CounterMetric for PCounter {
-    fn inc(&self) {
-        self.0.inc();
-    }
-}
-
-struct PHistogram(Histogram);
-impl HistogramMetric for PHistogram {
+impl HistogramMetric for Histogram {
     fn observe(&self, value: f64) {
-        self.0.observe(value);
+        Histogram::observe(self, value);
     }
 }
 
 impl MetricsProvider for PrometheusMetricsProvider {
     fn new_depth_metric(&self, name: &str) -> Box<dyn GaugeMetric> {
-        Box::new(PGauge(self.depth.get_or_create_owned(&labels(name))))
+        Box::new(self.depth.get_or_create_owned(&labels(name)))
     }
     fn new_adds_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        Box::new(PCounter(self.adds.get_or_create_owned(&labels(name))))
+        Box::new(self.adds.get_or_create_owned(&labels(name)))
     }
     fn new_latency_metric(&self, name: &str) -> Box<dyn HistogramMetric> {
-        Box::new(PHistogram(self.latency.get_or_create_owned(&labels(name))))
+        Box::new(self.latency.get_or_create_owned(&labels(name)))
     }
     fn new_work_duration_metric(&self, name: &str) -> Box<dyn HistogramMetric> {
-        Box::new(PHistogram(
-            self.work_duration.get_or_create_owned(&labels(name)),
-        ))
+        Box::new(self.work_duration.get_or_create_owned(&labels(name)))
     }
     fn new_unfinished_work_seconds_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
-        Box::new(PFloatGauge(
-            self.unfinished.get_or_create_owned(&labels(name)),
-        ))
+        Box::new(self.unfinished.get_or_create_owned(&labels(name)))
     }
     fn new_longest_running_processor_seconds_metric(
         &self,
         name: &str,
     ) -> Box<dyn SettableGaugeMetric> {
-        Box::new(PFloatGauge(self.longest.get_or_create_owned(&labels(name))))
+        Box::new(self.longest.get_or_create_owned(&labels(name)))
     }
     fn new_retries_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        Box::new(PCounter(self.retries.get_or_create_owned(&labels(name))))
+        Box::new(self.retries.get_or_create_owned(&labels(name)))
     }
 }

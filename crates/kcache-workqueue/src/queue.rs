@@ -1038,14 +1038,17 @@ impl<T: QueueItem> WorkQueue<T> {
     }
 
     /// Adds `item` after the wait the rate limiter gives it
-    /// (`add_after(item, limiter.when(&item))`).
-    pub fn add_rate_limited(&self, item: T) {
+    /// (`add_after(item, limiter.when(&item))`); returns that wait (`None`
+    /// when the queue is shutting down and the item was dropped), so that
+    /// a caller can say when the item comes back.
+    pub fn add_rate_limited(&self, item: T) -> Option<Duration> {
         if self.shutting_down() {
-            return;
+            return None;
         }
         let delay = self.inner.limiter.when(&item);
         self.count_retry();
         self.insert(item, 0, delay);
+        Some(delay)
     }
 
     /// Adds `item` with a delay, rate limiting and a priority.

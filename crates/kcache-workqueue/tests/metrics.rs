@@ -100,8 +100,8 @@ impl GaugeMetric for TestMetric {
     }
 }
 impl CounterMetric for TestMetric {
-    fn inc(&self) {
-        self.add(1.0);
+    fn inc_by(&self, n: u64) {
+        self.add(n as f64);
     }
 }
 impl SettableGaugeMetric for TestMetric {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use kcache_controller::metrics::RestClientMetricsLayer;
 use kcache_controller::{Config, KubeLeaseLock, LeaderElectionConfig, MetricsRegistry, Request};
 use kcache_informer::SharedInformerFactory;
 
@@ -159,11 +160,18 @@ pub async fn run(args: Args, hooks: Hooks) -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("no cluster (set KUBECONFIG)")?;
+    let metrics = MetricsRegistry::new();
     let client = match hooks.client {
         Some(build) => build(config)?,
-        None => kube::Client::try_from(config).context("building the client")?,
+        None => {
+            // client-go's rest_client_* metrics for every request
+            let host = RestClientMetricsLayer::host_of(&config.cluster_url);
+            kube::client::ClientBuilder::try_from(config)
+                .context("building the client")?
+                .with_layer(&metrics.rest_client_layer(host))
+                .build()
+        }
     };
-    let metrics = MetricsRegistry::new();
     let mut fb = SharedInformerFactory::builder(client.clone())
         .strip_managed_fields(true)
         .reflector_metrics(metrics.reflector_provider());

@@ -16,8 +16,9 @@ use sample_controller::cli::{self, Args, Hooks};
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(kcache_controller::log_filter("info"))
+            }),
         )
         .init();
     cli::run(Args::parse(std::env::args().skip(1))?, Hooks::default()).await

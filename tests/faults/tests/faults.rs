@@ -746,6 +746,10 @@ async fn malformed_watch_frames() {
     let proxy = FaultProxy::start_http(cp.config()).await.expect("proxy");
     let informer =
         SharedIndexInformer::<ConfigMap>::builder(proxy.client(cp.config()).expect("client"))
+            // the injections are JSON lines: the proxy writes them at a
+            // line boundary of a JSON watch (protobuf frames have none;
+            // `protobuf_watch_errors_and_bookmarks` covers bad protobuf)
+            .wire_format(kcache_informer::WireFormat::Json)
             .namespace(&ns)
             .build();
     let errors = ErrorCounts::default();

@@ -29,6 +29,7 @@ pub mod label_selector;
 pub mod list_decode;
 pub mod list_split;
 pub mod mutate;
+pub mod protobuf_frame;
 pub mod smoke;
 pub mod snapshot;
 pub mod watch_frame;
@@ -48,6 +49,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("list_split", list_split::check),
     ("list_decode", list_decode::check),
     ("snapshot", snapshot::check),
+    ("protobuf_frame", protobuf_frame::check),
 ];
 
 /// Whether `data` is one JSON text (RFC 8259): UTF-8, and serde_json's

@@ -3,6 +3,8 @@
 //! apiVersion `v1`, managedFields cut).
 //!
 //! - It never panics, on any bytes.
+//! - The page read in chunks, as the reflector reads a body while it
+//!   arrives, equals the page of the whole body.
 //! - It accepts a page exactly when serde_json does: a syntax error
 //!   anywhere (envelope or item, invalid UTF-8 included) fails the whole
 //!   page, and a body serde_json reads as a list (`metadata` with string
@@ -115,6 +117,46 @@ fn compare(
     }
 }
 
+/// The page read in chunks (as the reflector reads a body while it
+/// arrives; the chunk size from the input) equals the page of the whole
+/// body: both fail, or the same items, skipped count and metadata.
+fn chunked_equals_whole(
+    decoder: &EventDecoder<Value>,
+    whole: &Result<ListPage<Value>, serde_json::Error>,
+    data: &[u8],
+) {
+    let size = 1 + data.iter().fold(0usize, |h, b| {
+        h.wrapping_mul(31).wrapping_add(usize::from(*b))
+    }) % 64;
+    let chunks: Vec<Bytes> = data.chunks(size).map(Bytes::copy_from_slice).collect();
+    let chunked = decoder.decode_list_chunks(chunks);
+    match (whole, &chunked) {
+        (Ok(a), Ok(b)) => {
+            let items = |p: &ListPage<Value>| {
+                p.items
+                    .iter()
+                    .map(|o| (o.key().to_owned(), o.bytes().clone()))
+                    .collect::<Vec<_>>()
+            };
+            assert!(
+                items(a) == items(b)
+                    && a.skipped.len() == b.skipped.len()
+                    && a.resource_version == b.resource_version
+                    && a.continue_token == b.continue_token,
+                "the page read in chunks of {size} differs: {a:?} vs {b:?}: {}",
+                preview(data)
+            );
+        }
+        (Err(_), Err(_)) => {}
+        (a, b) => panic!(
+            "whole body {}, in chunks of {size} {}: {}",
+            if a.is_ok() { "accepted" } else { "refused" },
+            if b.is_ok() { "accepted" } else { "refused" },
+            preview(data)
+        ),
+    }
+}
+
 /// The target's check: panics when a property does not hold.
 pub fn check(data: &[u8]) {
     let body = Bytes::copy_from_slice(data);
@@ -136,6 +178,7 @@ pub fn check(data: &[u8]) {
             ),
             _ => {}
         }
+        chunked_equals_whole(decoder, &page, data);
         match (&page, &list, &value) {
             (Ok(page), Ok(list), Ok(value)) => compare(decoder, page, list, value, data),
             (Err(e), Ok(_), Ok(_)) => panic!(

@@ -17,6 +17,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use kcache_core::protobuf::TypeMeta;
 use kcache_core::{CachedObject, ObjectOptions};
 use kcache_informer::fuzzing::{decode_snapshot, encode_snapshot};
 use kcache_informer::snapshot::Fingerprint;
@@ -142,8 +143,47 @@ fn hash(data: &[u8]) -> u64 {
     h
 }
 
+fn pb_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn pb_field(out: &mut Vec<u8>, number: u64, bytes: &[u8]) {
+    pb_varint(out, number << 3 | 2);
+    pb_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// A ConfigMap as protobuf (its own message, as the apiserver sends it in
+/// a list): name, namespace (when given), resourceVersion, data {v: value}.
+pub fn protobuf_config_map(name: &str, namespace: Option<&str>, rv: &str, value: &str) -> Vec<u8> {
+    let mut meta = Vec::new();
+    pb_field(&mut meta, 1, name.as_bytes());
+    if let Some(ns) = namespace {
+        pb_field(&mut meta, 3, ns.as_bytes());
+    }
+    pb_field(&mut meta, 6, rv.as_bytes());
+    let mut entry = Vec::new();
+    pb_field(&mut entry, 1, b"v");
+    pb_field(&mut entry, 2, value.as_bytes());
+    let mut cm = Vec::new();
+    pb_field(&mut cm, 1, &meta);
+    pb_field(&mut cm, 2, &entry);
+    cm
+}
+
+/// The type of the protobuf seed objects.
+pub const CONFIG_MAP: TypeMeta<'static> = TypeMeta {
+    api_version: "v1",
+    kind: "ConfigMap",
+};
+
 /// A snapshot's material made from `data`: its NUL-separated fields are
-/// the fingerprint's strings, the resourceVersion and up to 16 objects.
+/// the fingerprint's strings, the resourceVersion and up to 16 objects
+/// (every third one protobuf, the others JSON).
 fn material(data: &[u8]) -> (Fingerprint, String, SystemTime, Vec<CachedObject<()>>) {
     let fields: Vec<String> = data
         .split(|b| *b == 0)
@@ -174,6 +214,11 @@ fn material(data: &[u8]) -> (Fingerprint, String, SystemTime, Vec<CachedObject<(
         .enumerate()
         .map(|(i, f)| {
             let name = if f.is_empty() { "x" } else { f.as_str() };
+            if i % 3 == 1 {
+                let ns = (i % 2 == 0).then(|| fp.namespace.clone().unwrap_or_default());
+                let pb = protobuf_config_map(name, ns.as_deref(), &i.to_string(), f);
+                return CachedObject::from_protobuf(pb, CONFIG_MAP).expect("an object with a name");
+            }
             let mut meta = serde_json::json!({"name": name, "resourceVersion": i.to_string()});
             if i % 2 == 0 {
                 meta["namespace"] = fp.namespace.clone().unwrap_or_default().into();
@@ -258,8 +303,22 @@ pub fn seed_files() -> Vec<(&'static str, Vec<u8>)> {
     let write = |rv: &str, objects: &[CachedObject<()>]| {
         encode_snapshot(&fp, rv, at, objects).expect("a seed snapshot")
     };
+    let pb = |name: &str, rv: &str, value: &str| {
+        CachedObject::<()>::from_protobuf(
+            protobuf_config_map(name, Some("default"), rv, value),
+            CONFIG_MAP,
+        )
+        .expect("a seed object")
+    };
+    let mixed = vec![
+        three[0].clone(),
+        pb("p", "11", "v\u{e9}"),
+        three[1].clone(),
+        pb("q", "12", ""),
+    ];
     vec![
         ("three_objects", write("42", &three)),
+        ("mixed_formats", write("43", &mixed)),
         ("empty", write("5", &[])),
         ("one_object", write("9", &three[2..])),
     ]

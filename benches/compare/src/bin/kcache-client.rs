@@ -1,8 +1,11 @@
 //! The kcache client of `cargo xtask bench-compare`: a
 //! `SharedIndexInformer<Pod>` over the server of `$KUBECONFIG`, one counting
-//! handler, stops at the end marker (scenario `ingest`); or kcache's
-//! `WorkQueue` add/get/done of distinct keys (scenario `workqueue`).
-//! Prints one [`Report`] JSON line.
+//! handler, stops at the end marker (scenario `ingest`, the replay server;
+//! prints one [`Report`] JSON line); or kcache's `WorkQueue` add/get/done of
+//! distinct keys (scenario `workqueue`); or, against the real apiserver
+//! (scenario `sync`), syncs `--expect` Pods by paged list or streaming list,
+//! then counts `--expect-updates` updates, speaking the line protocol of
+//! [`kcache_bench_compare::real`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,12 +13,36 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
+use kcache_bench_compare::real::{Meter, emit, stop_requested, unix_micros, write_watch_log};
 use kcache_bench_compare::{END_MARKER, Report, proc_status_kb};
 use kcache_core::{Compression, ObjectOptions};
 use kcache_informer::{ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer};
 use kcache_workqueue::WorkQueue;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+/// `--wire-format`: what the informer asks the apiserver for.
+mod wire_format {
+    use kcache_informer::ListOptions;
+
+    /// The wire format the client is asked to use.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+    pub enum WireFormat {
+        /// Protobuf for built-in types (kcache's default).
+        Auto,
+        /// JSON forced.
+        Json,
+    }
+
+    /// Sets `format` on the informer's list options.
+    pub fn apply(opts: &mut ListOptions, format: WireFormat) {
+        opts.wire_format = match format {
+            WireFormat::Auto => kcache_informer::WireFormat::Auto,
+            WireFormat::Json => kcache_informer::WireFormat::Json,
+        };
+    }
+}
+use wire_format::WireFormat;
 
 #[derive(Parser)]
 struct Args {
@@ -37,6 +64,24 @@ struct Args {
     /// Workqueue: number of workers.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// Sync: `paged` (list + watch) or `streaming` (watch with
+    /// `sendInitialEvents`).
+    #[arg(long, default_value = "paged")]
+    mode: String,
+    /// Sync: the number of Pods in the cluster (synced when the handler has
+    /// seen as many adds).
+    #[arg(long, default_value_t = 0)]
+    expect: u64,
+    /// Sync: updates to wait for after the sync (0: none).
+    #[arg(long, default_value_t = 0)]
+    expect_updates: u64,
+    /// Sync: where to write `resourceVersion unix_micros` per update seen.
+    #[arg(long)]
+    watch_log: Option<std::path::PathBuf>,
+    /// What to ask the apiserver for: `auto` (protobuf for built-in types)
+    /// or `json`.
+    #[arg(long, value_enum, default_value = "auto")]
+    wire_format: WireFormat,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -44,27 +89,34 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let report = match args.scenario.as_str() {
         "workqueue" => workqueue(args.keys, args.workers).await,
+        "sync" => return sync(&args).await,
         _ => ingest(&args).await?,
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }
 
+fn object_options(args: &Args) -> ObjectOptions {
+    ObjectOptions::new()
+        .strip_managed_fields(args.strip_managed_fields)
+        .compression(if args.compress {
+            Compression::lz4()
+        } else {
+            Compression::none()
+        })
+}
+
 async fn ingest(args: &Args) -> anyhow::Result<Report> {
     let client = kube::Client::try_default().await?;
     let baseline = proc_status_kb("VmRSS");
+    let mut opts = ListOptions {
+        use_watch_list: false,
+        object_options: object_options(args),
+        ..ListOptions::default()
+    };
+    wire_format::apply(&mut opts, args.wire_format);
     let informer = SharedIndexInformer::<Pod>::builder(client)
-        .list_options(ListOptions {
-            use_watch_list: false,
-            object_options: ObjectOptions::new()
-                .strip_managed_fields(args.strip_managed_fields)
-                .compression(if args.compress {
-                    Compression::lz4()
-                } else {
-                    Compression::none()
-                }),
-            ..ListOptions::default()
-        })
+        .list_options(opts)
         .build();
     let events = Arc::new(AtomicU64::new(0));
     let end = Arc::new(Notify::new());
@@ -114,6 +166,80 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
     Ok(report)
+}
+
+/// Scenario `sync` against the real apiserver: see the module doc.
+async fn sync(args: &Args) -> anyhow::Result<()> {
+    let client = kube::Client::try_default().await?;
+    let mut opts = ListOptions {
+        use_watch_list: args.mode == "streaming",
+        object_options: object_options(args),
+        ..ListOptions::default()
+    };
+    wire_format::apply(&mut opts, args.wire_format);
+    let informer = SharedIndexInformer::<Pod>::builder(client)
+        .list_options(opts)
+        .build();
+    let adds = Arc::new(AtomicU64::new(0));
+    let synced = Arc::new(Notify::new());
+    let updated = Arc::new(Notify::new());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<(u64, u64)>::new()));
+    let (expect, expect_updates) = (args.expect, args.expect_updates);
+    let (a, s) = (adds.clone(), synced.clone());
+    let (seen_u, updated_u) = (seen.clone(), updated.clone());
+    informer.add_event_handler(
+        ResourceEventHandlerFuncs::new()
+            .add_func(move |_, _| {
+                if a.fetch_add(1, Ordering::Relaxed) + 1 == expect {
+                    s.notify_one();
+                }
+            })
+            .update_func(move |_, new| {
+                let rv = new
+                    .resource_version()
+                    .and_then(|rv| rv.parse().ok())
+                    .unwrap_or(0);
+                let mut seen = seen_u.lock().unwrap_or_else(|e| e.into_inner());
+                seen.push((rv, unix_micros()));
+                if seen.len() as u64 == expect_updates {
+                    updated_u.notify_one();
+                }
+            }),
+    )?;
+    let stop = stop_requested();
+    tokio::pin!(stop);
+    let cancel = CancellationToken::new();
+    let meter = Meter::start();
+    let task = tokio::spawn({
+        let (inf, cancel) = (informer.clone(), cancel.clone());
+        async move { inf.run(cancel).await }
+    });
+    synced.notified().await;
+    let cached = informer.indexer().len() as u64;
+    emit(&meter.phase("synced", "kcache", adds.load(Ordering::Relaxed), cached));
+    let mut stopped = false;
+    if expect_updates > 0 {
+        tokio::select! {
+            _ = updated.notified() => {
+                let n = seen.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
+                emit(&meter.phase("updated", "kcache", n, cached));
+            }
+            _ = &mut stop => stopped = true,
+        }
+    }
+    if !stopped {
+        stop.await;
+    }
+    tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
+    let n = seen.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
+    emit(&meter.phase("done", "kcache", n, informer.indexer().len() as u64));
+    if let Some(path) = &args.watch_log {
+        let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        write_watch_log(path, &seen)?;
+    }
+    cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    Ok(())
 }
 
 async fn workqueue(keys: usize, workers: usize) -> Report {

@@ -1,6 +1,8 @@
-//! The replay apiserver: `replay --pods N --events M [--gone-once]`.
-//! Generates the data set, listens on 127.0.0.1 and prints one JSON line
-//! (`{"addr": ..., "avg_pod_bytes": ...}`) once it accepts connections.
+//! The replay apiserver: `replay --pods N --events M [--gone-once]
+//! [--protobuf-encoder PATH]`. Generates the data set (and its protobuf
+//! form, with the encoder: the client-go client), listens on 127.0.0.1 and
+//! prints one JSON line (`{"addr": ..., "avg_pod_bytes": ...}`) once it
+//! accepts connections.
 
 use clap::Parser;
 use kcache_bench_compare::{ServerOptions, generate, serve};
@@ -19,12 +21,19 @@ struct Args {
     /// Port on 127.0.0.1 (0: any free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
+    /// Also serve protobuf to clients that ask for it, encoded by this
+    /// program (the client-go client: `-scenario=encode-protobuf`).
+    #[arg(long)]
+    protobuf_encoder: Option<std::path::PathBuf>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let data = generate(args.pods, args.events);
+    let mut data = generate(args.pods, args.events);
+    if let Some(encoder) = &args.protobuf_encoder {
+        data.protobuf = Some(kcache_bench_compare::protobuf::encode(&data, encoder)?);
+    }
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     let info = serde_json::json!({
         "addr": listener.local_addr()?.to_string(),
@@ -32,6 +41,7 @@ async fn main() -> anyhow::Result<()> {
         "avg_pod_bytes_stripped": data.avg_pod_bytes_stripped,
         "list_bytes": data.pods.iter().map(|p| p.len()).sum::<usize>(),
         "watch_bytes": data.watch.len(),
+        "avg_pod_bytes_protobuf": data.protobuf.as_ref().map(|p| p.avg_pod_bytes),
     });
     println!("{info}");
     let opts = ServerOptions {

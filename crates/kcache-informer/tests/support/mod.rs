@@ -33,6 +33,8 @@ struct State {
     fail_lists: usize,
     /// Watches from a resourceVersion below this get 410 Gone.
     oldest_rv: u64,
+    /// The `Accept` header of every request.
+    accepts: Vec<Option<String>>,
 }
 
 /// The fake apiserver. Cheap to clone.
@@ -63,6 +65,12 @@ impl FakeApi {
                 .filter_map(|p| p.split_once('='))
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
+            st.lock().unwrap().accepts.push(
+                req.headers()
+                    .get(http::header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+            );
             let resp = if query.get("watch").map(String::as_str) == Some("true") {
                 let from: u64 = query
                     .get("resourceVersion")
@@ -210,6 +218,11 @@ impl FakeApi {
     /// The next `n` lists fail with 500.
     pub fn fail_lists(&self, n: usize) {
         self.state.lock().unwrap().fail_lists = n;
+    }
+
+    /// The `Accept` header of every request so far, in order.
+    pub fn accept_headers(&self) -> Vec<Option<String>> {
+        self.state.lock().unwrap().accepts.clone()
     }
 
     pub fn lists(&self) -> usize {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kcache_core::{CachedObject, ObjectOrTombstone, Store, StoreError};
+use kcache_core::{CachedObject, ObjectOrTombstone, ReflectorStore, StoreError};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
@@ -87,7 +87,7 @@ impl<K> RecordingStore<K> {
     }
 }
 
-impl<K> Store<K> for RecordingStore<K> {
+impl<K> ReflectorStore<K> for RecordingStore<K> {
     fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         if self.fail_adds.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::Other("add refused by the test".into()));

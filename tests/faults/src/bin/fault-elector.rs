@@ -26,7 +26,7 @@ use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kcache_controller::leader::{KubeLeaseLock, LeaderCallbacks};
+use kcache_controller::lease::{KubeLeaseLock, LeaderCallbacks};
 use kcache_controller::{LeaderElectionConfig, LeaderElector};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;

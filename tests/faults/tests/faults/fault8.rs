@@ -54,14 +54,20 @@ fn secs(nanos: u128) -> f64 {
     nanos as f64 / 1e9
 }
 
-/// Sends `signal` (`STOP`, `CONT`, `TERM`) to a process.
+/// Sends `signal` (`STOP`, `CONT`, `TERM`) to a process (through the
+/// kill(2) call: a minimal machine may have no `kill` program).
 fn send_signal(pid: u32, signal: &str) {
-    let ok = std::process::Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill -{signal} {pid} failed");
+    use nix::sys::signal::Signal;
+    let sig = match signal {
+        "STOP" => Signal::SIGSTOP,
+        "CONT" => Signal::SIGCONT,
+        "TERM" => Signal::SIGTERM,
+        other => panic!("send_signal: unexpected signal {other}"),
+    };
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid fits in i32"));
+    if let Err(e) = nix::sys::signal::kill(pid, sig) {
+        panic!("kill -{signal} {pid} failed: {e}");
+    }
 }
 
 /// The state letter of a process in /proc (`T`: stopped by a signal).

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::testing::InMemoryMembershipStore;
 
 const LEASE: Duration = Duration::from_secs(4);
 const RENEW: Duration = Duration::from_secs(3);
@@ -250,7 +251,11 @@ fn config_validation_and_lease_names() {
         .renew_deadline(LEASE)
         .validate()
         .expect_err("renew deadline = lease duration");
-    assert!(e.to_string().contains("lease_duration"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("leaseDuration (4s) must be greater than renewDeadline"),
+        "{e}"
+    );
     assert!(
         cfg("a")
             .retry_period(Duration::from_millis(2500))
@@ -268,9 +273,15 @@ fn config_validation_and_lease_names() {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
     );
     // rounded up: peers never see a shorter lease than the holder assumes
-    assert_eq!(lease_seconds(Duration::from_millis(4500)), 5);
-    assert_eq!(lease_seconds(Duration::from_secs(4)), 4);
-    assert_eq!(lease_seconds(Duration::from_millis(10)), 1);
+    let secs = |ms| {
+        cfg("a")
+            .lease_duration(Duration::from_millis(ms))
+            .timings
+            .lease_seconds()
+    };
+    assert_eq!(secs(4500), 5);
+    assert_eq!(secs(4000), 4);
+    assert_eq!(secs(10), 1);
     let long = ShardConfig::new("g", "x".repeat(400)).lease_name();
     assert!(long.len() <= 253, "{}", long.len());
 }
@@ -653,54 +664,6 @@ async fn unanswered_writes_stop_the_replica_safely_and_it_recovers() {
     assert_eq!(sim.violations(), Vec::<String>::new());
     for r in rs {
         r.stop().await.unwrap();
-    }
-}
-
-#[tokio::test(start_paused = true)]
-async fn the_controller_queue_takes_only_owned_keys() {
-    use crate::controller::Enqueuer;
-    use crate::reconciler::Trigger;
-    use kcache_workqueue::WorkQueue;
-
-    let store = InMemoryMembershipStore::new();
-    let keys: Arc<Vec<String>> = Arc::new((0..100).map(|i| format!("ns/k{i}")).collect());
-    type Running = (Shard, CancellationToken, JoinHandle<Result<(), ShardError>>);
-    let shards: Vec<Running> = ["a", "b"]
-        .iter()
-        .map(|id| {
-            let s = Shard::new(cfg(id).replicas_hint(2), store.clone());
-            let stop = CancellationToken::new();
-            let t = tokio::spawn({
-                let (s, stop, hooks) = (s.clone(), stop.clone(), quiet_hooks(keys.clone()));
-                async move { s.run(stop, hooks).await }
-            });
-            (s, stop, t)
-        })
-        .collect();
-    while !shards.iter().all(|(s, _, _)| s.status().settled()) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let a = &shards[0].0;
-    let q: WorkQueue<String> = WorkQueue::builder().build().unwrap();
-    let enq = Enqueuer::new(q.clone(), -100).with_shard(Some(a.clone()));
-    for k in keys.iter() {
-        enq.enqueue(k.clone(), Trigger::Added, false);
-    }
-    let owned: Vec<&String> = keys.iter().filter(|k| a.owns(k)).collect();
-    assert!(!owned.is_empty() && owned.len() < keys.len());
-    assert_eq!(q.len(), owned.len(), "only a's keys are queued");
-    let view = View::new(["a", "b"]);
-    assert!(owned.iter().all(|k| view.owned_by(k, "a")));
-    // an unsharded queue takes everything
-    let q2: WorkQueue<String> = WorkQueue::builder().build().unwrap();
-    let all = Enqueuer::new(q2.clone(), -100);
-    for k in keys.iter() {
-        all.enqueue(k.clone(), Trigger::Added, false);
-    }
-    assert_eq!(q2.len(), keys.len());
-    for (_, stop, t) in shards {
-        stop.cancel();
-        t.await.unwrap().unwrap();
     }
 }
 

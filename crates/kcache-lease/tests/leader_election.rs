@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kcache_controller::leader::{LeaderCallbacks, LeaderElectionRecord};
-use kcache_controller::{
-    InMemoryLeaseLock, LeaderElectionConfig, LeaderElectionConfigError, LeaderElector, LeaderStatus,
+use kcache_lease::testing::InMemoryLeaseLock;
+use kcache_lease::{
+    LeaderCallbacks, LeaderElectionConfig, LeaderElectionConfigError, LeaderElectionRecord,
+    LeaderElector, LeaderStatus, LeaseTimingsError,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +22,11 @@ fn validation_follows_client_go() {
     assert_eq!(cfg("a").validate(), Ok(()));
     let d = LeaderElectionConfig::new("a");
     assert_eq!(
-        (d.lease_duration, d.renew_deadline, d.retry_period),
+        (
+            d.timings.lease_duration,
+            d.timings.renew_deadline,
+            d.timings.retry_period
+        ),
         (
             Duration::from_secs(15),
             Duration::from_secs(10),
@@ -34,7 +39,9 @@ fn validation_follows_client_go() {
         .unwrap_err();
     assert!(matches!(
         e,
-        LeaderElectionConfigError::LeaseDurationNotGreaterThanRenewDeadline { .. }
+        LeaderElectionConfigError::Timings(
+            LeaseTimingsError::LeaseDurationNotGreaterThanRenewDeadline { .. }
+        )
     ));
     assert!(
         e.to_string()
@@ -47,7 +54,10 @@ fn validation_follows_client_go() {
         .validate()
         .unwrap_err();
     assert!(
-        matches!(e, LeaderElectionConfigError::RenewDeadlineTooShort { .. }),
+        matches!(
+            e,
+            LeaderElectionConfigError::Timings(LeaseTimingsError::RenewDeadlineTooShort { .. })
+        ),
         "{e}"
     );
     assert!(e.to_string().contains("retryPeriod*JitterFactor"), "{e}");
@@ -64,13 +74,18 @@ fn validation_follows_client_go() {
         .unwrap_err();
     assert!(matches!(
         e,
-        LeaderElectionConfigError::LeaseDurationNotGreaterThanRenewDeadline { .. }
+        LeaderElectionConfigError::Timings(
+            LeaseTimingsError::LeaseDurationNotGreaterThanRenewDeadline { .. }
+        )
     ));
     let e = cfg("a")
         .retry_period(Duration::ZERO)
         .validate()
         .unwrap_err();
-    assert_eq!(e, LeaderElectionConfigError::ZeroDuration("retryPeriod"));
+    assert_eq!(
+        e,
+        LeaderElectionConfigError::Timings(LeaseTimingsError::ZeroDuration("retryPeriod"))
+    );
     assert_eq!(
         cfg("").validate(),
         Err(LeaderElectionConfigError::EmptyIdentity)
@@ -325,21 +340,19 @@ struct SlowThenCut {
 }
 
 #[async_trait::async_trait]
-impl kcache_controller::leader::LeaseLock for SlowThenCut {
+impl kcache_lease::LeaseLock for SlowThenCut {
     async fn get(
         &self,
-    ) -> Result<Option<(LeaderElectionRecord, String)>, kcache_controller::leader::LeaseError> {
+    ) -> Result<Option<(LeaderElectionRecord, String)>, kcache_lease::LeaseError> {
         if self.updates.load(Ordering::SeqCst) >= self.ok_updates {
-            return Err(kcache_controller::leader::LeaseError::Other(
-                "cut off".into(),
-            ));
+            return Err(kcache_lease::LeaseError::Other("cut off".into()));
         }
         self.store.get().await
     }
     async fn create(
         &self,
         record: &LeaderElectionRecord,
-    ) -> Result<String, kcache_controller::leader::LeaseError> {
+    ) -> Result<String, kcache_lease::LeaseError> {
         let sent = tokio::time::Instant::now();
         let rv = self.store.create(record).await?;
         *self.last_write.lock() = Some(sent);
@@ -350,11 +363,9 @@ impl kcache_controller::leader::LeaseLock for SlowThenCut {
         &self,
         record: &LeaderElectionRecord,
         rv: &str,
-    ) -> Result<String, kcache_controller::leader::LeaseError> {
+    ) -> Result<String, kcache_lease::LeaseError> {
         if self.updates.load(Ordering::SeqCst) >= self.ok_updates {
-            return Err(kcache_controller::leader::LeaseError::Other(
-                "cut off".into(),
-            ));
+            return Err(kcache_lease::LeaseError::Other("cut off".into()));
         }
         let sent = tokio::time::Instant::now();
         let rv = self.store.update(record, rv).await?;

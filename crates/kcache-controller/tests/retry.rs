@@ -1,0 +1,395 @@
+//! Retry control on an in-process fake apiserver and tokio's paused clock:
+//! terminal errors are counted and not retried, a retried failure logs when
+//! it comes back, and a controller whose caches never sync fails with the
+//! informers that did not sync and the last error of each. Its own test
+//! binary: it captures the logs with a thread-local subscriber.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::stream::{self, StreamExt as _};
+use http_body::Frame;
+use http_body_util::StreamBody;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kcache_controller::{
+    Action, Config, Controller, ControllerError, MetricsRegistry, Request, TerminalError,
+};
+use kcache_informer::SharedInformerFactory;
+use parking_lot::Mutex;
+use serde_json::json;
+
+/// A client that lists the ConfigMaps `names`, holds watches open, and
+/// answers anything else 500.
+fn client(names: &[&str], lists_fail: bool) -> kube::Client {
+    let items: Vec<_> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            // "undecodable": its data is not a string map
+            let data = if *n == "undecodable" {
+                json!({"k": 1})
+            } else {
+                json!({})
+            };
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": n, "namespace": "ns", "uid": format!("uid-{i}"),
+                    "resourceVersion": (i + 1).to_string()}, "data": data})
+        })
+        .collect();
+    let list = Bytes::from(
+        json!({"kind": "ConfigMapList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "100"}, "items": items})
+        .to_string(),
+    );
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
+        let (status, body) = if lists_fail {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "etcdserver: leader changed", "reason": "InternalError", "code": 500});
+            (
+                500,
+                stream::iter([Ok::<_, io::Error>(Frame::data(Bytes::from(
+                    status.to_string(),
+                )))])
+                .boxed(),
+            )
+        } else if is_watch {
+            (
+                200,
+                stream::pending::<Result<Frame<Bytes>, io::Error>>().boxed(),
+            )
+        } else {
+            (
+                200,
+                stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed(),
+            )
+        };
+        async move {
+            http::Response::builder()
+                .status(status)
+                .body(StreamBody::new(body))
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+        }
+    });
+    kube::Client::new(svc, "default")
+}
+
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock()).into_owned()
+    }
+}
+
+fn counter(registry: &MetricsRegistry, family: &str) -> f64 {
+    registry
+        .encode()
+        .lines()
+        .find(|l| l.starts_with(family))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+type Attempts = Arc<Mutex<HashMap<String, usize>>>;
+
+#[tokio::test(start_paused = true)]
+async fn terminal_errors_are_not_retried() {
+    let (logs, _guard) = Logs::capture();
+    let factory =
+        SharedInformerFactory::builder(client(&["invalid", "flaky", "undecodable"], false))
+            .tweak_list_options(|o| o.use_watch_list = false)
+            .build();
+    let registry = MetricsRegistry::new();
+    let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))
+        .metrics(registry.clone());
+    let handle = ctl.handle();
+    let attempts: Attempts = Arc::default();
+    let run = tokio::spawn(ctl.run(
+        |req: Request<ConfigMap>, attempts: Attempts| async move {
+            *attempts.lock().entry(req.name.clone()).or_default() += 1;
+            let err: Box<dyn std::error::Error + Send + Sync> = if req.name == "invalid" {
+                TerminalError::new("spec.replicas must not be negative").into()
+            } else {
+                "the apiserver is busy".into()
+            };
+            Err::<Action, _>(err)
+        },
+        attempts.clone(),
+    ));
+    // An hour of paused time: the flaky key is retried with growing delays
+    // (5 ms doubling), the terminal one never again.
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_secs(36)).await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    handle.stop();
+    run.await.unwrap().unwrap();
+    factory.shutdown().await;
+    let attempts = attempts.lock().clone();
+    assert_eq!(attempts["invalid"], 1, "a terminal error is not retried");
+    assert!(
+        !attempts.contains_key("undecodable"),
+        "an object that does not decode never reaches the reconciler"
+    );
+    assert!(
+        attempts["flaky"] >= 10,
+        "a plain error is retried: {attempts:?}"
+    );
+    assert_eq!(
+        counter(
+            &registry,
+            "controller_runtime_terminal_reconcile_errors_total{controller=\"cm\"}"
+        ),
+        2.0,
+        "the terminal error and the decode failure"
+    );
+    let text = logs.text();
+    let terminal: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("terminal error: not retried"))
+        .collect();
+    assert_eq!(terminal.len(), 2, "{text}");
+    assert!(
+        terminal
+            .iter()
+            .any(|l| l.contains("spec.replicas must not be negative")),
+        "{text}"
+    );
+    assert!(
+        terminal
+            .iter()
+            .any(|l| l.contains("decoding the cached object")),
+        "{text}"
+    );
+    // every retried failure says when it comes back
+    let retried: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("retrying with backoff"))
+        .collect();
+    assert!(!retried.is_empty());
+    assert!(retried[0].contains("retry_in=5ms"), "{}", retried[0]);
+    assert!(retried[1].contains("retry_in=10ms"), "{}", retried[1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cache_sync_timeout_names_the_informers() {
+    let factory = SharedInformerFactory::builder(client(&[], true))
+        .tweak_list_options(|o| o.use_watch_list = false)
+        .build();
+    let ctl = Controller::<ConfigMap>::new(
+        &factory,
+        Config::default()
+            .name("cm")
+            .cache_sync_timeout(Duration::from_secs(30)),
+    )
+    .owns::<Secret>();
+    let started = tokio::time::Instant::now();
+    let run =
+        tokio::spawn(ctl.run(
+            |_req: Request<ConfigMap>, _: Arc<()>| async move {
+                Ok::<_, io::Error>(Action::await_change())
+            },
+            Arc::new(()),
+        ));
+    let mut waited = 0;
+    let err = loop {
+        if run.is_finished() {
+            break run.await.unwrap().expect_err("the caches never sync");
+        }
+        waited += 1;
+        assert!(
+            waited < 3000,
+            "run did not give up within 5 minutes of paused time"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert_eq!(started.elapsed().as_secs(), 30);
+    let ControllerError::CacheSyncTimeout { unsynced, .. } = &err else {
+        panic!("{err:?}");
+    };
+    let names: Vec<&str> = unsynced.iter().map(|u| u.informer.as_str()).collect();
+    assert_eq!(names, ["configmaps", "secrets"]);
+    for u in unsynced {
+        let last = u.last_error.as_deref().unwrap_or_default();
+        assert!(last.contains("etcdserver: leader changed"), "{u:?}");
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("did not sync within 30s")
+            && text.contains("configmaps (last error:")
+            && text.contains("secrets (last error:"),
+        "{text}"
+    );
+    factory.shutdown().await;
+}
+
+/// A provider of the controller's metrics that is not Prometheus: counts
+/// by name in a map.
+#[derive(Clone, Default)]
+struct MapProvider(Arc<Mutex<HashMap<String, f64>>>);
+
+struct MapMetric(Arc<Mutex<HashMap<String, f64>>>, String);
+
+impl kcache_controller::metrics::CounterMetric for MapMetric {
+    fn inc_by(&self, n: u64) {
+        *self.0.lock().entry(self.1.clone()).or_default() += n as f64;
+    }
+}
+impl kcache_controller::metrics::SettableGaugeMetric for MapMetric {
+    fn set(&self, value: f64) {
+        self.0.lock().insert(self.1.clone(), value);
+    }
+}
+
+impl MapProvider {
+    fn metric(&self, name: String) -> Box<MapMetric> {
+        Box::new(MapMetric(self.0.clone(), name))
+    }
+}
+
+impl kcache_controller::MetricsProvider for MapProvider {
+    fn new_reconcile_total_metric(
+        &self,
+        c: &str,
+        result: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        self.metric(format!("{c}/reconcile/{result}"))
+    }
+    fn new_reconcile_errors_metric(
+        &self,
+        c: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        self.metric(format!("{c}/errors"))
+    }
+    fn new_reconcile_panics_metric(
+        &self,
+        c: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        self.metric(format!("{c}/panics"))
+    }
+    fn new_terminal_reconcile_errors_metric(
+        &self,
+        c: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        self.metric(format!("{c}/terminal"))
+    }
+    fn new_reconcile_time_metric(
+        &self,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::HistogramMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_active_workers_metric(
+        &self,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::GaugeMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_max_concurrent_reconciles_metric(
+        &self,
+        c: &str,
+    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
+        self.metric(format!("{c}/max_concurrent"))
+    }
+    fn new_leader_status_metric(
+        &self,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_leader_errors_metric(
+        &self,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_shard_members_metric(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_shard_owned_keys_metric(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+    fn new_shard_handovers_metric(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+        Box::new(kcache_controller::metrics::NoopMetric)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_metrics_provider_of_your_own_records_reconciles() {
+    let factory = SharedInformerFactory::builder(client(&["ok", "invalid"], false))
+        .tweak_list_options(|o| o.use_watch_list = false)
+        .build();
+    let provider = MapProvider::default();
+    let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm").workers(3))
+        .metrics_provider(Arc::new(provider.clone()));
+    let handle = ctl.handle();
+    let run = tokio::spawn(ctl.run(
+        |req: Request<ConfigMap>, _: Arc<()>| async move {
+            if req.name == "invalid" {
+                let e: Box<dyn std::error::Error + Send + Sync> =
+                    TerminalError::new("spec.replicas must not be negative").into();
+                return Err(e);
+            }
+            Ok(Action::await_change())
+        },
+        Arc::new(()),
+    ));
+    for _ in 0..100 {
+        if provider.0.lock().get("cm/reconcile/error") == Some(&1.0)
+            && provider.0.lock().get("cm/reconcile/success") == Some(&1.0)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    handle.stop();
+    run.await.unwrap().unwrap();
+    factory.shutdown().await;
+    let m = provider.0.lock().clone();
+    assert_eq!(m.get("cm/reconcile/success"), Some(&1.0), "{m:?}");
+    assert_eq!(m.get("cm/reconcile/error"), Some(&1.0), "{m:?}");
+    assert_eq!(m.get("cm/errors"), Some(&1.0), "{m:?}");
+    assert_eq!(m.get("cm/terminal"), Some(&1.0), "{m:?}");
+    assert_eq!(m.get("cm/max_concurrent"), Some(&3.0), "{m:?}");
+}

@@ -1,0 +1,145 @@
+//! The metric primitives every kcache layer above the core records into
+//! (the work queue, which depends on no kcache crate, has the same four of
+//! its own, in the same shape, like client-go's `workqueue` package).
+//!
+//! Each layer has a small provider trait that creates its named metrics
+//! from these primitives (`kcache_reflector::MetricsProvider`,
+//! `kcache_informer::metrics::MetricsProvider`,
+//! `kcache_controller::metrics::MetricsProvider`; kcache-lease takes the
+//! primitives themselves), and a Prometheus implementation behind its own
+//! `prometheus` feature.
+//! [`NoopMetric`] records nothing (the default).
+//!
+//! With this crate's `prometheus` feature (turned on by the `prometheus`
+//! feature of the crates above, never by their defaults alone, except
+//! kcache-controller's, whose `prometheus` is a default), `prometheus-client`'s `Counter`,
+//! `Gauge` and `Histogram` implement the primitives, so a provider hands
+//! out a family's metric as it is: `Box::new(family.get_or_create_owned(&labels))`.
+
+/// A value that only goes up.
+pub trait CounterMetric: Send + Sync {
+    /// Adds `n`.
+    fn inc_by(&self, n: u64);
+    /// Adds one.
+    fn inc(&self) {
+        self.inc_by(1);
+    }
+}
+
+/// A value that goes up and down by one.
+pub trait GaugeMetric: Send + Sync {
+    /// Adds one.
+    fn inc(&self);
+    /// Subtracts one.
+    fn dec(&self);
+}
+
+/// A value that is set.
+pub trait SettableGaugeMetric: Send + Sync {
+    /// Sets the value.
+    fn set(&self, value: f64);
+}
+
+/// A distribution of observed values.
+pub trait HistogramMetric: Send + Sync {
+    /// Records one value.
+    fn observe(&self, value: f64);
+}
+
+/// A metric that records nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopMetric;
+
+impl CounterMetric for NoopMetric {
+    fn inc_by(&self, _n: u64) {}
+}
+impl GaugeMetric for NoopMetric {
+    fn inc(&self) {}
+    fn dec(&self) {}
+}
+impl SettableGaugeMetric for NoopMetric {
+    fn set(&self, _value: f64) {}
+}
+impl HistogramMetric for NoopMetric {
+    fn observe(&self, _value: f64) {}
+}
+
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+mod prometheus_impls {
+    //! `prometheus-client`'s metrics as kcache primitives.
+    use std::sync::atomic::{AtomicI64, AtomicU64};
+
+    use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::metrics::gauge::Gauge;
+    use prometheus_client::metrics::histogram::Histogram;
+
+    use super::{CounterMetric, GaugeMetric, HistogramMetric, SettableGaugeMetric};
+
+    impl CounterMetric for Counter<u64, AtomicU64> {
+        fn inc_by(&self, n: u64) {
+            Counter::inc_by(self, n);
+        }
+    }
+
+    /// Whole-number gauges: counts (objects, members, a 0/1 state).
+    impl GaugeMetric for Gauge<i64, AtomicI64> {
+        fn inc(&self) {
+            Gauge::inc(self);
+        }
+        fn dec(&self) {
+            Gauge::dec(self);
+        }
+    }
+    impl SettableGaugeMetric for Gauge<i64, AtomicI64> {
+        fn set(&self, value: f64) {
+            // `as` saturates (and maps NaN to 0): counts stay counts
+            Gauge::set(self, value as i64);
+        }
+    }
+
+    /// Floating-point gauges: seconds, timestamps.
+    impl GaugeMetric for Gauge<f64, AtomicU64> {
+        fn inc(&self) {
+            Gauge::inc(self);
+        }
+        fn dec(&self) {
+            Gauge::dec(self);
+        }
+    }
+    impl SettableGaugeMetric for Gauge<f64, AtomicU64> {
+        fn set(&self, value: f64) {
+            Gauge::set(self, value);
+        }
+    }
+
+    impl HistogramMetric for Histogram {
+        fn observe(&self, value: f64) {
+            Histogram::observe(self, value);
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn prometheus_metrics_record_through_the_primitives() {
+            let c = Counter::<u64, AtomicU64>::default();
+            let as_counter: &dyn CounterMetric = &c;
+            as_counter.inc();
+            as_counter.inc_by(4);
+            assert_eq!(c.get(), 5);
+            let g = Gauge::<i64, AtomicI64>::default();
+            GaugeMetric::inc(&g);
+            GaugeMetric::inc(&g);
+            GaugeMetric::dec(&g);
+            assert_eq!(g.get(), 1);
+            SettableGaugeMetric::set(&g, 41.9);
+            assert_eq!(g.get(), 41);
+            let f = Gauge::<f64, AtomicU64>::default();
+            SettableGaugeMetric::set(&f, 1.5);
+            assert_eq!(f.get(), 1.5);
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Informer metrics behind a small provider trait (the reflector's and the
+//! work queue's pattern).
+//!
+//! An informer records into the metrics of the provider given to
+//! [`SharedIndexInformerBuilder::metrics`](crate::SharedIndexInformerBuilder::metrics),
+//! [`SharedInformerFactoryBuilder::metrics`](crate::SharedInformerFactoryBuilder::metrics)
+//! or, later, [`SharedIndexInformer::set_metrics`](crate::SharedIndexInformer::set_metrics)
+//! (the first one given is kept). Values are pushed by the informer where
+//! they change, not read at scrape time: the cache size and the sync state
+//! when the informer wakes its listeners (after every run of deltas), a
+//! handler's backlog when a notification is queued for it or taken by it,
+//! deliveries and panics when a handler returns, the warm-restart figures
+//! when they are known.
+//!
+//! | metric | kind | labels | meaning |
+//! | --- | --- | --- | --- |
+//! | `kcache_informer_synced` | gauge | `informer` | 1 once the cache is known current ([`has_synced`](crate::SharedIndexInformer::has_synced)), else 0 |
+//! | `kcache_informer_cached_objects` | gauge | `informer` | objects in the cache |
+//! | `kcache_informer_listener_backlog` | gauge | `informer`, `handler` | notifications waiting for a handler |
+//! | `kcache_informer_listener_delivered_total` | counter | `informer`, `handler` | notifications a handler returned from |
+//! | `kcache_informer_handler_panics_total` | counter | `informer`, `handler` | handler panics (each event skipped) |
+//!
+//! Informers with [snapshots](crate::SnapshotOptions) (warm restarts) also
+//! record, per informer:
+//!
+//! | metric | kind | meaning |
+//! | --- | --- | --- |
+//! | `kcache_informer_warm_start` | gauge | 1: started from a snapshot, 0: listed |
+//! | `kcache_informer_snapshot_age_seconds` | gauge | age of the snapshot loaded (0 on a cold start) |
+//! | `kcache_informer_snapshot_objects_loaded` | gauge | objects loaded from it (0 on a cold start) |
+//! | `kcache_informer_snapshot_resume_relisted` | gauge | 1: its resourceVersion was too old and the informer relisted |
+//! | `kcache_informer_time_to_synced_seconds` | gauge | from the start of the run until synced |
+//! | `kcache_informer_snapshot_writes_total` | counter | snapshots written |
+//! | `kcache_informer_snapshot_write_failures_total` | counter | snapshot writes that failed |
+//! | `kcache_informer_snapshot_last_write_seconds` | gauge | duration of the last write (encode, write, fsync, rename) |
+//! | `kcache_informer_snapshot_last_write_bytes` | gauge | size of the last snapshot written |
+//! | `kcache_informer_snapshot_last_write_objects` | gauge | objects in the last snapshot written |
+//!
+//! The reflector under each informer records into its own provider
+//! ([`ReflectorMetricsProvider`], `reflector_*` metrics), given with
+//! `reflector_metrics` on the same builders. The `prometheus` feature adds
+//! `PrometheusMetricsProvider` and re-exports the reflector's as
+//! `PrometheusReflectorMetricsProvider`.
+
+use std::sync::{Arc, Mutex};
+
+pub use kcache_core::metrics::{CounterMetric, NoopMetric, SettableGaugeMetric};
+/// The reflector's provider trait (`reflector_*` metrics), as the informer
+/// builders take it.
+pub use kcache_reflector::MetricsProvider as ReflectorMetricsProvider;
+
+use crate::snapshot::{SnapshotStatus, StartKind};
+
+/// Creates the metrics of a named informer and of its handlers. `informer`
+/// is the informer's name, `handler` a handler's (`<informer>#<n>`).
+pub trait MetricsProvider: Send + Sync {
+    /// `kcache_informer_synced`.
+    fn new_synced_metric(&self, informer: &str) -> Box<dyn SettableGaugeMetric>;
+    /// `kcache_informer_cached_objects`.
+    fn new_cached_objects_metric(&self, informer: &str) -> Box<dyn SettableGaugeMetric>;
+    /// `kcache_informer_listener_backlog`.
+    fn new_listener_backlog_metric(
+        &self,
+        informer: &str,
+        handler: &str,
+    ) -> Box<dyn SettableGaugeMetric>;
+    /// `kcache_informer_listener_delivered_total`.
+    fn new_listener_delivered_metric(
+        &self,
+        informer: &str,
+        handler: &str,
+    ) -> Box<dyn CounterMetric>;
+    /// `kcache_informer_handler_panics_total`.
+    fn new_handler_panics_metric(&self, informer: &str, handler: &str) -> Box<dyn CounterMetric>;
+    /// The warm-restart metrics of an informer with snapshots.
+    fn new_snapshot_metrics(&self, informer: &str) -> SnapshotMetrics;
+}
+
+/// The warm-restart metrics of one informer (see the [module](self) docs
+/// for their names).
+pub struct SnapshotMetrics {
+    /// `kcache_informer_warm_start`.
+    pub warm_start: Box<dyn SettableGaugeMetric>,
+    /// `kcache_informer_snapshot_age_seconds`.
+    pub age_seconds: Box<dyn SettableGaugeMetric>,
+    /// `kcache_informer_snapshot_objects_loaded`.
+    pub objects_loaded: Box<dyn SettableGaugeMetric>,
+    /// `kcache_informer_snapshot_resume_relisted`.
+    pub resume_relisted: Box<dyn SettableGaugeMetric>,
+    /// `kcache_informer_time_to_synced_seconds`.
+    pub time_to_synced_seconds: Box<dyn SettableGaugeMetric>,
+    /// `kcache_informer_snapshot_writes_total`.
+    pub writes: Box<dyn CounterMetric>,
+    /// `kcache_informer_snapshot_write_failures_total`.
+    pub write_failures: Box<dyn CounterMetric>,
+    /// `kcache_informer_snapshot_last_write_seconds`.
+    pub last_write_seconds: Box<dyn SettableGaugeMetric>,
+    /// `kcache_informer_snapshot_last_write_bytes`.
+    pub last_write_bytes: Box<dyn SettableGaugeMetric>,
+    /// `kcache_informer_snapshot_last_write_objects`.
+    pub last_write_objects: Box<dyn SettableGaugeMetric>,
+}
+
+impl SnapshotMetrics {
+    /// Metrics that record nothing.
+    pub fn noop() -> Self {
+        SnapshotMetrics {
+            warm_start: Box::new(NoopMetric),
+            age_seconds: Box::new(NoopMetric),
+            objects_loaded: Box::new(NoopMetric),
+            resume_relisted: Box::new(NoopMetric),
+            time_to_synced_seconds: Box::new(NoopMetric),
+            writes: Box::new(NoopMetric),
+            write_failures: Box::new(NoopMetric),
+            last_write_seconds: Box::new(NoopMetric),
+            last_write_bytes: Box::new(NoopMetric),
+            last_write_objects: Box::new(NoopMetric),
+        }
+    }
+}
+
+impl std::fmt::Debug for SnapshotMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotMetrics").finish_non_exhaustive()
+    }
+}
+
+/// A provider whose metrics record nothing: the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopMetricsProvider;
+
+impl MetricsProvider for NoopMetricsProvider {
+    fn new_synced_metric(&self, _informer: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(NoopMetric)
+    }
+    fn new_cached_objects_metric(&self, _informer: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(NoopMetric)
+    }
+    fn new_listener_backlog_metric(
+        &self,
+        _informer: &str,
+        _handler: &str,
+    ) -> Box<dyn SettableGaugeMetric> {
+        Box::new(NoopMetric)
+    }
+    fn new_listener_delivered_metric(
+        &self,
+        _informer: &str,
+        _handler: &str,
+    ) -> Box<dyn CounterMetric> {
+        Box::new(NoopMetric)
+    }
+    fn new_handler_panics_metric(&self, _informer: &str, _handler: &str) -> Box<dyn CounterMetric> {
+        Box::new(NoopMetric)
+    }
+    fn new_snapshot_metrics(&self, _informer: &str) -> SnapshotMetrics {
+        SnapshotMetrics::noop()
+    }
+}
+
+impl<P: MetricsProvider + ?Sized> MetricsProvider for std::sync::Arc<P> {
+    fn new_synced_metric(&self, informer: &str) -> Box<dyn SettableGaugeMetric> {
+        (**self).new_synced_metric(informer)
+    }
+    fn new_cached_objects_metric(&self, informer: &str) -> Box<dyn SettableGaugeMetric> {
+        (**self).new_cached_objects_metric(informer)
+    }
+    fn new_listener_backlog_metric(
+        &self,
+        informer: &str,
+        handler: &str,
+    ) -> Box<dyn SettableGaugeMetric> {
+        (**self).new_listener_backlog_metric(informer, handler)
+    }
+    fn new_listener_delivered_metric(
+        &self,
+        informer: &str,
+        handler: &str,
+    ) -> Box<dyn CounterMetric> {
+        (**self).new_listener_delivered_metric(informer, handler)
+    }
+    fn new_handler_panics_metric(&self, informer: &str, handler: &str) -> Box<dyn CounterMetric> {
+        (**self).new_handler_panics_metric(informer, handler)
+    }
+    fn new_snapshot_metrics(&self, informer: &str) -> SnapshotMetrics {
+        (**self).new_snapshot_metrics(informer)
+    }
+}
+
+/// The metrics of one informer, created once its provider is known; the
+/// provider stays for the informer's handlers.
+pub(crate) struct InformerMetrics {
+    provider: Arc<dyn MetricsProvider>,
+    synced: Box<dyn SettableGaugeMetric>,
+    cached_objects: Box<dyn SettableGaugeMetric>,
+    /// Present when the informer has snapshots.
+    snapshot: Option<SnapshotRecorder>,
+}
+
+impl InformerMetrics {
+    pub(crate) fn new(provider: Arc<dyn MetricsProvider>, informer: &str, snapshots: bool) -> Self {
+        InformerMetrics {
+            synced: provider.new_synced_metric(informer),
+            cached_objects: provider.new_cached_objects_metric(informer),
+            snapshot: snapshots.then(|| SnapshotRecorder {
+                metrics: provider.new_snapshot_metrics(informer),
+                recorded: Mutex::new(Recorded::default()),
+            }),
+            provider,
+        }
+    }
+
+    /// The metrics of a handler of this informer.
+    pub(crate) fn listener(&self, informer: &str, handler: &str) -> ListenerMetrics {
+        ListenerMetrics {
+            backlog: self.provider.new_listener_backlog_metric(informer, handler),
+            delivered: self
+                .provider
+                .new_listener_delivered_metric(informer, handler),
+            panics: self.provider.new_handler_panics_metric(informer, handler),
+        }
+    }
+
+    /// The cache's state, pushed when the informer wakes its listeners.
+    pub(crate) fn cache(&self, synced: bool, objects: usize) {
+        self.synced.set(f64::from(u8::from(synced)));
+        self.cached_objects.set(objects as f64);
+    }
+
+    /// The warm-restart state, pushed after each change of it.
+    pub(crate) fn snapshot(&self, status: &SnapshotStatus) {
+        if let Some(s) = &self.snapshot {
+            s.record(status);
+        }
+    }
+}
+
+/// The counters already pushed, so that pushing a [`SnapshotStatus`] again
+/// adds only what is new.
+#[derive(Default)]
+struct Recorded {
+    writes: u64,
+    write_failures: u64,
+}
+
+struct SnapshotRecorder {
+    metrics: SnapshotMetrics,
+    recorded: Mutex<Recorded>,
+}
+
+impl SnapshotRecorder {
+    fn record(&self, s: &SnapshotStatus) {
+        let m = &self.metrics;
+        if s.start != StartKind::NotStarted {
+            let warm = s.start == StartKind::Warm;
+            m.warm_start.set(f64::from(u8::from(warm)));
+            m.objects_loaded
+                .set(if warm { s.objects_loaded as f64 } else { 0.0 });
+            m.resume_relisted
+                .set(f64::from(u8::from(warm && s.resume_relisted)));
+            m.age_seconds
+                .set(s.snapshot_age.map_or(0.0, |d| d.as_secs_f64()));
+        }
+        if let Some(d) = s.time_to_synced {
+            m.time_to_synced_seconds.set(d.as_secs_f64());
+        }
+        if let Some(w) = &s.last_write {
+            m.last_write_seconds.set(w.duration.as_secs_f64());
+            m.last_write_bytes.set(w.bytes as f64);
+            m.last_write_objects.set(w.objects as f64);
+        }
+        let mut r = self
+            .recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.writes.inc_by(s.writes.saturating_sub(r.writes));
+        m.write_failures
+            .inc_by(s.write_failures.saturating_sub(r.write_failures));
+        r.writes = r.writes.max(s.writes);
+        r.write_failures = r.write_failures.max(s.write_failures);
+    }
+}
+
+/// The metrics of one handler's listener.
+pub(crate) struct ListenerMetrics {
+    pub(crate) backlog: Box<dyn SettableGaugeMetric>,
+    pub(crate) delivered: Box<dyn CounterMetric>,
+    pub(crate) panics: Box<dyn CounterMetric>,
+}

@@ -1,0 +1,8 @@
+//! The protobuf path: watch frames, envelopes, lists, Status, objects.
+//!
+//! The properties are in `kcache_fuzz_checks::protobuf_frame`
+//! (tests/fuzz-checks), which the stable smoke test in `cargo test
+//! --workspace` runs too.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| kcache_fuzz_checks::protobuf_frame::check(data));
