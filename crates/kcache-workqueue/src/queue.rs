@@ -251,14 +251,20 @@ impl<T: QueueItem> Queues<T> {
         key
     }
 
-    fn rank(&self, priority: i32, ready_at: u64) -> i128 {
+    /// The slot's rank in the ready queue (see [`ReadyQueue`]): with aging,
+    /// the ready time less `priority` agings, saturated to `i64` (2^63 ns
+    /// is 292 years: only absurd priorities times agings saturate, and
+    /// saturated ranks go by order of adding); strict priority orders
+    /// lanes by priority and ranks by ready time.
+    fn rank(&self, priority: i32, ready_at: u64) -> i64 {
         let t = i128::from(ready_at);
-        match self.aging_nanos {
+        let rank = match self.aging_nanos {
             // Aging: each `aging` of waiting is worth one priority level.
             Some(aging) => t - i128::from(priority) * aging,
-            // Strict: priority first, then ready time.
-            None => t - (i128::from(priority) << 80),
-        }
+            // Strict: the lanes order priorities.
+            None => t,
+        };
+        rank.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
     /// Queues slot `idx` by its priority and ready time.
@@ -1415,7 +1421,7 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
                     tags: Vec::new(),
                     unlinked: Vec::with_capacity(GROUP),
                     q: Queues {
-                        ready: ReadyQueue::default(),
+                        ready: ReadyQueue::new(aging_nanos.is_none()),
                         delayed: BTreeMap::new(),
                         slots: Vec::new(),
                         free: Vec::new(),
