@@ -132,6 +132,7 @@ mod prometheus;
 mod queue;
 pub mod rate_limiter;
 mod ready;
+mod slab;
 mod table;
 mod waiters;
 

@@ -40,6 +40,7 @@ use crate::error::BuildError;
 use crate::metrics::{CounterMetric, MetricsProvider, QueueMetrics};
 use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
 use crate::ready::ReadyQueue;
+use crate::slab::Slab;
 use crate::table::{ItemTable, Probe, SlotIdx};
 use crate::waiters::{WaiterId, Waiters, Wakeups};
 
@@ -196,7 +197,7 @@ struct Queues<T> {
     ready: ReadyQueue<SlotIdx>,
     /// Slots of items waiting for a later time, by `(ready_at, seq)`.
     delayed: BTreeMap<(u64, u64), SlotIdx>,
-    slots: Vec<Slot<T>>,
+    slots: Slab<Slot<T>>,
     /// Free slots, reused last-freed first (likely still in cache).
     free: Vec<SlotIdx>,
     seq: u64,
@@ -586,7 +587,6 @@ impl<T: QueueItem> State<T> {
         let q = &mut self.q;
         if q.slots.len() > IDLE_KEEP_CAPACITY && q.free.len() == q.slots.len() {
             q.slots.clear();
-            q.slots.shrink_to(IDLE_KEEP_CAPACITY);
             q.free.clear();
             q.free.shrink_to(IDLE_KEEP_CAPACITY);
         }
@@ -1423,7 +1423,7 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
                     q: Queues {
                         ready: ReadyQueue::new(aging_nanos.is_none()),
                         delayed: BTreeMap::new(),
-                        slots: Vec::new(),
+                        slots: Slab::default(),
                         free: Vec::new(),
                         seq: 0,
                         parked: 0,

@@ -58,8 +58,15 @@ fn entry_idx(e: u64) -> SlotIdx {
 impl ItemTable {
     fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.next_power_of_two().max(MIN_CAPACITY);
+        // Zeroed by writing, not by `vec![0; n]`: that one is calloc, whose
+        // fresh pages the first probe maps to the shared zero page (a read
+        // fault) and the insert that follows copies (a second fault). A
+        // resize of a big table took two page faults per page, and was the
+        // top source of page faults with 1M keys.
+        let mut entries = Vec::with_capacity(capacity);
+        entries.resize(capacity, 0);
         Self {
-            entries: vec![0; capacity],
+            entries,
             shift: 64 - capacity.trailing_zeros(),
             len: 0,
         }
