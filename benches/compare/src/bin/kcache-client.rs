@@ -46,7 +46,10 @@ use wire_format::WireFormat;
 
 #[derive(Parser)]
 struct Args {
-    /// `ingest` (informer) or `workqueue`.
+    /// `ingest` (informer) or `workqueue` (one producer task adds `--keys`
+    /// distinct keys, `--workers` tasks get, forget and done them; all on
+    /// the runtime's 2 threads, as the Go client runs its goroutines on
+    /// GOMAXPROCS=2).
     #[arg(long, default_value = "ingest")]
     scenario: String,
     /// Cut managedFields from every cached object.
@@ -242,6 +245,12 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Scenario `workqueue`: one producer adds `keys` distinct keys, `workers`
+/// workers get, forget and done them; the rate is keys over the time until
+/// every key is done. Producer and workers are all tasks on the runtime's
+/// 2 worker threads, the shape of the Go client (goroutines on
+/// GOMAXPROCS=2): a producer run by `main`'s `block_on` would be a third OS
+/// thread that Go does not get.
 async fn workqueue(keys: usize, workers: usize) -> Report {
     let names: Vec<String> = (0..keys)
         .map(|i| format!("team-{}/web-{i:08}", i % 50))
@@ -265,9 +274,19 @@ async fn workqueue(keys: usize, workers: usize) -> Report {
             })
         })
         .collect();
-    for k in names {
-        q.add(k);
-    }
+    // The producer is a task on the runtime, like the Go client's producer
+    // goroutine on its GOMAXPROCS=2 Ps: both sides run producer and workers
+    // M:N on exactly 2 threads. (Run in `main`'s future, through
+    // `block_on`, it would have a third OS thread of its own.)
+    let producer = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            for k in names {
+                q.add(k);
+            }
+        })
+    };
+    let _ = producer.await;
     for h in handles {
         let _ = h.await;
     }
