@@ -1130,6 +1130,56 @@ impl<T: QueueItem> WorkQueue<T> {
         }
     }
 
+    /// [`done`](Self::done) of `item`, then [`get`](Self::get): a worker's
+    /// loop step in one acquisition of the queue's lock when an item is
+    /// ready (with several workers on a multi-threaded runtime, `done` and
+    /// the next `get` otherwise take the lock twice per item, and the
+    /// threads hand it back and forth). Same rules as the two calls: `item`
+    /// is done before the next item is chosen (if it was added again while
+    /// processed, it is queued behind the items already ready), and when
+    /// nothing is ready this waits as `get` does.
+    pub async fn done_and_get(&self, item: &T) -> Option<T> {
+        if let Some(next) = self.done_then_try_get(item) {
+            return Some(next);
+        }
+        self.get().await
+    }
+
+    /// The lock-once part of [`done_and_get`](Self::done_and_get): `done`,
+    /// then the first ready item if one is there and no woken getter is
+    /// owed a turn (see [`Waiters::should_yield`]); `None` sends the caller
+    /// to `get`.
+    fn done_then_try_get(&self, item: &T) -> Option<T> {
+        let inner = &*self.inner;
+        let (wakeups, drained, next, _released) = {
+            let mut st = inner.state.lock();
+            let mut wake = inner.apply_inbox(&mut st);
+            let (done_wake, released) = st.done(item, inner.id());
+            wake = wake.max(done_wake);
+            let drained = st.shutting_down && st.drained();
+            let mut next = None;
+            if !drained && !st.waiters.owes_turn() {
+                if !st.q.delayed.is_empty() {
+                    wake = wake.max(st.promote_due(Instant::now()));
+                }
+                if let Some((next_item, idx)) = st.pop_ready(Instant::now) {
+                    remember_handed_out(inner.id(), idx);
+                    st.waiters.took_item();
+                    if !st.q.ready.is_empty() {
+                        wake = wake.max(Wake::One);
+                    }
+                    next = Some(next_item);
+                }
+            }
+            (inner.wakeups(&mut st, wake), drained, next, released)
+        };
+        wakeups.wake();
+        if drained {
+            inner.drained.notify_waiters();
+        }
+        next
+    }
+
     /// Number of items ready to be handed out. Items being processed and
     /// items waiting for a later time are not counted.
     pub fn len(&self) -> usize {

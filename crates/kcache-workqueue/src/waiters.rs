@@ -135,6 +135,13 @@ impl Waiters {
         true
     }
 
+    /// Whether [`should_yield`](Self::should_yield) would say yes (without
+    /// resetting its count): a caller that cannot yield leaves the item to
+    /// `get`.
+    pub(crate) fn owes_turn(&self) -> bool {
+        !self.woken.is_empty() && self.taken_while_woken >= YIELD_AFTER_TAKES
+    }
+
     /// Getter `id` runs: if the queue woke it, that wake is consumed (the
     /// caller must pass it on if it leaves items ready). Returns whether it
     /// had been woken.

@@ -67,6 +67,10 @@ struct Args {
     /// Workqueue: number of workers.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// Workqueue: workers call `done_and_get` (done and the next get in one
+    /// lock acquisition) instead of `done` then `get`.
+    #[arg(long)]
+    done_and_get: bool,
     /// Sync: `paged` (list + watch) or `streaming` (watch with
     /// `sendInitialEvents`).
     #[arg(long, default_value = "paged")]
@@ -91,7 +95,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let report = match args.scenario.as_str() {
-        "workqueue" => workqueue(args.keys, args.workers).await,
+        "workqueue" => workqueue(args.keys, args.workers, args.done_and_get).await,
         "sync" => return sync(&args).await,
         _ => ingest(&args).await?,
     };
@@ -251,7 +255,7 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
 /// 2 worker threads, the shape of the Go client (goroutines on
 /// GOMAXPROCS=2): a producer run by `main`'s `block_on` would be a third OS
 /// thread that Go does not get.
-async fn workqueue(keys: usize, workers: usize) -> Report {
+async fn workqueue(keys: usize, workers: usize, done_and_get: bool) -> Report {
     let names: Vec<String> = (0..keys)
         .map(|i| format!("team-{}/web-{i:08}", i % 50))
         .collect();
@@ -264,12 +268,18 @@ async fn workqueue(keys: usize, workers: usize) -> Report {
         .map(|_| {
             let (q, processed) = (q.clone(), processed.clone());
             tokio::spawn(async move {
-                while let Some(k) = q.get().await {
+                let mut next = q.get().await;
+                while let Some(k) = next {
                     q.forget(&k);
-                    q.done(&k);
                     if processed.fetch_add(1, Ordering::Relaxed) + 1 == keys as u64 {
                         q.shut_down();
                     }
+                    next = if done_and_get {
+                        q.done_and_get(&k).await
+                    } else {
+                        q.done(&k);
+                        q.get().await
+                    };
                 }
             })
         })
