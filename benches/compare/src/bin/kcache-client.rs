@@ -254,7 +254,9 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
 /// every key is done. Producer and workers are all tasks on the runtime's
 /// 2 worker threads, the shape of the Go client (goroutines on
 /// GOMAXPROCS=2): a producer run by `main`'s `block_on` would be a third OS
-/// thread that Go does not get.
+/// thread that Go does not get. With `done_and_get` the workers use
+/// [`WorkQueue::done_and_get`] (done and the next get in one lock
+/// acquisition) instead of `done` then `get`.
 async fn workqueue(keys: usize, workers: usize, done_and_get: bool) -> Report {
     let names: Vec<String> = (0..keys)
         .map(|i| format!("team-{}/web-{i:08}", i % 50))
