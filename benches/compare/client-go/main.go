@@ -189,7 +189,9 @@ func runWorkqueue(keys, workers int) result {
 	for i := range names {
 		names[i] = fmt.Sprintf("team-%d/web-%08d", i%50, i)
 	}
-	q := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{})
+	// What a controller builds: the rate-limiting queue with the default
+	// controller rate limiter; a worker forgets a key it processed.
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	start := time.Now()
 	var wg sync.WaitGroup
 	var processed atomic.Uint64
@@ -202,6 +204,7 @@ func runWorkqueue(keys, workers int) result {
 				if shutdown {
 					return
 				}
+				q.Forget(k)
 				q.Done(k)
 				if processed.Add(1) == uint64(keys) {
 					q.ShutDown()

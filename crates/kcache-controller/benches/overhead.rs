@@ -8,20 +8,16 @@
 //!
 //! `cargo bench -p kcache-controller --bench overhead`
 
-use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use futures::stream::{self, StreamExt};
-use http_body::Frame;
-use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{Action, Config, Controller, Request};
 use kcache_informer::{ResourceEventHandlerFuncs, SharedInformerFactory};
-use kube::Client;
+use kcache_testing::fake::Fake;
 use serde_json::json;
 
 const N: usize = 10_000;
@@ -48,24 +44,10 @@ fn list_body() -> Bytes {
     Bytes::from(list.to_string())
 }
 
-/// A factory whose client answers every list with `list` and holds every
-/// watch open, silent.
+/// A factory whose client (the scripted fake apiserver) answers every
+/// list with `list` and holds every watch open, silent.
 fn factory(list: Bytes) -> SharedInformerFactory {
-    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
-        let body = if is_watch {
-            stream::pending::<Result<Frame<Bytes>, io::Error>>().boxed()
-        } else {
-            stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed()
-        };
-        async move {
-            http::Response::builder()
-                .status(200)
-                .body(StreamBody::new(body))
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
-        }
-    });
-    SharedInformerFactory::builder(Client::new(svc, "default"))
+    SharedInformerFactory::builder(Fake::serving(list).client)
         .tweak_list_options(|o| o.use_watch_list = false)
         .build()
 }
@@ -118,6 +100,24 @@ async fn informer(list: &Bytes) -> Duration {
     took
 }
 
+/// Measures `run` (which returns the time it took) once per iteration.
+fn iter_timed<'a, F, Fut>(b: &mut criterion::Bencher<'_>, rt: &tokio::runtime::Runtime, run: F)
+where
+    F: Fn() -> Fut + 'a,
+    Fut: std::future::Future<Output = Duration> + 'a,
+{
+    b.to_async(rt).iter_custom(|iters| {
+        let run = &run;
+        async move {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                total += run().await;
+            }
+            total
+        }
+    })
+}
+
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     let list = list_body();
@@ -125,29 +125,11 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     g.throughput(Throughput::Elements(N as u64));
     g.bench_function(format!("list{N}/informer_baseline"), |b| {
-        b.to_async(&rt).iter_custom(|iters| {
-            let list = &list;
-            async move {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    total += informer(list).await;
-                }
-                total
-            }
-        })
+        iter_timed(b, &rt, || informer(&list))
     });
     for workers in [1usize, 4] {
         g.bench_function(format!("list{N}/reconcile_all/{workers}_workers"), |b| {
-            b.to_async(&rt).iter_custom(|iters| {
-                let list = &list;
-                async move {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        total += controller(list, workers).await;
-                    }
-                    total
-                }
-            })
+            iter_timed(b, &rt, || controller(&list, workers))
         });
     }
     g.finish();

@@ -371,11 +371,8 @@ mod tests {
 
     /// A client whose requests never get an answer.
     fn silent_client() -> Client {
-        let svc = tower::service_fn(|_req: http::Request<kube::client::Body>| async {
-            std::future::pending::<Result<http::Response<kube::client::Body>, std::io::Error>>()
-                .await
-        });
-        Client::new(svc, "default")
+        use kcache_testing::fake::{Fake, Reply};
+        Fake::new(|_| Reply::NoHeaders).client
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,16 +14,16 @@ use kcache_controller::{
 };
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;
+use kcache_testing::envtest::namespace;
+use kcache_testing::raw_http::get;
 use kcache_workqueue::ItemExponentialFailureRateLimiter;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use parking_lot::Mutex;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 async fn setup(prefix: &str) -> (Client, String) {
-    let cp = ControlPlane::shared().await.expect("control plane");
-    let ns = cp.create_namespace(prefix).await.expect("namespace");
-    (cp.client().expect("client"), ns)
+    let env = namespace(prefix).await;
+    (env.client, env.ns)
 }
 
 fn factory(client: &Client, ns: &str) -> SharedInformerFactory {
@@ -266,25 +266,6 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() {
     fb.shutdown().await;
 }
 
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_endpoint_serves_reconcile_and_workqueue_metrics() {
     let (client, ns) = setup("ctrl-metrics").await;
@@ -319,7 +300,7 @@ async fn metrics_endpoint_serves_reconcile_and_workqueue_metrics() {
     })
     .await;
 
-    let (status, body) = http_get(addr, "/metrics").await;
+    let (status, body) = get(addr, "/metrics").await;
     assert_eq!(status, 200);
     for needle in [
         "controller_runtime_reconcile_total{controller=\"metrics-test\",result=\"success\"} 1",
@@ -342,10 +323,10 @@ async fn metrics_endpoint_serves_reconcile_and_workqueue_metrics() {
     ] {
         assert!(body.contains(needle), "missing {needle:?} in\n{body}");
     }
-    assert_eq!(http_get(addr, "/healthz").await.0, 200);
-    let (status, body) = http_get(addr, "/readyz").await;
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    let (status, body) = get(addr, "/readyz").await;
     assert_eq!((status, body.trim()), (200, "metrics-test: ok"));
-    assert_eq!(http_get(addr, "/debug/pprof").await.0, 404);
+    assert_eq!(get(addr, "/debug/pprof").await.0, 404);
 
     handle.stop();
     task.await.unwrap().unwrap();

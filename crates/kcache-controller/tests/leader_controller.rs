@@ -7,10 +7,6 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::stream::{self, StreamExt as _};
-use http_body::Frame;
-use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{
     Action, Config, Controller, ControllerError, LeaderElectionConfig, LeaderElector, LeaseLock,
@@ -19,8 +15,8 @@ use kcache_controller::{
 use kcache_informer::SharedInformerFactory;
 use kcache_lease::LeaderCallbacks;
 use kcache_lease::testing::InMemoryLeaseLock;
+use kcache_testing::fake::{Fake, Reply, cm_items, list_json};
 use parking_lot::Mutex;
-use serde_json::json;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -28,35 +24,8 @@ use tokio_util::sync::CancellationToken;
 /// A factory whose client lists the ConfigMaps `names` (namespace `ns`)
 /// and holds every watch open, silent.
 fn factory(names: &[&str]) -> SharedInformerFactory {
-    let items: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": n, "namespace": "ns", "uid": format!("uid-{i}"),
-                    "resourceVersion": (i + 1).to_string()}})
-        })
-        .collect();
-    let list = Bytes::from(
-        json!({"kind": "ConfigMapList", "apiVersion": "v1",
-            "metadata": {"resourceVersion": "100"}, "items": items})
-        .to_string(),
-    );
-    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
-        let body = if is_watch {
-            stream::pending::<Result<Frame<Bytes>, io::Error>>().boxed()
-        } else {
-            stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed()
-        };
-        async move {
-            http::Response::builder()
-                .status(200)
-                .body(StreamBody::new(body))
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
-        }
-    });
-    SharedInformerFactory::builder(kube::Client::new(svc, "default"))
+    let list = list_json("100", "", cm_items(names));
+    SharedInformerFactory::builder(Fake::serving(list).client)
         .tweak_list_options(|o| o.use_watch_list = false)
         .build()
 }
@@ -247,18 +216,13 @@ async fn reconciles_end_before_a_standby_can_take_over() {
 /// A client that answers every write with 200 `{}` and records when each
 /// one was sent.
 fn recording_client(writes: Arc<Mutex<Vec<Instant>>>) -> kube::Client {
-    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        if req.method() != http::Method::GET {
+    Fake::new(move |r| {
+        if r.method != http::Method::GET {
             writes.lock().push(Instant::now());
         }
-        async move {
-            http::Response::builder()
-                .status(200)
-                .body(http_body_util::Full::new(Bytes::from_static(b"{}")))
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
-        }
-    });
-    kube::Client::new(svc, "default")
+        Reply::Json(200, "{}".to_owned())
+    })
+    .client
 }
 
 #[tokio::test(start_paused = true)]

@@ -10,60 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use futures::stream::{self, StreamExt as _};
-use http_body::Frame;
-use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{
     Action, Config, Controller, LeaderElectionConfig, LeaseLock, MetricsRegistry, Request,
 };
 use kcache_informer::SharedInformerFactory;
 use kcache_lease::{LeaderElectionRecord, LeaseError};
-use parking_lot::Mutex;
-use serde_json::json;
-
-/// A factory whose client lists the ConfigMaps `names` (namespace `ns`)
-/// and holds every watch open, silent.
-fn factory(names: &[&str]) -> SharedInformerFactory {
-    let items: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": n, "namespace": "ns", "uid": format!("uid-{i}"),
-                    "resourceVersion": (i + 1).to_string()}})
-        })
-        .collect();
-    let list = Bytes::from(
-        json!({"kind": "ConfigMapList", "apiVersion": "v1",
-            "metadata": {"resourceVersion": "100"}, "items": items})
-        .to_string(),
-    );
-    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
-        let body = if is_watch {
-            stream::pending::<Result<Frame<Bytes>, io::Error>>().boxed()
-        } else {
-            stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed()
-        };
-        async move {
-            http::Response::builder()
-                .status(200)
-                .body(StreamBody::new(body))
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
-        }
-    });
-    SharedInformerFactory::builder(kube::Client::new(svc, "default"))
-        .tweak_list_options(|o| o.use_watch_list = false)
-        .build()
-}
-
-fn le(id: &str) -> LeaderElectionConfig {
-    // client-go's documented defaults: 15 s lease, 10 s renew deadline,
-    // 2 s retry period.
-    LeaderElectionConfig::new(id)
-}
+use kcache_testing::fake::{Fake, cm_items, list_json};
+use kcache_testing::logs::LogBuffer;
 
 /// A lease lock whose every request is refused by RBAC.
 struct Forbidden;
@@ -88,42 +42,24 @@ impl LeaseLock for Forbidden {
     }
 }
 
-/// Collects what tracing writes.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock()).into_owned()
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn lease_errors_are_warned_and_fail_readiness() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = LogBuffer::set_default(tracing::Level::INFO);
 
-    let factory = factory(&["a"]);
+    // one ConfigMap listed, every watch held open, silent
+    let list = list_json("100", "", cm_items(&["a"]));
+    let factory = SharedInformerFactory::builder(Fake::serving(list).client)
+        .tweak_list_options(|o| o.use_watch_list = false)
+        .build();
     let registry = MetricsRegistry::new();
     let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))
         .metrics(registry.clone())
-        .leader_election(le("leader"), Forbidden);
+        .leader_election(
+            // client-go's documented defaults: 15 s lease, 10 s renew
+            // deadline, 2 s retry period.
+            LeaderElectionConfig::new("leader"),
+            Forbidden,
+        );
     let handle = ctl.handle();
     let run =
         tokio::spawn(ctl.run(
@@ -178,10 +114,7 @@ async fn lease_errors_are_warned_and_fail_readiness() {
 
     // One WARN for the lasting failure (not one per attempt), with the fix.
     let text = logs.text();
-    let warns: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("WARN") && l.contains("the lease get failed"))
-        .collect();
+    let warns = logs.lines_with(&["WARN", "the lease get failed"]);
     assert_eq!(warns.len(), 1, "{text}");
     assert!(
         warns[0].contains("grant the controller's service account"),
@@ -191,11 +124,7 @@ async fn lease_errors_are_warned_and_fail_readiness() {
     assert!(!text.contains("ERROR"), "{text}");
     // ... and it is repeated while it lasts, once a minute.
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let again = logs
-        .text()
-        .lines()
-        .filter(|l| l.contains("WARN") && l.contains("the lease get failed"))
-        .count();
+    let again = logs.lines_with(&["WARN", "the lease get failed"]).len();
     assert_eq!(again, 2);
     handle.stop();
     run.await.unwrap().unwrap();

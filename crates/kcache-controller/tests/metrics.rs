@@ -11,6 +11,7 @@ use std::time::Duration;
 use kcache_controller::MetricsRegistry;
 use kcache_controller::metrics::MetricsProvider;
 use kcache_informer::ReflectorMetricsProvider;
+use kcache_testing::fake::{Fake, Reply};
 use kube::Client;
 
 /// `# HELP <name> <text>` lines of a scrape, as (name, text).
@@ -94,12 +95,7 @@ fn touch_every_family(registry: &MetricsRegistry) {
 async fn metric_help_texts_end_in_one_period() {
     let registry = MetricsRegistry::new();
     touch_every_family(&registry);
-    let client = Client::new(
-        tower::ServiceBuilder::new()
-            .layer(registry.rest_client_layer("h:443"))
-            .service(scripted_apiserver(Duration::ZERO)),
-        "default",
-    );
+    let client = scripted_apiserver(&registry, "h:443", Duration::ZERO);
     let get = http::Request::get("/api").body(Vec::new()).unwrap();
     client.request_text(get).await.unwrap();
     let scrape = registry.encode();
@@ -142,46 +138,25 @@ async fn metric_help_texts_end_in_one_period() {
     assert!(!scrape.contains("resource_version"), "{scrape}");
 }
 
-/// A scripted apiserver: the reply to each path, after `delay`.
-fn scripted_apiserver(
-    delay: Duration,
-) -> impl tower::Service<
-    http::Request<kube::client::Body>,
-    Response = http::Response<kube::client::Body>,
-    Error = std::io::Error,
-    Future = impl Send + 'static,
-> + Send
-+ 'static {
-    tower::service_fn(move |req: http::Request<kube::client::Body>| async move {
-        tokio::time::sleep(delay).await;
-        let status = match req.uri().path() {
-            "/api/v1/namespaces/default/configmaps/missing" => 404,
-            "/api/v1/namespaces/default/configmaps/broken" => 500,
-            "/unreachable" => {
-                return Err::<http::Response<kube::client::Body>, std::io::Error>(
-                    std::io::Error::other("connection refused"),
-                );
-            }
-            _ => 200,
+/// A client through the registry's rest-client metrics layer (for `host`)
+/// to a scripted apiserver: the reply to each path, after `delay`.
+fn scripted_apiserver(registry: &MetricsRegistry, host: &str, delay: Duration) -> Client {
+    Fake::with_layer(registry.rest_client_layer(host), move |r| {
+        let reply = match r.path.as_str() {
+            "/api/v1/namespaces/default/configmaps/missing" => Reply::Json(404, "{}".into()),
+            "/api/v1/namespaces/default/configmaps/broken" => Reply::Json(500, "{}".into()),
+            "/unreachable" => Reply::ConnRefused,
+            _ => Reply::Json(200, "{}".into()),
         };
-        Ok(http::Response::builder()
-            .status(status)
-            .header("content-type", "application/json")
-            .body(kube::client::Body::from(b"{}".to_vec()))
-            .unwrap())
+        Reply::Delayed(delay, Box::new(reply))
     })
+    .client
 }
 
 #[tokio::test(start_paused = true)]
 async fn rest_client_metrics_count_requests() {
     let registry = MetricsRegistry::new();
-    let layer = registry.rest_client_layer("apiserver.test:6443");
-    let client = Client::new(
-        tower::ServiceBuilder::new()
-            .layer(layer)
-            .service(scripted_apiserver(Duration::from_millis(300))),
-        "default",
-    );
+    let client = scripted_apiserver(&registry, "apiserver.test:6443", Duration::from_millis(300));
     let get = |path: &str| {
         http::Request::get(path.to_owned())
             .body(Vec::new())

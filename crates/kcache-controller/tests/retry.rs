@@ -9,101 +9,39 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::stream::{self, StreamExt as _};
-use http_body::Frame;
-use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kcache_controller::{
     Action, Config, Controller, ControllerError, MetricsRegistry, Request, TerminalError,
 };
 use kcache_informer::SharedInformerFactory;
+use kcache_testing::fake::{End, Fake, Reply, cm_items, list_json, status};
+use kcache_testing::logs::LogBuffer;
 use parking_lot::Mutex;
 use serde_json::json;
 
-/// A client that lists the ConfigMaps `names`, holds watches open, and
-/// answers anything else 500.
+/// A client that lists the ConfigMaps `names` (`undecodable`: its data is
+/// not a string map) and holds watches open; with `lists_fail`, every
+/// request fails with 500.
 fn client(names: &[&str], lists_fail: bool) -> kube::Client {
-    let items: Vec<_> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            // "undecodable": its data is not a string map
-            let data = if *n == "undecodable" {
-                json!({"k": 1})
-            } else {
-                json!({})
-            };
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": n, "namespace": "ns", "uid": format!("uid-{i}"),
-                    "resourceVersion": (i + 1).to_string()}, "data": data})
-        })
-        .collect();
-    let list = Bytes::from(
-        json!({"kind": "ConfigMapList", "apiVersion": "v1",
-            "metadata": {"resourceVersion": "100"}, "items": items})
-        .to_string(),
-    );
-    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
-        let (status, body) = if lists_fail {
-            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "message": "etcdserver: leader changed", "reason": "InternalError", "code": 500});
-            (
-                500,
-                stream::iter([Ok::<_, io::Error>(Frame::data(Bytes::from(
-                    status.to_string(),
-                )))])
-                .boxed(),
-            )
-        } else if is_watch {
-            (
-                200,
-                stream::pending::<Result<Frame<Bytes>, io::Error>>().boxed(),
-            )
+    let mut items = cm_items(names);
+    for (item, name) in items.iter_mut().zip(names) {
+        item["data"] = if *name == "undecodable" {
+            json!({"k": 1})
         } else {
-            (
-                200,
-                stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed(),
-            )
+            json!({})
         };
-        async move {
-            http::Response::builder()
-                .status(status)
-                .body(StreamBody::new(body))
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+    }
+    let list = list_json("100", "", items);
+    Fake::new(move |r| {
+        if lists_fail {
+            status(500, "InternalError", "etcdserver: leader changed")
+        } else if r.is_watch() {
+            Reply::Chunks(vec![], End::Hang)
+        } else {
+            Reply::Json(200, list.clone())
         }
-    });
-    kube::Client::new(svc, "default")
-}
-
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
-        let logs = Logs::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .finish();
-        (logs, tracing::subscriber::set_default(subscriber))
-    }
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock()).into_owned()
-    }
+    })
+    .client
 }
 
 fn counter(registry: &MetricsRegistry, family: &str) -> f64 {
@@ -120,7 +58,7 @@ type Attempts = Arc<Mutex<HashMap<String, usize>>>;
 
 #[tokio::test(start_paused = true)]
 async fn terminal_errors_are_not_retried() {
-    let (logs, _guard) = Logs::capture();
+    let (logs, _guard) = LogBuffer::set_default(tracing::Level::INFO);
     let factory =
         SharedInformerFactory::builder(client(&["invalid", "flaky", "undecodable"], false))
             .tweak_list_options(|o| o.use_watch_list = false)
@@ -170,10 +108,7 @@ async fn terminal_errors_are_not_retried() {
         "the terminal error and the decode failure"
     );
     let text = logs.text();
-    let terminal: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("terminal error: not retried"))
-        .collect();
+    let terminal = logs.lines_with(&["terminal error: not retried"]);
     assert_eq!(terminal.len(), 2, "{text}");
     assert!(
         terminal
@@ -188,10 +123,7 @@ async fn terminal_errors_are_not_retried() {
         "{text}"
     );
     // every retried failure says when it comes back
-    let retried: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("retrying with backoff"))
-        .collect();
+    let retried = logs.lines_with(&["retrying with backoff"]);
     assert!(!retried.is_empty());
     assert!(retried[0].contains("retry_in=5ms"), "{}", retried[0]);
     assert!(retried[1].contains("retry_in=10ms"), "{}", retried[1]);

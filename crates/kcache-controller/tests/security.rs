@@ -5,30 +5,8 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
 use kcache_controller::{Health, MetricsRegistry, MetricsServer};
+use kcache_testing::raw_http::request;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-
-async fn request(addr: SocketAddr, method: &str, target: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
-        .await
-        .expect("the server answers")
-        .unwrap();
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
 
 async fn server_on(addr: SocketAddr) -> MetricsServer {
     MetricsServer::bind(addr, MetricsRegistry::new(), vec![Health::new("sec")])

@@ -11,62 +11,25 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::stream::{self, StreamExt as _};
-use http_body::Frame;
-use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{Action, Config, Controller, Request};
 use kcache_informer::{SharedIndexInformer, SharedInformerFactory};
+use kcache_testing::fake::{End, Fake, Reply, cm_items, list_json};
+use kcache_testing::logs::LogBuffer;
 use parking_lot::Mutex;
-use serde_json::json;
 
 /// A client that lists two ConfigMaps, holds watches open, and counts
 /// the lists it answered.
 fn client(lists: Arc<AtomicUsize>) -> kube::Client {
-    let items: Vec<_> = ["a", "b"]
-        .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": n, "namespace": "ns", "uid": format!("uid-{i}"),
-                    "resourceVersion": (i + 1).to_string()}})
-        })
-        .collect();
-    let list = Bytes::from(
-        json!({"kind": "ConfigMapList", "apiVersion": "v1",
-            "metadata": {"resourceVersion": "100"}, "items": items})
-        .to_string(),
-    );
-    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
-        let body = if is_watch {
-            stream::pending::<Result<Frame<Bytes>, io::Error>>().boxed()
-        } else {
-            lists.fetch_add(1, Ordering::SeqCst);
-            stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed()
-        };
-        async move {
-            http::Response::builder()
-                .status(200)
-                .body(StreamBody::new(body))
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+    let list = list_json("100", "", cm_items(&["a", "b"]));
+    Fake::new(move |r| {
+        if r.is_watch() {
+            return Reply::Chunks(vec![], End::Hang);
         }
-    });
-    kube::Client::new(svc, "default")
-}
-
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+        lists.fetch_add(1, Ordering::SeqCst);
+        Reply::Json(200, list.clone())
+    })
+    .client
 }
 
 type Seen = Arc<Mutex<BTreeSet<String>>>;
@@ -91,14 +54,7 @@ async fn until(what: &str, f: impl Fn() -> bool) {
 
 #[tokio::test]
 async fn shared_primary_informer_runs_once() {
-    let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = LogBuffer::set_default(tracing::Level::INFO);
 
     let lists = Arc::new(AtomicUsize::new(0));
     let factory = SharedInformerFactory::builder(client(lists.clone()))
@@ -157,7 +113,7 @@ async fn shared_primary_informer_runs_once() {
     assert!(own.is_stopped(), "the controller stops the informer it ran");
     other.shutdown().await;
 
-    let text = String::from_utf8_lossy(&logs.0.lock()).into_owned();
+    let text = logs.text();
     assert!(!text.contains("ERROR"), "{text}");
     assert!(!text.contains("did not run"), "{text}");
 }

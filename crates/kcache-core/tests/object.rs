@@ -361,7 +361,13 @@ fn key_error_wraps_its_cause() {
     let e = KeyError::for_object(&o, Inner);
     let src = e.source().expect("source");
     assert!(src.downcast_ref::<Inner>().is_some());
-    assert!(e.to_string().contains("ns/a") && e.to_string().contains("inner failure"));
+    // The cause is printed once in a chain: by the source, not the message.
+    assert!(e.to_string().contains("ns/a") && !e.to_string().contains("inner failure"));
+    let chain = kcache_core::ErrorChain(&e).to_string();
+    assert!(
+        chain.contains("ns/a") && chain.contains("inner failure"),
+        "{chain}"
+    );
     let nested = kcache_core::StoreError::from(e);
     assert!(
         nested.source().unwrap().downcast_ref::<Inner>().is_some()

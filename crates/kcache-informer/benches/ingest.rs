@@ -5,19 +5,16 @@
 //!
 //! `cargo bench -p kcache-informer --bench ingest`
 
-use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use futures::stream::{self, StreamExt};
-use http_body::Frame;
-use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::Pod;
 use kcache_core::ObjectOptions;
 use kcache_informer::{ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer};
+use kcache_testing::fake::{End, Fake, Reply};
 use kube::Client;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -111,41 +108,22 @@ fn data() -> Data {
     }
 }
 
-/// Serves the list, then one watch with every event (in 64 KiB chunks), then
-/// holds the watch open.
+/// The scripted fake apiserver: serves the list, then one watch with
+/// every event (in 64 KiB chunks), then holds the watch open.
 fn client(d: &Data) -> Client {
     let (list, watch) = (d.list.clone(), d.watch.clone());
-    let watches = Arc::new(AtomicUsize::new(0));
-    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let is_watch = req.uri().query().is_some_and(|q| q.contains("watch=true"));
-        let body = if is_watch {
-            let first = watches.fetch_add(1, Ordering::SeqCst) == 0;
-            let chunks: Vec<Bytes> = if first {
-                (0..watch.len())
-                    .step_by(65536)
-                    .map(|s| watch.slice(s..(s + 65536).min(watch.len())))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            stream::iter(
-                chunks
-                    .into_iter()
-                    .map(|b| Ok::<_, io::Error>(Frame::data(b))),
-            )
-            .chain(stream::pending())
-            .boxed()
-        } else {
-            stream::iter([Ok::<_, io::Error>(Frame::data(list.clone()))]).boxed()
-        };
-        async move {
-            http::Response::builder()
-                .status(200)
-                .body(StreamBody::new(body))
-                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)
+    Fake::new(move |r| match (r.is_watch(), r.nth) {
+        (false, _) => Reply::Chunks(vec![list.clone()], End::Close),
+        (true, 0) => {
+            let chunks = (0..watch.len())
+                .step_by(65536)
+                .map(|s| watch.slice(s..(s + 65536).min(watch.len())))
+                .collect();
+            Reply::Chunks(chunks, End::Hang)
         }
-    });
-    Client::new(svc, "default")
+        (true, _) => Reply::Chunks(vec![], End::Hang),
+    })
+    .client
 }
 
 fn informer(client: Client, strip: bool) -> SharedIndexInformer<Pod> {

@@ -1,138 +1,35 @@
 //! Informers against a real kube-apiserver + etcd (kcache-envtest).
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kcache_testing::builders::{config_map, crd};
+use kcache_testing::envtest::{TestNamespace, merge_patch, namespace};
+use kcache_testing::eventually;
+use kcache_testing::state::{cache_state, server_state};
+use support::{Recorder, Seen, spawn_run};
+
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kcache_core::{CachedObject, ObjectOrTombstone};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{
-    ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer, SharedInformerFactory,
-    wait_for_cache_sync,
+    ResourceEventHandlerFuncs, SharedIndexInformer, SharedInformerFactory, wait_for_cache_sync,
 };
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::core::PartialObjectMeta;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
-
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..600 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out after 30 s waiting for: {what}");
-}
-
-fn cm(name: &str, v: &str) -> ConfigMap {
-    serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": v } })).unwrap()
-}
-
-/// One notification: (kind, key, resourceVersion, tombstone?).
-type Seen = (String, String, String, bool);
-
-/// Records every notification.
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<Seen>>>);
-
-impl Recorder {
-    fn all(&self) -> Vec<Seen> {
-        self.0.lock().unwrap().clone()
-    }
-    fn keys(&self, kind: &str) -> BTreeSet<String> {
-        self.all()
-            .into_iter()
-            .filter(|e| e.0 == kind)
-            .map(|e| e.1)
-            .collect()
-    }
-}
-
-impl<K: 'static> ResourceEventHandler<K> for Recorder {
-    fn on_add(&self, o: &CachedObject<K>, _initial: bool) {
-        let rv = o.resource_version().unwrap_or_default().to_string();
-        self.0
-            .lock()
-            .unwrap()
-            .push(("add".into(), o.key().into(), rv, false));
-    }
-    fn on_update(&self, _old: &CachedObject<K>, o: &CachedObject<K>) {
-        let rv = o.resource_version().unwrap_or_default().to_string();
-        self.0
-            .lock()
-            .unwrap()
-            .push(("update".into(), o.key().into(), rv, false));
-    }
-    fn on_delete(&self, o: &ObjectOrTombstone<K>) {
-        let rv = o
-            .object()
-            .resource_version()
-            .unwrap_or_default()
-            .to_string();
-        self.0
-            .lock()
-            .unwrap()
-            .push(("delete".into(), o.key().into(), rv, o.is_tombstone()));
-    }
-}
-
-fn cache<K: kube::Resource + 'static>(i: &SharedIndexInformer<K>) -> BTreeMap<String, String>
-where
-    K::DynamicType: Clone + Send + Sync + 'static,
-{
-    i.indexer()
-        .list()
-        .iter()
-        .map(|o| {
-            (
-                o.key().to_string(),
-                o.resource_version().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
-async fn server_list(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| {
-            let m = c.metadata;
-            (
-                format!("{}/{}", m.namespace.unwrap(), m.name.unwrap()),
-                m.resource_version.unwrap(),
-            )
-        })
-        .collect()
-}
-
-fn spawn_run<K>(i: &SharedIndexInformer<K>) -> (CancellationToken, tokio::task::JoinHandle<()>)
-where
-    K: kube::Resource + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
-{
-    let cancel = CancellationToken::new();
-    let (i, c) = (i.clone(), cancel.clone());
-    let task = tokio::spawn(async move { i.run(c).await.unwrap() });
-    (cancel, task)
-}
 
 #[tokio::test]
 async fn typed_informer_follows_create_update_delete() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("inf-typed").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("inf-typed").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(&PostParams::default(), &cm("before", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("before").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
 
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .namespace(&ns)
@@ -143,23 +40,21 @@ async fn typed_informer_follows_create_update_delete() {
     assert!(wait_for_cache_sync(&cancel, &[&informer, &reg]).await);
     assert_eq!(rec.keys("add"), BTreeSet::from([format!("{ns}/before")]));
 
-    api.create(&PostParams::default(), &cm("a", "1"))
-        .await
-        .unwrap();
-    let patched = api
-        .patch(
-            "a",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"v": "2"}})),
-        )
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("a").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
+    let patched = merge_patch(&api, "a", json!({"data": {"v": "2"}})).await;
     api.delete("before", &DeleteParams::default())
         .await
         .unwrap();
     let want_rv = patched.metadata.resource_version.unwrap();
-    eventually("update and delete seen", || {
-        rec.all().iter().any(|e| e.0 == "update" && e.2 == want_rv)
+    eventually("update and delete seen", Duration::from_secs(30), || {
+        rec.all()
+            .iter()
+            .any(|e| e.kind == "update" && e.rv == want_rv)
             && rec.keys("delete").contains(&format!("{ns}/before"))
     })
     .await;
@@ -167,11 +62,14 @@ async fn typed_informer_follows_create_update_delete() {
     let a: Vec<_> = rec
         .all()
         .into_iter()
-        .filter(|e| e.1 == format!("{ns}/a"))
-        .map(|e| e.0)
+        .filter(|e| e.key == format!("{ns}/a"))
+        .map(|e| e.kind)
         .collect();
     assert_eq!(a, ["add", "update"]);
-    assert_eq!(cache(&informer), server_list(&api).await);
+    assert_eq!(
+        cache_state(&informer.indexer().list()),
+        server_state(&api).await
+    );
     let typed: ConfigMap = informer
         .lister()
         .namespaced(&ns)
@@ -181,24 +79,16 @@ async fn typed_informer_follows_create_update_delete() {
         .unwrap();
     assert_eq!(typed.data.unwrap()["v"], "2");
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
 }
 
 #[tokio::test]
 async fn dynamic_informer_for_a_crd() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let crd: CustomResourceDefinition = serde_json::from_value(json!({
-        "metadata": { "name": "gadgets.informer.kcache.io" },
-        "spec": {
-            "group": "informer.kcache.io", "scope": "Namespaced",
-            "names": { "plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList" },
-            "versions": [{ "name": "v1", "served": true, "storage": true,
-                "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } } }]
-        }
-    }))
-    .unwrap();
-    cp.install_crds(&[crd]).await.unwrap();
-    let ns = cp.create_namespace("inf-dyn").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("inf-dyn").await;
+    let schema = json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true });
+    cp.install_crds(&[crd("informer.kcache.io", "Gadget", "gadgets", schema)])
+        .await
+        .unwrap();
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("informer.kcache.io", "v1", "Gadget"),
         "gadgets",
@@ -220,21 +110,15 @@ async fn dynamic_informer_for_a_crd() {
     }))
     .unwrap();
     api.create(&PostParams::default(), &g).await.unwrap();
-    api.patch(
-        "g1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"size": 2}})),
-    )
-    .await
-    .unwrap();
-    eventually("update seen", || {
+    merge_patch(&api, "g1", json!({"spec": {"size": 2}})).await;
+    eventually("update seen", Duration::from_secs(30), || {
         rec.keys("update").contains(&format!("{ns}/g1"))
     })
     .await;
     let cached = informer.lister().namespaced(&ns).get("g1").unwrap();
     assert_eq!(cached.decode().unwrap().data["spec"]["size"], 2);
     api.delete("g1", &DeleteParams::default()).await.unwrap();
-    eventually("delete seen", || {
+    eventually("delete seen", Duration::from_secs(30), || {
         rec.keys("delete").contains(&format!("{ns}/g1"))
     })
     .await;
@@ -245,12 +129,14 @@ async fn dynamic_informer_for_a_crd() {
 
 #[tokio::test]
 async fn metadata_only_informer_caches_no_data() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("inf-meta").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("inf-meta").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(&PostParams::default(), &cm("m", "secret-ish"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("m").data("v", "secret-ish").build(),
+    )
+    .await
+    .unwrap();
     let factory = SharedInformerFactory::builder(cp.client().unwrap())
         .namespace(&ns)
         .build();
@@ -267,14 +153,16 @@ async fn metadata_only_informer_caches_no_data() {
     let meta: PartialObjectMeta<ConfigMap> = cached.decode().unwrap();
     assert_eq!(meta.metadata.name.as_deref(), Some("m"));
     api.delete("m", &DeleteParams::default()).await.unwrap();
-    eventually("deleted from the cache", || informer.indexer().is_empty()).await;
+    eventually("deleted from the cache", Duration::from_secs(30), || {
+        informer.indexer().is_empty()
+    })
+    .await;
     factory.shutdown().await;
 }
 
 #[tokio::test]
 async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_cache() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("inf-slow").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("inf-slow").await;
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .namespace(&ns)
         .build();
@@ -290,11 +178,17 @@ async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_ca
     assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for i in 0..60 {
-        api.create(&PostParams::default(), &cm(&format!("c{i}"), "1"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("c{i}")).data("v", "1").build(),
+        )
+        .await
+        .unwrap();
     }
-    eventually("fast handler saw all 60", || fast.keys("add").len() == 60).await;
+    eventually("fast handler saw all 60", Duration::from_secs(30), || {
+        fast.keys("add").len() == 60
+    })
+    .await;
     // the slow one (100 ms per event) cannot have finished 60 events yet
     assert!(
         slow_reg.delivered() < 60,
@@ -305,10 +199,13 @@ async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_ca
 
     let late = Recorder::default();
     let late_reg = informer.add_event_handler(late.clone()).unwrap();
-    eventually("late handler synced", || late_reg.has_synced()).await;
+    eventually("late handler synced", Duration::from_secs(30), || {
+        late_reg.has_synced()
+    })
+    .await;
     assert_eq!(late.keys("add").len(), 60);
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
 }
 
 #[tokio::test]
@@ -317,9 +214,12 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
     let ns = cp.create_namespace("inf-restart").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for i in 0..20 {
-        api.create(&PostParams::default(), &cm(&format!("c{i}"), "1"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("c{i}")).data("v", "1").build(),
+        )
+        .await
+        .unwrap();
     }
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .namespace(&ns)
@@ -339,26 +239,26 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
             .await
             .unwrap();
         deleted.insert(format!("{ns}/c{i}"));
-        api.patch(
-            &format!("c{}", i + 5),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"v": "2"}})),
+        merge_patch(&api, &format!("c{}", i + 5), json!({"data": {"v": "2"}})).await;
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("n{i}")).data("v", "1").build(),
         )
         .await
         .unwrap();
-        api.create(&PostParams::default(), &cm(&format!("n{i}"), "1"))
-            .await
-            .unwrap();
     }
-    let want = server_list(&api).await;
-    eventually("cache equals a fresh list", || cache(&informer) == want).await;
-    eventually("every delete delivered", || {
+    let want = server_state(&api).await;
+    eventually("cache equals a fresh list", Duration::from_secs(30), || {
+        cache_state(&informer.indexer().list()) == want
+    })
+    .await;
+    eventually("every delete delivered", Duration::from_secs(30), || {
         deleted.is_subset(&rec.keys("delete"))
     })
     .await;
     // no update went backwards in resourceVersion for a key
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
-    for (kind, key, rv, _) in rec.all() {
+    for Seen { kind, key, rv, .. } in rec.all() {
         if kind == "update" {
             let rv: u64 = rv.parse().unwrap();
             if let Some(prev) = last.get(&key) {
@@ -370,5 +270,5 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
         }
     }
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
 }

@@ -10,7 +10,9 @@ use kcache_informer::{
     InformerError, ListOptions, ResourceEventHandlerFuncs, SharedInformerFactory,
     wait_for_cache_sync,
 };
-use support::{ConfigMap, FakeApi, Logs, eventually};
+use kcache_testing::eventually;
+use kcache_testing::logs::Logs;
+use support::{ConfigMap, FakeApi, InformerOnFake};
 use tokio_util::sync::CancellationToken;
 
 fn factory(api: &FakeApi) -> SharedInformerFactory {
@@ -19,6 +21,22 @@ fn factory(api: &FakeApi) -> SharedInformerFactory {
         .default_resync(Duration::from_secs(30))
         .resync_for::<ConfigMap>(Duration::from_secs(10))
         .build()
+}
+
+/// Log capture, a fake with one ConfigMap, a [`factory`] on it and its
+/// ConfigMap informer.
+fn one_configmap_factory() -> (
+    Logs,
+    FakeApi,
+    SharedInformerFactory,
+    kcache_informer::SharedIndexInformer<ConfigMap>,
+) {
+    let logs = Logs::capture();
+    let api = FakeApi::new();
+    api.create("ns", "a", "1");
+    let f = factory(&api);
+    let informer = f.informer::<ConfigMap>();
+    (logs, api, f, informer)
 }
 
 #[tokio::test]
@@ -41,14 +59,17 @@ async fn one_informer_per_type_started_once_and_shut_down() {
     assert_eq!(synced.len(), 1);
     assert_eq!(synced.get("configmaps"), Some(&true));
     assert_eq!(i2.indexer().len(), 1);
-    eventually("one watch", || api.watches() == 1).await;
+    eventually("one watch", Duration::from_secs(10), || api.watches() == 1).await;
     assert_eq!(api.lists(), 1, "one list for the shared informer");
 
     // an informer created after start is started by the next start()
     let meta = f.metadata_informer::<ConfigMap>();
     assert!(!meta.has_started());
     f.start();
-    eventually("second informer started", || meta.has_started()).await;
+    eventually("second informer started", Duration::from_secs(10), || {
+        meta.has_started()
+    })
+    .await;
 
     f.shutdown().await;
     assert!(i1.is_stopped() && meta.is_stopped());
@@ -60,11 +81,7 @@ async fn one_informer_per_type_started_once_and_shut_down() {
 /// once), and nothing logs an ERROR; the one run lists once.
 #[tokio::test]
 async fn factory_start_then_try_start_returns_none() {
-    let logs = Logs::capture();
-    let api = FakeApi::new();
-    api.create("ns", "a", "1");
-    let f = factory(&api);
-    let informer = f.informer::<ConfigMap>();
+    let (logs, api, f, informer) = one_configmap_factory();
     assert!(!informer.has_started());
     f.start();
     assert!(informer.has_started(), "claimed when start() returns");
@@ -75,7 +92,7 @@ async fn factory_start_then_try_start_returns_none() {
         "a second run returns at once: {again:?}"
     );
     assert!(f.wait_for_cache_sync().await.values().all(|ok| *ok));
-    eventually("one watch", || api.watches() == 1).await;
+    eventually("one watch", Duration::from_secs(10), || api.watches() == 1).await;
     assert_eq!(api.lists(), 1);
     f.shutdown().await;
     assert!(
@@ -93,11 +110,7 @@ async fn factory_start_then_try_start_returns_none() {
 /// that caller; the factory neither runs it again nor stops it.
 #[tokio::test]
 async fn factory_leaves_an_informer_started_elsewhere_to_its_owner() {
-    let logs = Logs::capture();
-    let api = FakeApi::new();
-    api.create("ns", "a", "1");
-    let f = factory(&api);
-    let informer = f.informer::<ConfigMap>();
+    let (logs, api, f, informer) = one_configmap_factory();
     let cancel = CancellationToken::new();
     let run = informer.try_start(cancel.clone()).expect("first claim");
     f.start();

@@ -12,7 +12,9 @@ use kcache_informer::{
     InformerError, ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer,
     strip_managed_fields, wait_for_cache_sync,
 };
-use support::{ConfigMap, FakeApi, Logs, eventually};
+use kcache_testing::eventually;
+use kcache_testing::logs::Logs;
+use support::{ConfigMap, FakeApi, InformerOnFake, spawn_run};
 use tokio_util::sync::CancellationToken;
 
 /// Records every notification as a string.
@@ -90,11 +92,7 @@ struct Running {
 
 impl Running {
     fn start(informer: SharedIndexInformer<ConfigMap>) -> Self {
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn({
-            let (i, c) = (informer.clone(), cancel.clone());
-            async move { i.run(c).await }
-        });
+        let (cancel, task) = spawn_run(&informer);
         Running {
             informer,
             cancel,
@@ -140,13 +138,19 @@ async fn initial_list_then_live_changes_in_order() {
     let reg = informer.add_event_handler(rec.clone()).unwrap();
     let run = Running::start(informer.clone());
     run.synced().await;
-    eventually("registration synced", || reg.has_synced()).await;
+    eventually("registration synced", Duration::from_secs(10), || {
+        reg.has_synced()
+    })
+    .await;
     assert_eq!(rec.events(), ["add a/one 1 initial", "add a/two 2 initial"]);
 
     api.update("a", "one", "2");
     api.delete("a", "two");
     api.create("b", "three", "1");
-    eventually("3 live events", || rec.events().len() == 5).await;
+    eventually("3 live events", Duration::from_secs(10), || {
+        rec.events().len() == 5
+    })
+    .await;
     assert_eq!(
         rec.events()[2..],
         [
@@ -177,7 +181,10 @@ async fn watch_disruption_relists_with_updates_and_tombstones() {
     informer.add_event_handler(rec.clone()).unwrap();
     let run = Running::start(informer.clone());
     run.synced().await;
-    eventually("initial adds", || rec.count("add") == 3).await;
+    eventually("initial adds", Duration::from_secs(10), || {
+        rec.count("add") == 3
+    })
+    .await;
 
     // While disconnected: an update, a delete, a create; and the server
     // forgot the history, so the watch gets 410 and the informer relists.
@@ -187,13 +194,15 @@ async fn watch_disruption_relists_with_updates_and_tombstones() {
         api.create("ns", "new", "1");
     });
     api.expire_old_resource_versions();
-    eventually("cache equals the server", || {
+    eventually("cache equals the server", Duration::from_secs(10), || {
         cached_keys(&informer) == fake_keys(&api)
     })
     .await;
-    eventually("three changes and one sync delivered", || {
-        rec.events().len() == 7
-    })
+    eventually(
+        "three changes and one sync delivered",
+        Duration::from_secs(10),
+        || rec.events().len() == 7,
+    )
     .await;
     let tail = rec.events()[3..].to_vec();
     assert!(
@@ -229,11 +238,20 @@ async fn clean_end_of_watch_rewatches_without_relist() {
     // (a watch that ends within 1 s without any event counts as an error
     // and relists, as in client-go: let this one carry an event first)
     api.update("ns", "a", "2");
-    eventually("update on the first watch", || rec.count("update") == 1).await;
+    eventually("update on the first watch", Duration::from_secs(10), || {
+        rec.count("update") == 1
+    })
+    .await;
     api.close_watches();
-    eventually("a second watch", || api.watches() >= 2).await;
+    eventually("a second watch", Duration::from_secs(10), || {
+        api.watches() >= 2
+    })
+    .await;
     api.update("ns", "a", "3");
-    eventually("update after rewatch", || rec.count("update") == 2).await;
+    eventually("update after rewatch", Duration::from_secs(10), || {
+        rec.count("update") == 2
+    })
+    .await;
     assert_eq!(api.lists(), lists, "a clean end of stream must not relist");
     run.stop().await;
 }
@@ -313,9 +331,11 @@ async fn relist_keeps_unchanged_objects_and_transforms_only_changed_ones() {
 
     api.silently(|api| api.update("ns", "change", "2"));
     api.expire_old_resource_versions();
-    eventually("both relisted objects delivered", || {
-        rec.count("update") == 2
-    })
+    eventually(
+        "both relisted objects delivered",
+        Duration::from_secs(10),
+        || rec.count("update") == 2,
+    )
     .await;
     assert_eq!(cached_keys(&informer), fake_keys(&api));
     let keep_now = informer.indexer().get_by_key("ns/keep").unwrap();
@@ -359,12 +379,18 @@ async fn late_handler_gets_the_cache_then_live_events_without_loss_or_duplicates
     let late = Recorder::default();
     let reg = informer.add_event_handler(late.clone()).unwrap();
     writer.await.unwrap();
-    eventually("late handler synced", || reg.has_synced()).await;
-    eventually("cache caught up", || {
+    eventually("late handler synced", Duration::from_secs(10), || {
+        reg.has_synced()
+    })
+    .await;
+    eventually("cache caught up", Duration::from_secs(10), || {
         cached_keys(&informer) == fake_keys(&api)
     })
     .await;
-    eventually("late handler idle", || reg.is_idle()).await;
+    eventually("late handler idle", Duration::from_secs(10), || {
+        reg.is_idle()
+    })
+    .await;
 
     // Replaying the late handler's events over its initial adds must give
     // exactly the final state: nothing lost, nothing seen twice or stale.
@@ -408,12 +434,15 @@ async fn removed_handler_gets_nothing_more_and_removal_is_idempotent() {
     let run = Running::start(informer.clone());
     run.synced().await;
     api.create("ns", "x", "1");
-    eventually("both saw x", || a.count("add") == 1 && b.count("add") == 1).await;
+    eventually("both saw x", Duration::from_secs(10), || {
+        a.count("add") == 1 && b.count("add") == 1
+    })
+    .await;
     informer.remove_event_handler(&reg_a);
     assert!(!reg_a.is_active());
     informer.remove_event_handler(&reg_a); // idempotent
     api.create("ns", "y", "1");
-    eventually("b saw y", || b.count("add") == 2).await;
+    eventually("b saw y", Duration::from_secs(10), || b.count("add") == 2).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(a.count("add"), 1);
     assert!(reg_b.is_active());
@@ -431,10 +460,16 @@ async fn the_same_handler_registered_twice_gets_events_twice() {
     let run = Running::start(informer.clone());
     run.synced().await;
     api.create("ns", "x", "1");
-    eventually("two adds", || rec.count("add") == 2).await;
+    eventually("two adds", Duration::from_secs(10), || {
+        rec.count("add") == 2
+    })
+    .await;
     informer.remove_event_handler(&r1);
     api.create("ns", "y", "1");
-    eventually("one more add", || rec.count("add") == 3).await;
+    eventually("one more add", Duration::from_secs(10), || {
+        rec.count("add") == 3
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(rec.count("add"), 3);
     run.stop().await;
@@ -461,11 +496,16 @@ async fn a_panicking_handler_keeps_receiving_and_others_are_unaffected() {
     run.synced().await;
     api.create("ns", "boom", "1");
     api.create("ns", "after", "1");
-    eventually("panicking handler saw both", || {
-        seen.load(Ordering::SeqCst) == 2
+    eventually(
+        "panicking handler saw both",
+        Duration::from_secs(10),
+        || seen.load(Ordering::SeqCst) == 2,
+    )
+    .await;
+    eventually("other handler saw both", Duration::from_secs(10), || {
+        rec.count("add") == 2
     })
     .await;
-    eventually("other handler saw both", || rec.count("add") == 2).await;
     assert_eq!(panicky.panics(), 1);
     assert_eq!(cached_keys(&informer).len(), 2);
     run.stop().await;
@@ -487,13 +527,19 @@ async fn a_stuck_handler_does_not_delay_the_others_or_the_cache() {
     for i in 0..100 {
         api.create("ns", &format!("cm{i}"), "1");
     }
-    eventually("fast handler kept pace", || fast.count("add") == 100).await;
+    eventually("fast handler kept pace", Duration::from_secs(10), || {
+        fast.count("add") == 100
+    })
+    .await;
     assert_eq!(informer.indexer().len(), 100);
     assert!(stuck.backlog() >= 98, "backlog {}", stuck.backlog());
     let backlogs = informer.listener_backlogs();
     assert!(backlogs.iter().any(|(_, n)| *n >= 98), "{backlogs:?}");
     gate.open();
-    eventually("stuck handler drained", || stuck.backlog() == 0).await;
+    eventually("stuck handler drained", Duration::from_secs(10), || {
+        stuck.backlog() == 0
+    })
+    .await;
     run.stop().await;
 }
 
@@ -516,7 +562,10 @@ async fn registration_syncs_only_after_its_initial_adds_returned() {
         "the handler has not returned from its initial add"
     );
     release.open();
-    eventually("registration synced", || reg.has_synced()).await;
+    eventually("registration synced", Duration::from_secs(10), || {
+        reg.has_synced()
+    })
+    .await;
     run.stop().await;
 }
 
@@ -560,7 +609,10 @@ async fn updates_arrive_in_order_per_key() {
     for i in 1..=100 {
         api.update("ns", "k", &i.to_string());
     }
-    eventually("100 updates", || rec.count("update") == 100).await;
+    eventually("100 updates", Duration::from_secs(10), || {
+        rec.count("update") == 100
+    })
+    .await;
     let mut last = 0u64;
     for e in rec.events().iter().filter(|e| e.starts_with("update")) {
         let (old, new) = e.split(' ').nth(2).unwrap().split_once("->").unwrap();
@@ -586,7 +638,10 @@ async fn real_fifo_informer_behaves_the_same() {
     api.update("ns", "a", "2");
     api.silently(|api| api.delete("ns", "a"));
     api.expire_old_resource_versions();
-    eventually("tombstone delete", || rec.count("delete") == 1).await;
+    eventually("tombstone delete", Duration::from_secs(10), || {
+        rec.count("delete") == 1
+    })
+    .await;
     assert_eq!(
         rec.events(),
         [
@@ -619,10 +674,15 @@ async fn listener_backlog_and_panics_are_exported_to_prometheus() {
     for i in 0..5 {
         api.create("ns", &format!("c{i}"), "1");
     }
-    eventually("cached", || informer.indexer().len() == 5).await;
-    eventually("one add in the handler, four waiting", || {
-        informer.listener_backlogs().first().map(|b| b.1) == Some(4)
+    eventually("cached", Duration::from_secs(10), || {
+        informer.indexer().len() == 5
     })
+    .await;
+    eventually(
+        "one add in the handler, four waiting",
+        Duration::from_secs(10),
+        || informer.listener_backlogs().first().map(|b| b.1) == Some(4),
+    )
     .await;
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();

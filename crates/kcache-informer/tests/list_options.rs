@@ -3,12 +3,12 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use kcache_informer::{ListOptions, SharedIndexInformer};
 use kcache_reflector::{ErrorReason, WireFormat};
-use support::{ConfigMap, FakeApi, eventually};
-use tokio_util::sync::CancellationToken;
+use kcache_testing::eventually;
+use support::{ConfigMap, FakeApi, record_watch_errors, spawn_run};
 
 /// A list page over `max_list_page_bytes` fails with the reflector's typed
 /// error, so the setting made it through; the informer does not sync.
@@ -23,17 +23,12 @@ async fn list_page_cap_reaches_the_reflector() {
             ..ListOptions::default()
         })
         .build();
-    let reasons: Arc<Mutex<Vec<ErrorReason>>> = Arc::default();
-    let r2 = reasons.clone();
-    informer
-        .set_watch_error_handler(Arc::new(move |e| r2.lock().unwrap().push(e.reason())))
-        .unwrap();
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (i, c) = (informer.clone(), cancel.clone());
-        async move { i.run(c).await }
-    });
-    eventually("the cap error", || !reasons.lock().unwrap().is_empty()).await;
+    let reasons = record_watch_errors(&informer, |e| e.reason());
+    let (cancel, task) = spawn_run(&informer);
+    eventually("the cap error", Duration::from_secs(10), || {
+        !reasons.lock().unwrap().is_empty()
+    })
+    .await;
     assert_eq!(reasons.lock().unwrap()[0], ErrorReason::ListPageTooLarge);
     assert!(!informer.has_synced());
     cancel.cancel();
@@ -61,12 +56,8 @@ async fn wire_format_reaches_the_reflector() {
                 ..ListOptions::default()
             })
             .build();
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn({
-            let (i, c) = (informer.clone(), cancel.clone());
-            async move { i.run(c).await }
-        });
-        eventually("synced", || informer.has_synced()).await;
+        let (cancel, task) = spawn_run(&informer);
+        eventually("synced", Duration::from_secs(10), || informer.has_synced()).await;
         assert_eq!(
             api.accept_headers()[0].as_deref(),
             want,

@@ -4,6 +4,8 @@
 //! objects, through a paged list, a list at resourceVersion "0" (served
 //! whole from the watch cache), a streaming list, and live watch events.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
@@ -15,14 +17,15 @@ use kcache_core::{CachedObject, Format};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{ListOptions, SharedIndexInformer};
 use kcache_reflector::WireFormat;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
-use kube::client::ClientBuilder;
+use kcache_testing::envtest::{TestNamespace, client_with_request_hook, namespace};
+use kcache_testing::eventually_async;
+use kcache_testing::state::server_state;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use support::{record_watch_errors, spawn_run};
 use tokio_util::sync::CancellationToken;
 
 /// How the informers get their initial state.
@@ -44,40 +47,24 @@ enum Mode {
 fn client(cp: &ControlPlane, mode: Mode) -> (Client, Arc<Mutex<Vec<String>>>) {
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let l2 = log.clone();
-    let client = ClientBuilder::try_from(cp.config())
-        .unwrap()
-        .with_layer(&tower::util::MapRequestLayer::new(
-            move |mut req: http::Request<kube::client::Body>| {
-                let uri = req.uri().to_string();
-                if mode == Mode::Paged && !uri.contains("watch=true") {
-                    let fixed = uri
-                        .replace("resourceVersion=0&", "")
-                        .replace("&resourceVersion=0", "");
-                    *req.uri_mut() = fixed.parse().unwrap();
-                }
-                l2.lock().unwrap().push(req.uri().to_string());
-                req
-            },
-        ))
-        .build();
-    (client, log)
-}
-
-async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    for _ in 0..600 {
-        if cond().await {
-            return;
+    let client = client_with_request_hook(cp.config(), move |req| {
+        let uri = req.uri().to_string();
+        if mode == Mode::Paged && !uri.contains("watch=true") {
+            let fixed = uri
+                .replace("resourceVersion=0&", "")
+                .replace("&resourceVersion=0", "");
+            *req.uri_mut() = fixed.parse().unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out after 60 s waiting for: {what}");
+        l2.lock().unwrap().push(req.uri().to_string());
+    });
+    (client, log)
 }
 
 /// An informer of one wire format, running.
 struct Running<K: Resource + 'static> {
     informer: SharedIndexInformer<K>,
     cancel: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<Result<(), kcache_informer::InformerError>>,
     errors: Arc<Mutex<Vec<String>>>,
     uris: Arc<Mutex<Vec<String>>>,
 }
@@ -103,16 +90,8 @@ where
             ..ListOptions::default()
         })
         .build();
-    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
-    let e2 = errors.clone();
-    informer
-        .set_watch_error_handler(Arc::new(move |e| e2.lock().unwrap().push(e.to_string())))
-        .unwrap();
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (i, c) = (informer.clone(), cancel.clone());
-        async move { i.run(c).await.unwrap() }
-    });
+    let errors = record_watch_errors(&informer, |e| e.to_string());
+    let (cancel, task) = spawn_run(&informer);
     Running {
         informer,
         cancel,
@@ -136,7 +115,7 @@ where
     }
     async fn stop(self) {
         self.cancel.cancel();
-        self.task.await.unwrap();
+        self.task.await.unwrap().unwrap();
         let errors = self.errors.lock().unwrap().clone();
         assert!(errors.is_empty(), "{errors:#?}");
     }
@@ -244,7 +223,7 @@ where
     /// Waits until both caches hold `want` (key -> resourceVersion), then
     /// compares them object by object.
     async fn check(&self, what: &str, want: &BTreeMap<String, String>) {
-        eventually(what, async || {
+        eventually_async(what, Duration::from_secs(60), async || {
             self.pb.state() == *want && self.js.state() == *want
         })
         .await;
@@ -263,29 +242,6 @@ where
         self.js.stop().await;
         uris
     }
-}
-
-async fn server_state<K>(api: &Api<K>) -> BTreeMap<String, String>
-where
-    K: Resource + Clone + DeserializeOwned + Debug,
-{
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|o| {
-            let m = o.meta();
-            (
-                format!(
-                    "{}/{}",
-                    m.namespace.as_deref().unwrap(),
-                    m.name.as_deref().unwrap()
-                ),
-                m.resource_version.clone().unwrap(),
-            )
-        })
-        .collect()
 }
 
 fn pod(name: &str) -> Pod {
@@ -377,8 +333,7 @@ where
 /// the cache of an informer with JSON forced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protobuf_list_watch_and_streaming_list_on_the_local_apiserver() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("protobuf").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("protobuf").await;
     let admin = cp.client().unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);

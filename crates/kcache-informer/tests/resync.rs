@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use kcache_informer::{ResourceEventHandlerFuncs, SharedIndexInformer};
-use support::{ConfigMap, FakeApi, eventually};
-use tokio_util::sync::CancellationToken;
+use kcache_testing::eventually;
+use support::{ConfigMap, FakeApi, InformerOnFake, spawn_run};
 
 const H: Duration = Duration::from_secs(3600);
 const M: Duration = Duration::from_secs(60);
@@ -71,12 +71,11 @@ async fn an_informer_without_resync_gives_no_handler_a_resync() {
 async fn after_start_a_short_period_is_raised_to_the_check_period() {
     let api = FakeApi::new();
     let informer = api.informer().resync_period(M).build();
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (i, c) = (informer.clone(), cancel.clone());
-        async move { i.run(c).await }
-    });
-    eventually("started", || informer.has_started()).await;
+    let (cancel, task) = spawn_run(&informer);
+    eventually("started", Duration::from_secs(10), || {
+        informer.has_started()
+    })
+    .await;
     let r = informer
         .add_event_handler_with_resync_period(noop(), 5 * S)
         .unwrap();
@@ -112,11 +111,7 @@ async fn sync_updates_go_only_to_handlers_whose_resync_is_due() {
     informer
         .add_event_handler_with_resync_period(sync_counter(never.clone()), Duration::ZERO)
         .unwrap();
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (i, c) = (informer.clone(), cancel.clone());
-        async move { i.run(c).await }
-    });
+    let (cancel, task) = spawn_run(&informer);
     // Handlers run on the listeners' own threads, in real time, while the
     // paused clock runs the resync timer ahead at once: poll with a real
     // deadline, giving the threads real time between virtual steps.

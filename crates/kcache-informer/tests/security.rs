@@ -18,6 +18,8 @@ use kcache_core::CachedObject;
 use kcache_envtest::ControlPlane;
 use kcache_informer::{ResourceEventHandler, SharedIndexInformer, wait_for_cache_sync};
 use kcache_reflector::ErrorReason;
+use kcache_testing::builders::config_map;
+use kcache_testing::envtest::{TestNamespace, namespace};
 use kube::api::{Api, PostParams};
 use kube::config::AuthInfo;
 use kube::{Client, Config};
@@ -111,10 +113,6 @@ impl<K: 'static> ResourceEventHandler<K> for Count {
     fn on_delete(&self, _: &kcache_core::ObjectOrTombstone<K>) {
         self.0.fetch_add(1, Ordering::SeqCst);
     }
-}
-
-fn cm(name: &str) -> ConfigMap {
-    serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "k": "v" } })).unwrap()
 }
 
 /// Runs an informer on ConfigMaps in `ns` with `client` until it has synced
@@ -222,7 +220,12 @@ async fn informer_runs_log_no_credentials() {
     let admin = cp.client().unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
     for name in ["a", "b"] {
-        cms.create(&PostParams::default(), &cm(name)).await.unwrap();
+        cms.create(
+            &PostParams::default(),
+            &config_map(name).data("k", "v").build(),
+        )
+        .await
+        .unwrap();
     }
 
     // 1. A client certificate (read from files, as a kubeconfig names them).
@@ -327,8 +330,7 @@ async fn informer_runs_log_no_credentials() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forbidden_list_is_reported_once_per_backoff_step() {
     let _ = captured();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("sec-rbac").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("sec-rbac").await;
     let nobody = cp.client_for_user("sec-nobody", &[]).await.unwrap();
     let (synced, errors) = run_informer(nobody, &ns, 0, Duration::from_secs(6)).await;
     assert!(!synced, "a forbidden informer must not report synced");

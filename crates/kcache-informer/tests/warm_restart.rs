@@ -6,168 +6,49 @@
 //! corrupt, truncated or foreign snapshot gives a cold start with one
 //! warning naming the reason.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kcache_core::{CachedObject, ObjectOrTombstone};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{
-    FifoKind, ResourceEventHandler, SharedIndexInformer, SharedInformerFactory, SnapshotOptions,
-    StartKind, TransformFunc, wait_for_cache_sync,
+    FifoKind, SharedIndexInformer, SharedInformerFactory, SnapshotOptions, StartKind,
+    TransformFunc, wait_for_cache_sync,
 };
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::client::ClientBuilder;
-use kube::{Client, Config};
+use kcache_testing::builders::config_map;
+use kcache_testing::envtest::{
+    RequestLog, TestNamespace, merge_patch, namespace, recording_client,
+};
+use kcache_testing::eventually_async;
+use kcache_testing::logs::{capture_global_warnings, global_warnings};
+use kcache_testing::state::{cache_state, server_state};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+use support::{Recorder, spawn_run};
 use tokio_util::sync::CancellationToken;
 
 // ------------------------------------------------------------ log capture
 
-/// Every WARN (and above) event, as "message field=value ..." text.
-fn warnings() -> &'static Mutex<Vec<String>> {
-    static W: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
-    W.get_or_init(Default::default)
-}
-
-struct Capture;
-
-struct Fields(String);
-
-impl tracing::field::Visit for Fields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        use std::fmt::Write;
-        let _ = write!(self.0, " {}={:?}", field.name(), value);
-    }
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        use std::fmt::Write;
-        let _ = write!(self.0, " {}={}", field.name(), value);
-    }
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, m: &tracing::Metadata<'_>) -> bool {
-        *m.level() <= tracing::Level::WARN
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, e: &tracing::Event<'_>) {
-        let mut f = Fields(String::new());
-        e.record(&mut f);
-        warnings().lock().unwrap().push(f.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-fn capture_logs() {
-    static ONCE: OnceLock<()> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let _ = tracing::subscriber::set_global_default(Capture);
-    });
-}
-
 /// The warnings that name this informer.
 fn warnings_of(informer: &str) -> Vec<String> {
     let needle = format!("informer={informer}");
-    warnings()
-        .lock()
-        .unwrap()
-        .iter()
+    global_warnings()
+        .into_iter()
         .filter(|w| w.split(' ').any(|f| f == needle))
-        .cloned()
         .collect()
 }
 
 // ------------------------------------------------------------ helpers
 
-/// One notification: (kind, key, resourceVersion, initial list / tombstone).
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Seen {
-    kind: &'static str,
-    key: String,
-    rv: String,
-    /// adds: in the initial list; deletes: a tombstone
-    flag: bool,
-}
-
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<Seen>>>);
-
-impl Recorder {
-    fn all(&self) -> Vec<Seen> {
-        self.0.lock().unwrap().clone()
-    }
-    fn of(&self, key: &str) -> Vec<Seen> {
-        self.all().into_iter().filter(|s| s.key == key).collect()
-    }
-    /// The state the handler saw: key -> rv after every notification.
-    fn view(&self) -> BTreeMap<String, String> {
-        let mut m = BTreeMap::new();
-        for s in self.all() {
-            if s.kind == "delete" {
-                m.remove(&s.key);
-            } else {
-                m.insert(s.key, s.rv);
-            }
-        }
-        m
-    }
-    fn push(&self, kind: &'static str, key: &str, rv: Option<&str>, flag: bool) {
-        self.0.lock().unwrap().push(Seen {
-            kind,
-            key: key.to_owned(),
-            rv: rv.unwrap_or_default().to_owned(),
-            flag,
-        });
-    }
-}
-
-impl<K: 'static> ResourceEventHandler<K> for Recorder {
-    fn on_add(&self, o: &CachedObject<K>, initial: bool) {
-        self.push("add", o.key(), o.resource_version(), initial);
-    }
-    fn on_update(&self, _old: &CachedObject<K>, o: &CachedObject<K>) {
-        self.push("update", o.key(), o.resource_version(), false);
-    }
-    fn on_delete(&self, o: &ObjectOrTombstone<K>) {
-        self.push(
-            "delete",
-            o.key(),
-            o.object().resource_version(),
-            o.is_tombstone(),
-        );
-    }
-}
-
-/// A client that records every request (method and URI) it sends.
-fn recording_client(config: Config) -> (Client, Arc<Mutex<Vec<String>>>) {
-    let log: Arc<Mutex<Vec<String>>> = Arc::default();
-    let l2 = log.clone();
-    let client = ClientBuilder::try_from(config)
-        .unwrap()
-        .with_layer(&tower::util::MapRequestLayer::new(
-            move |req: http::Request<kube::client::Body>| {
-                l2.lock()
-                    .unwrap()
-                    .push(format!("{} {}", req.method(), req.uri()));
-                req
-            },
-        ))
-        .build();
-    (client, log)
-}
-
 /// Requests that list ConfigMaps: a LIST, or a streaming list (a watch
 /// with `sendInitialEvents=true`).
-fn lists(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+fn lists(log: &RequestLog) -> Vec<String> {
     log.lock()
-        .unwrap()
         .iter()
         .filter(|r| r.contains("/configmaps"))
         .filter(|r| !r.contains("watch=true") || r.contains("sendInitialEvents=true"))
@@ -175,45 +56,11 @@ fn lists(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
         .collect()
 }
 
-fn watches(log: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+fn watches(log: &RequestLog) -> Vec<String> {
     log.lock()
-        .unwrap()
         .iter()
         .filter(|r| r.contains("/configmaps") && r.contains("watch=true"))
         .cloned()
-        .collect()
-}
-
-fn cm(name: &str, v: &str) -> ConfigMap {
-    serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": v } })).unwrap()
-}
-
-fn cache(i: &SharedIndexInformer<ConfigMap>) -> BTreeMap<String, String> {
-    i.indexer()
-        .list()
-        .iter()
-        .map(|o| {
-            (
-                o.key().to_string(),
-                o.resource_version().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
-async fn server_list(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| {
-            let m = c.metadata;
-            (
-                format!("{}/{}", m.namespace.unwrap(), m.name.unwrap()),
-                m.resource_version.unwrap(),
-            )
-        })
         .collect()
 }
 
@@ -228,7 +75,7 @@ struct Run {
     informer: SharedIndexInformer<ConfigMap>,
     rec: Recorder,
     cancel: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<Result<(), kcache_informer::InformerError>>,
     started: Instant,
 }
 
@@ -265,11 +112,7 @@ impl Run {
             .build();
         let rec = Recorder::default();
         informer.add_event_handler(rec.clone()).unwrap();
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn({
-            let (i, c) = (informer.clone(), cancel.clone());
-            async move { i.run(c).await.unwrap() }
-        });
+        let (cancel, task) = spawn_run(&informer);
         Run {
             informer,
             rec,
@@ -293,27 +136,20 @@ impl Run {
 
     async fn stop(self) -> SharedIndexInformer<ConfigMap> {
         self.cancel.cancel();
-        self.task.await.unwrap();
+        self.task.await.unwrap().unwrap();
         self.informer
     }
-}
-
-async fn eventually(what: &str, mut cond: impl AsyncFnMut() -> bool) {
-    for _ in 0..300 {
-        if cond().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out after 15 s waiting for: {what}");
 }
 
 /// Creates `n` ConfigMaps `cm-0..` in `ns`.
 async fn populate(api: &Api<ConfigMap>, n: usize) {
     for i in 0..n {
-        api.create(&PostParams::default(), &cm(&format!("cm-{i}"), "1"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("cm-{i}")).data("v", "1").build(),
+        )
+        .await
+        .unwrap();
     }
 }
 
@@ -338,9 +174,8 @@ async fn first_run(client: Client, ns: &str, name: &str, options: SnapshotOption
 /// metrics say warm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fresh_snapshot_resumes_without_a_list() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-fresh").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-fresh").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 30).await;
     let dir = temp_dir("fresh");
@@ -355,7 +190,7 @@ async fn fresh_snapshot_resumes_without_a_list() {
     // the snapshot is in the cache at once, but the informer has not synced
     // before the apiserver confirmed the resume (here: the resumed watch's
     // clean end after 2 s)
-    eventually("the snapshot loaded", async || {
+    eventually_async("the snapshot loaded", Duration::from_secs(15), async || {
         run.informer.indexer().len() == 30
     })
     .await;
@@ -365,18 +200,16 @@ async fn fresh_snapshot_resumes_without_a_list() {
     let took = run.synced().await;
     assert!(took >= Duration::from_secs(1), "{took:?}");
     eprintln!("warm start synced in {took:?}");
-    assert_eq!(
-        lists(&log),
-        Vec::<String>::new(),
-        "{:#?}",
-        log.lock().unwrap()
-    );
+    assert_eq!(lists(&log), Vec::<String>::new(), "{:#?}", log.lock());
     let w = watches(&log);
     assert!(
         w[0].contains(&format!("resourceVersion={rv}")),
         "the watch resumes at the snapshot's RV {rv}: {w:?}"
     );
-    assert_eq!(cache(&run.informer), server_list(&api).await);
+    assert_eq!(
+        cache_state(&run.informer.indexer().list()),
+        server_state(&api).await
+    );
     let adds = run.rec.all();
     assert_eq!(adds.len(), 30, "{adds:?}");
     assert!(adds.iter().all(|s| s.kind == "add" && s.flag), "{adds:?}");
@@ -396,11 +229,14 @@ async fn fresh_snapshot_resumes_without_a_list() {
     }
     assert!(text.contains("kcache_informer_snapshot_age_seconds{informer=\"warm-fresh-2\"}"));
     // after the sync the informer follows the watch as usual
-    api.create(&PostParams::default(), &cm("later", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("later").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
     let key = format!("{ns}/later");
-    eventually("the later add", async || {
+    eventually_async("the later add", Duration::from_secs(15), async || {
         run.rec.of(&key).iter().any(|s| s.kind == "add" && !s.flag)
     })
     .await;
@@ -424,9 +260,8 @@ async fn changes_while_down_are_delivered_real_fifo() {
 }
 
 async fn changes_while_down(fifo: FifoKind) {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-changes").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-changes").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 10).await;
     let dir = temp_dir(&format!("changes-{fifo:?}"));
@@ -434,30 +269,30 @@ async fn changes_while_down(fifo: FifoKind) {
     first_run(cp.client().unwrap(), &ns, "warm-changes-1", options.clone()).await;
 
     // while down
-    let updated = api
-        .patch(
-            "cm-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"v": "2"}})),
-        )
+    let updated = merge_patch(&api, "cm-1", json!({"data": {"v": "2"}}))
         .await
-        .unwrap()
         .metadata
         .resource_version
         .unwrap();
     api.delete("cm-2", &DeleteParams::default()).await.unwrap();
-    api.create(&PostParams::default(), &cm("new", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("new").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
 
     let (client, log) = recording_client(cp.config());
     let run = Run::start_with(client, &ns, "warm-changes-2", options, true, fifo);
     run.synced().await;
     assert_eq!(lists(&log), Vec::<String>::new());
-    assert_eq!(cache(&run.informer), server_list(&api).await);
+    assert_eq!(
+        cache_state(&run.informer.indexer().list()),
+        server_state(&api).await
+    );
     assert_eq!(
         run.rec.view(),
-        server_list(&api).await,
+        server_state(&api).await,
         "the handler's view"
     );
     let kinds = |k: &str| -> Vec<(&'static str, bool)> {
@@ -483,7 +318,7 @@ async fn changes_while_down(fifo: FifoKind) {
 /// and the cache equals a fresh list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_snapshot_relists_with_tombstones() {
-    capture_logs();
+    capture_global_warnings();
     let cp = ControlPlane::start().await.unwrap();
     // the relist as a paged LIST, then as a streaming list
     for watch_list in [false, true] {
@@ -499,18 +334,15 @@ async fn expired_round(cp: &ControlPlane, watch_list: bool) {
     let options = SnapshotOptions::file(dir.join("cms.kcsnap"));
     first_run(cp.client().unwrap(), &ns, "warm-expired-1", options.clone()).await;
 
-    api.patch(
-        "cm-1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"v": "2"}})),
+    merge_patch(&api, "cm-1", json!({"data": {"v": "2"}})).await;
+    api.delete("cm-2", &DeleteParams::default()).await.unwrap();
+    api.delete("cm-3", &DeleteParams::default()).await.unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("new").data("v", "1").build(),
     )
     .await
     .unwrap();
-    api.delete("cm-2", &DeleteParams::default()).await.unwrap();
-    api.delete("cm-3", &DeleteParams::default()).await.unwrap();
-    api.create(&PostParams::default(), &cm("new", "1"))
-        .await
-        .unwrap();
     // the watch cache starts again from now, and etcd forgets the past
     cp.restart_apiserver().await.unwrap();
     cp.compact_etcd().await.unwrap();
@@ -525,12 +357,15 @@ async fn expired_round(cp: &ControlPlane, watch_list: bool) {
         lists(&log).len(),
         1,
         "one relist (streaming: {watch_list}): {:#?}",
-        log.lock().unwrap()
+        log.lock()
     );
-    assert_eq!(cache(&run.informer), server_list(&api).await);
+    assert_eq!(
+        cache_state(&run.informer.indexer().list()),
+        server_state(&api).await
+    );
     assert_eq!(
         run.rec.view(),
-        server_list(&api).await,
+        server_state(&api).await,
         "the handler's view"
     );
     for gone in ["cm-2", "cm-3"] {
@@ -577,9 +412,8 @@ fn corrupt_copy(src: &Path, dst: &Path, how: &str) {
 /// snapshot written on shutdown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unusable_snapshots_start_cold_with_one_warning() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-bad").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-bad").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 5).await;
     let dir = temp_dir("bad");
@@ -636,7 +470,11 @@ async fn unusable_snapshots_start_cold_with_one_warning() {
         let run = Run::start(client, &ns, &name, options, true);
         run.synced().await;
         assert_eq!(lists(&log).len(), 1, "{case}: one (streaming) list");
-        assert_eq!(cache(&run.informer), server_list(&api).await, "{case}");
+        assert_eq!(
+            cache_state(&run.informer.indexer().list()),
+            server_state(&api).await,
+            "{case}"
+        );
         let status = run.informer.snapshot_status();
         assert_eq!(status.start, StartKind::Cold, "{case}");
         assert!(
@@ -662,18 +500,14 @@ async fn unusable_snapshots_start_cold_with_one_warning() {
         .name("warm-bad-selector")
         .snapshot(SnapshotOptions::file(&good).write_on_shutdown(false))
         .build();
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (i, c) = (informer.clone(), cancel.clone());
-        async move { i.run(c).await.unwrap() }
-    });
+    let (cancel, task) = spawn_run(&informer);
     assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
     assert!(informer.indexer().list().is_empty());
     let w = warnings_of("warm-bad-selector");
     assert_eq!(w.len(), 1, "{w:#?}");
     assert!(w[0].contains("label selector"), "{}", w[0]);
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -681,9 +515,8 @@ async fn unusable_snapshots_start_cold_with_one_warning() {
 /// starts warm from it without listing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn factory_snapshots_every_informer() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-factory").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-factory").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 4).await;
     let dir = temp_dir("factory");
@@ -717,7 +550,10 @@ async fn factory_snapshots_every_informer() {
     assert!(factory.wait_for_cache_sync().await.values().all(|ok| *ok));
     assert_eq!(second.snapshot_status().start, StartKind::Warm);
     assert_eq!(lists(&log), Vec::<String>::new());
-    assert_eq!(cache(&second), server_list(&api).await);
+    assert_eq!(
+        cache_state(&second.indexer().list()),
+        server_state(&api).await
+    );
     factory.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -750,9 +586,8 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 /// leaves out another type. Every file is 0600.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn factory_snapshots_skip_secrets_unless_named() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-secrets").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-secrets").await;
     let cms: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&cms, 2).await;
     // the marker in an annotation: what a snapshot holds of a Secret
@@ -845,9 +680,8 @@ async fn factory_snapshots_skip_secrets_unless_named() {
 /// rewritten while the informer runs, and reflects the latest change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_snapshots_while_synced() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-periodic").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-periodic").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 3).await;
     let dir = temp_dir("periodic");
@@ -862,30 +696,40 @@ async fn periodic_snapshots_while_synced() {
         true,
     );
     run.synced().await;
-    eventually("a periodic write", async || {
+    eventually_async("a periodic write", Duration::from_secs(15), async || {
         run.informer.snapshot_status().writes >= 1
     })
     .await;
     let rv = api
-        .create(&PostParams::default(), &cm("later", "1"))
+        .create(
+            &PostParams::default(),
+            &config_map("later").data("v", "1").build(),
+        )
         .await
         .unwrap()
         .metadata
         .resource_version
         .unwrap();
-    eventually("a periodic write at the later RV", async || {
-        run.informer
-            .snapshot_status()
-            .last_write
-            .is_some_and(|w| w.resource_version == rv && w.objects == 4)
-    })
+    eventually_async(
+        "a periodic write at the later RV",
+        Duration::from_secs(15),
+        async || {
+            run.informer
+                .snapshot_status()
+                .last_write
+                .is_some_and(|w| w.resource_version == rv && w.objects == 4)
+        },
+    )
     .await;
     run.stop().await;
     // and it is usable
     let run = Run::start(cp.client().unwrap(), &ns, "warm-periodic-2", options, true);
     run.synced().await;
     assert_eq!(run.informer.snapshot_status().start, StartKind::Warm);
-    assert_eq!(cache(&run.informer), server_list(&api).await);
+    assert_eq!(
+        cache_state(&run.informer.indexer().list()),
+        server_state(&api).await
+    );
     run.stop().await;
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -895,9 +739,8 @@ async fn periodic_snapshots_while_synced() {
 /// loaded as they were cached, without running the transform again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transforms_need_an_id_and_are_not_run_twice() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-transform").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-transform").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 6).await;
     let dir = temp_dir("transform");
@@ -915,11 +758,7 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
             strip(o)
         });
         informer.set_transform(counting).unwrap();
-        let cancel = CancellationToken::new();
-        let task = tokio::spawn({
-            let (i, c) = (informer.clone(), cancel.clone());
-            async move { i.run(c).await.unwrap() }
-        });
+        let (cancel, task) = spawn_run(&informer);
         (informer, cancel, task)
     };
     let file = dir.join("cms.kcsnap");
@@ -928,7 +767,7 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
     let (informer, cancel, task) = start("warm-transform-0", SnapshotOptions::file(&file));
     assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
     let w = warnings_of("warm-transform-0");
     assert_eq!(w.len(), 1, "{w:#?}");
     assert!(w[0].contains("transform id"), "{}", w[0]);
@@ -940,7 +779,7 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
     let (informer, cancel, task) = start("warm-transform-1", with_id.clone());
     assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
     assert_eq!(informer.snapshot_status().writes, 1);
     calls.store(0, std::sync::atomic::Ordering::SeqCst);
     let (informer, cancel, task) = start("warm-transform-2", with_id);
@@ -953,13 +792,19 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
         "the snapshot's objects were transformed again"
     );
     // new changes are transformed as usual
-    api.create(&PostParams::default(), &cm("later", "1"))
-        .await
-        .unwrap();
-    eventually("the later object", async || informer.indexer().len() == 7).await;
+    api.create(
+        &PostParams::default(),
+        &config_map("later").data("v", "1").build(),
+    )
+    .await
+    .unwrap();
+    eventually_async("the later object", Duration::from_secs(15), async || {
+        informer.indexer().len() == 7
+    })
+    .await;
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
     // and a changed id does not use the old snapshot
     let (informer, cancel, task) = start(
         "warm-transform-3",
@@ -970,7 +815,7 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
     let w = warnings_of("warm-transform-3");
     assert!(w.len() == 1 && w[0].contains("transform id"), "{w:#?}");
     cancel.cancel();
-    task.await.unwrap();
+    task.await.unwrap().unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -985,7 +830,12 @@ fn churn(api: Api<ConfigMap>, stop: CancellationToken) -> tokio::task::JoinHandl
                 0 | 1 => {
                     n += 1;
                     let name = format!("d-{n}");
-                    let r = api.create(&PostParams::default(), &cm(&name, "0")).await;
+                    let r = api
+                        .create(
+                            &PostParams::default(),
+                            &config_map(&name).data("v", "0").build(),
+                        )
+                        .await;
                     if r.is_ok() {
                         live.push(name);
                     }
@@ -1025,9 +875,8 @@ fn churn(api: Api<ConfigMap>, stop: CancellationToken) -> tokio::task::JoinHandl
 /// handler never saw a resourceVersion go backwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_across_a_warm_restart() {
-    capture_logs();
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("warm-churn").await.unwrap();
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace("warm-churn").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     populate(&api, 20).await;
     let dir = temp_dir("churn");
@@ -1061,10 +910,14 @@ async fn churn_across_a_warm_restart() {
     assert_eq!(status.start, StartKind::Warm, "{status:?}");
     assert!(!status.resume_relisted);
     assert_eq!(lists(&log), Vec::<String>::new());
-    let want = server_list(&api).await;
-    eventually("the cache and the handler converge", async || {
-        cache(&second.informer) == want && second.rec.view() == want
-    })
+    let want = server_state(&api).await;
+    eventually_async(
+        "the cache and the handler converge",
+        Duration::from_secs(15),
+        async || {
+            cache_state(&second.informer.indexer().list()) == want && second.rec.view() == want
+        },
+    )
     .await;
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
     for s in second.rec.all() {

@@ -253,35 +253,20 @@ impl ReflectorStore<Pod> for CountingSink {
     }
 }
 
-type FakeBody = http_body_util::StreamBody<
-    futures::stream::BoxStream<'static, Result<http_body::Frame<Bytes>, std::io::Error>>,
->;
-
-/// A `kube::Client` on an in-memory service: lists are empty, the watch
-/// replays the recorded chunks then stays open.
+/// A `kube::Client` on the scripted fake apiserver: lists are empty, the
+/// watch replays the recorded chunks then stays open.
 fn replay_client(chunks: Vec<Bytes>) -> kube::Client {
-    use futures::StreamExt;
-    let chunks = std::sync::Arc::new(chunks);
-    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-        let chunks = chunks.clone();
-        async move {
-            let watch = req.uri().query().unwrap_or("").contains("watch=true");
-            let body: FakeBody = if watch {
-                let s = futures::stream::iter(
-                    (0..chunks.len()).map(move |i| Ok(http_body::Frame::data(chunks[i].clone()))),
-                )
-                .chain(futures::stream::pending());
-                http_body_util::StreamBody::new(s.boxed())
-            } else {
-                let list = Bytes::from_static(br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}"#);
-                http_body_util::StreamBody::new(
-                    futures::stream::iter([Ok(http_body::Frame::data(list))]).boxed(),
-                )
-            };
-            Ok::<_, std::convert::Infallible>(http::Response::new(body))
+    use kcache_testing::fake::{End, Fake, Reply};
+    const EMPTY: &str =
+        r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}"#;
+    Fake::new(move |r| {
+        if r.is_watch() {
+            Reply::Chunks(chunks.clone(), End::Hang)
+        } else {
+            Reply::Json(200, EMPTY.to_owned())
         }
-    });
-    kube::Client::new(svc, "default")
+    })
+    .client
 }
 
 /// One full reflector run (list, then the watch of N events) through

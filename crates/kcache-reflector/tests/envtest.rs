@@ -2,120 +2,25 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{Call, RecordingStore};
+use common::{Call, RecordingStore, start};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcache_envtest::ControlPlane;
-use kcache_reflector::{ErrorReason, Reflector, ReflectorBuilder, ReflectorError};
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
+use kcache_reflector::{ErrorReason, Reflector};
+use kcache_testing::builders::{config_map, crd};
+use kcache_testing::envtest::{
+    TestNamespace, client_with_request_hook, namespace, recording_client,
 };
-use kube::client::ClientBuilder;
+use kcache_testing::eventually_async;
+use kcache_testing::state::server_state;
+use kube::Client;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::core::PartialObjectMeta;
-use kube::{Client, Resource};
-use parking_lot::Mutex;
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
-type Seen = Arc<Mutex<Vec<(ErrorReason, String)>>>;
-
-struct Running<K: 'static> {
-    reflector: Arc<Reflector<K>>,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-    seen: Seen,
-}
-
-impl<K: 'static> Running<K> {
-    async fn stop(self) {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(10), self.task)
-            .await
-            .expect("the reflector did not stop")
-            .unwrap();
-    }
-    fn reasons(&self) -> Vec<ErrorReason> {
-        self.seen.lock().iter().map(|(r, _)| *r).collect()
-    }
-}
-
-fn start<K: Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
-    let seen: Seen = Arc::default();
-    let s2 = seen.clone();
-    let reflector = Arc::new(
-        b.watch_error_handler(move |e: &ReflectorError| {
-            s2.lock().push((e.reason(), e.to_string()));
-        })
-        .build(),
-    );
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (r, c) = (reflector.clone(), cancel.clone());
-        async move { r.run(c).await }
-    });
-    Running {
-        reflector,
-        cancel,
-        task,
-        seen,
-    }
-}
-
-/// A client that records the URI of every request it sends.
-fn recording_client(cp: &ControlPlane) -> (Client, Arc<Mutex<Vec<String>>>) {
-    let log: Arc<Mutex<Vec<String>>> = Arc::default();
-    let l2 = log.clone();
-    let client = ClientBuilder::try_from(cp.config())
-        .unwrap()
-        .with_layer(&tower::util::MapRequestLayer::new(
-            move |req: http::Request<kube::client::Body>| {
-                l2.lock().push(req.uri().to_string());
-                req
-            },
-        ))
-        .build();
-    (client, log)
-}
-
-fn config_map(name: &str, value: &str) -> ConfigMap {
-    serde_json::from_value(json!({"metadata":{"name":name},"data":{"k":value}})).unwrap()
-}
-
-async fn fresh_state(api: &Api<ConfigMap>) -> BTreeMap<String, String> {
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|c| {
-            (
-                format!(
-                    "{}/{}",
-                    c.metadata.namespace.unwrap(),
-                    c.metadata.name.unwrap()
-                ),
-                c.metadata.resource_version.unwrap(),
-            )
-        })
-        .collect()
-}
-
-async fn eventually(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while tokio::time::Instant::now() < deadline {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out: {what}");
-}
 
 /// ConfigMaps through a streaming list: the reflector sent
 /// `sendInitialEvents=true&resourceVersionMatch=NotOlderThan`, got the
@@ -123,16 +28,18 @@ async fn eventually(what: &str, timeout: Duration, mut f: impl AsyncFnMut() -> b
 /// then saw create/update/delete in order on the same stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_maps_streaming_list_then_events_in_order() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("refl-cm").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("refl-cm").await;
     let admin = cp.client().unwrap();
     let api: Api<ConfigMap> = Api::namespaced(admin, &ns);
     for n in ["pre-1", "pre-2"] {
-        api.create(&PostParams::default(), &config_map(n, "0"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(n).data("k", "0").build(),
+        )
+        .await
+        .unwrap();
     }
-    let (client, log) = recording_client(cp);
+    let (client, log) = recording_client(cp.config());
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let run = start(Reflector::<ConfigMap>::builder(client, store.clone()).namespace(&ns));
     let calls = store.wait_calls(1).await;
@@ -143,13 +50,16 @@ async fn config_maps_streaming_list_then_events_in_order() {
         }
         c => panic!("{c:?}"),
     }
-    eventually("has_synced", Duration::from_secs(5), async || {
+    eventually_async("has_synced", Duration::from_secs(5), async || {
         run.reflector.has_synced()
     })
     .await;
 
     let created = api
-        .create(&PostParams::default(), &config_map("a", "1"))
+        .create(
+            &PostParams::default(),
+            &config_map("a").data("k", "1").build(),
+        )
         .await
         .unwrap();
     let mut changed = created.clone();
@@ -203,7 +113,7 @@ async fn config_maps_streaming_list_then_events_in_order() {
         uris[0]
     );
     assert!(uris[0].contains("allowWatchBookmarks=true"), "{}", uris[0]);
-    assert!(run.reasons().is_empty(), "{:?}", run.seen.lock());
+    assert!(run.reasons().is_empty(), "{:?}", run.seen());
     run.stop().await;
 }
 
@@ -211,15 +121,17 @@ async fn config_maps_streaming_list_then_events_in_order() {
 /// then a watch from the list's RV.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_maps_list_then_watch() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("refl-lw").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("refl-lw").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for i in 0..7 {
-        api.create(&PostParams::default(), &config_map(&format!("c{i}"), "0"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&format!("c{i}")).data("k", "0").build(),
+        )
+        .await
+        .unwrap();
     }
-    let (client, log) = recording_client(cp);
+    let (client, log) = recording_client(cp.config());
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let run = start(
         Reflector::<ConfigMap>::builder(client, store.clone())
@@ -229,9 +141,12 @@ async fn config_maps_list_then_watch() {
     );
     let calls = store.wait_calls(1).await;
     assert!(matches!(&calls[0], Call::Replace(k, _) if k.len() == 7));
-    api.create(&PostParams::default(), &config_map("late", "1"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("late").data("k", "1").build(),
+    )
+    .await
+    .unwrap();
     let key = format!("{ns}/late");
     store
         .wait_until(Duration::from_secs(30), |c| {
@@ -247,7 +162,7 @@ async fn config_maps_list_then_watch() {
     assert!(!uris[0].contains("watch=true"), "{uris:#?}");
     assert!(uris[1].contains("watch=true"), "{uris:#?}");
     assert!(!uris[1].contains("sendInitialEvents"), "{uris:#?}");
-    assert_eq!(store.state(), fresh_state(&api).await);
+    assert_eq!(store.state(), server_state(&api).await);
     run.stop().await;
 }
 
@@ -256,12 +171,14 @@ async fn config_maps_list_then_watch() {
 /// bookmarks are accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_only_config_maps() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("refl-meta").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("refl-meta").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(&PostParams::default(), &config_map("m1", "0"))
-        .await
-        .unwrap();
+    api.create(
+        &PostParams::default(),
+        &config_map("m1").data("k", "0").build(),
+    )
+    .await
+    .unwrap();
     type Meta = PartialObjectMeta<ConfigMap>;
     for streaming in [true, false] {
         let store = Arc::new(RecordingStore::<Meta>::default());
@@ -276,9 +193,12 @@ async fn metadata_only_config_maps() {
             "{calls:?}"
         );
         let name = format!("m-{streaming}");
-        api.create(&PostParams::default(), &config_map(&name, "1"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(&name).data("k", "1").build(),
+        )
+        .await
+        .unwrap();
         let key = format!("{ns}/{name}");
         store
             .wait_until(Duration::from_secs(30), |c| {
@@ -289,34 +209,27 @@ async fn metadata_only_config_maps() {
         assert!(!String::from_utf8_lossy(m.bytes()).contains("\"data\""));
         let typed = m.decode().unwrap();
         assert_eq!(typed.metadata.name.as_deref(), Some(name.as_str()));
-        assert!(run.reasons().is_empty(), "{:?}", run.seen.lock());
+        assert!(run.reasons().is_empty(), "{:?}", run.seen());
         run.stop().await;
     }
 }
 
 fn widget_crd() -> CustomResourceDefinition {
-    serde_json::from_value(json!({
-        "metadata": { "name": "gizmos.reflector.kcache.io" },
-        "spec": {
-            "group": "reflector.kcache.io",
-            "scope": "Namespaced",
-            "names": { "plural": "gizmos", "singular": "gizmo", "kind": "Gizmo", "listKind": "GizmoList" },
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": { "openAPIV3Schema": { "type": "object", "properties": {
-                    "spec": { "type": "object", "properties": { "size": { "type": "integer" } } } } } }
-            }]
-        }
-    }))
-    .unwrap()
+    let size =
+        json!({ "spec": { "type": "object", "properties": { "size": { "type": "integer" } } } });
+    crd(
+        "reflector.kcache.io",
+        "Gizmo",
+        "gizmos",
+        json!({ "type": "object", "properties": size }),
+    )
 }
 
 /// A CRD through `DynamicObject` + `ApiResource`, with a label selector.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resource_as_dynamic_object() {
-    let cp = ControlPlane::shared().await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("refl-crd").await;
     cp.install_crds(&[widget_crd()]).await.unwrap();
-    let ns = cp.create_namespace("refl-crd").await.unwrap();
     let ar = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("reflector.kcache.io", "v1", "Gizmo"),
         "gizmos",
@@ -368,20 +281,19 @@ async fn custom_resource_as_dynamic_object() {
     let g3 = store.object(&key).unwrap().decode().unwrap();
     assert_eq!(g3.data["spec"]["size"], 3);
     assert!(store.object(&format!("{ns}/g4")).is_none());
-    assert!(run.reasons().is_empty(), "{:?}", run.seen.lock());
+    assert!(run.reasons().is_empty(), "{:?}", run.seen());
     run.stop().await;
 }
 
 /// A user without RBAC: 403 reported to the handler, backed off (no hot loop).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forbidden_user_is_reported_and_backed_off() {
-    let cp = ControlPlane::shared().await.unwrap();
-    let ns = cp.create_namespace("refl-rbac").await.unwrap();
+    let TestNamespace { cp, ns, .. } = namespace("refl-rbac").await;
     let nobody = cp.client_for_user("nobody", &[]).await.unwrap();
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let run = start(Reflector::<ConfigMap>::builder(nobody, store.clone()).namespace(&ns));
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let seen = run.seen.lock().clone();
+    let seen = run.seen();
     // backoff: attempts at ~0, ~0.8-1.6, ~2.4-4.8 (+ up to 6.4 more) s
     assert!((2..=4).contains(&seen.len()), "{seen:#?}");
     assert!(
@@ -400,33 +312,27 @@ async fn forbidden_user_is_reported_and_backed_off() {
 fn client_with_old_rv_switch(cp: &ControlPlane) -> (Client, Arc<AtomicBool>) {
     let old_rv = Arc::new(AtomicBool::new(false));
     let flag = old_rv.clone();
-    let client = ClientBuilder::try_from(cp.config())
-        .unwrap()
-        .with_layer(&tower::util::MapRequestLayer::new(
-            move |mut req: http::Request<kube::client::Body>| {
-                let uri = req.uri().to_string();
-                if uri.contains("watch=true")
-                    && !uri.contains("sendInitialEvents")
-                    && flag.load(Ordering::SeqCst)
-                {
-                    let (path, query) = uri.split_once('?').unwrap();
-                    let query: Vec<String> = query
-                        .split('&')
-                        .map(|p| {
-                            if p.starts_with("resourceVersion=") {
-                                "resourceVersion=1".to_owned()
-                            } else {
-                                p.to_owned()
-                            }
-                        })
-                        .collect();
-                    *req.uri_mut() = format!("{path}?{}", query.join("&")).parse().unwrap();
-                    eprintln!("rewrote a watch to {}", req.uri());
-                }
-                req
-            },
-        ))
-        .build();
+    let client = client_with_request_hook(cp.config(), move |req| {
+        let uri = req.uri().to_string();
+        if uri.contains("watch=true")
+            && !uri.contains("sendInitialEvents")
+            && flag.load(Ordering::SeqCst)
+        {
+            let (path, query) = uri.split_once('?').unwrap();
+            let query: Vec<String> = query
+                .split('&')
+                .map(|p| {
+                    if p.starts_with("resourceVersion=") {
+                        "resourceVersion=1".to_owned()
+                    } else {
+                        p.to_owned()
+                    }
+                })
+                .collect();
+            *req.uri_mut() = format!("{path}?{}", query.join("&")).parse().unwrap();
+            eprintln!("rewrote a watch to {}", req.uri());
+        }
+    });
     (client, old_rv)
 }
 
@@ -443,9 +349,12 @@ async fn recovers_from_apiserver_restart_and_gone() {
     let ns = cp.create_namespace("refl-restart").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for n in ["a", "b", "c"] {
-        api.create(&PostParams::default(), &config_map(n, "0"))
-            .await
-            .unwrap();
+        api.create(
+            &PostParams::default(),
+            &config_map(n).data("k", "0").build(),
+        )
+        .await
+        .unwrap();
     }
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let (client, old_rv) = client_with_old_rv_switch(&cp);
@@ -461,11 +370,14 @@ async fn recovers_from_apiserver_restart_and_gone() {
     cp.restart_apiserver().await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     api.delete("a", &DeleteParams::default()).await.unwrap();
-    api.create(&PostParams::default(), &config_map("d", "1"))
-        .await
-        .unwrap();
-    let want = fresh_state(&api).await;
-    eventually(
+    api.create(
+        &PostParams::default(),
+        &config_map("d").data("k", "1").build(),
+    )
+    .await
+    .unwrap();
+    let want = server_state(&api).await;
+    eventually_async(
         "store equals a fresh list after the restart",
         Duration::from_secs(90),
         async || store.state() == want,
@@ -483,16 +395,19 @@ async fn recovers_from_apiserver_restart_and_gone() {
     old_rv.store(true, Ordering::SeqCst);
     cp.restart_apiserver().await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(&PostParams::default(), &config_map("e", "2"))
-        .await
-        .unwrap();
-    eventually("a 410 was seen", Duration::from_secs(90), async || {
+    api.create(
+        &PostParams::default(),
+        &config_map("e").data("k", "2").build(),
+    )
+    .await
+    .unwrap();
+    eventually_async("a 410 was seen", Duration::from_secs(90), async || {
         run.reasons().contains(&ErrorReason::Expired)
     })
     .await;
     old_rv.store(false, Ordering::SeqCst);
-    let want = fresh_state(&api).await;
-    eventually(
+    let want = server_state(&api).await;
+    eventually_async(
         "store equals a fresh list after 410",
         Duration::from_secs(90),
         async || store.state() == want,

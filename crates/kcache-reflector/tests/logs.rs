@@ -4,7 +4,8 @@
 //! parallel).
 
 mod common;
-mod fake;
+use kcache_testing::fake;
+use kcache_testing::logs::LogBuffer;
 
 use std::sync::Arc;
 
@@ -20,25 +21,7 @@ use serde_json::json;
 /// handler still gets the whole message.
 #[tokio::test(start_paused = true)]
 async fn watch_error_status_message_is_cut_in_logs() {
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let logs = LogBuffer::set_global(tracing::Level::DEBUG);
 
     let huge = "y".repeat(4 << 20);
     let line = json!({"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":huge,"reason":"InternalError","code":500}}).to_string();
@@ -64,8 +47,8 @@ async fn watch_error_status_message_is_cut_in_logs() {
     };
     r.run_until(stop).await;
     assert_eq!(*full.lock(), 4 << 20, "the handler gets the whole message");
-    let text = String::from_utf8(logs.0.lock().clone()).unwrap();
-    let warn: Vec<&str> = text.lines().filter(|l| l.contains("WARN")).collect();
+    let text = logs.text();
+    let warn = logs.lines_with(&["WARN"]);
     assert_eq!(warn.len(), 1, "{text}");
     assert!(warn[0].contains("bytes in all]"), "{}", warn[0]);
     assert!(warn[0].contains("4194304"), "{}", warn[0]);

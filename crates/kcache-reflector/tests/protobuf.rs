@@ -3,101 +3,35 @@
 //! arrive, watch frames, bookmarks, errors, and the JSON fallbacks.
 
 mod common;
-mod fake;
+use kcache_testing::fake;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore};
+use common::{Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter};
 use fake::{
-    End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, list, pb_bookmark, pb_cm, pb_cmu,
-    pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
+    End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, hang, list, pb_bookmark, pb_cm,
+    pb_cmu, pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{Format, ObjectOptions};
-use kcache_reflector::{
-    BackoffConfig, BadEventKind, ErrorReason, Reflector, ReflectorBuilder, ReflectorError,
-    WireFormat,
-};
+use kcache_reflector::{BadEventKind, ErrorReason, Reflector, ReflectorBuilder, WireFormat};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::core::PartialObjectMeta;
-use parking_lot::Mutex;
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 type Store = RecordingStore<ConfigMap>;
-
-/// What the handler saw: (reason, display, bad-event kind).
-type Seen = Arc<Mutex<Vec<(ErrorReason, String, Option<BadEventKind>)>>>;
 
 const ACCEPT_LIST: &str = "application/vnd.kubernetes.protobuf, application/json";
 const ACCEPT_WATCH: &str = "application/vnd.kubernetes.protobuf;stream=watch, application/json";
 
-struct Running<K: 'static> {
-    reflector: Arc<Reflector<K>>,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-    seen: Seen,
-}
-
-impl<K: 'static> Running<K> {
-    async fn stop(self) {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(5), self.task)
-            .await
-            .expect("the reflector did not stop")
-            .unwrap();
-    }
-    fn reasons(&self) -> Vec<ErrorReason> {
-        self.seen.lock().iter().map(|s| s.0).collect()
-    }
-    fn bad_kinds(&self) -> Vec<BadEventKind> {
-        self.seen.lock().iter().filter_map(|s| s.2).collect()
-    }
-    fn messages(&self) -> Vec<String> {
-        self.seen.lock().iter().map(|s| s.1.clone()).collect()
-    }
-}
-
+/// Runs the reflector (without backoff jitter).
 fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
-    let seen: Seen = Arc::default();
-    let s2 = seen.clone();
-    let reflector = Arc::new(
-        b.backoff(BackoffConfig {
-            jitter: 0.0,
-            ..Default::default()
-        })
-        .watch_error_handler(move |e: &ReflectorError| {
-            let kind = match e {
-                ReflectorError::BadEvent { source, .. } => Some(source.kind),
-                _ => None,
-            };
-            s2.lock()
-                .push((e.reason(), kcache_core::ErrorChain(e).to_string(), kind));
-        })
-        .build(),
-    );
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (r, c) = (reflector.clone(), cancel.clone());
-        async move { r.run(c).await }
-    });
-    Running {
-        reflector,
-        cancel,
-        task,
-        seen,
-    }
+    common::start(b.backoff(no_jitter()))
 }
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
     Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).namespace("ns")
-}
-
-fn hang() -> Reply {
-    Reply::Stream(vec![], End::Hang)
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {
@@ -423,22 +357,12 @@ async fn content_negotiation_per_resource() {
     run.stop().await;
 
     // metadata-only: its own content type
-    let fake = Fake::new(|r| {
-        match (r.is_watch(), r.nth) {
-        (false, 0) => Reply::Json(
-            200,
-            json!({"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"3"},"items":[]}).to_string(),
-        ),
+    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+        (false, 0) => Reply::Json(200, meta_list("3", vec![])),
         _ => hang(),
-    }
     });
-    type Meta = PartialObjectMeta<ConfigMap>;
-    let store = Arc::new(RecordingStore::<Meta>::default());
-    let run = start(
-        Reflector::<Meta>::builder(fake.client.clone(), store.clone())
-            .namespace("ns")
-            .use_watch_list(false),
-    );
+    let (store, builder) = meta_reflector(&fake.client);
+    let run = start(builder);
     store.wait_calls(1).await;
     fake.wait_requests(2).await;
     assert!(!run.reflector.asks_for_protobuf());

@@ -3,15 +3,15 @@
 //! point to the client-go test each one mirrors.
 
 mod common;
-mod fake;
+use kcache_testing::fake;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore};
+use common::{Call, RecordingStore, no_jitter, start};
 use fake::{
-    End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, list, list_json, status,
+    End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, hang, list, list_json, status,
     too_large,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -25,77 +25,15 @@ use kube::core::PartialObjectMeta;
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 type Store = RecordingStore<ConfigMap>;
-
-/// What the handler saw: (reason, display).
-type Seen = Arc<Mutex<Vec<(ErrorReason, String)>>>;
-
-struct Running<K: 'static> {
-    reflector: Arc<Reflector<K>>,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-    seen: Seen,
-}
-
-impl<K: 'static> Running<K> {
-    async fn stop(self) {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(5), self.task)
-            .await
-            .expect("the reflector did not stop")
-            .unwrap();
-    }
-    fn seen(&self) -> Vec<(ErrorReason, String)> {
-        self.seen.lock().clone()
-    }
-    fn reasons(&self) -> Vec<ErrorReason> {
-        self.seen.lock().iter().map(|(r, _)| *r).collect()
-    }
-}
-
-fn no_jitter() -> BackoffConfig {
-    BackoffConfig {
-        jitter: 0.0,
-        ..Default::default()
-    }
-}
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
     Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
         .namespace("ns")
         .use_watch_list(false)
         .backoff(no_jitter())
-}
-
-fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
-    let seen: Seen = Arc::default();
-    let s2 = seen.clone();
-    let reflector = Arc::new(
-        b.watch_error_handler(move |e: &ReflectorError| {
-            s2.lock()
-                .push((e.reason(), kcache_core::ErrorChain(e).to_string()));
-        })
-        .build(),
-    );
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let r = reflector.clone();
-        let c = cancel.clone();
-        async move { r.run(c).await }
-    });
-    Running {
-        reflector,
-        cancel,
-        task,
-        seen,
-    }
-}
-
-fn hang() -> Reply {
-    Reply::Stream(vec![], End::Hang)
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {

@@ -3,7 +3,8 @@
 //! subscriber captures the output.
 
 mod common;
-mod fake;
+use kcache_testing::fake;
+use kcache_testing::logs::LogBuffer;
 
 use std::sync::Arc;
 
@@ -12,7 +13,6 @@ use fake::{End, Fake, Reply, ev, gone};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{ShardField, ShardSelector};
 use kcache_reflector::{Reflector, ShardFilterMode, WireFormat};
-use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 fn cm(name: &str, uid: &str, rv: &str) -> Value {
@@ -32,25 +32,7 @@ fn page(rv: &str, echo: Option<&ShardSelector>, items: Vec<Value>) -> Reply {
 
 #[tokio::test(start_paused = true)]
 async fn the_shard_filter_mode_is_logged_once_per_change() {
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    let logs = LogBuffer::set_global(tracing::Level::INFO);
 
     let sel = ShardSelector::contiguous(ShardField::Uid, 2).unwrap()[0].clone();
     let outside = (0..)
@@ -87,11 +69,8 @@ async fn the_shard_filter_mode_is_logged_once_per_change() {
     };
     r.run_until(stop).await;
     assert_eq!(r.shard_filter_mode(), Some(ShardFilterMode::Client));
-    let text = String::from_utf8(logs.0.lock().clone()).unwrap();
-    let modes: Vec<&str> = text
-        .lines()
-        .filter(|l| l.contains("shard_filter="))
-        .collect();
+    let text = logs.text();
+    let modes = logs.lines_with(&["shard_filter="]);
     assert_eq!(modes.len(), 2, "{text}");
     assert!(
         modes[0].contains("INFO") && modes[0].contains("shard_filter=server"),

@@ -4,78 +4,22 @@
 //! client-side filter when the apiserver does not, and a rejected selector.
 
 mod common;
-mod fake;
+use kcache_testing::fake;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Call, RecordingStore};
-use fake::{End, Fake, Reply, bookmark, ev, pb_cmu, pb_field, pb_list_body, status};
+use common::{Call, RecordingStore, Running, SeenError, meta_list, meta_reflector, no_jitter};
+use fake::{End, Fake, Reply, bookmark, ev, hang, pb_cmu, pb_field, pb_list_body, status};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{ShardField, ShardSelector};
-use kcache_reflector::{
-    BackoffConfig, ErrorReason, Reflector, ReflectorBuilder, ReflectorError, ShardFilterMode,
-    WireFormat,
-};
-use kube::core::PartialObjectMeta;
-use parking_lot::Mutex;
+use kcache_reflector::{ErrorReason, Reflector, ReflectorBuilder, ShardFilterMode, WireFormat};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 type Store = RecordingStore<ConfigMap>;
-type Seen = Arc<Mutex<Vec<(ErrorReason, String, bool)>>>;
-
-struct Running<K: 'static> {
-    reflector: Arc<Reflector<K>>,
-    cancel: CancellationToken,
-    task: JoinHandle<()>,
-    seen: Seen,
-}
-
-impl<K: 'static> Running<K> {
-    async fn stop(self) {
-        self.cancel.cancel();
-        tokio::time::timeout(Duration::from_secs(5), self.task)
-            .await
-            .expect("the reflector did not stop")
-            .unwrap();
-    }
-    fn seen(&self) -> Vec<(ErrorReason, String, bool)> {
-        self.seen.lock().clone()
-    }
-}
-
+/// Runs the reflector (without backoff jitter).
 fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
-    let seen: Seen = Arc::default();
-    let s2 = seen.clone();
-    let reflector = Arc::new(
-        b.backoff(BackoffConfig {
-            jitter: 0.0,
-            ..Default::default()
-        })
-        .watch_error_handler(move |e: &ReflectorError| {
-            let rejected = matches!(e, ReflectorError::ShardSelectorRejected { .. });
-            s2.lock().push((e.reason(), e.to_string(), rejected));
-        })
-        .build(),
-    );
-    let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let r = reflector.clone();
-        let c = cancel.clone();
-        async move { r.run(c).await }
-    });
-    Running {
-        reflector,
-        cancel,
-        task,
-        seen,
-    }
-}
-
-fn hang() -> Reply {
-    Reply::Stream(vec![], End::Hang)
+    common::start(b.backoff(no_jitter()))
 }
 
 /// The lower half of the uid hash space.
@@ -310,56 +254,34 @@ async fn server_filtered_streams_are_not_filtered_twice() {
     let inside: Vec<Vec<u8>> = (0..3)
         .map(|i| pb_cmu(&format!("p{i}"), &uid(100 + i, true), "6"))
         .collect();
-    let body = echo_pb(&inside);
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (false, 0) => Reply::Typed(
-            200,
-            fake::PROTOBUF,
-            vec![bytes::Bytes::from(body.clone())],
-            End::Close,
-        ),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).wire_format(WireFormat::Auto));
-    let calls = store.wait_calls(1).await;
-    assert_eq!(
-        calls,
-        [Call::Replace(keys(&["p0", "p1", "p2"]), "7".into())]
-    );
-    assert_eq!(
-        run.reflector.shard_filter_mode(),
-        Some(ShardFilterMode::Server)
-    );
-    assert_eq!(run.reflector.shard_dropped(), 0);
-    run.stop().await;
-
     // the same list without the echo: client-side, and an object outside dropped
     let mut items = inside.clone();
     items.push(pb_cmu("q", &uid(200, false), "6"));
-    let body = pb_list_body("7", "", &items);
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (false, 0) => Reply::Typed(
-            200,
-            fake::PROTOBUF,
-            vec![bytes::Bytes::from(body.clone())],
-            End::Close,
-        ),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).wire_format(WireFormat::Auto));
-    let calls = store.wait_calls(1).await;
-    assert_eq!(
-        calls,
-        [Call::Replace(keys(&["p0", "p1", "p2"]), "7".into())]
-    );
-    assert_eq!(
-        run.reflector.shard_filter_mode(),
-        Some(ShardFilterMode::Client)
-    );
-    assert_eq!(run.reflector.shard_dropped(), 1);
-    run.stop().await;
+    for (body, mode, dropped) in [
+        (echo_pb(&inside), ShardFilterMode::Server, 0),
+        (pb_list_body("7", "", &items), ShardFilterMode::Client, 1),
+    ] {
+        let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+            (false, 0) => Reply::Typed(
+                200,
+                fake::PROTOBUF,
+                vec![bytes::Bytes::from(body.clone())],
+                End::Close,
+            ),
+            _ => hang(),
+        });
+        let store = Arc::new(Store::default());
+        let run = start(builder(&fake, &store).wire_format(WireFormat::Auto));
+        let calls = store.wait_calls(1).await;
+        assert_eq!(
+            calls,
+            [Call::Replace(keys(&["p0", "p1", "p2"]), "7".into())],
+            "{mode:?}"
+        );
+        assert_eq!(run.reflector.shard_filter_mode(), Some(mode));
+        assert_eq!(run.reflector.shard_dropped(), dropped, "{mode:?}");
+        run.stop().await;
+    }
 }
 
 /// A metadata-only list never echoes the selector: filtered on the client
@@ -379,19 +301,13 @@ async fn metadata_only_lists_are_filtered_on_the_client() {
         if with_outside {
             items.push(pom("z", false, "3"));
         }
-        let body = json!({"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"3"},"items":items}).to_string();
+        let body = meta_list("3", items);
         let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
             (false, 0) => Reply::Json(200, body.clone()),
             _ => hang(),
         });
-        type Meta = PartialObjectMeta<ConfigMap>;
-        let store = Arc::new(RecordingStore::<Meta>::default());
-        let run = start(
-            Reflector::<Meta>::builder(fake.client.clone(), store.clone())
-                .namespace("ns")
-                .use_watch_list(false)
-                .shard_selector(half()),
-        );
+        let (store, builder) = meta_reflector(&fake.client);
+        let run = start(builder.shard_selector(half()));
         let calls = store.wait_calls(1).await;
         assert_eq!(calls, [Call::Replace(keys(&["a", "b"]), "3".into())]);
         assert!(fake.lists()[0].q("shardSelector").is_some());
@@ -432,10 +348,16 @@ async fn rejected_selector_is_a_clear_error_retried_with_backoff() {
         // a streaming list keeps being tried: the rejection is not a 400/422
         // "unsupported" answer
         assert!(reqs.iter().all(|r| r.is_watch() == watch_list), "{reqs:?}");
-        let seen = run.seen();
+        let seen = run.errors();
         assert!(seen.len() >= 3);
-        for (reason, msg, rejected) in &seen {
-            assert!(rejected, "{msg}");
+        for SeenError {
+            reason,
+            message: msg,
+            shard_rejected,
+            ..
+        } in &seen
+        {
+            assert!(shard_rejected, "{msg}");
             assert_eq!(*reason, ErrorReason::Api);
             assert!(msg.contains(&half().to_string()), "{msg}");
             assert!(msg.contains("rejected the shard selector"), "{msg}");
@@ -456,7 +378,7 @@ async fn rejected_selector_is_a_clear_error_retried_with_backoff() {
     let reqs = fake.wait_requests(6).await;
     let kinds: Vec<bool> = reqs.iter().map(|r| r.is_watch()).collect();
     assert_eq!(kinds[..6], [false, true, false, true, false, true]);
-    assert!(run.seen().iter().all(|s| s.2));
+    assert!(run.errors().iter().all(|e| e.shard_rejected));
     assert!(reqs[2].at - reqs[1].at >= Duration::from_millis(800));
     run.stop().await;
 }

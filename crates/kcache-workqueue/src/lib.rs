@@ -132,6 +132,8 @@ mod prometheus;
 mod queue;
 pub mod rate_limiter;
 mod ready;
+mod slab;
+mod table;
 mod waiters;
 
 pub use error::{BuildError, RateLimiterError};

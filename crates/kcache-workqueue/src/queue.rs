@@ -1,12 +1,12 @@
 //! The work queue: dedup, delays, rate limits, priorities, shutdown.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use foldhash::fast::RandomState;
+use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -40,13 +40,17 @@ use crate::error::BuildError;
 use crate::metrics::{CounterMetric, MetricsProvider, QueueMetrics};
 use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
 use crate::ready::ReadyQueue;
+use crate::slab::Slab;
+use crate::table::{ItemTable, Probe, SlotIdx};
 use crate::waiters::{WaiterId, Waiters, Wakeups};
 
 /// The bound every queued item satisfies.
 ///
-/// Items are compared and hashed to deduplicate them and cloned a few times
-/// (once per accepted add, plus bookkeeping): cheap keys such as
-/// `namespace/name` strings or small structs are the intended use.
+/// Items are compared and hashed to deduplicate them. The queue stores an
+/// added item once and clones it once per [`get`](WorkQueue::get) (it keeps
+/// a copy while the item is processed), plus the metrics' bookkeeping when
+/// metrics are on: cheap keys such as `namespace/name` strings or small
+/// structs are the intended use.
 pub trait QueueItem: Hash + Eq + Clone + Send + Sync + 'static {}
 impl<T: Hash + Eq + Clone + Send + Sync + 'static> QueueItem for T {}
 
@@ -119,12 +123,16 @@ enum Place {
     Parked,
 }
 
-/// What the queue knows about one item, in a slab indexed by the item map.
-/// A slot is in use while the item is waiting, being processed, or both.
-/// Kept small (24 bytes): the ready queue's entries point at it by index,
-/// so `get` finds it without hashing the item.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
+/// What the queue knows about one item, in a slab indexed by the item
+/// table. A slot is in use while the item is waiting, being processed, or
+/// both. The slot holds the queue's only copy of the item: the item table
+/// and the ready and timer queues hold the slot's index, so an accepted add
+/// stores its item once and clones nothing (`get` makes the one clone the
+/// queue needs, see [`State::pop_ready`]).
+#[derive(Debug)]
+struct Slot<T> {
+    /// The item; `None` while the slot is free.
+    key: Option<T>,
     /// Sequence number of the item's ready or timer queue entry; an entry
     /// whose number differs is stale.
     seq: u64,
@@ -133,22 +141,32 @@ struct Slot {
     ready_at: u64,
     /// Meaningful while waiting.
     priority: i32,
+    /// The item's hash tag (see [`tag_of`]), to find its table entry.
+    tag: u32,
     place: Place,
     processing: bool,
 }
 
-impl Slot {
-    const FREE: Slot = Slot {
-        seq: 0,
-        ready_at: 0,
-        priority: 0,
-        place: Place::Nowhere,
-        processing: false,
-    };
+impl<T> Slot<T> {
+    fn free() -> Self {
+        Slot {
+            key: None,
+            seq: 0,
+            ready_at: 0,
+            priority: 0,
+            tag: 0,
+            place: Place::Nowhere,
+            processing: false,
+        }
+    }
 }
 
-/// Index of a slot.
-type SlotIdx = u32;
+/// The 32-bit tag of `item` under the queue's random seed (see
+/// [`ItemTable`]).
+fn tag_of<T: Hash>(hasher: &RandomState, item: &T) -> u32 {
+    let h = hasher.hash_one(item);
+    (h ^ (h >> 32)) as u32
+}
 
 /// Whom to wake after a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,14 +190,14 @@ impl Wake {
     }
 }
 
-/// The ordered queues and the slots (everything but the item map, so that
-/// both can be borrowed at once).
+/// The ordered queues and the slots (everything but the item table, so
+/// that both can be borrowed at once).
 struct Queues<T> {
-    /// Ready items with their slot.
-    ready: ReadyQueue<(T, SlotIdx)>,
-    /// Items waiting for a later time, by `(ready_at, seq)`, with their slot.
-    delayed: BTreeMap<(u64, u64), (T, SlotIdx)>,
-    slots: Vec<Slot>,
+    /// Ready items' slots.
+    ready: ReadyQueue<SlotIdx>,
+    /// Slots of items waiting for a later time, by `(ready_at, seq)`.
+    delayed: BTreeMap<(u64, u64), SlotIdx>,
+    slots: Slab<Slot<T>>,
     /// Free slots, reused last-freed first (likely still in cache).
     free: Vec<SlotIdx>,
     seq: u64,
@@ -210,62 +228,76 @@ impl<T: QueueItem> Queues<T> {
             .unwrap_or(self.epoch)
     }
 
-    fn alloc_slot(&mut self) -> SlotIdx {
-        match self.free.pop() {
+    /// A slot for `item`, not waiting and not processing.
+    fn alloc_slot(&mut self, item: T, tag: u32) -> SlotIdx {
+        let idx = match self.free.pop() {
             Some(idx) => idx,
             None => {
                 let idx = SlotIdx::try_from(self.slots.len())
                     .expect("a work queue holds fewer than 2^32 items");
-                self.slots.push(Slot::FREE);
+                self.slots.push(Slot::free());
                 idx
             }
-        }
+        };
+        let slot = &mut self.slots[idx as usize];
+        slot.key = Some(item);
+        slot.tag = tag;
+        idx
     }
 
-    fn free_slot(&mut self, idx: SlotIdx) {
-        self.slots[idx as usize] = Slot::FREE;
+    /// Frees slot `idx`; returns its item.
+    fn free_slot(&mut self, idx: SlotIdx) -> Option<T> {
+        let key = std::mem::replace(&mut self.slots[idx as usize], Slot::free()).key;
         self.free.push(idx);
+        key
     }
 
-    fn rank(&self, priority: i32, ready_at: u64) -> i128 {
+    /// The slot's rank in the ready queue (see [`ReadyQueue`]): with aging,
+    /// the ready time less `priority` agings, saturated to `i64` (2^63 ns
+    /// is 292 years: only absurd priorities times agings saturate, and
+    /// saturated ranks go by order of adding); strict priority orders
+    /// lanes by priority and ranks by ready time.
+    fn rank(&self, priority: i32, ready_at: u64) -> i64 {
         let t = i128::from(ready_at);
-        match self.aging_nanos {
+        let rank = match self.aging_nanos {
             // Aging: each `aging` of waiting is worth one priority level.
             Some(aging) => t - i128::from(priority) * aging,
-            // Strict: priority first, then ready time.
-            None => t - (i128::from(priority) << 80),
-        }
+            // Strict: the lanes order priorities.
+            None => t,
+        };
+        rank.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
-    /// Queues `item` by its slot's priority and ready time.
-    fn push_ready(&mut self, item: T, idx: SlotIdx) {
-        let slot = self.slots[idx as usize];
-        let rank = self.rank(slot.priority, slot.ready_at);
+    /// Queues slot `idx` by its priority and ready time.
+    fn push_ready(&mut self, idx: SlotIdx) {
+        let slot = &self.slots[idx as usize];
+        let (priority, ready_at) = (slot.priority, slot.ready_at);
+        let rank = self.rank(priority, ready_at);
         let seq = self.next_seq();
-        self.ready.push((item, idx), slot.priority, rank, seq);
+        self.ready.push(idx, priority, rank, seq);
         let slot = &mut self.slots[idx as usize];
         slot.seq = seq;
         slot.place = Place::Ready;
     }
 
-    /// Puts `item` in the timer queue; returns its seq and whether it is now
-    /// the earliest deadline.
-    fn push_delayed(&mut self, item: T, idx: SlotIdx, ready_at: u64) -> (u64, bool) {
+    /// Puts slot `idx` in the timer queue; returns its seq and whether it is
+    /// now the earliest deadline.
+    fn push_delayed(&mut self, idx: SlotIdx, ready_at: u64) -> (u64, bool) {
         let seq = self.next_seq();
         let earliest = self
             .delayed
             .first_key_value()
             .is_none_or(|((first, _), _)| ready_at < *first);
-        self.delayed.insert((ready_at, seq), (item, idx));
+        self.delayed.insert((ready_at, seq), idx);
         (seq, earliest)
     }
 
     /// The item of slot `idx` (not waiting) became ready at `ready_at`.
-    fn make_ready(&mut self, item: T, idx: SlotIdx, priority: i32, ready_at: u64) -> Wake {
+    fn make_ready(&mut self, idx: SlotIdx, priority: i32, ready_at: u64) -> Wake {
         if self.metrics.is_some() {
             let at = self.instant(ready_at);
-            if let Some(m) = &mut self.metrics {
-                m.add(&item, at);
+            if let (Some(m), Some(key)) = (&mut self.metrics, &self.slots[idx as usize].key) {
+                m.add(key, at);
             }
         }
         let slot = &mut self.slots[idx as usize];
@@ -276,19 +308,19 @@ impl<T: QueueItem> Queues<T> {
             self.parked += 1;
             Wake::Nobody
         } else {
-            self.push_ready(item, idx);
+            self.push_ready(idx);
             Wake::One
         }
     }
 
-    /// Adds `item` (whose slot is `idx`) to be ready at `ready_at`.
-    fn add(&mut self, item: T, idx: SlotIdx, priority: i32, ready_at: u64, now: u64) -> Wake {
-        let slot = self.slots[idx as usize];
+    /// Adds the item of slot `idx` to be ready at `ready_at`.
+    fn add(&mut self, idx: SlotIdx, priority: i32, ready_at: u64, now: u64) -> Wake {
+        let slot = &self.slots[idx as usize];
         if slot.place == Place::Nowhere {
             if ready_at <= now {
-                return self.make_ready(item, idx, priority, ready_at);
+                return self.make_ready(idx, priority, ready_at);
             }
-            let (seq, earliest) = self.push_delayed(item, idx, ready_at);
+            let (seq, earliest) = self.push_delayed(idx, ready_at);
             let slot = &mut self.slots[idx as usize];
             slot.seq = seq;
             slot.ready_at = ready_at;
@@ -297,31 +329,29 @@ impl<T: QueueItem> Queues<T> {
             return if earliest { Wake::All } else { Wake::Nobody };
         }
         // Already waiting: keep the highest priority and the earliest time.
-        let priority = slot.priority.max(priority);
-        let ready_at = slot.ready_at.min(ready_at);
+        let (old_priority, old_ready_at, old_seq) = (slot.priority, slot.ready_at, slot.seq);
+        let priority = old_priority.max(priority);
+        let ready_at = old_ready_at.min(ready_at);
         match slot.place {
             Place::Delayed => {
-                if ready_at == slot.ready_at {
+                if ready_at == old_ready_at {
                     self.slots[idx as usize].priority = priority;
                     return Wake::Nobody;
                 }
-                let item = self
-                    .delayed
-                    .remove(&(slot.ready_at, slot.seq))
-                    .map_or(item, |(item, _)| item);
+                self.delayed.remove(&(old_ready_at, old_seq));
                 self.slots[idx as usize].place = Place::Nowhere;
                 // Re-add as new; it was not counted as added while delayed.
-                self.add(item, idx, priority, ready_at, now)
+                self.add(idx, priority, ready_at, now)
             }
             Place::Ready => {
-                if priority != slot.priority || ready_at != slot.ready_at {
+                if priority != old_priority || ready_at != old_ready_at {
                     // The old entry stays behind, stale; the item queues
                     // anew in its new priority's lane.
                     self.ready.mark_stale();
                     let slot = &mut self.slots[idx as usize];
                     slot.priority = priority;
                     slot.ready_at = ready_at;
-                    self.push_ready(item, idx);
+                    self.push_ready(idx);
                 }
                 Wake::Nobody
             }
@@ -342,37 +372,259 @@ impl<T: QueueItem> Queues<T> {
             if entry.key().0 > now {
                 break;
             }
-            let ((ready_at, seq), (item, idx)) = entry.remove_entry();
+            let ((ready_at, seq), idx) = entry.remove_entry();
             let slot = &mut self.slots[idx as usize];
             if slot.place != Place::Delayed || slot.seq != seq {
                 continue;
             }
             slot.place = Place::Nowhere;
             let priority = slot.priority;
-            wake = wake.max(self.make_ready(item, idx, priority, ready_at));
+            wake = wake.max(self.make_ready(idx, priority, ready_at));
         }
         wake
     }
 }
 
+/// Plain adds (no delay, priority 0) waiting to be applied to the queue.
+///
+/// An add of a queue without metrics only pushes its item here, under a
+/// lock of its own held for a push: the adding thread never takes the
+/// queue's lock nor touches the item table, the slots or the ready queue,
+/// which stay in the cache of the workers' threads. Whoever next takes the
+/// queue's lock applies the inbox first, in order (see
+/// [`State::apply_inbox`]), so every call sees every add that returned
+/// before it began.
+struct Inbox<T> {
+    items: Mutex<Vec<T>>,
+    /// Whether `items` is not empty, written under its lock: a reader with
+    /// nothing to apply (most `done` calls) looks at this flag instead of
+    /// taking the lock, so it reads the adder's line instead of writing it.
+    /// An add that happened before the read is seen.
+    pending: AtomicBool,
+    /// Set while a getter is parked and no getter woken for ready items has
+    /// run yet: an add must then wake one (through the queue's lock). Kept
+    /// up to date under the queue's lock by [`State::publish`].
+    wake_needed: AtomicBool,
+}
+
+impl<T> Inbox<T> {
+    fn new() -> Self {
+        Self {
+            items: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            wake_needed: AtomicBool::new(false),
+        }
+    }
+
+    /// Pushes `item`; returns whether a parked getter must be woken.
+    fn push(&self, item: T) -> bool {
+        {
+            let mut items = self.items.lock();
+            if items.is_empty() {
+                self.pending.store(true, Ordering::Release);
+            }
+            items.push(item);
+        }
+        // Ordered after the push by the inbox lock: a getter that set the
+        // flag before its last look at the inbox (under the same lock) is
+        // seen here, or that look saw this item (see `State::publish`).
+        self.wake_needed.load(Ordering::Relaxed)
+    }
+}
+
+/// Room (in items) an idle queue keeps in each of its buffers (see
+/// [`State::shrink_idle`]).
+const IDLE_KEEP_CAPACITY: usize = 1024;
+
+/// Table lookups warmed together (see [`ItemTable::warm`]): adds of an
+/// inbox batch, and entries unlinked by `done`.
+const GROUP: usize = 16;
+
+thread_local! {
+    /// The last items `get` handed out on this thread, as (queue, slot):
+    /// `done` usually comes on the same thread right after, and finds the
+    /// slot here without a table lookup (a cache miss per item once the
+    /// table outgrows the cache). Only a hint: `done` checks under the
+    /// lock that the slot holds the item and is processing.
+    static HANDED_OUT: Cell<([(usize, SlotIdx); HANDED_OUT_HINTS], usize)> =
+        const { Cell::new(([(0, 0); HANDED_OUT_HINTS], 0)) };
+}
+
+/// Items remembered by [`HANDED_OUT`] per thread.
+const HANDED_OUT_HINTS: usize = 4;
+
+fn remember_handed_out(queue: usize, idx: SlotIdx) {
+    HANDED_OUT.with(|h| {
+        let (mut hints, next) = h.get();
+        hints[next % HANDED_OUT_HINTS] = (queue, idx);
+        h.set((hints, next.wrapping_add(1)));
+    });
+}
+
+fn handed_out_hints(queue: usize) -> impl Iterator<Item = SlotIdx> {
+    let (hints, _) = HANDED_OUT.with(Cell::get);
+    hints
+        .into_iter()
+        .filter(move |&(q, _)| q == queue)
+        .map(|(_, idx)| idx)
+}
+
 struct State<T> {
     /// Slot of every item waiting or being processed.
-    items: HashMap<T, SlotIdx, RandomState>,
+    items: ItemTable,
+    hasher: RandomState,
     q: Queues<T>,
     waiters: Waiters,
     shutting_down: bool,
     drain: bool,
+    /// The inbox's previous buffer, swapped in for the next batch.
+    spare: Vec<T>,
+    /// The tags of an inbox batch (kept for its capacity).
+    tags: Vec<u32>,
+    /// Table entries of freed slots not yet removed: `done` frees a slot it
+    /// found through [`HANDED_OUT`] at once, and removes the entries in
+    /// groups (see [`ItemTable::warm`]). Until then an entry points at a
+    /// free or reused slot; lookups compare the slot's item, so it matches
+    /// nothing (or, if the slot was reused by the same item, that item).
+    unlinked: Vec<(u32, SlotIdx)>,
 }
 
 impl<T: QueueItem> State<T> {
-    /// Adds `item`; `key` is a clone of it (made before taking the lock).
-    fn add(&mut self, item: T, key: T, priority: i32, ready_at: Instant, now: Instant) -> Wake {
-        let idx = match self.items.entry(key) {
-            Entry::Occupied(e) => *e.get(),
-            Entry::Vacant(e) => *e.insert(self.q.alloc_slot()),
+    /// Adds `item` (to be ready at `ready_at`, nanoseconds since the epoch);
+    /// returns whom to wake and the item if an equal one was already there
+    /// (to drop once the lock is released).
+    fn add(&mut self, item: T, priority: i32, ready_at: u64, now: u64) -> (Wake, Option<T>) {
+        let tag = tag_of(&self.hasher, &item);
+        self.add_tagged(item, tag, priority, ready_at, now)
+    }
+
+    /// [`add`](Self::add) of an item whose tag is known.
+    fn add_tagged(
+        &mut self,
+        item: T,
+        tag: u32,
+        priority: i32,
+        ready_at: u64,
+        now: u64,
+    ) -> (Wake, Option<T>) {
+        let slots = &self.q.slots;
+        let (idx, duplicate) = match self
+            .items
+            .probe(tag, |i| slots[i as usize].key.as_ref() == Some(&item))
+        {
+            Probe::Found(_, idx) => (idx, Some(item)),
+            Probe::Vacant(pos) => {
+                let idx = self.q.alloc_slot(item, tag);
+                self.items.insert_at(pos, idx, tag);
+                (idx, None)
+            }
         };
-        let (ready_at, now) = (self.q.nanos(ready_at), self.q.nanos(now));
-        self.q.add(item, idx, priority, ready_at, now)
+        (self.q.add(idx, priority, ready_at, now), duplicate)
+    }
+
+    /// Applies the adds waiting in `inbox`, in order, as added now. After
+    /// shutdown they are dropped (an add that raced with shutdown is
+    /// ignored, as if it came after it).
+    fn apply_inbox(&mut self, inbox: &Inbox<T>) -> Wake {
+        if !inbox.pending.load(Ordering::Acquire) {
+            return Wake::Nobody;
+        }
+        self.apply_inbox_locked(inbox)
+    }
+
+    /// [`apply_inbox`](Self::apply_inbox) without the look at
+    /// [`Inbox::pending`] first: the inbox's lock orders this look after
+    /// the caller's earlier writes (see [`publish`](Self::publish)).
+    fn apply_inbox_locked(&mut self, inbox: &Inbox<T>) -> Wake {
+        let mut batch = {
+            let mut items = inbox.items.lock();
+            if items.is_empty() {
+                return Wake::Nobody;
+            }
+            inbox.pending.store(false, Ordering::Relaxed);
+            std::mem::replace(&mut *items, std::mem::take(&mut self.spare))
+        };
+        let mut wake = Wake::Nobody;
+        if self.shutting_down {
+            batch.clear();
+        } else {
+            let now = Instant::now();
+            // Items whose time came go first: ready queues are FIFO.
+            if !self.q.delayed.is_empty() {
+                wake = self.q.promote_due(now);
+            }
+            let now = self.q.nanos(now);
+            // With many items waiting the table is larger than the cache:
+            // read the table lines of each group of items before adding
+            // them, so that their misses overlap.
+            let mut tags = std::mem::take(&mut self.tags);
+            tags.clear();
+            tags.extend(batch.iter().map(|item| tag_of(&self.hasher, item)));
+            for (i, item) in batch.drain(..).enumerate() {
+                if i % GROUP == 0 {
+                    let group = &tags[i..tags.len().min(i + GROUP)];
+                    self.items.warm(group.iter().copied());
+                }
+                wake = wake.max(self.add_tagged(item, tags[i], 0, now, now).0);
+            }
+            self.tags = tags;
+        }
+        self.spare = batch;
+        wake
+    }
+
+    /// The queue ran dry (a getter parks): gives back the room a burst of
+    /// items took (the item table, the slots, the ready lanes and the inbox
+    /// buffers), which is kept while items flow so that a queue refilled
+    /// after each batch does not allocate and fault in fresh memory each
+    /// time.
+    fn shrink_idle(&mut self) {
+        if !self.unlinked.is_empty() {
+            self.items.remove_all(&self.unlinked);
+            self.unlinked.clear();
+        }
+        self.items.shrink();
+        let q = &mut self.q;
+        if q.slots.len() > IDLE_KEEP_CAPACITY && q.free.len() == q.slots.len() {
+            q.slots.clear();
+            q.free.clear();
+            q.free.shrink_to(IDLE_KEEP_CAPACITY);
+        }
+        q.ready.shrink_to(IDLE_KEEP_CAPACITY);
+        if self.spare.capacity() > IDLE_KEEP_CAPACITY {
+            self.spare = Vec::new();
+        }
+        if self.tags.capacity() > IDLE_KEEP_CAPACITY {
+            self.tags = Vec::new();
+        }
+    }
+
+    /// Ends a critical section that may have parked, woken or released
+    /// getters: tells adders whether they must wake one
+    /// ([`Inbox::wake_needed`]). When they must, it then looks at the inbox
+    /// once more (after setting the flag, under the inbox lock): an add
+    /// that pushed before that look and did not see the flag is applied
+    /// here, and a getter woken for it; an add that pushes after it sees
+    /// the flag. No add is left in the inbox while getters sleep.
+    fn publish(&mut self, inbox: &Inbox<T>) -> Wakeups {
+        let mut wakeups = Wakeups::None;
+        loop {
+            let needed = self.waiters.needs_wake();
+            if inbox.wake_needed.load(Ordering::Relaxed) != needed {
+                inbox.wake_needed.store(needed, Ordering::Relaxed);
+            }
+            if !needed {
+                return wakeups;
+            }
+            let wake = self.apply_inbox_locked(inbox);
+            if !self.q.ready.is_empty() {
+                wakeups.merge(self.wakeups(wake.max(Wake::One)));
+            } else if wake == Wake::All {
+                wakeups.merge(self.wakeups(wake));
+            } else {
+                return wakeups;
+            }
+        }
     }
 
     /// The getters to wake for `wake`.
@@ -388,9 +640,13 @@ impl<T: QueueItem> State<T> {
         self.q.promote_due(now)
     }
 
-    fn pop_ready(&mut self, now: impl Fn() -> Instant) -> Option<T> {
+    /// Hands out the first ready item and marks it processing. The queue
+    /// keeps a clone of it, to recognise adds and `done` of the item while
+    /// it is processed; the clone is made here, on the worker's thread,
+    /// which is also the thread that frees it at `done`.
+    fn pop_ready(&mut self, now: impl Fn() -> Instant) -> Option<(T, SlotIdx)> {
         let Queues { ready, slots, .. } = &mut self.q;
-        let (item, _) = ready.pop_front(|(_, idx), key| {
+        let idx = ready.pop_front(|idx, key| {
             let slot = &mut slots[*idx as usize];
             if slot.place != Place::Ready || slot.seq != key.seq {
                 return false;
@@ -399,18 +655,40 @@ impl<T: QueueItem> State<T> {
             slot.processing = true;
             true
         })?;
+        let slot = &mut self.q.slots[idx as usize];
+        let item = slot.key.as_mut().map(|key| {
+            let copy = key.clone();
+            std::mem::replace(key, copy)
+        })?;
         self.q.processing += 1;
         if let Some(m) = &mut self.q.metrics {
             m.get(&item, now());
         }
-        Some(item)
+        Some((item, idx))
     }
 
-    /// Marks `item` as processed; returns whom to wake and the item's key
-    /// if the map released it (to drop once the lock is released).
-    fn done(&mut self, item: &T) -> (Wake, Option<T>) {
-        let Some((key, idx)) = self.items.remove_entry(item) else {
-            return (Wake::Nobody, None);
+    /// Marks `item` as processed; returns whom to wake and the item's copy
+    /// if the queue released it (to drop once the lock is released).
+    fn done(&mut self, item: &T, queue: usize) -> (Wake, Option<T>) {
+        let hinted = handed_out_hints(queue).find(|&idx| {
+            self.q
+                .slots
+                .get(idx as usize)
+                .is_some_and(|slot| slot.processing && slot.key.as_ref() == Some(item))
+        });
+        let (idx, pos) = match hinted {
+            Some(idx) => (idx, None),
+            None => {
+                let tag = tag_of(&self.hasher, item);
+                let slots = &self.q.slots;
+                let Probe::Found(pos, idx) = self
+                    .items
+                    .probe(tag, |i| slots[i as usize].key.as_ref() == Some(item))
+                else {
+                    return (Wake::Nobody, None);
+                };
+                (idx, Some(pos))
+            }
         };
         let q = &mut self.q;
         let mut wake = Wake::Nobody;
@@ -424,16 +702,24 @@ impl<T: QueueItem> State<T> {
             }
             if parked {
                 q.parked -= 1;
-                q.push_ready(item.clone(), idx);
+                q.push_ready(idx);
                 wake = Wake::One;
             }
         }
-        let slot = q.slots[idx as usize];
+        let slot = &q.slots[idx as usize];
         if slot.place == Place::Nowhere && !slot.processing {
-            q.free_slot(idx);
-            (wake, Some(key))
+            match pos {
+                Some(pos) => self.items.remove_at(pos),
+                None => {
+                    self.unlinked.push((slot.tag, idx));
+                    if self.unlinked.len() >= GROUP {
+                        self.items.remove_all(&self.unlinked);
+                        self.unlinked.clear();
+                    }
+                }
+            }
+            (wake, q.free_slot(idx))
         } else {
-            self.items.insert(key, idx);
             (wake, None)
         }
     }
@@ -443,7 +729,10 @@ impl<T: QueueItem> State<T> {
         self.q.processing == 0 && self.q.ready.is_empty() && self.q.parked == 0
     }
 
-    fn begin_shut_down(&mut self, drain: bool) {
+    /// Marks the queue as shutting down, after applying the adds in
+    /// `inbox` (they were accepted before the shutdown).
+    fn begin_shut_down(&mut self, inbox: &Inbox<T>, drain: bool) {
+        let _ = self.apply_inbox(inbox);
         self.shutting_down = true;
         self.drain = drain;
         // Delayed items never become ready after shutdown (client-go stops
@@ -455,14 +744,15 @@ impl<T: QueueItem> State<T> {
                 "work queue shutting down: dropping items waiting for a later time"
             );
         }
-        for ((_, seq), (item, idx)) in delayed {
+        for ((_, seq), idx) in delayed {
             let slot = &mut self.q.slots[idx as usize];
             if slot.place != Place::Delayed || slot.seq != seq {
                 continue;
             }
             slot.place = Place::Nowhere;
             if !slot.processing {
-                self.items.remove(&item);
+                let tag = slot.tag;
+                self.items.remove_slot(idx, tag);
                 self.q.free_slot(idx);
             }
         }
@@ -471,6 +761,10 @@ impl<T: QueueItem> State<T> {
 
 struct Inner<T> {
     state: Mutex<State<T>>,
+    /// Plain adds not yet applied; used only by queues without metrics
+    /// (`use_inbox`), whose adds need no timestamp of their own.
+    inbox: Inbox<T>,
+    use_inbox: bool,
     /// Mirrors `State::shutting_down` for lock-free checks.
     shutting_down: AtomicBool,
     /// Wakes `shut_down_with_drain`.
@@ -489,6 +783,48 @@ impl<T> Drop for Inner<T> {
 }
 
 impl<T: QueueItem> Inner<T> {
+    /// This queue's identity in [`HANDED_OUT`] hints (its address: a
+    /// hint left by a dropped queue at the same address fails the check
+    /// under the lock).
+    fn id(&self) -> usize {
+        std::ptr::from_ref(self).addr()
+    }
+
+    /// Applies the inbox's adds (first thing under the lock, so that each
+    /// call sees the adds that returned before it).
+    fn apply_inbox(&self, st: &mut State<T>) -> Wake {
+        if self.use_inbox {
+            st.apply_inbox(&self.inbox)
+        } else {
+            Wake::Nobody
+        }
+    }
+
+    /// The wakes for `wake` plus those [`State::publish`] finds, to call
+    /// once the lock is released.
+    fn wakeups(&self, st: &mut State<T>, wake: Wake) -> Wakeups {
+        let mut wakeups = st.wakeups(wake);
+        // Nothing to publish while no getter waits for a wake and adders
+        // already know it (the common case while workers are busy).
+        if self.use_inbox
+            && (st.waiters.needs_wake() || self.inbox.wake_needed.load(Ordering::Relaxed))
+        {
+            wakeups.merge(st.publish(&self.inbox));
+        }
+        wakeups
+    }
+
+    /// An add found a getter parked with no wake in flight: apply the inbox
+    /// and wake one.
+    fn wake_parked(&self) {
+        let wakeups = {
+            let mut st = self.state.lock();
+            let wake = self.apply_inbox(&mut st);
+            self.wakeups(&mut st, wake)
+        };
+        wakeups.wake();
+    }
+
     /// The metrics updater's tick; false once the queue shuts down.
     fn metrics_tick(&self) -> bool {
         let wakeups = {
@@ -497,11 +833,11 @@ impl<T: QueueItem> Inner<T> {
                 return false;
             }
             let now = Instant::now();
-            let wake = st.promote_due(now);
+            let wake = self.apply_inbox(&mut st).max(st.promote_due(now));
             if let Some(m) = &st.q.metrics {
                 m.update_unfinished_work(now);
             }
-            st.wakeups(wake)
+            self.wakeups(&mut st, wake)
         };
         wakeups.wake();
         true
@@ -521,8 +857,9 @@ struct Getter<'a, T: QueueItem> {
 
 impl<T: QueueItem> Getter<'_, T> {
     fn poll_get(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        let inner = self.inner;
         loop {
-            let mut st = self.inner.state.lock();
+            let mut st = inner.state.lock();
             if let Some(id) = self.id {
                 // A wake this getter received is consumed here: if it leaves
                 // items ready, it wakes the next getter below.
@@ -533,15 +870,18 @@ impl<T: QueueItem> Getter<'_, T> {
                 // run for a while: it may be queued behind this task on the
                 // same thread (tokio runs a task woken by the running one
                 // next, but only once that one yields). Let it run.
+                let wakeups = inner.wakeups(&mut st, Wake::Nobody);
                 drop(st);
+                wakeups.wake();
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
-            let mut wake = Wake::Nobody;
+            let mut wake = inner.apply_inbox(&mut st);
             if !st.q.delayed.is_empty() {
-                wake = st.promote_due(Instant::now());
+                wake = wake.max(st.promote_due(Instant::now()));
             }
-            if let Some(item) = st.pop_ready(Instant::now) {
+            if let Some((item, idx)) = st.pop_ready(Instant::now) {
+                remember_handed_out(inner.id(), idx);
                 if let Some(id) = self.id.take() {
                     st.waiters.leave(id);
                 }
@@ -550,7 +890,7 @@ impl<T: QueueItem> Getter<'_, T> {
                     // Items this getter did not take are for the others.
                     wake = wake.max(Wake::One);
                 }
-                let wakeups = st.wakeups(wake);
+                let wakeups = inner.wakeups(&mut st, wake);
                 drop(st);
                 wakeups.wake();
                 return Poll::Ready(Some(item));
@@ -559,6 +899,9 @@ impl<T: QueueItem> Getter<'_, T> {
                 if let Some(id) = self.id.take() {
                     st.waiters.leave(id);
                 }
+                let wakeups = inner.wakeups(&mut st, wake);
+                drop(st);
+                wakeups.wake();
                 return Poll::Ready(None);
             }
             let id = match self.id {
@@ -566,11 +909,14 @@ impl<T: QueueItem> Getter<'_, T> {
                 None => *self.id.insert(st.waiters.new_id()),
             };
             st.waiters.park(id, cx.waker());
+            if st.q.ready.is_empty() && st.q.processing == 0 {
+                st.shrink_idle();
+            }
             let deadline =
                 st.q.delayed
                     .first_key_value()
                     .map(|((t, _), _)| st.q.instant(*t));
-            let wakeups = st.wakeups(wake);
+            let wakeups = inner.wakeups(&mut st, wake);
             drop(st);
             wakeups.wake();
             let Some(deadline) = deadline else {
@@ -604,11 +950,12 @@ impl<T: QueueItem> Drop for Getter<'_, T> {
             let mut st = self.inner.state.lock();
             let woken = st.waiters.running(id);
             st.waiters.leave(id);
-            if woken && !st.q.ready.is_empty() {
-                st.waiters.wake_one()
+            let wake = if woken && !st.q.ready.is_empty() {
+                Wake::One
             } else {
-                Wakeups::None
-            }
+                Wake::Nobody
+            };
+            self.inner.wakeups(&mut st, wake)
         };
         wakeups.wake();
     }
@@ -673,7 +1020,14 @@ impl<T: QueueItem> WorkQueue<T> {
     /// (if it was waiting for a later time, it becomes ready now). An item
     /// being processed is handed out again only after its [`done`](Self::done).
     pub fn add(&self, item: T) {
-        self.insert(item, 0, Duration::ZERO);
+        let inner = &*self.inner;
+        if !inner.use_inbox {
+            self.insert(item, 0, Duration::ZERO);
+        } else if inner.shutting_down.load(Ordering::Acquire) {
+            // Ignored after shutdown.
+        } else if inner.inbox.push(item) {
+            inner.wake_parked();
+        }
     }
 
     /// Adds `item` once `delay` has passed; a zero delay adds it now.
@@ -759,9 +1113,16 @@ impl<T: QueueItem> WorkQueue<T> {
         // critical section.
         let (wakeups, drained, _released) = {
             let mut st = inner.state.lock();
-            let (wake, released) = st.done(item);
+            // Adds that returned before this call come first (an item added
+            // again while processed is then handed out again at once).
+            let wake = inner.apply_inbox(&mut st);
+            let (done_wake, released) = st.done(item, inner.id());
             let drained = st.shutting_down && st.drained();
-            (st.wakeups(wake), drained, released)
+            (
+                inner.wakeups(&mut st, wake.max(done_wake)),
+                drained,
+                released,
+            )
         };
         wakeups.wake();
         if drained {
@@ -769,17 +1130,68 @@ impl<T: QueueItem> WorkQueue<T> {
         }
     }
 
+    /// [`done`](Self::done) of `item`, then [`get`](Self::get): a worker's
+    /// loop step in one acquisition of the queue's lock when an item is
+    /// ready (with several workers on a multi-threaded runtime, `done` and
+    /// the next `get` otherwise take the lock twice per item, and the
+    /// threads hand it back and forth). Same rules as the two calls: `item`
+    /// is done before the next item is chosen (if it was added again while
+    /// processed, it is queued behind the items already ready), and when
+    /// nothing is ready this waits as `get` does.
+    pub async fn done_and_get(&self, item: &T) -> Option<T> {
+        if let Some(next) = self.done_then_try_get(item) {
+            return Some(next);
+        }
+        self.get().await
+    }
+
+    /// The lock-once part of [`done_and_get`](Self::done_and_get): `done`,
+    /// then the first ready item if one is there and no woken getter is
+    /// owed a turn (see [`Waiters::should_yield`]); `None` sends the caller
+    /// to `get`.
+    fn done_then_try_get(&self, item: &T) -> Option<T> {
+        let inner = &*self.inner;
+        let (wakeups, drained, next, _released) = {
+            let mut st = inner.state.lock();
+            let mut wake = inner.apply_inbox(&mut st);
+            let (done_wake, released) = st.done(item, inner.id());
+            wake = wake.max(done_wake);
+            let drained = st.shutting_down && st.drained();
+            let mut next = None;
+            if !drained && !st.waiters.owes_turn() {
+                if !st.q.delayed.is_empty() {
+                    wake = wake.max(st.promote_due(Instant::now()));
+                }
+                if let Some((next_item, idx)) = st.pop_ready(Instant::now) {
+                    remember_handed_out(inner.id(), idx);
+                    st.waiters.took_item();
+                    if !st.q.ready.is_empty() {
+                        wake = wake.max(Wake::One);
+                    }
+                    next = Some(next_item);
+                }
+            }
+            (inner.wakeups(&mut st, wake), drained, next, released)
+        };
+        wakeups.wake();
+        if drained {
+            inner.drained.notify_waiters();
+        }
+        next
+    }
+
     /// Number of items ready to be handed out. Items being processed and
     /// items waiting for a later time are not counted.
     pub fn len(&self) -> usize {
+        let inner = &*self.inner;
         let (wakeups, len) = {
-            let mut st = self.inner.state.lock();
-            let wake = if st.q.delayed.is_empty() {
-                Wake::Nobody
-            } else {
-                st.promote_due(Instant::now())
-            };
-            (st.wakeups(wake), st.q.ready.len())
+            let mut st = inner.state.lock();
+            let mut wake = inner.apply_inbox(&mut st);
+            if !st.q.delayed.is_empty() {
+                wake = wake.max(st.promote_due(Instant::now()));
+            }
+            let len = st.q.ready.len();
+            (inner.wakeups(&mut st, wake), len)
         };
         wakeups.wake();
         len
@@ -843,10 +1255,11 @@ impl<T: QueueItem> WorkQueue<T> {
 
     /// Marks the queue as shutting down and wakes every parked getter.
     fn begin_shut_down(&self, drain: bool) {
+        let inner = &*self.inner;
         let wakeups = {
-            let mut st = self.inner.state.lock();
-            st.begin_shut_down(drain);
-            st.waiters.wake_all()
+            let mut st = inner.state.lock();
+            st.begin_shut_down(&inner.inbox, drain);
+            inner.wakeups(&mut st, Wake::All)
         };
         wakeups.wake();
     }
@@ -875,23 +1288,21 @@ impl<T: QueueItem> WorkQueue<T> {
         } else {
             now.checked_add(delay.min(FAR_FUTURE)).unwrap_or(now)
         };
-        // Cloned before taking the lock: the allocation stays out of the
-        // critical section.
-        let key = item.clone();
-        let wakeups = {
-            let mut st = self.inner.state.lock();
+        let inner = &*self.inner;
+        let (wakeups, _duplicate) = {
+            let mut st = inner.state.lock();
             if st.shutting_down {
                 return;
             }
-            // Items whose time came go first: ready queues are FIFO, so a
-            // due item must be queued before this one.
-            let due = if st.q.delayed.is_empty() {
-                Wake::Nobody
-            } else {
-                st.promote_due(now)
-            };
-            let wake = due.max(st.add(item, key, priority, ready_at, now));
-            st.wakeups(wake)
+            // Earlier adds first, then items whose time came: ready queues
+            // are FIFO, so both must be queued before this one.
+            let mut wake = inner.apply_inbox(&mut st);
+            if !st.q.delayed.is_empty() {
+                wake = wake.max(st.promote_due(now));
+            }
+            let (ready_at, now) = (st.q.nanos(ready_at), st.q.nanos(now));
+            let (added, duplicate) = st.add(item, priority, ready_at, now);
+            (inner.wakeups(&mut st, wake.max(added)), duplicate)
         };
         wakeups.wake();
     }
@@ -1050,14 +1461,19 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
             .limiter
             .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
         let aging_nanos = self.aging.map(|a| a.as_nanos() as i128);
+        let use_inbox = metrics.is_none();
         WorkQueue {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
-                    items: HashMap::default(),
+                    items: ItemTable::default(),
+                    hasher: RandomState::default(),
+                    spare: Vec::new(),
+                    tags: Vec::new(),
+                    unlinked: Vec::with_capacity(GROUP),
                     q: Queues {
-                        ready: ReadyQueue::default(),
+                        ready: ReadyQueue::new(aging_nanos.is_none()),
                         delayed: BTreeMap::new(),
-                        slots: Vec::new(),
+                        slots: Slab::default(),
                         free: Vec::new(),
                         seq: 0,
                         parked: 0,
@@ -1070,6 +1486,8 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
                     shutting_down: false,
                     drain: false,
                 }),
+                inbox: Inbox::new(),
+                use_inbox,
                 shutting_down: AtomicBool::new(false),
                 drained: Notify::new(),
                 stop: Arc::new(Notify::new()),

@@ -11,9 +11,13 @@
 use std::collections::VecDeque;
 
 /// Position of a ready entry: smaller is handed out first.
+///
+/// 16 bytes, so that an entry with a slot index is 24 (with an `i128` rank
+/// it was 48: a backlog of a million ready items wrote, and faulted in,
+/// twice the memory).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct ReadyKey {
-    pub(crate) rank: i128,
+    pub(crate) rank: i64,
     pub(crate) seq: u64,
 }
 
@@ -37,18 +41,27 @@ pub(crate) struct ReadyQueue<T> {
     /// queue sees few distinct priorities).
     lanes: Vec<Lane<T>>,
     live: usize,
+    /// Strict priority: the highest lane with an entry goes first, whatever
+    /// the ranks.
+    strict: bool,
 }
 
 impl<T> Default for ReadyQueue<T> {
     fn default() -> Self {
-        Self {
-            lanes: Vec::new(),
-            live: 0,
-        }
+        Self::new(false)
     }
 }
 
 impl<T> ReadyQueue<T> {
+    /// An empty queue; `strict`: see [`ReadyQueue::strict`].
+    pub(crate) fn new(strict: bool) -> Self {
+        Self {
+            lanes: Vec::new(),
+            live: 0,
+            strict,
+        }
+    }
+
     /// Live entries.
     pub(crate) fn len(&self) -> usize {
         self.live
@@ -62,7 +75,7 @@ impl<T> ReadyQueue<T> {
     /// down: an item whose rank is below the lane's last one (it became ready
     /// earlier but is queued later, e.g. back from processing) takes the
     /// last one's rank and queues behind it, as in client-go's FIFO.
-    pub(crate) fn push(&mut self, item: T, priority: i32, rank: i128, seq: u64) -> ReadyKey {
+    pub(crate) fn push(&mut self, item: T, priority: i32, rank: i64, seq: u64) -> ReadyKey {
         let idx = match self.lanes.binary_search_by(|l| priority.cmp(&l.priority)) {
             Ok(i) => i,
             Err(i) => {
@@ -84,6 +97,15 @@ impl<T> ReadyQueue<T> {
         key
     }
 
+    /// Gives back the room of empty lanes beyond `capacity` entries.
+    pub(crate) fn shrink_to(&mut self, capacity: usize) {
+        for lane in &mut self.lanes {
+            if lane.entries.is_empty() {
+                lane.entries.shrink_to(capacity);
+            }
+        }
+    }
+
     /// One live entry became stale (its item was re-queued elsewhere).
     pub(crate) fn mark_stale(&mut self) {
         self.live = self.live.saturating_sub(1);
@@ -100,6 +122,10 @@ impl<T> ReadyQueue<T> {
                     && best.is_none_or(|(_, k)| front.key < k)
                 {
                     best = Some((i, front.key));
+                    if self.strict {
+                        // Lanes go from the highest priority down.
+                        break;
+                    }
                 }
             }
             let (i, _) = best?;
@@ -136,6 +162,21 @@ mod tests {
         q.push("high2", 5, 40, 4);
         let order: Vec<_> = std::iter::from_fn(|| q.pop_front(|_, _| true)).collect();
         assert_eq!(order, ["high", "mid", "low", "high2"]);
+    }
+
+    #[test]
+    fn strict_takes_the_highest_lane_whatever_the_ranks() {
+        let mut q = ReadyQueue::new(true);
+        q.push("low", -1, 1, 1);
+        q.push("high", 5, 40, 2);
+        q.push("mid", 0, 10, 3);
+        let order: Vec<_> = std::iter::from_fn(|| q.pop_front(|_, _| true)).collect();
+        assert_eq!(order, ["high", "mid", "low"]);
+    }
+
+    #[test]
+    fn an_entry_is_24_bytes() {
+        assert_eq!(std::mem::size_of::<Entry<u32>>(), 24);
     }
 
     #[test]

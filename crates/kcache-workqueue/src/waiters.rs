@@ -44,6 +44,26 @@ pub(crate) enum Wakeups {
 }
 
 impl Wakeups {
+    /// Adds `other`'s wakers to these.
+    pub(crate) fn merge(&mut self, other: Wakeups) {
+        if matches!(other, Wakeups::None) {
+            return;
+        }
+        let this = std::mem::take(self);
+        *self = match (this, other) {
+            (Wakeups::None, w) | (w, Wakeups::None) => w,
+            (Wakeups::One(a), Wakeups::One(b)) => Wakeups::Many(vec![a, b]),
+            (Wakeups::One(a), Wakeups::Many(mut v)) | (Wakeups::Many(mut v), Wakeups::One(a)) => {
+                v.push(a);
+                Wakeups::Many(v)
+            }
+            (Wakeups::Many(mut a), Wakeups::Many(b)) => {
+                a.extend(b);
+                Wakeups::Many(a)
+            }
+        };
+    }
+
     pub(crate) fn wake(self) {
         match self {
             Wakeups::None => {}
@@ -88,6 +108,12 @@ impl Waiters {
         Wakeups::Many(wakers)
     }
 
+    /// Whether a getter is parked and none woken for ready items has run
+    /// yet: an item that becomes ready must then wake one.
+    pub(crate) fn needs_wake(&self) -> bool {
+        self.woken.is_empty() && !self.parked.is_empty()
+    }
+
     /// A running getter took an item.
     pub(crate) fn took_item(&mut self) {
         if !self.woken.is_empty() {
@@ -107,6 +133,13 @@ impl Waiters {
         }
         self.taken_while_woken = 0;
         true
+    }
+
+    /// Whether [`should_yield`](Self::should_yield) would say yes (without
+    /// resetting its count): a caller that cannot yield leaves the item to
+    /// `get`.
+    pub(crate) fn owes_turn(&self) -> bool {
+        !self.woken.is_empty() && self.taken_while_woken >= YIELD_AFTER_TAKES
     }
 
     /// Getter `id` runs: if the queue woke it, that wake is consumed (the

@@ -10,7 +10,6 @@
 //! grants was used: the RBAC is sufficient and no wider than needed.
 
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
@@ -23,12 +22,13 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcache_envtest::{AuditPolicy, ControlPlane};
+use kcache_testing::eventually_ok;
+use kcache_testing::raw_http::try_request;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 mod common;
 
@@ -58,24 +58,6 @@ const NOT_SEEN_AS_REQUESTS: [(&str, &str, &str); 3] = [
     ("", "configmaps", "list"),
     ("demo.kcache.dev", "greetings", "list"),
 ];
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(), String>>,
-{
-    let deadline = Duration::from_secs(90);
-    let started = Instant::now();
-    loop {
-        match check().await {
-            Ok(()) => return,
-            Err(why) if started.elapsed() > deadline => {
-                panic!("{what}: not after {deadline:?}: {why}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
 
 async fn create<K>(api: Api<K>, doc: Value)
 where
@@ -164,23 +146,10 @@ async fn service_account_client(cp: &ControlPlane, admin: &Client, ns: &str) -> 
 
 /// GET `path` on the probe port: `Ok` on a 200, as a kubelet's probe.
 async fn probe(port: u16, path: &str) -> Result<(), String> {
-    let get = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-            .await?;
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).await?;
-        Ok::<_, std::io::Error>(answer)
-    };
-    let answer = tokio::time::timeout(Duration::from_secs(5), get)
-        .await
-        .map_err(|_| format!("{path}: no answer"))?
-        .map_err(|e| format!("{path}: {e}"))?;
-    let status = answer.lines().next().unwrap_or_default();
-    if status.contains(" 200 ") {
-        Ok(())
-    } else {
-        Err(format!("{path}: {status}"))
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    match try_request(addr, "GET", path).await? {
+        (200, _) => Ok(()),
+        (status, body) => Err(format!("{path}: {status} {body}")),
     }
 }
 
@@ -316,22 +285,30 @@ async fn greeting_operator_runs_with_the_manifest_rbac() {
     let operator = tokio::spawn(hello_operator::run(client, settings, async {
         let _ = stop_rx.await;
     }));
-    eventually("/healthz and /readyz answer 200", || async {
-        probe(port, "/healthz").await?;
-        probe(port, "/readyz").await
-    })
+    eventually_ok(
+        "/healthz and /readyz answer 200",
+        Duration::from_secs(90),
+        || async {
+            probe(port, "/healthz").await?;
+            probe(port, "/readyz").await
+        },
+    )
     .await;
-    eventually("the replica holds the Lease", || async {
-        let lease = Api::<Lease>::namespaced(admin.clone(), &ns)
-            .get_opt(NAME)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or("no Lease")?;
-        let holder = lease.spec.and_then(|s| s.holder_identity);
-        (holder.as_deref() == Some("hello-operator-0"))
-            .then_some(())
-            .ok_or(format!("holder {holder:?}"))
-    })
+    eventually_ok(
+        "the replica holds the Lease",
+        Duration::from_secs(90),
+        || async {
+            let lease = Api::<Lease>::namespaced(admin.clone(), &ns)
+                .get_opt(NAME)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("no Lease")?;
+            let holder = lease.spec.and_then(|s| s.holder_identity);
+            (holder.as_deref() == Some("hello-operator-0"))
+                .then_some(())
+                .ok_or(format!("holder {holder:?}"))
+        },
+    )
     .await;
 
     // Create: the ConfigMap appears, controlled by the Greeting.
@@ -340,7 +317,7 @@ async fn greeting_operator_runs_with_the_manifest_rbac() {
         .create(&PostParams::default(), &greeting("hi", None))
         .await
         .expect("create Greeting");
-    eventually("the ConfigMap says Hello", || {
+    eventually_ok("the ConfigMap says Hello", Duration::from_secs(90), || {
         synced(&admin, &ns, "hi", "Hello, world!")
     })
     .await;
@@ -353,19 +330,25 @@ async fn greeting_operator_runs_with_the_manifest_rbac() {
             .patch("hi", &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .expect("update Greeting");
-        eventually(&format!("the ConfigMap says {message}"), || {
-            synced(&admin, &ns, "hi", message)
-        })
+        eventually_ok(
+            &format!("the ConfigMap says {message}"),
+            Duration::from_secs(90),
+            || synced(&admin, &ns, "hi", message),
+        )
         .await;
     }
-    eventually("Synced events, one a series of 2", || async {
-        let events = events(&admin, &ns, "hi").await?;
-        events
-            .iter()
-            .any(|(reason, count)| reason == "Synced" && *count >= 2)
-            .then_some(())
-            .ok_or(format!("events {events:?}"))
-    })
+    eventually_ok(
+        "Synced events, one a series of 2",
+        Duration::from_secs(90),
+        || async {
+            let events = events(&admin, &ns, "hi").await?;
+            events
+                .iter()
+                .any(|(reason, count)| reason == "Synced" && *count >= 2)
+                .then_some(())
+                .ok_or(format!("events {events:?}"))
+        },
+    )
     .await;
 
     // Delete: the finalizer's cleanup deletes the ConfigMap, then lets the
@@ -374,23 +357,27 @@ async fn greeting_operator_runs_with_the_manifest_rbac() {
         .delete("hi", &DeleteParams::default())
         .await
         .expect("delete Greeting");
-    eventually("the Greeting and its ConfigMap are gone", || async {
-        let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
-        if cms
-            .get_opt("hi-greeting")
-            .await
-            .map_err(|e| e.to_string())?
-            .is_some()
-        {
-            return Err("the ConfigMap is still there".into());
-        }
-        match greetings.get_opt("hi").await.map_err(|e| e.to_string())? {
-            Some(g) => Err(format!("the Greeting is still there: {:?}", g.finalizers())),
-            None => Ok(()),
-        }
-    })
+    eventually_ok(
+        "the Greeting and its ConfigMap are gone",
+        Duration::from_secs(90),
+        || async {
+            let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+            if cms
+                .get_opt("hi-greeting")
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                return Err("the ConfigMap is still there".into());
+            }
+            match greetings.get_opt("hi").await.map_err(|e| e.to_string())? {
+                Some(g) => Err(format!("the Greeting is still there: {:?}", g.finalizers())),
+                None => Ok(()),
+            }
+        },
+    )
     .await;
-    eventually("a Deleted event", || async {
+    eventually_ok("a Deleted event", Duration::from_secs(90), || async {
         let events = events(&admin, &ns, "hi").await?;
         events
             .iter()
@@ -406,36 +393,46 @@ async fn greeting_operator_runs_with_the_manifest_rbac() {
         .create(&PostParams::default(), &greeting("bye", None))
         .await
         .expect("create Greeting");
-    eventually("the second ConfigMap says Hello", || {
-        synced(&admin, &ns, "bye", "Hello, world!")
-    })
+    eventually_ok(
+        "the second ConfigMap says Hello",
+        Duration::from_secs(90),
+        || synced(&admin, &ns, "bye", "Hello, world!"),
+    )
     .await;
     let patch = serde_json::json!({ "metadata": { "annotations": { UNMANAGED: "true" } } });
     greetings
         .patch("bye", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("annotate Greeting");
-    eventually("the finalizer is removed", || async {
-        let g = greetings.get("bye").await.map_err(|e| e.to_string())?;
-        let events = events(&admin, &ns, "bye").await?;
-        (g.finalizers().is_empty() && events.iter().any(|(r, _)| r == "Unmanaged"))
-            .then_some(())
-            .ok_or(format!(
-                "finalizers {:?}, events {events:?}",
-                g.finalizers()
-            ))
-    })
+    eventually_ok(
+        "the finalizer is removed",
+        Duration::from_secs(90),
+        || async {
+            let g = greetings.get("bye").await.map_err(|e| e.to_string())?;
+            let events = events(&admin, &ns, "bye").await?;
+            (g.finalizers().is_empty() && events.iter().any(|(r, _)| r == "Unmanaged"))
+                .then_some(())
+                .ok_or(format!(
+                    "finalizers {:?}, events {events:?}",
+                    g.finalizers()
+                ))
+        },
+    )
     .await;
     greetings
         .delete("bye", &DeleteParams::default())
         .await
         .expect("delete Greeting");
-    eventually("the unmanaged Greeting is gone", || async {
-        match greetings.get_opt("bye").await.map_err(|e| e.to_string())? {
-            Some(_) => Err("still there".to_owned()),
-            None => Ok(()),
-        }
-    })
+    eventually_ok(
+        "the unmanaged Greeting is gone",
+        Duration::from_secs(90),
+        || async {
+            match greetings.get_opt("bye").await.map_err(|e| e.to_string())? {
+                Some(_) => Err("still there".to_owned()),
+                None => Ok(()),
+            }
+        },
+    )
     .await;
     let left = Api::<ConfigMap>::namespaced(admin.clone(), &ns)
         .get_opt("bye-greeting")
@@ -492,9 +489,8 @@ async fn a_copy_follows_its_source() {
     use kcache::prelude::SharedInformerFactory;
     use std::collections::BTreeMap;
 
-    let cp = ControlPlane::shared().await.expect("control plane");
-    let client = cp.client().expect("admin client");
-    let ns = cp.create_namespace("copier").await.expect("namespace");
+    let kcache_testing::envtest::TestNamespace { client, ns, .. } =
+        kcache_testing::envtest::namespace("copier").await;
     let factory = SharedInformerFactory::builder(client.clone())
         .namespace(ns.clone())
         .build();
@@ -533,13 +529,17 @@ async fn a_copy_follows_its_source() {
                 .await
                 .expect("update source");
         }
-        eventually(&format!("the copy says a={value}"), || async {
-            let copy = cms.get("copy").await.map_err(|e| e.to_string())?;
-            let a = copy.data.unwrap_or_default().remove("a");
-            (a.as_deref() == Some(value))
-                .then_some(())
-                .ok_or(format!("a = {a:?}"))
-        })
+        eventually_ok(
+            &format!("the copy says a={value}"),
+            Duration::from_secs(90),
+            || async {
+                let copy = cms.get("copy").await.map_err(|e| e.to_string())?;
+                let a = copy.data.unwrap_or_default().remove("a");
+                (a.as_deref() == Some(value))
+                    .then_some(())
+                    .ok_or(format!("a = {a:?}"))
+            },
+        )
         .await;
     }
     handle.stop();

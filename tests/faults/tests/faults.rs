@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_envtest::ControlPlane;
 use kcache_envtest::proxy::{FaultProxy, ProxyStats};
 use kcache_informer::{ListOptions, SharedIndexInformer, wait_for_cache_sync};
+use kcache_testing::eventually;
 use kube::api::{Api, PostParams};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

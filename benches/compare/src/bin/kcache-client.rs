@@ -48,7 +48,10 @@ use wire_format::WireFormat;
 
 #[derive(Parser)]
 struct Args {
-    /// `ingest` (informer) or `workqueue`.
+    /// `ingest` (informer) or `workqueue` (one producer task adds `--keys`
+    /// distinct keys, `--workers` tasks get, forget and done them; all on
+    /// the runtime's 2 threads, as the Go client runs its goroutines on
+    /// GOMAXPROCS=2).
     #[arg(long, default_value = "ingest")]
     scenario: String,
     /// Cut managedFields from every cached object.
@@ -66,6 +69,10 @@ struct Args {
     /// Workqueue: number of workers.
     #[arg(long, default_value_t = 1)]
     workers: usize,
+    /// Workqueue: workers call `done_and_get` (done and the next get in one
+    /// lock acquisition) instead of `done` then `get`.
+    #[arg(long)]
+    done_and_get: bool,
     #[command(flatten)]
     sync: SyncArgs,
     /// What to ask the apiserver for: `auto` (protobuf for built-in types)
@@ -78,7 +85,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let report = match args.scenario.as_str() {
-        "workqueue" => workqueue(args.keys, args.workers).await,
+        "workqueue" => workqueue(args.keys, args.workers, args.done_and_get).await,
         "sync" => return sync(&args).await,
         _ => ingest(&args).await?,
     };
@@ -237,10 +244,20 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn workqueue(keys: usize, workers: usize) -> Report {
+/// Scenario `workqueue`: one producer adds `keys` distinct keys, `workers`
+/// workers get, forget and done them; the rate is keys over the time until
+/// every key is done. Producer and workers are all tasks on the runtime's
+/// 2 worker threads, the shape of the Go client (goroutines on
+/// GOMAXPROCS=2): a producer run by `main`'s `block_on` would be a third OS
+/// thread that Go does not get. With `done_and_get` the workers use
+/// [`WorkQueue::done_and_get`] (done and the next get in one lock
+/// acquisition) instead of `done` then `get`.
+async fn workqueue(keys: usize, workers: usize, done_and_get: bool) -> Report {
     let names: Vec<String> = (0..keys)
         .map(|i| format!("team-{}/web-{i:08}", i % 50))
         .collect();
+    // `new` has client-go's default controller rate limiter, like the Go
+    // client's rate-limiting queue; a worker forgets a key it processed.
     let q: WorkQueue<String> = WorkQueue::new();
     let processed = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -248,18 +265,35 @@ async fn workqueue(keys: usize, workers: usize) -> Report {
         .map(|_| {
             let (q, processed) = (q.clone(), processed.clone());
             tokio::spawn(async move {
-                while let Some(k) = q.get().await {
-                    q.done(&k);
+                let mut next = q.get().await;
+                while let Some(k) = next {
+                    q.forget(&k);
                     if processed.fetch_add(1, Ordering::Relaxed) + 1 == keys as u64 {
                         q.shut_down();
                     }
+                    next = if done_and_get {
+                        q.done_and_get(&k).await
+                    } else {
+                        q.done(&k);
+                        q.get().await
+                    };
                 }
             })
         })
         .collect();
-    for k in names {
-        q.add(k);
-    }
+    // The producer is a task on the runtime, like the Go client's producer
+    // goroutine on its GOMAXPROCS=2 Ps: both sides run producer and workers
+    // M:N on exactly 2 threads. (Run in `main`'s future, through
+    // `block_on`, it would have a third OS thread of its own.)
+    let producer = {
+        let q = q.clone();
+        tokio::spawn(async move {
+            for k in names {
+                q.add(k);
+            }
+        })
+    };
+    let _ = producer.await;
     for h in handles {
         let _ = h.await;
     }

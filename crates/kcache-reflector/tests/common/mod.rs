@@ -1,11 +1,124 @@
-//! Shared test helpers: a recording store.
+//! Shared test helpers: a recording store, a running reflector that
+//! records what its watch error handler saw.
 #![allow(dead_code)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kcache_core::{CachedObject, ObjectOrTombstone, ReflectorStore, StoreError};
+use kcache_reflector::{
+    BackoffConfig, BadEventKind, ErrorReason, Reflector, ReflectorBuilder, ReflectorError,
+};
 use parking_lot::Mutex;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// One error the watch error handler saw.
+#[derive(Debug, Clone)]
+pub struct SeenError {
+    pub reason: ErrorReason,
+    pub message: String,
+    pub bad_kind: Option<BadEventKind>,
+    pub shard_rejected: bool,
+}
+
+/// A reflector running on a task, and what its handler saw.
+pub struct Running<K: 'static> {
+    pub reflector: Arc<Reflector<K>>,
+    pub cancel: CancellationToken,
+    pub task: JoinHandle<()>,
+    errors: Arc<Mutex<Vec<SeenError>>>,
+}
+
+impl<K: 'static> Running<K> {
+    /// Cancels the reflector and waits (up to 10 s) for it to stop.
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("the reflector did not stop")
+            .unwrap();
+    }
+    pub fn errors(&self) -> Vec<SeenError> {
+        self.errors.lock().clone()
+    }
+    /// (reason, display) of every error.
+    pub fn seen(&self) -> Vec<(ErrorReason, String)> {
+        self.errors()
+            .into_iter()
+            .map(|e| (e.reason, e.message))
+            .collect()
+    }
+    pub fn reasons(&self) -> Vec<ErrorReason> {
+        self.errors().iter().map(|e| e.reason).collect()
+    }
+    pub fn messages(&self) -> Vec<String> {
+        self.errors().into_iter().map(|e| e.message).collect()
+    }
+    pub fn bad_kinds(&self) -> Vec<BadEventKind> {
+        self.errors().iter().filter_map(|e| e.bad_kind).collect()
+    }
+}
+
+/// Builds the reflector with a recording watch error handler and runs it.
+pub fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
+    let errors: Arc<Mutex<Vec<SeenError>>> = Arc::default();
+    let e2 = errors.clone();
+    let reflector = Arc::new(
+        b.watch_error_handler(move |e: &ReflectorError| {
+            e2.lock().push(SeenError {
+                reason: e.reason(),
+                message: kcache_core::ErrorChain(e).to_string(),
+                bad_kind: match e {
+                    ReflectorError::BadEvent { source, .. } => Some(source.kind),
+                    _ => None,
+                },
+                shard_rejected: matches!(e, ReflectorError::ShardSelectorRejected { .. }),
+            });
+        })
+        .build(),
+    );
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn({
+        let (r, c) = (reflector.clone(), cancel.clone());
+        async move { r.run(c).await }
+    });
+    Running {
+        reflector,
+        cancel,
+        task,
+        errors,
+    }
+}
+
+/// A metadata-only ConfigMap.
+pub type Meta = kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>;
+
+/// A metadata-only ConfigMap reflector on `client` (namespace `ns`, list
+/// then watch), and its recording store.
+pub fn meta_reflector(
+    client: &kube::Client,
+) -> (Arc<RecordingStore<Meta>>, ReflectorBuilder<Meta>) {
+    let store = Arc::new(RecordingStore::<Meta>::default());
+    let builder = Reflector::<Meta>::builder(client.clone(), store.clone())
+        .namespace("ns")
+        .use_watch_list(false);
+    (store, builder)
+}
+
+/// The JSON of a `PartialObjectMetadataList` at `rv`.
+pub fn meta_list(rv: &str, items: Vec<serde_json::Value>) -> String {
+    serde_json::json!({"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":rv},"items":items}).to_string()
+}
+
+/// Backoff without jitter: deterministic retry times.
+pub fn no_jitter() -> BackoffConfig {
+    BackoffConfig {
+        jitter: 0.0,
+        ..Default::default()
+    }
+}
 
 /// One call the reflector made on the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,19 +166,24 @@ impl<K> RecordingStore<K> {
         };
         self.count.send_replace(n);
     }
+    /// Stores `obj` and records the call `call(key, rv)`.
+    fn put(&self, obj: CachedObject<K>, call: fn(String, String) -> Call) {
+        let (key, rv) = (obj.key().to_owned(), rv(&obj));
+        self.objects.lock().insert(key.clone(), obj);
+        self.push(call(key, rv));
+    }
     pub fn calls(&self) -> Vec<Call> {
         self.calls.lock().clone()
     }
     /// Waits until at least `n` calls were made (real or virtual time, 600 s).
     pub async fn wait_calls(&self, n: usize) -> Vec<Call> {
-        let mut rx = self.count.subscribe();
-        let r = tokio::time::timeout(Duration::from_secs(600), rx.wait_for(|c| *c >= n)).await;
+        let reached = kcache_testing::count_reaches(&self.count, n, Duration::from_secs(600)).await;
+        let calls = self.calls();
         assert!(
-            r.is_ok(),
-            "timed out waiting for {n} store calls; got {:#?}",
-            self.calls()
+            reached,
+            "timed out waiting for {n} store calls; got {calls:#?}"
         );
-        self.calls()
+        calls
     }
     /// Waits until `pred` holds for the calls.
     pub async fn wait_until(&self, timeout: Duration, pred: impl Fn(&[Call]) -> bool) -> Vec<Call> {
@@ -92,17 +210,11 @@ impl<K> ReflectorStore<K> for RecordingStore<K> {
         if self.fail_adds.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::Other("add refused by the test".into()));
         }
-        self.objects
-            .lock()
-            .insert(obj.key().to_owned(), obj.clone());
-        self.push(Call::Add(obj.key().to_owned(), rv(&obj)));
+        self.put(obj, Call::Add);
         Ok(())
     }
     fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
-        self.objects
-            .lock()
-            .insert(obj.key().to_owned(), obj.clone());
-        self.push(Call::Update(obj.key().to_owned(), rv(&obj)));
+        self.put(obj, Call::Update);
         Ok(())
     }
     fn delete(&self, obj: ObjectOrTombstone<K>) -> Result<(), StoreError> {

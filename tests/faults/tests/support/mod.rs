@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use kcache_testing::builders::config_map;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -42,11 +43,6 @@ pub fn seed(test: &str) -> u64 {
 /// Whether the full (slower) form was asked for (`KCACHE_FAULT_FULL=1`).
 pub fn full() -> bool {
     std::env::var("KCACHE_FAULT_FULL").is_ok_and(|v| v == "1")
-}
-
-fn cm(name: &str, v: u64) -> ConfigMap {
-    serde_json::from_value(json!({ "metadata": { "name": name }, "data": { "v": v.to_string() } }))
-        .expect("a valid ConfigMap")
 }
 
 // ---------------------------------------------------------------- recorder
@@ -202,7 +198,12 @@ async fn drive(
         let res = if live.len() < 5 || roll < 0.35 {
             let name = format!("{prefix}{next}");
             next += 1;
-            let r = api.create(&PostParams::default(), &cm(&name, i)).await;
+            let r = api
+                .create(
+                    &PostParams::default(),
+                    &config_map(&name).data("v", &i.to_string()).build(),
+                )
+                .await;
             if r.is_ok() {
                 live.push(name);
             }
@@ -702,18 +703,6 @@ pub async fn stop_informer(cancel: CancellationToken, task: JoinHandle<Result<()
         Ok(Ok(())) => {}
         Ok(Err(e)) => panic!("the informer ended with an error: {e}"),
         Err(e) => panic!("the informer task panicked: {e}"),
-    }
-}
-
-/// Waits for `cond` up to `within`.
-pub async fn eventually(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < within,
-            "timed out after {within:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
