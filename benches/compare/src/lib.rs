@@ -162,6 +162,24 @@ pub struct DataSet {
     pub protobuf: Option<protobuf::ProtobufData>,
 }
 
+/// The size of a generated data set, as command-line options.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct DataSetArgs {
+    /// Pods in the list.
+    #[arg(long, default_value_t = 10_000)]
+    pub pods: usize,
+    /// Watch events after the list.
+    #[arg(long, default_value_t = 10_000)]
+    pub events: usize,
+}
+
+impl DataSetArgs {
+    /// [`generate`]s the data set of this size.
+    pub fn generate(&self) -> DataSet {
+        generate(self.pods, self.events)
+    }
+}
+
 /// Generates N Pods (resourceVersions 1..=N) and M watch events
 /// (resourceVersions N+1..): each event updates Pod `j % N`, the last tenth
 /// of them (at most N) delete instead. Deterministic.
@@ -352,12 +370,8 @@ async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
     let mut writer = BufWriter::with_capacity(256 * 1024, w);
     while let Some(req) = read_request(&mut reader).await? {
         if req.path != "/api/v1/pods" {
-            let body = serde_json::to_vec(&status_json(
-                404,
-                "NotFound",
-                "the replay server serves /api/v1/pods only",
-            ))?;
-            respond(&mut writer, 404, "Not Found", &body).await?;
+            let message = "the replay server serves /api/v1/pods only";
+            respond_status(&mut writer, 404, "Not Found", "NotFound", message).await?;
             continue;
         }
         let watch = matches!(req.param("watch"), Some("true" | "1"));
@@ -366,12 +380,8 @@ async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
             continue;
         }
         if req.param("sendInitialEvents") == Some("true") {
-            let body = serde_json::to_vec(&status_json(
-                400,
-                "BadRequest",
-                "streaming lists are not served here",
-            ))?;
-            respond(&mut writer, 400, "Bad Request", &body).await?;
+            let message = "streaming lists are not served here";
+            respond_status(&mut writer, 400, "Bad Request", "BadRequest", message).await?;
             continue;
         }
         let data = &shared.data;
@@ -457,6 +467,19 @@ async fn respond<W: tokio::io::AsyncWrite + Unpin>(
     w.flush().await
 }
 
+/// Answers with the apiserver's failure `Status` body: HTTP `code
+/// phrase`, Status `reason` and `message`.
+async fn respond_status<W: tokio::io::AsyncWrite + Unpin>(
+    w: &mut W,
+    code: u16,
+    phrase: &str,
+    reason: &str,
+    message: &str,
+) -> io::Result<()> {
+    let body = serde_json::to_vec(&status_json(code, reason, message))?;
+    respond(w, code, phrase, &body).await
+}
+
 async fn list<W: tokio::io::AsyncWrite + Unpin>(
     w: &mut W,
     shared: &Shared,
@@ -468,9 +491,8 @@ async fn list<W: tokio::io::AsyncWrite + Unpin>(
         Some(c) => match c.parse() {
             Ok(s) => s,
             Err(_) => {
-                let body =
-                    serde_json::to_vec(&status_json(400, "BadRequest", "bad continue token"))?;
-                return respond(w, 400, "Bad Request", &body).await;
+                let message = "bad continue token";
+                return respond_status(w, 400, "Bad Request", "BadRequest", message).await;
             }
         },
         None => 0,
@@ -584,6 +606,33 @@ pub struct Report {
     /// (kcache only: `CachedObject::heap_size`), 0 if unknown.
     #[serde(default)]
     pub object_heap_bytes: u64,
+}
+
+impl Report {
+    /// The report of an ingest run in which `client` handled `events` in
+    /// `secs`, its memory measured as every client measures it: the peak
+    /// RSS now, the steady RSS after waiting `settle`. The cache's size
+    /// (`cached`, `object_heap_bytes`) is the caller's to fill in.
+    pub async fn ingest(
+        client: &str,
+        events: u64,
+        secs: f64,
+        baseline_rss_kb: u64,
+        settle: std::time::Duration,
+    ) -> Report {
+        let peak_rss_kb = proc_status_kb("VmHWM");
+        tokio::time::sleep(settle).await;
+        Report {
+            client: client.to_owned(),
+            events,
+            secs,
+            events_per_sec: events as f64 / secs,
+            peak_rss_kb,
+            steady_rss_kb: proc_status_kb("VmRSS"),
+            baseline_rss_kb,
+            ..Report::default()
+        }
+    }
 }
 
 /// A field of `/proc/self/status` (`VmHWM`, `VmRSS`), in KiB; 0 if unknown.

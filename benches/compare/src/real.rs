@@ -20,6 +20,33 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+/// The `sync` scenario's options, the same in every client (flattened
+/// into each client's arguments).
+#[derive(clap::Args, Debug)]
+pub struct SyncArgs {
+    /// Sync: `paged` (list + watch) or `streaming` (watch with
+    /// `sendInitialEvents`).
+    #[arg(long, default_value = "paged")]
+    pub mode: String,
+    /// Sync: the number of Pods in the cluster (synced when the handler has
+    /// seen as many adds).
+    #[arg(long, default_value_t = 0)]
+    pub expect: u64,
+    /// Sync: updates to wait for after the sync (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub expect_updates: u64,
+    /// Sync: where to write `resourceVersion unix_micros` per update seen.
+    #[arg(long)]
+    pub watch_log: Option<std::path::PathBuf>,
+}
+
+impl SyncArgs {
+    /// Whether the initial list is a streaming list (`--mode streaming`).
+    pub fn streaming(&self) -> bool {
+        self.mode == "streaming"
+    }
+}
+
 /// The namespaces the loaded Pods are spread over.
 pub const REAL_NAMESPACES: usize = 20;
 

@@ -35,7 +35,7 @@ use crate::source::{
     Enqueuer, Mapper, OwnedHandler, PrimaryHandler, SourceFn, SourceHandle, WatchHandler, source,
     source_handle,
 };
-use crate::worker::{Shared, WorkerMetrics};
+use crate::worker::{Primary, Shared, WorkerMetrics};
 
 /// The priority of keys queued from an informer's initial list: below live
 /// changes (priority 0), so that a restart's full list does not delay them
@@ -671,23 +671,30 @@ where
         C: Send + Sync + 'static,
     {
         let mut run = self.prepare()?;
-        if run.shard_field.is_some() {
+        if run.controller.shard_field.is_some() {
             return run.run_with_sharded_informers(reconciler, ctx).await;
         }
         let handles = run.register_sources()?;
         run.attach_informer_metrics(&handles);
         let mut cleanup = Cleanup {
-            primary: start_informers(&run.factory, &run.primary),
+            primary: start_informers(&run.controller.factory, &run.controller.primary),
             ..Cleanup::default()
         };
         if let Err(e) = run.start_observability(&mut cleanup).await {
             cleanup.run(handles, &run.queue).await;
             return Err(e);
         }
-        let health = run.handle.health.clone();
+        let health = run.controller.handle.health.clone();
         let synced: Vec<&dyn HasSynced> = handles.iter().map(|h| &*h.synced).collect();
-        let timeout = run.config.cache_sync_timeout;
-        let waited = wait_for_sync(&run.name, &run.handle.stop, &health, &synced, timeout).await;
+        let timeout = run.controller.config.cache_sync_timeout;
+        let waited = wait_for_sync(
+            &run.name,
+            &run.controller.handle.stop,
+            &health,
+            &synced,
+            timeout,
+        )
+        .await;
         drop(synced);
         if !matches!(waited, Synced::Yes) {
             health.set_stopped();
@@ -721,9 +728,29 @@ where
         result
     }
 
+    /// The metrics the run records into: an endpoint without a registry
+    /// gets a new one, and a registry is the provider unless one was given.
+    #[cfg(feature = "prometheus")]
+    fn settle_metrics(&mut self) {
+        if self.registry.is_none() && self.metrics_bind.is_some() {
+            self.registry = Some(MetricsRegistry::new());
+        }
+        if self.metrics.is_none() {
+            self.metrics = self
+                .registry
+                .clone()
+                .map(|r| Arc::new(r) as Arc<dyn MetricsProvider>);
+        }
+    }
+
+    /// Without the `prometheus` feature the metrics are the provider given,
+    /// if any.
+    #[cfg(not(feature = "prometheus"))]
+    fn settle_metrics(&mut self) {}
+
     /// Step 1: validates the run mode, names the controller, builds the
     /// queue and the enqueuer.
-    fn prepare(self) -> Result<Running<K>, ControllerError> {
+    fn prepare(mut self) -> Result<Running<K>, ControllerError> {
         if self.conflicting_modes {
             return Err(ShardError::WithLeaderElection.into());
         }
@@ -735,24 +762,12 @@ where
             .clone()
             .unwrap_or_else(|| self.primary_kind.to_lowercase());
         self.handle.health.set_name(&name);
-        #[cfg(feature = "prometheus")]
-        let registry = match (&self.registry, &self.metrics_bind) {
-            (None, Some(_)) => Some(MetricsRegistry::new()),
-            (r, _) => r.clone(),
-        };
-        #[cfg(feature = "prometheus")]
-        let metrics = self.metrics.or_else(|| {
-            registry
-                .clone()
-                .map(|r| Arc::new(r) as Arc<dyn MetricsProvider>)
-        });
-        #[cfg(not(feature = "prometheus"))]
-        let metrics = self.metrics;
+        self.settle_metrics();
         let mut qb = WorkQueue::<String>::builder().name(name.clone());
         if let Some(rl) = &self.config.rate_limiter {
             qb = qb.rate_limiter(rl.clone());
         }
-        if let Some(p) = metrics.as_ref().and_then(|m| m.workqueue_provider()) {
+        if let Some(p) = self.metrics.as_ref().and_then(|m| m.workqueue_provider()) {
             qb = qb.metrics(p);
         }
         let queue = qb.build()?;
@@ -761,53 +776,26 @@ where
         let _ = self.handle.enqueuer.set(enq.clone());
         Ok(Running {
             name,
-            config: self.config,
-            factory: self.factory,
-            primary: self.primary,
-            primary_predicate: self.primary_predicate,
-            sources: self.sources,
-            primary_of: self.primary_of,
-            shard_field: self.shard_field,
-            mode: self.mode,
-            metrics,
-            #[cfg(feature = "prometheus")]
-            registry,
-            #[cfg(feature = "prometheus")]
-            metrics_bind: self.metrics_bind,
-            shutdown: self.shutdown,
-            handle: self.handle,
             queue,
             enq,
+            controller: self,
         })
     }
 }
 
-/// A controller between [`Controller::run`]'s steps.
+/// A controller between [`Controller::run`]'s steps: the controller as
+/// built (its metrics provider settled by [`Controller::prepare`]), with
+/// its name, queue and enqueuer.
 struct Running<K: Resource> {
     name: String,
-    config: Config,
-    factory: SharedInformerFactory,
-    primary: SharedIndexInformer<K>,
-    primary_predicate: Option<Predicate>,
-    sources: Vec<SourceFn>,
-    primary_of: Option<PrimaryOf<K>>,
-    shard_field: Option<ShardField>,
-    mode: RunMode,
-    metrics: Option<Arc<dyn MetricsProvider>>,
-    #[cfg(feature = "prometheus")]
-    registry: Option<MetricsRegistry>,
-    #[cfg(feature = "prometheus")]
-    metrics_bind: Option<MetricsBind>,
-    shutdown: Vec<ShutdownFuture>,
-    handle: ControllerHandle,
     queue: WorkQueue<String>,
     enq: Enqueuer,
+    controller: Controller<K>,
 }
 
 impl<K> Running<K>
 where
-    K: Resource + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
+    K: Primary,
 {
     /// Step 2: the event handlers on the primary, owned and watched
     /// informers (removed again if one fails).
@@ -815,17 +803,20 @@ where
         let mut handles = Vec::new();
         let primary = PrimaryHandler {
             enq: self.enq.clone(),
-            predicate: self.primary_predicate.take(),
+            predicate: self.controller.primary_predicate.take(),
         };
         let registered = self
+            .controller
             .primary
             .add_event_handler(primary)
-            .map(|reg| source_handle(&self.primary, reg))
+            .map(|reg| source_handle(&self.controller.primary, reg))
             .map_err(ControllerError::from);
         let all = std::iter::once(registered).chain(
-            std::mem::take(&mut self.sources)
+            std::mem::take(&mut self.controller.sources)
                 .into_iter()
-                .map(|s| s(&self.factory, self.enq.clone()).map_err(ControllerError::from)),
+                .map(|s| {
+                    s(&self.controller.factory, self.enq.clone()).map_err(ControllerError::from)
+                }),
         );
         for h in all {
             match h {
@@ -845,7 +836,9 @@ where
     /// Step 2b: the informers' and their reflectors' metrics (before the
     /// informers start: a started reflector keeps the provider it had).
     fn attach_informer_metrics(&self, handles: &[SourceHandle]) {
-        let Some(m) = &self.metrics else { return };
+        let Some(m) = &self.controller.metrics else {
+            return;
+        };
         let Some(informer) = m.informer_provider() else {
             return;
         };
@@ -867,24 +860,24 @@ where
         cleanup: &mut Cleanup,
         caches: &Caches<K>,
     ) -> Result<(), ControllerError> {
-        if let (Some(m), Some(s)) = (&self.metrics, self.mode.shard())
+        if let (Some(m), Some(s)) = (&self.controller.metrics, self.controller.mode.shard())
             && let Some(id) = shard_metrics(m.as_ref(), s, &self.name, caches)
         {
             cleanup.shard_refresher = Some((m.clone(), id));
         }
         #[cfg(feature = "prometheus")]
-        if let Some(bind) = self.metrics_bind.take() {
-            let registry = self.registry.clone().unwrap_or_default();
-            let health = vec![self.handle.health.clone()];
+        if let Some(bind) = self.controller.metrics_bind.take() {
+            let registry = self.controller.registry.clone().unwrap_or_default();
+            let health = vec![self.controller.handle.health.clone()];
             let served = match bind {
                 MetricsBind::Addr(addr) => MetricsServer::bind(addr, registry, health).await,
                 MetricsBind::Listener(l) => MetricsServer::serve(l, registry, health),
             };
             cleanup.server = Some(served.map_err(ControllerError::MetricsServer)?);
         }
-        let shutdown = std::mem::take(&mut self.shutdown);
+        let shutdown = std::mem::take(&mut self.controller.shutdown);
         cleanup.watcher = (!shutdown.is_empty()).then(|| {
-            let stop = self.handle.stop.clone();
+            let stop = self.controller.handle.stop.clone();
             tokio::spawn(async move {
                 let any = futures::future::select_all(shutdown);
                 tokio::select! {
@@ -899,9 +892,9 @@ where
     /// The caches the workers read: the primary, or with sharded
     /// informers the current range's primary.
     fn caches(&self) -> Caches<K> {
-        match self.shard_field {
+        match self.controller.shard_field {
             Some(field) => Caches::sharded(field),
-            None => Caches::fixed(self.primary.clone()),
+            None => Caches::fixed(self.controller.primary.clone()),
         }
     }
 
@@ -918,9 +911,9 @@ where
         C: Send + Sync + 'static,
     {
         let (Some(field), Some(shard), Some(primary_of)) = (
-            self.shard_field,
-            self.mode.shard().cloned(),
-            self.primary_of.clone(),
+            self.controller.shard_field,
+            self.controller.mode.shard().cloned(),
+            self.controller.primary_of.clone(),
         ) else {
             unreachable!("validated in prepare")
         };
@@ -931,7 +924,7 @@ where
             cleanup.run(Vec::new(), &self.queue).await;
             return Err(e);
         }
-        let attach: Option<AttachAll> = self.metrics.as_ref().and_then(|m| {
+        let attach: Option<AttachAll> = self.controller.metrics.as_ref().and_then(|m| {
             let informer = m.informer_provider()?;
             let reflector = m.reflector_provider();
             Some(Arc::new(move |handles: &[SourceHandle]| {
@@ -940,18 +933,18 @@ where
                 }
             }) as Arc<dyn Fn(&[SourceHandle]) + Send + Sync>)
         });
-        let health = self.handle.health.clone();
+        let health = self.controller.handle.health.clone();
         let follower = Follower {
             name: self.name.clone(),
             field,
             shard: shard.clone(),
-            base: self.factory.clone(),
+            base: self.controller.factory.clone(),
             primary_of,
-            primary_predicate: self.primary_predicate.take(),
-            sources: std::mem::take(&mut self.sources),
+            primary_predicate: self.controller.primary_predicate.take(),
+            sources: std::mem::take(&mut self.controller.sources),
             enq: self.enq.clone(),
             caches: caches.clone(),
-            handle_factory: self.handle.factory.clone(),
+            handle_factory: self.controller.handle.factory.clone(),
             attach,
             on_first_sync: {
                 let (health, name) = (health.clone(), self.name.clone());
@@ -995,33 +988,33 @@ where
         R: Reconciler<K, C>,
         C: Send + Sync + 'static,
     {
-        let elector = self.mode.elector()?;
+        let elector = self.controller.mode.elector()?;
         if let Some(e) = &elector {
-            let _ = self.handle.lease.set(e.clone());
+            let _ = self.controller.handle.lease.set(e.clone());
         }
         let shared = Arc::new(Shared {
             lease: elector.clone(),
-            metrics: self
-                .metrics
-                .as_ref()
-                .map(|m| WorkerMetrics::new(m.as_ref(), &self.name, self.config.workers)),
+            metrics: self.controller.metrics.as_ref().map(|m| {
+                WorkerMetrics::new(m.as_ref(), &self.name, self.controller.config.workers)
+            }),
             name: self.name,
             queue: self.queue,
             enq: self.enq,
             primary: caches,
             reconciler,
             ctx,
-            shard: self.mode.shard().cloned(),
+            shard: self.controller.mode.shard().cloned(),
         });
-        let stop = self.handle.stop.clone();
-        let health = self.handle.health.clone();
-        self.mode
+        let stop = self.controller.handle.stop.clone();
+        let health = self.controller.handle.health.clone();
+        self.controller
+            .mode
             .run(
                 &shared,
-                &self.config,
+                &self.controller.config,
                 &stop,
                 &health,
-                self.metrics.as_deref(),
+                self.controller.metrics.as_deref(),
                 elector,
             )
             .await
@@ -1038,8 +1031,7 @@ fn start_informers<K>(
     primary: &SharedIndexInformer<K>,
 ) -> Option<(CancellationToken, tokio::task::JoinHandle<()>)>
 where
-    K: Resource + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
+    K: Primary,
 {
     factory.start();
     // Not a child of `stop`: the cache stays live while running reconciles

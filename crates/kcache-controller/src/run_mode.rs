@@ -7,7 +7,6 @@ use std::sync::Arc;
 use kcache_lease::shard::{Shard, ShardHooks, ShardMetrics};
 use kcache_lease::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock};
 use kube::Resource;
-use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::Config;
@@ -16,7 +15,7 @@ use crate::metrics::{MetricsProvider, SettableGaugeMetric};
 use crate::reconciler::{Reconciler, Trigger};
 use crate::server::Health;
 use crate::shard_informers::Caches;
-use crate::worker::{LeaseGuard, Shared, start_workers};
+use crate::worker::{LeaseGuard, Primary, Shared, start_workers};
 
 /// The run mode chosen on the builder.
 pub(crate) enum RunMode {
@@ -73,8 +72,7 @@ impl RunMode {
         elector: Option<Arc<LeaderElector>>,
     ) -> Result<(), ControllerError>
     where
-        K: Resource + DeserializeOwned + Send + Sync + 'static,
-        K::DynamicType: Clone + Send + Sync + 'static,
+        K: Primary,
         C: Send + Sync + 'static,
         R: Reconciler<K, C>,
     {
@@ -142,8 +140,7 @@ async fn run_leader_elected<K, C, R>(
     leader_gauge: Option<Box<dyn SettableGaugeMetric>>,
 ) -> Result<(), ControllerError>
 where
-    K: Resource + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
+    K: Primary,
     C: Send + Sync + 'static,
     R: Reconciler<K, C>,
 {
@@ -214,8 +211,7 @@ async fn run_sharded<K, C, R>(
     stop: &CancellationToken,
 ) -> Result<(), ControllerError>
 where
-    K: Resource + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
+    K: Primary,
     C: Send + Sync + 'static,
     R: Reconciler<K, C>,
 {

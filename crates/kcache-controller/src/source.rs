@@ -146,6 +146,21 @@ fn passes(p: &Option<Predicate>, ev: PredicateEvent<'_>) -> bool {
     p.as_ref().is_none_or(|p| p.evaluate(&ev))
 }
 
+/// Whether an update of an owned or watched object is passed on to the
+/// keys it maps to: not a resync (a resync of such an object says nothing
+/// new about its owner or mapped keys), and the predicate passes.
+fn related_update_passes<T>(
+    p: &Option<Predicate>,
+    old: &CachedObject<T>,
+    new: &CachedObject<T>,
+) -> bool {
+    let ev = PredicateEvent::Update {
+        old: old.meta(),
+        new: new.meta(),
+    };
+    old.resource_version() != new.resource_version() && passes(p, ev)
+}
+
 pub(crate) struct PrimaryHandler {
     pub(crate) enq: Enqueuer,
     pub(crate) predicate: Option<Predicate>,
@@ -217,15 +232,7 @@ impl<K: 'static> ResourceEventHandler<K> for OwnedHandler {
         }
     }
     fn on_update(&self, old: &CachedObject<K>, new: &CachedObject<K>) {
-        // A resync of an owned object says nothing new about its owner.
-        if old.resource_version() == new.resource_version() {
-            return;
-        }
-        let ev = PredicateEvent::Update {
-            old: old.meta(),
-            new: new.meta(),
-        };
-        if passes(&self.predicate, ev) {
+        if related_update_passes(&self.predicate, old, new) {
             // Both owners: a changed controller reference concerns the old
             // owner too.
             self.send(new.meta(), new.key(), false);
@@ -273,14 +280,7 @@ impl<O: 'static> ResourceEventHandler<O> for WatchHandler<O> {
         }
     }
     fn on_update(&self, old: &CachedObject<O>, new: &CachedObject<O>) {
-        if old.resource_version() == new.resource_version() {
-            return;
-        }
-        let ev = PredicateEvent::Update {
-            old: old.meta(),
-            new: new.meta(),
-        };
-        if passes(&self.predicate, ev) {
+        if related_update_passes(&self.predicate, old, new) {
             let mut seen = Vec::new();
             self.send(new, false, &mut seen);
             self.send(old, false, &mut seen);
@@ -437,39 +437,35 @@ mod tests {
 
     #[test]
     fn owner_key_follows_the_controller_reference() {
-        let c = child(
-            "ns1",
-            "web",
-            "1",
-            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", true)),
-        );
+        const GROUP: &str = "samplecontroller.k8s.io";
+        // ns1/web, referring to the Foo foo-a with `api_version`, as its
+        // controller or not
+        let owned_by = |api_version, controller| {
+            child(
+                "ns1",
+                "web",
+                "1",
+                Some((api_version, "Foo", "foo-a", controller)),
+            )
+        };
+        let c = owned_by("samplecontroller.k8s.io/v1alpha1", true);
         assert_eq!(
-            owner_key(c.meta(), "samplecontroller.k8s.io", "Foo", true).as_deref(),
+            owner_key(c.meta(), GROUP, "Foo", true).as_deref(),
             Some("ns1/foo-a")
         );
         // the version does not matter, the group and kind do
-        let c2 = child(
-            "ns1",
-            "web",
-            "1",
-            Some(("samplecontroller.k8s.io/v1", "Foo", "foo-a", true)),
-        );
-        assert!(owner_key(c2.meta(), "samplecontroller.k8s.io", "Foo", true).is_some());
+        let c2 = owned_by("samplecontroller.k8s.io/v1", true);
+        assert!(owner_key(c2.meta(), GROUP, "Foo", true).is_some());
         assert!(owner_key(c.meta(), "other.io", "Foo", true).is_none());
-        assert!(owner_key(c.meta(), "samplecontroller.k8s.io", "Bar", true).is_none());
+        assert!(owner_key(c.meta(), GROUP, "Bar", true).is_none());
         // a cluster-scoped owner is keyed by name
         assert_eq!(
-            owner_key(c.meta(), "samplecontroller.k8s.io", "Foo", false).as_deref(),
+            owner_key(c.meta(), GROUP, "Foo", false).as_deref(),
             Some("foo-a")
         );
         // not a controller reference
-        let c3 = child(
-            "ns1",
-            "web",
-            "1",
-            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", false)),
-        );
-        assert!(owner_key(c3.meta(), "samplecontroller.k8s.io", "Foo", true).is_none());
+        let c3 = owned_by("samplecontroller.k8s.io/v1alpha1", false);
+        assert!(owner_key(c3.meta(), GROUP, "Foo", true).is_none());
         // core group owner ("v1")
         let c4 = child("ns1", "web", "1", Some(("v1", "ConfigMap", "cm", true)));
         assert_eq!(
@@ -491,24 +487,12 @@ mod tests {
             kind: "Deployment".into(),
             predicate: None,
         };
-        let a = child(
-            "ns",
-            "d1",
-            "1",
-            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", true)),
-        );
-        let a2 = child(
-            "ns",
-            "d1",
-            "2",
-            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-a", true)),
-        );
-        let b = child(
-            "ns",
-            "d1",
-            "3",
-            Some(("samplecontroller.k8s.io/v1alpha1", "Foo", "foo-b", true)),
-        );
+        // ns/d1 at resourceVersion `rv`, controlled by the Foo `foo`
+        let d1 = |rv, foo| {
+            let owner = ("samplecontroller.k8s.io/v1alpha1", "Foo", foo, true);
+            child("ns", "d1", rv, Some(owner))
+        };
+        let (a, a2, b) = (d1("1", "foo-a"), d1("2", "foo-a"), d1("3", "foo-b"));
         let stranger = child("ns", "d2", "1", None);
         ResourceEventHandler::<Obj>::on_add(&h, &a, false);
         ResourceEventHandler::<Obj>::on_add(&h, &stranger, false);

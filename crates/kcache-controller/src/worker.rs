@@ -104,10 +104,26 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// What running a controller needs of its primary type `K`: what
+/// [`Controller::run`](crate::Controller::run) asks for, in one name for
+/// the crate's own steps (Rust has no trait aliases).
+pub(crate) trait Primary:
+    Resource<DynamicType: Clone + Send + Sync + 'static> + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Primary for K where
+    K: Resource<DynamicType: Clone + Send + Sync + 'static>
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 impl<K, C, R> Shared<K, C, R>
 where
-    K: Resource + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
+    K: Primary,
     C: Send + Sync + 'static,
     R: Reconciler<K, C>,
 {
@@ -227,8 +243,7 @@ pub(crate) struct Workers {
 
 pub(crate) fn start_workers<K, C, R>(shared: &Arc<Shared<K, C, R>>, n: usize) -> Workers
 where
-    K: Resource + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
+    K: Primary,
     C: Send + Sync + 'static,
     R: Reconciler<K, C>,
 {

@@ -1,6 +1,5 @@
-//! The metric primitives every kcache layer above the core records into
-//! (the work queue, which depends on no kcache crate, has the same four of
-//! its own, in the same shape, like client-go's `workqueue` package).
+//! The metric primitives every kcache layer above the core records into,
+//! the work queue included (`kcache_workqueue::metrics` re-exports them).
 //!
 //! Each layer has a small provider trait that creates its named metrics
 //! from these primitives (`kcache_reflector::MetricsProvider`,
@@ -140,6 +139,80 @@ mod prometheus_impls {
             let f = Gauge::<f64, AtomicU64>::default();
             SettableGaugeMetric::set(&f, 1.5);
             assert_eq!(f.get(), 1.5);
+        }
+    }
+}
+
+/// What every crate's `prometheus-client` provider builds its families
+/// with: one label type, and a family created and registered in one call,
+/// so each family's name and HELP text stand where its field is set.
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+pub mod prometheus {
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::histogram::Histogram;
+    use prometheus_client::registry::{Metric, Registry};
+
+    /// The labels of a kcache metric: `(name, value)` pairs.
+    pub type Labels = Vec<(String, String)>;
+
+    /// A family of histograms whose buckets a function gives.
+    pub type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+    /// `pairs` as [`Labels`].
+    pub fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    /// A new family of `M`, registered in `registry` as `name` with `help`
+    /// (`prometheus-client` appends `_total` to a counter's name and a
+    /// period to the HELP text).
+    pub fn family<M>(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, M>
+    where
+        M: Default,
+        Family<Labels, M>: Metric,
+    {
+        let family = Family::default();
+        registry.register(name, help, family.clone());
+        family
+    }
+
+    /// A new family of histograms with the buckets of `buckets`, registered
+    /// as [`family`] registers one.
+    pub fn histogram_family(
+        registry: &mut Registry,
+        name: &str,
+        help: &str,
+        buckets: fn() -> Histogram,
+    ) -> HistogramFamily {
+        let family = Family::new_with_constructor(buckets);
+        registry.register(name, help, family.clone());
+        family
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use prometheus_client::metrics::counter::Counter;
+
+        use super::*;
+
+        #[test]
+        fn a_family_is_registered_under_its_name() {
+            let mut registry = Registry::default();
+            let f: Family<Labels, Counter> = family(&mut registry, "things", "Things seen");
+            f.get_or_create(&labels(&[("name", "a")])).inc();
+            let h = histogram_family(&mut registry, "waits_seconds", "Waits", || {
+                Histogram::new([1.0])
+            });
+            h.get_or_create(&labels(&[("name", "a")])).observe(0.5);
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+            assert!(out.contains("# HELP things Things seen."), "{out}");
+            assert!(out.contains("things_total{name=\"a\"} 1"), "{out}");
+            assert!(out.contains("waits_seconds_count{name=\"a\"} 1"), "{out}");
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::api::{ApiResource, DynamicObject};
@@ -20,6 +20,7 @@ use crate::informer::{DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, SharedIndexInformer};
 use crate::metrics::{MetricsProvider, ReflectorMetricsProvider};
 use crate::snapshot::SnapshotOptions;
 use kcache_core::ShardSelector;
+use kcache_core::sync::lock;
 
 type Tweak = Arc<dyn Fn(&mut ListOptions) + Send + Sync>;
 
@@ -131,10 +132,6 @@ struct Inner {
     /// logged when it ends.
     tasks: Mutex<Vec<JoinHandle<()>>>,
     cancel: CancellationToken,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// One [`SharedIndexInformer`] per resource type, shared by every part of a

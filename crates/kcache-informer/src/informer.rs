@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+use kcache_core::sync::lock;
 use kcache_core::{
     BoxError, CachedObject, ErrorChain, ObjectOrTombstone, ReflectorStore, ShardSelector,
     StoreError,
@@ -114,10 +115,6 @@ pub(crate) struct Inner<K: Resource> {
     pub(crate) snapshot_status: Mutex<SnapshotStatus>,
     /// The last error the reflector reported, as text.
     last_error: Arc<Mutex<Option<String>>>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// One reflector, one FIFO, one indexer, any number of handlers: client-go's

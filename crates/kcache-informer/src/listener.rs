@@ -4,10 +4,11 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use kcache_core::sync::lock;
 use kcache_core::{CachedObject, ObjectOrTombstone};
 use tokio::time::Instant;
 
@@ -136,10 +137,6 @@ pub(crate) struct Listener<K> {
     upstream_synced: SyncedFn,
     started: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<K: 'static> Listener<K> {

@@ -8,21 +8,19 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use kcache_core::metrics::prometheus::{Labels, family, labels};
+
 use crate::metrics::{CounterMetric, MetricsProvider, SettableGaugeMetric, SnapshotMetrics};
 
-type Labels = Vec<(String, String)>;
 type Count = Family<Labels, Gauge>;
 type Seconds = Family<Labels, Gauge<f64, AtomicU64>>;
 
 fn informer(name: &str) -> Labels {
-    vec![("informer".to_owned(), name.to_owned())]
+    labels(&[("informer", name)])
 }
 
 fn handler(informer: &str, handler: &str) -> Labels {
-    vec![
-        ("informer".to_owned(), informer.to_owned()),
-        ("handler".to_owned(), handler.to_owned()),
-    ]
+    labels(&[("informer", informer), ("handler", handler)])
 }
 
 /// Registers the informer metrics (see [`metrics`](crate::metrics)) in a
@@ -74,102 +72,80 @@ pub struct PrometheusMetricsProvider {
 impl PrometheusMetricsProvider {
     /// Creates the metric families and registers them in `registry`.
     pub fn new(registry: &mut Registry) -> Self {
-        let this = Self {
-            synced: Family::default(),
-            cached_objects: Family::default(),
-            backlog: Family::default(),
-            delivered: Family::default(),
-            panics: Family::default(),
-            warm_start: Family::default(),
-            snapshot_age: Family::default(),
-            objects_loaded: Family::default(),
-            resume_relisted: Family::default(),
-            time_to_synced: Family::default(),
-            writes: Family::default(),
-            write_failures: Family::default(),
-            last_write_seconds: Family::default(),
-            last_write_bytes: Family::default(),
-            last_write_objects: Family::default(),
-        };
-        // prometheus-client appends `_total` to counters, and a period to
-        // HELP texts.
         let r = registry;
-        r.register(
-            "kcache_informer_synced",
-            "Whether the informer's cache has synced (1) or not (0)",
-            this.synced.clone(),
-        );
-        r.register(
-            "kcache_informer_cached_objects",
-            "Objects in the informer's cache",
-            this.cached_objects.clone(),
-        );
-        r.register(
-            "kcache_informer_listener_backlog",
-            "Notifications waiting for an event handler",
-            this.backlog.clone(),
-        );
-        r.register(
-            "kcache_informer_listener_delivered",
-            "Notifications an event handler returned from",
-            this.delivered.clone(),
-        );
-        r.register(
-            "kcache_informer_handler_panics",
-            "Event handler panics (each event was skipped)",
-            this.panics.clone(),
-        );
-        r.register(
-            "kcache_informer_warm_start",
-            "1 if the informer started from a snapshot, 0 if it listed",
-            this.warm_start.clone(),
-        );
-        r.register(
-            "kcache_informer_snapshot_age_seconds",
-            "Age of the snapshot loaded at start (0 on a cold start)",
-            this.snapshot_age.clone(),
-        );
-        r.register(
-            "kcache_informer_snapshot_objects_loaded",
-            "Objects loaded from the snapshot at start (0 on a cold start)",
-            this.objects_loaded.clone(),
-        );
-        r.register(
-            "kcache_informer_snapshot_resume_relisted",
-            "1 if the snapshot's resourceVersion was too old and the informer relisted",
-            this.resume_relisted.clone(),
-        );
-        r.register(
-            "kcache_informer_time_to_synced_seconds",
-            "Time from the start of the informer until it had synced",
-            this.time_to_synced.clone(),
-        );
-        r.register(
-            "kcache_informer_snapshot_writes",
-            "Snapshots written",
-            this.writes.clone(),
-        );
-        r.register(
-            "kcache_informer_snapshot_write_failures",
-            "Snapshot writes that failed",
-            this.write_failures.clone(),
-        );
-        r.register(
-            "kcache_informer_snapshot_last_write_seconds",
-            "Duration of the last snapshot write (encode, write, fsync, rename)",
-            this.last_write_seconds.clone(),
-        );
-        r.register(
-            "kcache_informer_snapshot_last_write_bytes",
-            "Size of the last snapshot written, in bytes",
-            this.last_write_bytes.clone(),
-        );
-        r.register(
-            "kcache_informer_snapshot_last_write_objects",
-            "Objects in the last snapshot written",
-            this.last_write_objects.clone(),
-        );
-        this
+        Self {
+            synced: family(
+                r,
+                "kcache_informer_synced",
+                "Whether the informer's cache has synced (1) or not (0)",
+            ),
+            cached_objects: family(
+                r,
+                "kcache_informer_cached_objects",
+                "Objects in the informer's cache",
+            ),
+            backlog: family(
+                r,
+                "kcache_informer_listener_backlog",
+                "Notifications waiting for an event handler",
+            ),
+            delivered: family(
+                r,
+                "kcache_informer_listener_delivered",
+                "Notifications an event handler returned from",
+            ),
+            panics: family(
+                r,
+                "kcache_informer_handler_panics",
+                "Event handler panics (each event was skipped)",
+            ),
+            warm_start: family(
+                r,
+                "kcache_informer_warm_start",
+                "1 if the informer started from a snapshot, 0 if it listed",
+            ),
+            snapshot_age: family(
+                r,
+                "kcache_informer_snapshot_age_seconds",
+                "Age of the snapshot loaded at start (0 on a cold start)",
+            ),
+            objects_loaded: family(
+                r,
+                "kcache_informer_snapshot_objects_loaded",
+                "Objects loaded from the snapshot at start (0 on a cold start)",
+            ),
+            resume_relisted: family(
+                r,
+                "kcache_informer_snapshot_resume_relisted",
+                "1 if the snapshot's resourceVersion was too old and the informer relisted",
+            ),
+            time_to_synced: family(
+                r,
+                "kcache_informer_time_to_synced_seconds",
+                "Time from the start of the informer until it had synced",
+            ),
+            writes: family(r, "kcache_informer_snapshot_writes", "Snapshots written"),
+            write_failures: family(
+                r,
+                "kcache_informer_snapshot_write_failures",
+                "Snapshot writes that failed",
+            ),
+            last_write_seconds: family(
+                r,
+                "kcache_informer_snapshot_last_write_seconds",
+                "Duration of the last snapshot write (encode, write, fsync, rename)",
+            ),
+            last_write_bytes: family(
+                r,
+                "kcache_informer_snapshot_last_write_bytes",
+                "Size of the last snapshot written, in bytes",
+            ),
+            last_write_objects: family(
+                r,
+                "kcache_informer_snapshot_last_write_objects",
+                "Objects in the last snapshot written",
+            ),
+        }
     }
 }
 

@@ -7,13 +7,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use kcache_core::metrics::prometheus::{Labels, family};
+
 use crate::error::ErrorReason;
 use crate::metrics::{CounterMetric, MetricsProvider, SettableGaugeMetric};
 
-type Labels = Vec<(String, String)>;
-
 fn labels(name: &str) -> Labels {
-    vec![("name".to_owned(), name.to_owned())]
+    kcache_core::metrics::prometheus::labels(&[("name", name)])
 }
 
 /// Registers the reflector metrics in a `prometheus-client` [`Registry`],
@@ -36,46 +36,31 @@ pub struct PrometheusMetricsProvider {
 impl PrometheusMetricsProvider {
     /// Creates the metric families and registers them in `registry`.
     pub fn new(registry: &mut Registry) -> Self {
-        let this = Self {
-            lists: Family::default(),
-            watches: Family::default(),
-            events: Family::default(),
-            relists: Family::default(),
-            errors: Family::default(),
-            last_sync: Family::default(),
-        };
-        // prometheus-client appends `_total` to counters.
-        registry.register(
-            "reflector_lists",
-            "Full lists done by the reflector",
-            this.lists.clone(),
-        );
-        registry.register(
-            "reflector_watches",
-            "Watch requests opened by the reflector",
-            this.watches.clone(),
-        );
-        registry.register(
-            "reflector_watch_events",
-            "Watch events handled by the reflector",
-            this.events.clone(),
-        );
-        registry.register(
-            "reflector_relists",
-            "Lists after the first successful one",
-            this.relists.clone(),
-        );
-        registry.register(
-            "reflector_errors",
-            "Reflector errors by reason",
-            this.errors.clone(),
-        );
-        registry.register(
-            "reflector_last_sync_timestamp_seconds",
-            "When the reflector's cache was last known current (a list, a watch event or a bookmark), as Unix time",
-            this.last_sync.clone(),
-        );
-        this
+        let r = registry;
+        Self {
+            lists: family(r, "reflector_lists", "Full lists done by the reflector"),
+            watches: family(
+                r,
+                "reflector_watches",
+                "Watch requests opened by the reflector",
+            ),
+            events: family(
+                r,
+                "reflector_watch_events",
+                "Watch events handled by the reflector",
+            ),
+            relists: family(
+                r,
+                "reflector_relists",
+                "Lists after the first successful one",
+            ),
+            errors: family(r, "reflector_errors", "Reflector errors by reason"),
+            last_sync: family(
+                r,
+                "reflector_last_sync_timestamp_seconds",
+                "When the reflector's cache was last known current (a list, a watch event or a bookmark), as Unix time",
+            ),
+        }
     }
 }
 

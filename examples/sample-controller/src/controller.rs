@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kcache_controller::events::{Event, Recorder, Reporter};
 use kcache_controller::finalizer::{FinalizerError, FinalizerEvent, finalizer};
 use kcache_controller::{Action, Config, Controller, ControllerHandle, Predicate, Request};
+use kcache_core::sync::lock;
 use kcache_informer::{SharedIndexInformer, SharedInformerFactory};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
@@ -62,7 +63,7 @@ pub struct UnknownCreates(Mutex<HashMap<String, Instant>>);
 
 impl UnknownCreates {
     fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.0)
     }
     /// A create for this Foo failed without an answer from the apiserver.
     pub fn record(&self, foo_uid: &str, at: Instant) {

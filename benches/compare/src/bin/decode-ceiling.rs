@@ -7,17 +7,14 @@ use std::time::Instant;
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
+use kcache_bench_compare::DataSetArgs;
 use kube::core::WatchEvent;
 use serde::de::IgnoredAny;
 
 #[derive(Parser)]
 struct Args {
-    /// Pods in the list.
-    #[arg(long, default_value_t = 10_000)]
-    pods: usize,
-    /// Watch events after the list.
-    #[arg(long, default_value_t = 10_000)]
-    events: usize,
+    #[command(flatten)]
+    data: DataSetArgs,
 }
 
 fn rate(docs: &[&[u8]], decode: impl Fn(&[u8]) -> bool) -> f64 {
@@ -32,7 +29,7 @@ fn rate(docs: &[&[u8]], decode: impl Fn(&[u8]) -> bool) -> f64 {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let data = kcache_bench_compare::generate(args.pods, args.events);
+    let data = args.data.generate();
     let mut docs: Vec<&[u8]> = data.pods.iter().map(|p| &p[..]).collect();
     let lines: Vec<&[u8]> = data
         .watch

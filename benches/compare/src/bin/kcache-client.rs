@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
-use kcache_bench_compare::real::{Meter, emit, stop_requested, unix_micros, write_watch_log};
+use kcache_bench_compare::real::{
+    Meter, SyncArgs, emit, stop_requested, unix_micros, write_watch_log,
+};
 use kcache_bench_compare::{END_MARKER, Report, proc_status_kb};
 use kcache_core::{Compression, ObjectOptions};
 use kcache_informer::{ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer};
@@ -71,20 +73,8 @@ struct Args {
     /// lock acquisition) instead of `done` then `get`.
     #[arg(long)]
     done_and_get: bool,
-    /// Sync: `paged` (list + watch) or `streaming` (watch with
-    /// `sendInitialEvents`).
-    #[arg(long, default_value = "paged")]
-    mode: String,
-    /// Sync: the number of Pods in the cluster (synced when the handler has
-    /// seen as many adds).
-    #[arg(long, default_value_t = 0)]
-    expect: u64,
-    /// Sync: updates to wait for after the sync (0: none).
-    #[arg(long, default_value_t = 0)]
-    expect_updates: u64,
-    /// Sync: where to write `resourceVersion unix_micros` per update seen.
-    #[arg(long)]
-    watch_log: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    sync: SyncArgs,
     /// What to ask the apiserver for: `auto` (protobuf for built-in types)
     /// or `json`.
     #[arg(long, value_enum, default_value = "auto")]
@@ -103,28 +93,60 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn object_options(args: &Args) -> ObjectOptions {
-    ObjectOptions::new()
+/// The Pod informer of both informer scenarios: a paged list (or, with
+/// `use_watch_list`, a streaming list), objects kept as
+/// `--strip-managed-fields` and `--compress` say, in the wire format of
+/// `--wire-format`.
+fn pod_informer(
+    client: kube::Client,
+    args: &Args,
+    use_watch_list: bool,
+) -> SharedIndexInformer<Pod> {
+    let object_options = ObjectOptions::new()
         .strip_managed_fields(args.strip_managed_fields)
         .compression(if args.compress {
             Compression::lz4()
         } else {
             Compression::none()
-        })
+        });
+    let mut opts = ListOptions {
+        use_watch_list,
+        object_options,
+        ..ListOptions::default()
+    };
+    wire_format::apply(&mut opts, args.wire_format);
+    SharedIndexInformer::<Pod>::builder(client)
+        .list_options(opts)
+        .build()
+}
+
+/// An informer running in a task of its own.
+struct Run {
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), kcache_informer::InformerError>>,
+}
+
+impl Run {
+    fn start(informer: &SharedIndexInformer<Pod>) -> Run {
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn({
+            let (inf, cancel) = (informer.clone(), cancel.clone());
+            async move { inf.run(cancel).await }
+        });
+        Run { cancel, task }
+    }
+
+    /// Stops the informer and waits (at most 5 s) for its task to end.
+    async fn stop(self) {
+        self.cancel.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+    }
 }
 
 async fn ingest(args: &Args) -> anyhow::Result<Report> {
     let client = kube::Client::try_default().await?;
     let baseline = proc_status_kb("VmRSS");
-    let mut opts = ListOptions {
-        use_watch_list: false,
-        object_options: object_options(args),
-        ..ListOptions::default()
-    };
-    wire_format::apply(&mut opts, args.wire_format);
-    let informer = SharedIndexInformer::<Pod>::builder(client)
-        .list_options(opts)
-        .build();
+    let informer = pod_informer(client, args, false);
     let events = Arc::new(AtomicU64::new(0));
     let end = Arc::new(Notify::new());
     let (a, u, d, end_a) = (events.clone(), events.clone(), events.clone(), end.clone());
@@ -143,55 +165,33 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
                 d.fetch_add(1, Ordering::Relaxed);
             }),
     )?;
-    let cancel = CancellationToken::new();
     let start = Instant::now();
-    let task = tokio::spawn({
-        let (inf, cancel) = (informer.clone(), cancel.clone());
-        async move { inf.run(cancel).await }
-    });
+    let run = Run::start(&informer);
     end.notified().await;
     let secs = start.elapsed().as_secs_f64();
     let n = events.load(Ordering::Relaxed);
-    let peak = proc_status_kb("VmHWM");
-    tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
-    let report = Report {
-        client: "kcache".into(),
-        events: n,
-        secs,
-        events_per_sec: n as f64 / secs,
-        peak_rss_kb: peak,
-        steady_rss_kb: proc_status_kb("VmRSS"),
-        baseline_rss_kb: baseline,
-        cached: informer.indexer().len(),
-        object_heap_bytes: informer
-            .indexer()
-            .list()
-            .iter()
-            .map(|o| o.heap_size() as u64)
-            .sum(),
-    };
-    cancel.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    let settle = Duration::from_millis(args.settle_ms);
+    let mut report = Report::ingest("kcache", n, secs, baseline, settle).await;
+    report.cached = informer.indexer().len();
+    report.object_heap_bytes = informer
+        .indexer()
+        .list()
+        .iter()
+        .map(|o| o.heap_size() as u64)
+        .sum();
+    run.stop().await;
     Ok(report)
 }
 
 /// Scenario `sync` against the real apiserver: see the module doc.
 async fn sync(args: &Args) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
-    let mut opts = ListOptions {
-        use_watch_list: args.mode == "streaming",
-        object_options: object_options(args),
-        ..ListOptions::default()
-    };
-    wire_format::apply(&mut opts, args.wire_format);
-    let informer = SharedIndexInformer::<Pod>::builder(client)
-        .list_options(opts)
-        .build();
+    let informer = pod_informer(client, args, args.sync.streaming());
     let adds = Arc::new(AtomicU64::new(0));
     let synced = Arc::new(Notify::new());
     let updated = Arc::new(Notify::new());
     let seen = Arc::new(std::sync::Mutex::new(Vec::<(u64, u64)>::new()));
-    let (expect, expect_updates) = (args.expect, args.expect_updates);
+    let (expect, expect_updates) = (args.sync.expect, args.sync.expect_updates);
     let (a, s) = (adds.clone(), synced.clone());
     let (seen_u, updated_u) = (seen.clone(), updated.clone());
     informer.add_event_handler(
@@ -215,12 +215,8 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
     )?;
     let stop = stop_requested();
     tokio::pin!(stop);
-    let cancel = CancellationToken::new();
     let meter = Meter::start();
-    let task = tokio::spawn({
-        let (inf, cancel) = (informer.clone(), cancel.clone());
-        async move { inf.run(cancel).await }
-    });
+    let run = Run::start(&informer);
     synced.notified().await;
     let cached = informer.indexer().len() as u64;
     emit(&meter.phase("synced", "kcache", adds.load(Ordering::Relaxed), cached));
@@ -240,12 +236,11 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
     let n = seen.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
     emit(&meter.phase("done", "kcache", n, informer.indexer().len() as u64));
-    if let Some(path) = &args.watch_log {
+    if let Some(path) = &args.sync.watch_log {
         let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
         write_watch_log(path, &seen)?;
     }
-    cancel.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    run.stop().await;
     Ok(())
 }
 

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
-use kcache_bench_compare::real::{Meter, emit, stop_requested, unix_micros, write_watch_log};
+use kcache_bench_compare::real::{
+    Meter, SyncArgs, emit, stop_requested, unix_micros, write_watch_log,
+};
 use kcache_bench_compare::{END_MARKER, Report, proc_status_kb};
 use kube::runtime::{reflector, watcher};
 use kube::{Api, ResourceExt as _};
@@ -22,19 +24,8 @@ struct Args {
     /// `ingest` (replay server) or `sync` (real apiserver).
     #[arg(long, default_value = "ingest")]
     scenario: String,
-    /// Sync: `paged` (list + watch) or `streaming` (watch with
-    /// `sendInitialEvents`).
-    #[arg(long, default_value = "paged")]
-    mode: String,
-    /// Sync: the number of Pods in the cluster.
-    #[arg(long, default_value_t = 0)]
-    expect: u64,
-    /// Sync: updates to wait for after the sync (0: none).
-    #[arg(long, default_value_t = 0)]
-    expect_updates: u64,
-    /// Sync: where to write `resourceVersion unix_micros` per update seen.
-    #[arg(long)]
-    watch_log: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    sync: SyncArgs,
     /// Drop managedFields from every object before it is stored.
     #[arg(long)]
     strip_managed_fields: bool,
@@ -82,19 +73,9 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let peak = proc_status_kb("VmHWM");
-    tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
-    let report = Report {
-        client: "kube-runtime".into(),
-        events: n,
-        secs,
-        events_per_sec: n as f64 / secs,
-        peak_rss_kb: peak,
-        steady_rss_kb: proc_status_kb("VmRSS"),
-        baseline_rss_kb: baseline,
-        cached: store.state().len(),
-        ..Report::default()
-    };
+    let settle = Duration::from_millis(args.settle_ms);
+    let mut report = Report::ingest("kube-runtime", n, secs, baseline, settle).await;
+    report.cached = store.state().len();
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }
@@ -105,7 +86,7 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
     let api: Api<Pod> = Api::all(client);
     let (store, writer) = reflector::store::<Pod>();
     let strip = args.strip_managed_fields;
-    let config = if args.mode == "streaming" {
+    let config = if args.sync.streaming() {
         watcher::Config::default().streaming_lists()
     } else {
         watcher::Config::default()
@@ -123,7 +104,7 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
     let mut events = reflector(writer, events).boxed();
     let (mut adds, mut synced) = (0u64, false);
     let mut seen: Vec<(u64, u64)> = Vec::new();
-    let mut updated_sent = args.expect_updates == 0;
+    let mut updated_sent = args.sync.expect_updates == 0;
     loop {
         let ev = tokio::select! {
             ev = events.next() => ev,
@@ -133,7 +114,7 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
             None => anyhow::bail!("the watcher ended"),
             Some(Ok(watcher::Event::InitApply(_))) if !synced => adds += 1,
             // the store holds the listed objects from InitDone on
-            Some(Ok(watcher::Event::InitDone)) if !synced && adds >= args.expect => {
+            Some(Ok(watcher::Event::InitDone)) if !synced && adds >= args.sync.expect => {
                 synced = true;
                 emit(&meter.phase("synced", "kube-runtime", adds, store.state().len() as u64));
             }
@@ -143,7 +124,7 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
                     .and_then(|rv| rv.parse().ok())
                     .unwrap_or(0);
                 seen.push((rv, unix_micros()));
-                if !updated_sent && seen.len() as u64 == args.expect_updates {
+                if !updated_sent && seen.len() as u64 == args.sync.expect_updates {
                     updated_sent = true;
                     let n = seen.len() as u64;
                     emit(&meter.phase("updated", "kube-runtime", n, store.state().len() as u64));
@@ -160,7 +141,7 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
         seen.len() as u64,
         store.state().len() as u64,
     ));
-    if let Some(path) = &args.watch_log {
+    if let Some(path) = &args.sync.watch_log {
         write_watch_log(path, &seen)?;
     }
     Ok(())

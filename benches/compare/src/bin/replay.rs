@@ -5,16 +5,12 @@
 //! accepts connections.
 
 use clap::Parser;
-use kcache_bench_compare::{ServerOptions, generate, serve};
+use kcache_bench_compare::{DataSetArgs, ServerOptions, serve};
 
 #[derive(Parser)]
 struct Args {
-    /// Pods in the list.
-    #[arg(long, default_value_t = 10_000)]
-    pods: usize,
-    /// Watch events after the list.
-    #[arg(long, default_value_t = 10_000)]
-    events: usize,
+    #[command(flatten)]
+    data: DataSetArgs,
     /// Answer the first watch of each client run with 410 Gone (forces a relist).
     #[arg(long)]
     gone_once: bool,
@@ -30,7 +26,7 @@ struct Args {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let mut data = generate(args.pods, args.events);
+    let mut data = args.data.generate();
     if let Some(encoder) = &args.protobuf_encoder {
         data.protobuf = Some(kcache_bench_compare::protobuf::encode(&data, encoder)?);
     }

@@ -12,13 +12,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use kcache_core::metrics::prometheus::{HistogramFamily, Labels, family, histogram_family, labels};
+
 use super::rest_client::{RestClientMetrics, RestClientMetricsLayer};
 use super::{
     CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, Refresher, SettableGaugeMetric,
 };
-
-type Labels = Vec<(String, String)>;
-type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 fn reconcile_time_histogram() -> Histogram {
     // controller-runtime's buckets.
@@ -27,13 +26,6 @@ fn reconcile_time_histogram() -> Histogram {
         0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
         15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
     ])
-}
-
-fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
 }
 
 /// The controller layer's families.
@@ -55,84 +47,71 @@ struct Families {
 
 impl Families {
     fn new(registry: &mut Registry) -> Self {
-        let f = Families {
-            reconcile_total: Family::default(),
-            reconcile_errors: Family::default(),
-            reconcile_panics: Family::default(),
-            terminal_reconcile_errors: Family::default(),
-            reconcile_time: Family::new_with_constructor(reconcile_time_histogram),
-            active_workers: Family::default(),
-            max_concurrent: Family::default(),
-            leader: Family::default(),
-            leader_errors: Family::default(),
-            shard_members: Family::default(),
-            shard_owned_keys: Family::default(),
-            shard_handovers: Family::default(),
-        };
-        // prometheus-client appends `_total` to counters, and a period to
-        // HELP texts (so none ends in one here).
+        // HELP texts end in no period: prometheus-client adds one.
         let r = registry;
-        r.register(
-            "controller_runtime_reconcile",
-            "Total number of reconciliations per controller",
-            f.reconcile_total.clone(),
-        );
-        r.register(
-            "controller_runtime_reconcile_errors",
-            "Total number of reconciliation errors per controller",
-            f.reconcile_errors.clone(),
-        );
-        r.register(
-            "controller_runtime_reconcile_panics",
-            "Total number of reconciliation panics per controller",
-            f.reconcile_panics.clone(),
-        );
-        r.register(
-            "controller_runtime_terminal_reconcile_errors",
-            "Total number of terminal reconciliation errors per controller",
-            f.terminal_reconcile_errors.clone(),
-        );
-        r.register(
-            "controller_runtime_reconcile_time_seconds",
-            "Length of time per reconciliation per controller",
-            f.reconcile_time.clone(),
-        );
-        r.register(
-            "controller_runtime_active_workers",
-            "Number of currently used workers per controller",
-            f.active_workers.clone(),
-        );
-        r.register(
-            "controller_runtime_max_concurrent_reconciles",
-            "Maximum number of concurrent reconciles per controller",
-            f.max_concurrent.clone(),
-        );
-        r.register(
-            "leader_election_master_status",
-            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
-            f.leader.clone(),
-        );
-        r.register(
-            "kcache_leader_election_errors",
-            "Lease requests of leader election that failed (conflicts between candidates excluded)",
-            f.leader_errors.clone(),
-        );
-        r.register(
-            "kcache_shard_members",
-            "Members of the shard group in the view this replica works towards",
-            f.shard_members.clone(),
-        );
-        r.register(
-            "kcache_shard_owned_keys",
-            "Cached keys this replica of a sharded controller may reconcile",
-            f.shard_owned_keys.clone(),
-        );
-        r.register(
-            "kcache_shard_handovers",
-            "Keys this replica gained or released in shard handovers",
-            f.shard_handovers.clone(),
-        );
-        f
+        Families {
+            reconcile_total: family(
+                r,
+                "controller_runtime_reconcile",
+                "Total number of reconciliations per controller",
+            ),
+            reconcile_errors: family(
+                r,
+                "controller_runtime_reconcile_errors",
+                "Total number of reconciliation errors per controller",
+            ),
+            reconcile_panics: family(
+                r,
+                "controller_runtime_reconcile_panics",
+                "Total number of reconciliation panics per controller",
+            ),
+            terminal_reconcile_errors: family(
+                r,
+                "controller_runtime_terminal_reconcile_errors",
+                "Total number of terminal reconciliation errors per controller",
+            ),
+            reconcile_time: histogram_family(
+                r,
+                "controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+                reconcile_time_histogram,
+            ),
+            active_workers: family(
+                r,
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+            ),
+            max_concurrent: family(
+                r,
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller",
+            ),
+            leader: family(
+                r,
+                "leader_election_master_status",
+                "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master",
+            ),
+            leader_errors: family(
+                r,
+                "kcache_leader_election_errors",
+                "Lease requests of leader election that failed (conflicts between candidates excluded)",
+            ),
+            shard_members: family(
+                r,
+                "kcache_shard_members",
+                "Members of the shard group in the view this replica works towards",
+            ),
+            shard_owned_keys: family(
+                r,
+                "kcache_shard_owned_keys",
+                "Cached keys this replica of a sharded controller may reconcile",
+            ),
+            shard_handovers: family(
+                r,
+                "kcache_shard_handovers",
+                "Keys this replica gained or released in shard handovers",
+            ),
+        }
     }
 }
 

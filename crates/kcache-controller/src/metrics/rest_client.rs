@@ -11,14 +11,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
+use kcache_core::metrics::prometheus::{HistogramFamily, Labels, family, histogram_family, labels};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 use tower::{Layer, Service};
-
-type Labels = Vec<(String, String)>;
 
 fn latency_histogram() -> Histogram {
     // client-go's buckets for rest_client_request_duration_seconds
@@ -32,7 +31,7 @@ fn latency_histogram() -> Histogram {
 #[derive(Clone)]
 pub struct RestClientMetrics {
     requests: Family<Labels, Counter>,
-    latency: Family<Labels, Histogram, fn() -> Histogram>,
+    latency: HistogramFamily,
 }
 
 impl fmt::Debug for RestClientMetrics {
@@ -44,34 +43,26 @@ impl fmt::Debug for RestClientMetrics {
 impl RestClientMetrics {
     /// Creates the families and registers them in `registry`.
     pub fn new(registry: &mut Registry) -> Self {
-        let this = Self {
-            requests: Family::default(),
-            latency: Family::new_with_constructor(latency_histogram),
-        };
-        registry.register(
-            "rest_client_requests",
-            "Number of HTTP requests, partitioned by status code, method, and host",
-            this.requests.clone(),
-        );
-        registry.register(
-            "rest_client_request_duration_seconds",
-            "Request latency in seconds. Broken down by verb, and host",
-            this.latency.clone(),
-        );
-        this
+        let r = registry;
+        Self {
+            requests: family(
+                r,
+                "rest_client_requests",
+                "Number of HTTP requests, partitioned by status code, method, and host",
+            ),
+            latency: histogram_family(
+                r,
+                "rest_client_request_duration_seconds",
+                "Request latency in seconds. Broken down by verb, and host",
+                latency_histogram,
+            ),
+        }
     }
 
     fn record(&self, code: &str, method: &str, host: &str, seconds: f64) {
-        let l = vec![
-            ("code".to_owned(), code.to_owned()),
-            ("method".to_owned(), method.to_owned()),
-            ("host".to_owned(), host.to_owned()),
-        ];
+        let l = labels(&[("code", code), ("method", method), ("host", host)]);
         self.requests.get_or_create(&l).inc();
-        let l = vec![
-            ("verb".to_owned(), method.to_owned()),
-            ("host".to_owned(), host.to_owned()),
-        ];
+        let l = labels(&[("verb", method), ("host", host)]);
         self.latency.get_or_create(&l).observe(seconds);
     }
 }

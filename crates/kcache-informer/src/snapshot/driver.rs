@@ -13,7 +13,8 @@ use kube::Resource;
 use tokio::task::JoinHandle;
 
 use super::{Fingerprint, Loaded, SnapshotError, SnapshotOptions, StartKind, WriteStats};
-use crate::informer::{InitialQueue, Lifecycle, SharedIndexInformer, Started, lock};
+use crate::informer::{InitialQueue, Lifecycle, SharedIndexInformer, Started};
+use kcache_core::sync::lock;
 
 /// How long the cluster identity GET may take before a cold start.
 const CLUSTER_ID_TIMEOUT: Duration = Duration::from_secs(30);
