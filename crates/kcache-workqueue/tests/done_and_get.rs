@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use kcache_workqueue::WorkQueue;
 
+mod common;
+use common::WorkerLoop;
+
 /// An item added again while processed is queued behind the items already
 /// ready, and handed out again after them.
 #[tokio::test(flavor = "current_thread")]
@@ -82,37 +85,7 @@ async fn after_shut_down_ready_items_then_none() {
 /// getter waits behind the busy task until it yields).
 #[tokio::test(flavor = "current_thread")]
 async fn busy_worker_yields_to_a_woken_getter() {
-    let q: WorkQueue<u32> = WorkQueue::new();
-    let counts: Vec<Arc<AtomicUsize>> = (0..2).map(|_| Arc::new(AtomicUsize::new(0))).collect();
-    let workers: Vec<_> = counts
-        .iter()
-        .map(|count| {
-            let (q, count) = (q.clone(), Arc::clone(count));
-            tokio::spawn(async move {
-                let mut next = q.get().await;
-                while let Some(item) = next {
-                    count.fetch_add(1, Ordering::SeqCst);
-                    next = q.done_and_get(&item).await;
-                }
-            })
-        })
-        .collect();
-    tokio::task::yield_now().await; // both workers park
-    for i in 0..1_000 {
-        q.add(i);
-    }
-    tokio::time::timeout(Duration::from_secs(10), q.shut_down_with_drain())
-        .await
-        .expect("the drain missed the last done");
-    for w in workers {
-        w.await.unwrap();
-    }
-    let counts: Vec<_> = counts.iter().map(|c| c.load(Ordering::SeqCst)).collect();
-    assert_eq!(counts.iter().sum::<usize>(), 1_000);
-    assert!(
-        counts.iter().all(|&n| n > 0),
-        "one worker took every item: {counts:?}"
-    );
+    common::busy_worker_yields_to_a_woken_getter(WorkerLoop::DoneAndGet).await;
 }
 
 /// Many workers on `done_and_get`, items added in bursts (workers park
