@@ -29,13 +29,19 @@ async fn item_added_while_processed_comes_back_after_the_ready_ones() {
     assert!(q.is_empty());
 }
 
+/// A queue whose only item, 1, was handed out and is being processed.
+async fn processing_only_1() -> WorkQueue<u32> {
+    let q: WorkQueue<u32> = WorkQueue::new();
+    q.add(1);
+    assert_eq!(q.get().await, Some(1));
+    q
+}
+
 /// With nothing ready it marks the item done at once and then waits like
 /// `get`, for the next add.
 #[tokio::test(flavor = "current_thread")]
 async fn nothing_ready_done_at_once_then_waits() {
-    let q: WorkQueue<u32> = WorkQueue::new();
-    q.add(1);
-    assert_eq!(q.get().await, Some(1));
+    let q = processing_only_1().await;
     let next = tokio::spawn({
         let q = q.clone();
         async move { q.done_and_get(&1).await }
@@ -51,9 +57,7 @@ async fn nothing_ready_done_at_once_then_waits() {
 /// `done_and_get`, which then answers `None`.
 #[tokio::test(flavor = "current_thread")]
 async fn drain_ends_at_the_last_done_and_get() {
-    let q: WorkQueue<u32> = WorkQueue::new();
-    q.add(1);
-    assert_eq!(q.get().await, Some(1));
+    let q = processing_only_1().await;
     let drain = tokio::spawn({
         let q = q.clone();
         async move { q.shut_down_with_drain().await }
