@@ -5,6 +5,8 @@
 // The custom resource of k8s.io/sample-controller is called Foo.
 #![allow(clippy::disallowed_names)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -142,15 +144,7 @@ async fn converged(client: &Client, ns: &str, want: &BTreeMap<String, i32>) -> R
             bad.push(format!("{name}: no finalizer"));
         }
     }
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} not converged, e.g. {:?}",
-            bad.len(),
-            &bad[..bad.len().min(3)]
-        ))
-    }
+    common::converged(bad)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

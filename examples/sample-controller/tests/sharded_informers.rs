@@ -11,6 +11,8 @@
 // The custom resource of k8s.io/sample-controller is called Foo.
 #![allow(clippy::disallowed_names)]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -133,15 +135,7 @@ async fn converged(
             bad.push(format!("{key}: status {:?}", f.status));
         }
     }
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} not converged, e.g. {:?}",
-            bad.len(),
-            &bad[..bad.len().min(3)]
-        ))
-    }
+    common::converged(bad)
 }
 
 async fn eventually_converged(

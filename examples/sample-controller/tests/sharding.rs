@@ -13,6 +13,8 @@
 // The custom resource of k8s.io/sample-controller is called Foo.
 #![allow(clippy::disallowed_names)]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -238,15 +240,7 @@ async fn converged(client: &Client, ns: &str, want: &BTreeMap<String, i32>) -> R
             bad.push(format!("{name}: status {:?}", f.status));
         }
     }
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} not converged, e.g. {:?}",
-            bad.len(),
-            &bad[..bad.len().min(3)]
-        ))
-    }
+    common::converged(bad)
 }
 
 async fn eventually_converged(client: &Client, ns: &str, want: &BTreeMap<String, i32>, what: &str) {
