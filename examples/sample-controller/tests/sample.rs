@@ -19,13 +19,12 @@ use kcache_informer::SharedInformerFactory;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use sample_controller::simulator::{self, build_simulator};
-use sample_controller::{Foo, FooSpec, build_controller, crds, reconcile};
+use sample_controller::{Foo, FooSpec, build_controller, reconcile};
 use tokio::task::JoinHandle;
 
 async fn setup(prefix: &str) -> (Client, String) {
     let cp = ControlPlane::shared().await.expect("control plane");
-    let crds: Vec<_> = crds().into_iter().map(|(_, c)| c).collect();
-    cp.install_crds(&crds).await.expect("CRD");
+    common::install_sample_crds(cp).await;
     let ns = cp.create_namespace(prefix).await.expect("namespace");
     (cp.client().expect("client"), ns)
 }
