@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{
-    Action, Config, Controller, ControllerError, KubeLeaseLock, LeaderElectionConfig,
-    MetricsRegistry, Request,
+    Action, Config, Controller, ControllerError, ControllerHandle, KubeLeaseLock,
+    LeaderElectionConfig, MetricsRegistry, Request,
 };
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;
@@ -20,6 +20,7 @@ use kcache_workqueue::ItemExponentialFailureRateLimiter;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use parking_lot::Mutex;
+use tokio::task::JoinHandle;
 
 async fn setup(prefix: &str) -> (Client, String) {
     let env = namespace(prefix).await;
@@ -49,6 +50,18 @@ async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) 
         assert!(started.elapsed() < timeout, "{what}: not after {timeout:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Stops a controller, checks its run ended without error, then shuts its
+/// informer factory down.
+async fn stop(
+    handle: ControllerHandle,
+    task: JoinHandle<Result<(), ControllerError>>,
+    factory: SharedInformerFactory,
+) {
+    handle.stop();
+    task.await.unwrap().unwrap();
+    factory.shutdown().await;
 }
 
 #[derive(Default)]
@@ -115,9 +128,7 @@ async fn errors_are_retried_with_growing_delay_then_succeed() {
         );
     }
     assert!(gaps[2] > gaps[0], "delays grow: {gaps:?}");
-    handle.stop();
-    task.await.unwrap().unwrap();
-    factory.shutdown().await;
+    stop(handle, task, factory).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,9 +248,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() {
 
     // kill the leader: it stops without releasing the lease
     let killed = Instant::now();
-    ha.stop();
-    ta.await.unwrap().unwrap();
-    fa.shutdown().await;
+    stop(ha, ta, fa).await;
     wait_until("b takes over", Duration::from_secs(15), || {
         hb.health().readiness().1.contains("leading")
     })
@@ -261,9 +270,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over() {
     let spec = lease.spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("replica-b"));
     assert_eq!(spec.lease_transitions, Some(1));
-    hb.stop();
-    tb.await.unwrap().unwrap();
-    fb.shutdown().await;
+    stop(hb, tb, fb).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -546,9 +553,7 @@ async fn one_key_is_never_reconciled_twice_at_once() {
         (2..=21).contains(&total),
         "events were coalesced: {total} reconciles for 21 changes"
     );
-    handle.stop();
-    task.await.unwrap().unwrap();
-    factory.shutdown().await;
+    stop(handle, task, factory).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,6 +28,7 @@ use kcache_controller::{
 use kcache_core::{ShardSlots, shard_hash};
 use kcache_informer::SharedInformerFactory;
 use kcache_lease::testing::InMemoryMembershipStore;
+use kcache_testing::logs::LogBuffer;
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::{broadcast, watch};
@@ -132,39 +133,29 @@ impl FakeApi {
     }
 }
 
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
+/// This test's logs, kept in kcache-testing's [`LogBuffer`].
+struct Logs(LogBuffer);
 
 impl Logs {
     /// Captures this thread's logs (the paused-clock runtime runs every
-    /// task on the test's thread).
+    /// task on the test's thread): the controller's from DEBUG, the rest
+    /// from WARN.
     fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
-        let logs = Logs::default();
+        let logs = LogBuffer::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .with_env_filter("kcache_controller=debug,warn")
             .finish();
-        (logs, tracing::subscriber::set_default(subscriber))
+        (Logs(logs), tracing::subscriber::set_default(subscriber))
     }
 
     /// Whether a worker dropped `key` because the current cache does not
     /// hold its range.
     fn dropped_uncovered(&self, key: &str) -> bool {
-        let text = String::from_utf8_lossy(&self.0.lock()).into_owned();
         let key = format!("key={key}");
-        text.lines().any(|l| {
+        self.0.text().lines().any(|l| {
             l.contains("not in this replica's cached ranges: dropped")
                 && l.split_whitespace().any(|w| w == key)
         })
@@ -187,6 +178,15 @@ struct Replica {
     calls: Calls,
     factory: SharedInformerFactory,
     task: JoinHandle<Result<(), kcache_controller::ControllerError>>,
+}
+
+/// A fake apiserver (its Secret lists held or not), a membership store
+/// and replica `a` started on them, alone in its group.
+fn a_alone(hold_secret_lists: bool) -> (Arc<FakeApi>, InMemoryMembershipStore, Replica) {
+    let (api, client) = FakeApi::new(hold_secret_lists);
+    let store = InMemoryMembershipStore::new();
+    let a = start_a(client, &store);
+    (api, store, a)
 }
 
 /// Replica `a`: a controller of ConfigMaps owning Secrets, sharded on the
@@ -282,9 +282,7 @@ async fn event_before_the_switch(api: &FakeApi, logs: &Logs, a: &Replica, ns: us
 #[tokio::test(start_paused = true)]
 async fn a_key_waits_for_the_first_informers_of_its_range() {
     let (logs, _guard) = Logs::capture();
-    let (api, client) = FakeApi::new(true);
-    let store = InMemoryMembershipStore::new();
-    let a = start_a(client, &store);
+    let (api, _store, a) = a_alone(true);
 
     // Alone in the group: the protocol lets `a` start every key as soon as
     // it acknowledged its view; its first informers list the ConfigMaps
@@ -320,9 +318,7 @@ async fn a_key_waits_for_the_first_informers_of_its_range() {
 #[tokio::test(start_paused = true)]
 async fn a_gained_key_waits_for_the_informers_of_its_range() {
     let (logs, _guard) = Logs::capture();
-    let (api, client) = FakeApi::new(false);
-    let store = InMemoryMembershipStore::new();
-    let a = start_a(client, &store);
+    let (api, store, a) = a_alone(false);
     wait_until("a caches everything", Duration::from_secs(30), || {
         a.fraction() == Some(1.0) && a.calls.lock().len() >= NAMESPACES
     })

@@ -107,14 +107,19 @@ fn memory_report(inputs: &[Bytes], varied: &[Bytes]) {
     );
 }
 
+/// An index that walks the `N` inputs round-robin, one step a call.
+fn cycle_inputs() -> impl FnMut() -> usize {
+    let mut i = 0usize;
+    move || {
+        i = (i + 1) % N;
+        i
+    }
+}
+
 fn construction(c: &mut Criterion, inputs: &[Bytes]) {
     let mut g = c.benchmark_group("cached_object");
     g.throughput(Throughput::Elements(1));
-    let mut i = 0usize;
-    let mut next = move || {
-        i = (i + 1) % N;
-        i
-    };
+    let mut next = cycle_inputs();
     g.bench_function("from_bytes", |b| {
         b.iter(|| CachedObject::<Pod>::from_bytes(inputs[next()].clone()).unwrap())
     });
@@ -141,11 +146,7 @@ fn construction(c: &mut Criterion, inputs: &[Bytes]) {
 fn compression(c: &mut Criterion, varied: &[Bytes]) {
     let mut g = c.benchmark_group("compression");
     g.throughput(Throughput::Elements(1));
-    let mut i = 0usize;
-    let mut next = move || {
-        i = (i + 1) % N;
-        i
-    };
+    let mut next = cycle_inputs();
     let strip = ObjectOptions::new().strip_managed_fields(true);
     let compress = lz4();
     g.bench_function("from_bytes_with_strip", |b| {

@@ -32,6 +32,16 @@ fn indexer_with(name: &str, f: IndexFunc<Value>) -> Indexer<Value> {
     Indexer::with_indexers(Arc::new(kcache_core::meta_namespace_key::<Value>), i)
 }
 
+/// An indexer on `by_val` holding, added in order, one object per
+/// `(name, value)`.
+fn by_val_holding(objects: &[(&str, &str)]) -> Indexer<Value> {
+    let idx = indexer_with("by_val", by_val());
+    for (name, value) in objects {
+        idx.add(mk(name, value)).unwrap();
+    }
+    idx
+}
+
 /// client-go TestCache (doTestStore).
 #[test]
 fn cache_add_update_delete_list_replace() {
@@ -70,11 +80,7 @@ fn cache_add_update_delete_list_replace() {
 /// client-go TestIndex (doTestIndex).
 #[test]
 fn index_returns_objects_sharing_a_value() {
-    let idx = indexer_with("by_val", by_val());
-    idx.add(mk("a", "b")).unwrap();
-    idx.add(mk("c", "b")).unwrap();
-    idx.add(mk("e", "f")).unwrap();
-    idx.add(mk("g", "h")).unwrap();
+    let idx = by_val_holding(&[("a", "b"), ("c", "b"), ("e", "f"), ("g", "h")]);
     for (v, want) in [
         ("b", vec!["a", "c"]),
         ("f", vec!["e"]),
@@ -170,9 +176,7 @@ fn delete_removes_empty_sets_from_index() {
 /// client-go TestThreadSafeStoreAddKeepsNonEmptySetPostDeleteFromIndex.
 #[test]
 fn add_keeps_non_empty_set_post_delete() {
-    let idx = indexer_with("by_val", by_val());
-    idx.add(mk("retain", "v")).unwrap();
-    idx.add(mk("delete", "v")).unwrap();
+    let idx = by_val_holding(&[("retain", "v"), ("delete", "v")]);
     idx.delete(mk("delete", "v")).unwrap();
     assert_eq!(idx.list_index_func_values("by_val"), ["v"]);
     assert_eq!(idx.index_keys("by_val", "v").unwrap(), ["retain"]);

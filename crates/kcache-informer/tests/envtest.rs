@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kcache_testing::builders::{config_map, crd};
-use kcache_testing::envtest::{TestNamespace, merge_patch, namespace};
+use kcache_testing::envtest::{TestNamespace, create, merge_patch, namespace};
 use kcache_testing::eventually;
 use kcache_testing::state::{cache_state, server_state};
 use support::{Recorder, Seen, spawn_run};
@@ -16,7 +16,7 @@ use kcache_envtest::ControlPlane;
 use kcache_informer::{
     ResourceEventHandlerFuncs, SharedIndexInformer, SharedInformerFactory, wait_for_cache_sync,
 };
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
 use serde_json::json;
 
@@ -24,12 +24,7 @@ use serde_json::json;
 async fn typed_informer_follows_create_update_delete() {
     let TestNamespace { cp, ns, .. } = namespace("inf-typed").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(
-        &PostParams::default(),
-        &config_map("before").data("v", "1").build(),
-    )
-    .await
-    .unwrap();
+    create(&api, &config_map("before").data("v", "1").build()).await;
 
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .namespace(&ns)
@@ -40,12 +35,7 @@ async fn typed_informer_follows_create_update_delete() {
     assert!(wait_for_cache_sync(&cancel, &[&informer, &reg]).await);
     assert_eq!(rec.keys("add"), BTreeSet::from([format!("{ns}/before")]));
 
-    api.create(
-        &PostParams::default(),
-        &config_map("a").data("v", "1").build(),
-    )
-    .await
-    .unwrap();
+    create(&api, &config_map("a").data("v", "1").build()).await;
     let patched = merge_patch(&api, "a", json!({"data": {"v": "2"}})).await;
     api.delete("before", &DeleteParams::default())
         .await
@@ -109,7 +99,7 @@ async fn dynamic_informer_for_a_crd() {
         "metadata": { "name": "g1" }, "spec": { "size": 1 }
     }))
     .unwrap();
-    api.create(&PostParams::default(), &g).await.unwrap();
+    create(&api, &g).await;
     merge_patch(&api, "g1", json!({"spec": {"size": 2}})).await;
     eventually("update seen", Duration::from_secs(30), || {
         rec.keys("update").contains(&format!("{ns}/g1"))
@@ -131,12 +121,7 @@ async fn dynamic_informer_for_a_crd() {
 async fn metadata_only_informer_caches_no_data() {
     let TestNamespace { cp, ns, .. } = namespace("inf-meta").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(
-        &PostParams::default(),
-        &config_map("m").data("v", "secret-ish").build(),
-    )
-    .await
-    .unwrap();
+    create(&api, &config_map("m").data("v", "secret-ish").build()).await;
     let factory = SharedInformerFactory::builder(cp.client().unwrap())
         .namespace(&ns)
         .build();
@@ -178,12 +163,7 @@ async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_ca
     assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for i in 0..60 {
-        api.create(
-            &PostParams::default(),
-            &config_map(&format!("c{i}")).data("v", "1").build(),
-        )
-        .await
-        .unwrap();
+        create(&api, &config_map(&format!("c{i}")).data("v", "1").build()).await;
     }
     eventually("fast handler saw all 60", Duration::from_secs(30), || {
         fast.keys("add").len() == 60
@@ -214,12 +194,7 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
     let ns = cp.create_namespace("inf-restart").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for i in 0..20 {
-        api.create(
-            &PostParams::default(),
-            &config_map(&format!("c{i}")).data("v", "1").build(),
-        )
-        .await
-        .unwrap();
+        create(&api, &config_map(&format!("c{i}")).data("v", "1").build()).await;
     }
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .namespace(&ns)
@@ -240,12 +215,7 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
             .unwrap();
         deleted.insert(format!("{ns}/c{i}"));
         merge_patch(&api, &format!("c{}", i + 5), json!({"data": {"v": "2"}})).await;
-        api.create(
-            &PostParams::default(),
-            &config_map(&format!("n{i}")).data("v", "1").build(),
-        )
-        .await
-        .unwrap();
+        create(&api, &config_map(&format!("n{i}")).data("v", "1").build()).await;
     }
     let want = server_state(&api).await;
     eventually("cache equals a fresh list", Duration::from_secs(30), || {

@@ -17,12 +17,11 @@ use kcache_core::{CachedObject, Format};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{ListOptions, SharedIndexInformer};
 use kcache_reflector::WireFormat;
-use kcache_testing::envtest::{TestNamespace, client_with_request_hook, namespace};
+use kcache_testing::envtest::{TestNamespace, client_with_request_hook, create, namespace};
 use kcache_testing::eventually_async;
 use kcache_testing::state::server_state;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::{Client, Resource};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use support::{record_watch_errors, spawn_run};
@@ -315,13 +314,6 @@ fn deployment(name: &str) -> Deployment {
         }
     }))
     .unwrap()
-}
-
-async fn create<K>(api: &Api<K>, obj: &K)
-where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
-{
-    api.create(&PostParams::default(), obj).await.unwrap();
 }
 
 /// Pods, ConfigMaps, Secrets and Deployments (and Deployments through

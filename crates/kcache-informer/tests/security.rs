@@ -19,7 +19,7 @@ use kcache_envtest::ControlPlane;
 use kcache_informer::{ResourceEventHandler, SharedIndexInformer, wait_for_cache_sync};
 use kcache_reflector::ErrorReason;
 use kcache_testing::builders::config_map;
-use kcache_testing::envtest::{TestNamespace, namespace};
+use kcache_testing::envtest::{TestNamespace, create, namespace};
 use kube::api::{Api, PostParams};
 use kube::config::AuthInfo;
 use kube::{Client, Config};
@@ -220,12 +220,7 @@ async fn informer_runs_log_no_credentials() {
     let admin = cp.client().unwrap();
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
     for name in ["a", "b"] {
-        cms.create(
-            &PostParams::default(),
-            &config_map(name).data("k", "v").build(),
-        )
-        .await
-        .unwrap();
+        create(&cms, &config_map(name).data("k", "v").build()).await;
     }
 
     // 1. A client certificate (read from files, as a kubeconfig names them).

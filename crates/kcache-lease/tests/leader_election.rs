@@ -18,6 +18,13 @@ fn elector(store: &InMemoryLeaseLock, id: &str) -> LeaderElector {
     LeaderElector::new(cfg(id), Arc::new(store.clone())).unwrap()
 }
 
+/// Electors "a" and "b" on one in-memory lease.
+fn electors_a_and_b() -> (InMemoryLeaseLock, LeaderElector, LeaderElector) {
+    let store = InMemoryLeaseLock::new();
+    let (a, b) = (elector(&store, "a"), elector(&store, "b"));
+    (store, a, b)
+}
+
 fn cfg(id: &str) -> LeaderElectionConfig {
     LeaderElectionConfig::new(id)
 }
@@ -100,9 +107,7 @@ fn validation_follows_client_go() {
 
 #[tokio::test(start_paused = true)]
 async fn acquire_renew_expire_takeover() {
-    let store = InMemoryLeaseLock::new();
-    let a = elector(&store, "a");
-    let b = elector(&store, "b");
+    let (store, a, b) = electors_a_and_b();
 
     // a creates the lease
     assert!(a.try_acquire_or_renew().await);
@@ -145,9 +150,7 @@ async fn acquire_renew_expire_takeover() {
 
 #[tokio::test(start_paused = true)]
 async fn release_lets_a_standby_take_over_at_once() {
-    let store = InMemoryLeaseLock::new();
-    let a = elector(&store, "a");
-    let b = elector(&store, "b");
+    let (store, a, b) = electors_a_and_b();
     assert!(a.try_acquire_or_renew().await);
     assert!(!b.try_acquire_or_renew().await);
     assert!(a.release().await);

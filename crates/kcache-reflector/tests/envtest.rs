@@ -13,7 +13,7 @@ use kcache_envtest::ControlPlane;
 use kcache_reflector::{ErrorReason, Reflector};
 use kcache_testing::builders::{config_map, crd};
 use kcache_testing::envtest::{
-    TestNamespace, client_with_request_hook, namespace, recording_client,
+    TestNamespace, client_with_request_hook, create, namespace, recording_client,
 };
 use kcache_testing::eventually_async;
 use kcache_testing::state::server_state;
@@ -32,12 +32,7 @@ async fn config_maps_streaming_list_then_events_in_order() {
     let admin = cp.client().unwrap();
     let api: Api<ConfigMap> = Api::namespaced(admin, &ns);
     for n in ["pre-1", "pre-2"] {
-        api.create(
-            &PostParams::default(),
-            &config_map(n).data("k", "0").build(),
-        )
-        .await
-        .unwrap();
+        create(&api, &config_map(n).data("k", "0").build()).await;
     }
     let (client, log) = recording_client(cp.config());
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
@@ -55,13 +50,7 @@ async fn config_maps_streaming_list_then_events_in_order() {
     })
     .await;
 
-    let created = api
-        .create(
-            &PostParams::default(),
-            &config_map("a").data("k", "1").build(),
-        )
-        .await
-        .unwrap();
+    let created = create(&api, &config_map("a").data("k", "1").build()).await;
     let mut changed = created.clone();
     changed.data = Some([("k".to_string(), "2".to_string())].into());
     let updated = api
@@ -124,12 +113,7 @@ async fn config_maps_list_then_watch() {
     let TestNamespace { cp, ns, .. } = namespace("refl-lw").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for i in 0..7 {
-        api.create(
-            &PostParams::default(),
-            &config_map(&format!("c{i}")).data("k", "0").build(),
-        )
-        .await
-        .unwrap();
+        create(&api, &config_map(&format!("c{i}")).data("k", "0").build()).await;
     }
     let (client, log) = recording_client(cp.config());
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
@@ -141,12 +125,7 @@ async fn config_maps_list_then_watch() {
     );
     let calls = store.wait_calls(1).await;
     assert!(matches!(&calls[0], Call::Replace(k, _) if k.len() == 7));
-    api.create(
-        &PostParams::default(),
-        &config_map("late").data("k", "1").build(),
-    )
-    .await
-    .unwrap();
+    create(&api, &config_map("late").data("k", "1").build()).await;
     let key = format!("{ns}/late");
     store
         .wait_until(Duration::from_secs(30), |c| {
@@ -173,12 +152,7 @@ async fn config_maps_list_then_watch() {
 async fn metadata_only_config_maps() {
     let TestNamespace { cp, ns, .. } = namespace("refl-meta").await;
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(
-        &PostParams::default(),
-        &config_map("m1").data("k", "0").build(),
-    )
-    .await
-    .unwrap();
+    create(&api, &config_map("m1").data("k", "0").build()).await;
     type Meta = PartialObjectMeta<ConfigMap>;
     for streaming in [true, false] {
         let store = Arc::new(RecordingStore::<Meta>::default());
@@ -193,12 +167,7 @@ async fn metadata_only_config_maps() {
             "{calls:?}"
         );
         let name = format!("m-{streaming}");
-        api.create(
-            &PostParams::default(),
-            &config_map(&name).data("k", "1").build(),
-        )
-        .await
-        .unwrap();
+        create(&api, &config_map(&name).data("k", "1").build()).await;
         let key = format!("{ns}/{name}");
         store
             .wait_until(Duration::from_secs(30), |c| {
@@ -243,12 +212,8 @@ async fn custom_resource_as_dynamic_object() {
         }))
         .unwrap()
     };
-    api.create(&PostParams::default(), &gizmo("g1", "red", 1))
-        .await
-        .unwrap();
-    api.create(&PostParams::default(), &gizmo("g2", "blue", 2))
-        .await
-        .unwrap();
+    create(&api, &gizmo("g1", "red", 1)).await;
+    create(&api, &gizmo("g2", "blue", 2)).await;
     let store = Arc::new(RecordingStore::<DynamicObject>::default());
     let run = start(
         Reflector::<DynamicObject>::builder_with(cp.client().unwrap(), store.clone(), ar.clone())
@@ -266,12 +231,8 @@ async fn custom_resource_as_dynamic_object() {
             }
         )
     );
-    api.create(&PostParams::default(), &gizmo("g3", "red", 3))
-        .await
-        .unwrap();
-    api.create(&PostParams::default(), &gizmo("g4", "blue", 4))
-        .await
-        .unwrap();
+    create(&api, &gizmo("g3", "red", 3)).await;
+    create(&api, &gizmo("g4", "blue", 4)).await;
     let key = format!("{ns}/g3");
     store
         .wait_until(Duration::from_secs(30), |c| {
@@ -336,6 +297,29 @@ fn client_with_old_rv_switch(cp: &ControlPlane) -> (Client, Arc<AtomicBool>) {
     (client, old_rv)
 }
 
+/// Waits (90 s at most) until `store` holds what a fresh list of `api`
+/// returns.
+async fn store_equals_a_fresh_list(
+    what: &str,
+    store: &RecordingStore<ConfigMap>,
+    api: &Api<ConfigMap>,
+) {
+    let want = server_state(api).await;
+    eventually_async(what, Duration::from_secs(90), async || {
+        store.state() == want
+    })
+    .await;
+}
+
+/// How many `Replace` calls (relists) `store` has seen.
+fn replaces(store: &RecordingStore<ConfigMap>) -> usize {
+    store
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Replace(..)))
+        .count()
+}
+
 /// A private control plane: an apiserver restart, then etcd compaction +
 /// a watch from a too-old RV (410 -> relist); the store ends equal to a
 /// fresh list each time.
@@ -349,12 +333,7 @@ async fn recovers_from_apiserver_restart_and_gone() {
     let ns = cp.create_namespace("refl-restart").await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     for n in ["a", "b", "c"] {
-        api.create(
-            &PostParams::default(),
-            &config_map(n).data("k", "0").build(),
-        )
-        .await
-        .unwrap();
+        create(&api, &config_map(n).data("k", "0").build()).await;
     }
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let (client, old_rv) = client_with_old_rv_switch(&cp);
@@ -370,54 +349,24 @@ async fn recovers_from_apiserver_restart_and_gone() {
     cp.restart_apiserver().await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     api.delete("a", &DeleteParams::default()).await.unwrap();
-    api.create(
-        &PostParams::default(),
-        &config_map("d").data("k", "1").build(),
-    )
-    .await
-    .unwrap();
-    let want = server_state(&api).await;
-    eventually_async(
-        "store equals a fresh list after the restart",
-        Duration::from_secs(90),
-        async || store.state() == want,
-    )
-    .await;
+    create(&api, &config_map("d").data("k", "1").build()).await;
+    store_equals_a_fresh_list("store equals a fresh list after the restart", &store, &api).await;
 
     // 2. compact etcd, then the next watch asks for a compacted RV: the
     //    server answers 410 and the reflector relists
-    let replaces_before = store
-        .calls()
-        .iter()
-        .filter(|c| matches!(c, Call::Replace(..)))
-        .count();
+    let replaces_before = replaces(&store);
     cp.compact_etcd().await.unwrap();
     old_rv.store(true, Ordering::SeqCst);
     cp.restart_apiserver().await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    api.create(
-        &PostParams::default(),
-        &config_map("e").data("k", "2").build(),
-    )
-    .await
-    .unwrap();
+    create(&api, &config_map("e").data("k", "2").build()).await;
     eventually_async("a 410 was seen", Duration::from_secs(90), async || {
         run.reasons().contains(&ErrorReason::Expired)
     })
     .await;
     old_rv.store(false, Ordering::SeqCst);
-    let want = server_state(&api).await;
-    eventually_async(
-        "store equals a fresh list after 410",
-        Duration::from_secs(90),
-        async || store.state() == want,
-    )
-    .await;
-    let replaces_after = store
-        .calls()
-        .iter()
-        .filter(|c| matches!(c, Call::Replace(..)))
-        .count();
+    store_equals_a_fresh_list("store equals a fresh list after 410", &store, &api).await;
+    let replaces_after = replaces(&store);
     assert!(
         replaces_after > replaces_before,
         "410 leads to a relist: {:#?}",

@@ -38,6 +38,17 @@ pub async fn namespace(prefix: &str) -> TestNamespace {
     TestNamespace { cp, ns, client }
 }
 
+/// Creates `obj` through `api`; returns what the server stored. Panics
+/// naming the object if the server refuses.
+pub async fn create<K>(api: &kube::Api<K>, obj: &K) -> K
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.create(&kube::api::PostParams::default(), obj)
+        .await
+        .unwrap_or_else(|e| panic!("create of {:?}: {e}", obj.meta().name))
+}
+
 /// Applies a JSON merge patch to the object `name`; returns the patched
 /// object. Panics naming the object if the server refuses.
 pub async fn merge_patch<K>(api: &kube::Api<K>, name: &str, patch: serde_json::Value) -> K

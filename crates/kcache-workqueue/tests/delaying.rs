@@ -199,13 +199,22 @@ async fn later_delay_does_not_postpone_ready_item() {
     assert_eq!(q.delayed_len(), 0);
 }
 
+/// A queue whose worker is processing "foo" (returned), with "foo" added
+/// again to be ready after `delay`.
+async fn processing_foo_added_again_after(
+    delay: Duration,
+) -> (WorkQueue<&'static str>, &'static str) {
+    let q: WorkQueue<&str> = WorkQueue::new();
+    q.add("foo");
+    let item = q.get().await.unwrap();
+    q.add_after("foo", delay);
+    (q, item)
+}
+
 /// An item that becomes ready while it is being processed waits for done.
 #[tokio::test(start_paused = true)]
 async fn delayed_item_ready_while_processing_waits_for_done() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("foo");
-    let foo = q.get().await.unwrap();
-    q.add_after("foo", 10 * MS);
+    let (q, foo) = processing_foo_added_again_after(10 * MS).await;
     advance(20 * MS).await;
     assert_eq!(q.len(), 0);
     assert_eq!(q.delayed_len(), 0);
@@ -217,10 +226,7 @@ async fn delayed_item_ready_while_processing_waits_for_done() {
 /// Done while the item still waits for a later time keeps it waiting.
 #[tokio::test(start_paused = true)]
 async fn done_keeps_pending_delay() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("foo");
-    let foo = q.get().await.unwrap();
-    q.add_after("foo", 10 * MS);
+    let (q, foo) = processing_foo_added_again_after(10 * MS).await;
     q.done(&foo);
     assert_eq!(q.len(), 0);
     assert_eq!(q.delayed_len(), 1);

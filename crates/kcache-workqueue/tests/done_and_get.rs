@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use kcache_workqueue::WorkQueue;
 
+mod common;
+use common::WorkerLoop;
+
 /// An item added again while processed is queued behind the items already
 /// ready, and handed out again after them.
 #[tokio::test(flavor = "current_thread")]
@@ -26,13 +29,19 @@ async fn item_added_while_processed_comes_back_after_the_ready_ones() {
     assert!(q.is_empty());
 }
 
+/// A queue whose only item, 1, was handed out and is being processed.
+async fn processing_only_1() -> WorkQueue<u32> {
+    let q: WorkQueue<u32> = WorkQueue::new();
+    q.add(1);
+    assert_eq!(q.get().await, Some(1));
+    q
+}
+
 /// With nothing ready it marks the item done at once and then waits like
 /// `get`, for the next add.
 #[tokio::test(flavor = "current_thread")]
 async fn nothing_ready_done_at_once_then_waits() {
-    let q: WorkQueue<u32> = WorkQueue::new();
-    q.add(1);
-    assert_eq!(q.get().await, Some(1));
+    let q = processing_only_1().await;
     let next = tokio::spawn({
         let q = q.clone();
         async move { q.done_and_get(&1).await }
@@ -48,9 +57,7 @@ async fn nothing_ready_done_at_once_then_waits() {
 /// `done_and_get`, which then answers `None`.
 #[tokio::test(flavor = "current_thread")]
 async fn drain_ends_at_the_last_done_and_get() {
-    let q: WorkQueue<u32> = WorkQueue::new();
-    q.add(1);
-    assert_eq!(q.get().await, Some(1));
+    let q = processing_only_1().await;
     let drain = tokio::spawn({
         let q = q.clone();
         async move { q.shut_down_with_drain().await }
@@ -82,37 +89,7 @@ async fn after_shut_down_ready_items_then_none() {
 /// getter waits behind the busy task until it yields).
 #[tokio::test(flavor = "current_thread")]
 async fn busy_worker_yields_to_a_woken_getter() {
-    let q: WorkQueue<u32> = WorkQueue::new();
-    let counts: Vec<Arc<AtomicUsize>> = (0..2).map(|_| Arc::new(AtomicUsize::new(0))).collect();
-    let workers: Vec<_> = counts
-        .iter()
-        .map(|count| {
-            let (q, count) = (q.clone(), Arc::clone(count));
-            tokio::spawn(async move {
-                let mut next = q.get().await;
-                while let Some(item) = next {
-                    count.fetch_add(1, Ordering::SeqCst);
-                    next = q.done_and_get(&item).await;
-                }
-            })
-        })
-        .collect();
-    tokio::task::yield_now().await; // both workers park
-    for i in 0..1_000 {
-        q.add(i);
-    }
-    tokio::time::timeout(Duration::from_secs(10), q.shut_down_with_drain())
-        .await
-        .expect("the drain missed the last done");
-    for w in workers {
-        w.await.unwrap();
-    }
-    let counts: Vec<_> = counts.iter().map(|c| c.load(Ordering::SeqCst)).collect();
-    assert_eq!(counts.iter().sum::<usize>(), 1_000);
-    assert!(
-        counts.iter().all(|&n| n > 0),
-        "one worker took every item: {counts:?}"
-    );
+    common::busy_worker_yields_to_a_woken_getter(WorkerLoop::DoneAndGet).await;
 }
 
 /// Many workers on `done_and_get`, items added in bursts (workers park

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use kcache_workqueue::{AddOpts, ItemExponentialFailureRateLimiter, WorkQueue};
 
+mod common;
+use common::WorkerLoop;
+
 const KEYS: usize = 200;
 const PRODUCERS: usize = 8;
 const WORKERS: usize = 8;
@@ -269,32 +272,5 @@ async fn dropped_woken_getter_passes_the_wake_on() {
 /// that getter waits behind the busy task until it yields.
 #[tokio::test(flavor = "current_thread")]
 async fn busy_worker_yields_to_a_woken_getter() {
-    let q: WorkQueue<u32> = WorkQueue::new();
-    let counts: Vec<Arc<AtomicUsize>> = (0..2).map(|_| Arc::new(AtomicUsize::new(0))).collect();
-    let workers: Vec<_> = counts
-        .iter()
-        .map(|count| {
-            let (q, count) = (q.clone(), Arc::clone(count));
-            tokio::spawn(async move {
-                while let Some(item) = q.get().await {
-                    count.fetch_add(1, Ordering::SeqCst);
-                    q.done(&item);
-                }
-            })
-        })
-        .collect();
-    tokio::task::yield_now().await; // both workers park
-    for i in 0..1_000 {
-        q.add(i);
-    }
-    q.shut_down_with_drain().await;
-    for w in workers {
-        w.await.unwrap();
-    }
-    let counts: Vec<_> = counts.iter().map(|c| c.load(Ordering::SeqCst)).collect();
-    assert_eq!(counts.iter().sum::<usize>(), 1_000);
-    assert!(
-        counts.iter().all(|&n| n > 0),
-        "one worker took every item: {counts:?}"
-    );
+    common::busy_worker_yields_to_a_woken_getter(WorkerLoop::GetThenDone).await;
 }

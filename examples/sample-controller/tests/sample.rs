@@ -5,6 +5,8 @@
 // The custom resource of k8s.io/sample-controller is called Foo.
 #![allow(clippy::disallowed_names)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -17,13 +19,12 @@ use kcache_informer::SharedInformerFactory;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use sample_controller::simulator::{self, build_simulator};
-use sample_controller::{Foo, FooSpec, build_controller, crds, reconcile};
+use sample_controller::{Foo, FooSpec, build_controller, reconcile};
 use tokio::task::JoinHandle;
 
 async fn setup(prefix: &str) -> (Client, String) {
     let cp = ControlPlane::shared().await.expect("control plane");
-    let crds: Vec<_> = crds().into_iter().map(|(_, c)| c).collect();
-    cp.install_crds(&crds).await.expect("CRD");
+    common::install_sample_crds(cp).await;
     let ns = cp.create_namespace(prefix).await.expect("namespace");
     (cp.client().expect("client"), ns)
 }
@@ -142,15 +143,7 @@ async fn converged(client: &Client, ns: &str, want: &BTreeMap<String, i32>) -> R
             bad.push(format!("{name}: no finalizer"));
         }
     }
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} not converged, e.g. {:?}",
-            bad.len(),
-            &bad[..bad.len().min(3)]
-        ))
-    }
+    common::converged(bad)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

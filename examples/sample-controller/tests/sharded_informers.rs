@@ -11,23 +11,25 @@
 // The custom resource of k8s.io/sample-controller is called Foo.
 #![allow(clippy::disallowed_names)]
 
+mod common;
+use common::{foo, wait_until};
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::apps::v1::Deployment;
 use kcache_controller::{Action, Request, SHARD_SLOTS, ShardField, ShardSelector};
 use kcache_core::{ShardSlots, shard_hash};
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;
 use kcache_lease::shard::View;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
 use sample_controller::simulator::{self, build_simulator};
 use sample_controller::{
-    Context, Error, Foo, FooSpec, Replica, ReplicaConfig, Sharding, reconcile, start_replica,
+    Context, Error, Foo, Replica, ReplicaConfig, Sharding, reconcile, start_replica,
 };
 
 /// One control plane at a time: the two tests each start their own.
@@ -39,16 +41,6 @@ const LEASE: Duration = Duration::from_secs(4);
 /// character on.
 fn ns_prefix(i: usize) -> String {
     format!("{:04x}", ((i as u32).wrapping_mul(0x9e37_79b1)) >> 16)
-}
-
-fn foo(name: &str, replicas: i32) -> Foo {
-    Foo::new(
-        name,
-        FooSpec {
-            deployment_name: format!("{name}-deploy"),
-            replicas: Some(replicas),
-        },
-    )
 }
 
 /// Creates `namespaces` namespaces and `per` Foos in each; returns the
@@ -67,17 +59,13 @@ async fn create_foos(
         .iter()
         .flat_map(|ns| (0..per).map(move |i| (format!("{ns}/foo-{i:03}"), 1 + (i % 3) as i32)))
         .collect();
-    futures::stream::iter(want.iter())
-        .map(|(key, replicas)| {
-            let (ns, name) = key.split_once('/').unwrap();
-            let api: Api<Foo> = Api::namespaced(client.clone(), ns);
-            let f = foo(name, *replicas);
-            async move { api.create(&PostParams::default(), &f).await }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("create foos");
+    let creates = want.iter().map(|(key, replicas)| {
+        let (ns, name) = key.split_once('/').unwrap();
+        let api: Api<Foo> = Api::namespaced(client.clone(), ns);
+        let f = foo(name, *replicas);
+        async move { api.create(&PostParams::default(), &f).await }
+    });
+    common::all_succeed("create foos", 32, creates).await;
     (names, want)
 }
 
@@ -96,26 +84,8 @@ async fn converged(
         .list(&ListParams::default())
         .await
         .map_err(|e| e.to_string())?;
-    let deps: HashMap<String, &Deployment> = deps
-        .items
-        .iter()
-        .map(|d| {
-            (
-                format!("{}/{}", d.namespace().unwrap_or_default(), d.name_any()),
-                d,
-            )
-        })
-        .collect();
-    let foos: HashMap<String, &Foo> = foos
-        .items
-        .iter()
-        .map(|f| {
-            (
-                format!("{}/{}", f.namespace().unwrap_or_default(), f.name_any()),
-                f,
-            )
-        })
-        .collect();
+    let deps = by_key(&deps.items);
+    let foos = by_key(&foos.items);
     let mut bad = Vec::new();
     for (key, replicas) in want {
         let Some(f) = foos.get(key) else {
@@ -133,15 +103,7 @@ async fn converged(
             bad.push(format!("{key}: status {:?}", f.status));
         }
     }
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} not converged, e.g. {:?}",
-            bad.len(),
-            &bad[..bad.len().min(3)]
-        ))
-    }
+    common::converged(bad)
 }
 
 async fn eventually_converged(
@@ -162,19 +124,6 @@ async fn eventually_converged(
                 panic!("{what}: not converged after 150 s: {why}")
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
-    }
-}
-
-async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<(), String>) {
-    let started = Instant::now();
-    loop {
-        match f() {
-            Ok(()) => return,
-            Err(why) if started.elapsed() > timeout => {
-                panic!("{what}: not after {timeout:?}: {why}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
 }
@@ -245,11 +194,42 @@ fn check_shares(replicas: &[&Replica], keys: &BTreeSet<String>) {
     assert_eq!(covered, all, "the shares cover every Foo");
 }
 
+/// `objects` by `namespace/name`.
+fn by_key<K: ResourceExt>(objects: &[K]) -> HashMap<String, &K> {
+    objects
+        .iter()
+        .map(|o| {
+            let key = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+            (key, o)
+        })
+        .collect()
+}
+
+/// A control plane of this test's own with the sample's CRDs, and an
+/// admin client.
+async fn own_control_plane() -> (ControlPlane, Client) {
+    let cp = ControlPlane::start().await.expect("control plane");
+    common::install_sample_crds(&cp).await;
+    let client = cp.client().expect("client");
+    (cp, client)
+}
+
 fn replica_config(id: &str, sharding: Sharding, hint: usize) -> ReplicaConfig {
     let mut c = ReplicaConfig::new(id, "default");
     c.sharding = sharding;
     c.replicas_hint = hint;
     c
+}
+
+/// Replicas `ids`, of a group of three sharded on the namespace with
+/// sharded informers, running the sample's reconcile.
+fn start_namespace_sharded(cp: &ControlPlane, ids: &[&str]) -> Vec<Replica> {
+    ids.iter()
+        .map(|id| {
+            let config = replica_config(id, Sharding::Informers(ShardField::Namespace), 3);
+            start_replica(cp.config(), config, reconcile).unwrap()
+        })
+        .collect()
 }
 
 struct Simulator {
@@ -282,13 +262,7 @@ impl Simulator {
 async fn server_side_sharded_replicas_each_cache_only_their_share() {
     let _serial = SERIAL.lock().await;
     let started = Instant::now();
-    let cp = ControlPlane::start().await.expect("control plane");
-    let crds: Vec<_> = sample_controller::crds()
-        .into_iter()
-        .map(|(_, c)| c)
-        .collect();
-    cp.install_crds(&crds).await.expect("CRD");
-    let client = cp.client().expect("client");
+    let (cp, client) = own_control_plane().await;
     let (_, want) = create_foos(&cp, 100, 30).await;
     let keys: BTreeSet<String> = want.keys().cloned().collect();
     eprintln!("{} foos created in {:?}", keys.len(), started.elapsed());
@@ -296,17 +270,7 @@ async fn server_side_sharded_replicas_each_cache_only_their_share() {
     // 1. Three sharded replicas converge the 3,000 Foos (without the
     // Deployment simulator: fewer writes, the Foos report 0 available).
     let ids = ["a1", "a2", "a3"];
-    let first: Vec<Replica> = ids
-        .iter()
-        .map(|id| {
-            start_replica(
-                cp.config(),
-                replica_config(id, Sharding::Informers(ShardField::Namespace), 3),
-                reconcile,
-            )
-            .unwrap()
-        })
-        .collect();
+    let first = start_namespace_sharded(&cp, &ids);
     eventually_converged(&client, &want, false, "3,000 foos on 3 sharded replicas").await;
     {
         let refs: Vec<&Replica> = first.iter().collect();
@@ -329,17 +293,7 @@ async fn server_side_sharded_replicas_each_cache_only_their_share() {
         reconcile,
     )
     .unwrap();
-    let replicas: Vec<Replica> = ids
-        .iter()
-        .map(|id| {
-            start_replica(
-                cp.config(),
-                replica_config(id, Sharding::Informers(ShardField::Namespace), 3),
-                reconcile,
-            )
-            .unwrap()
-        })
-        .collect();
+    let replicas = start_namespace_sharded(&cp, &ids);
     let refs: Vec<&Replica> = replicas.iter().collect();
     wait_until("the replicas switched", Duration::from_secs(60), || {
         switched(&refs, &ids)
@@ -384,9 +338,8 @@ type Span = (Instant, Option<Instant>, String, String);
 
 #[derive(Default)]
 struct Log {
-    /// key -> replicas reconciling it now
-    active: Mutex<HashMap<String, Vec<String>>>,
-    violations: Mutex<Vec<String>>,
+    /// who reconciles what now, and overlaps
+    reconciling: common::Reconciling,
     /// reconciles that saw no object (the delete path)
     deleted: Mutex<Vec<String>>,
     /// reconciles that ran while the replica did not cache their range
@@ -397,24 +350,13 @@ struct Log {
 
 impl Log {
     fn begin(&self, id: &str, key: &str) -> usize {
-        let mut active = self.active.lock();
-        let v = active.entry(key.to_owned()).or_default();
-        if let Some(other) = v.iter().find(|r| *r != id) {
-            self.violations
-                .lock()
-                .push(format!("{key}: {id} started while {other} reconciles it"));
-        }
-        v.push(id.to_owned());
+        self.reconciling.begin(id, key);
         let mut spans = self.spans.lock();
         spans.push((Instant::now(), None, id.to_owned(), key.to_owned()));
         spans.len() - 1
     }
     fn end(&self, i: usize, id: &str, key: &str) {
-        if let Some(v) = self.active.lock().get_mut(key)
-            && let Some(p) = v.iter().position(|r| r == id)
-        {
-            v.remove(p);
-        }
+        self.reconciling.end(id, key);
         if let Some(s) = self.spans.lock().get_mut(i) {
             s.1 = Some(Instant::now());
         }
@@ -527,34 +469,20 @@ async fn set_replicas(
             changed.push((key.clone(), *v));
         }
     }
-    futures::stream::iter(changed)
-        .map(|(key, replicas)| {
-            let (ns, name) = key.split_once('/').unwrap();
-            let api: Api<Foo> = Api::namespaced(client.clone(), ns);
-            let name = name.to_owned();
-            let patch = serde_json::json!({"spec": {"replicas": replicas}});
-            async move {
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("update foos");
+    let updates = changed.into_iter().map(|(key, replicas)| {
+        let (ns, name) = key.split_once('/').unwrap();
+        let api: Api<Foo> = Api::namespaced(client.clone(), ns);
+        let name = name.to_owned();
+        async move { common::patch_replicas(&api, &name, replicas).await }
+    });
+    common::all_succeed("update foos", 16, updates).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_ranges_hand_over_without_double_reconcile() {
     let _serial = SERIAL.lock().await;
     let started = Instant::now();
-    let cp = ControlPlane::start().await.expect("control plane");
-    let crds: Vec<_> = sample_controller::crds()
-        .into_iter()
-        .map(|(_, c)| c)
-        .collect();
-    cp.install_crds(&crds).await.expect("CRD");
-    let client = cp.client().expect("client");
+    let (cp, client) = own_control_plane().await;
     let (_, mut want) = create_foos(&cp, 60, 10).await;
     let keys: BTreeSet<String> = want.keys().cloned().collect();
     let log = Arc::new(Log::default());
@@ -602,7 +530,10 @@ async fn sharded_ranges_hand_over_without_double_reconcile() {
     eventually_converged(&client, &want, true, "after the kill").await;
     check_shares(&[&r1, &r2, &r4], &keys);
 
-    assert_eq!(log.violations.lock().clone(), Vec::<String>::new());
+    assert_eq!(
+        log.reconciling.violations.lock().clone(),
+        Vec::<String>::new()
+    );
     assert_eq!(log.overlaps(), Vec::<String>::new());
     assert_eq!(
         log.uncached.lock().clone(),

@@ -13,11 +13,13 @@
 // The custom resource of k8s.io/sample-controller is called Foo.
 #![allow(clippy::disallowed_names)]
 
+mod common;
+use common::{foo, wait_until};
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kcache_controller::{
@@ -32,7 +34,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
 use sample_controller::simulator::{self, build_simulator};
-use sample_controller::{Context, Foo, FooSpec, build_controller, reconcile};
+use sample_controller::{Context, Foo, build_controller, reconcile};
 use tokio::task::JoinHandle;
 
 const GROUP: &str = "foo-shards";
@@ -43,9 +45,8 @@ const FOOS: usize = 600;
 
 #[derive(Default)]
 struct Log {
-    /// key -> replicas reconciling it now
-    active: Mutex<HashMap<String, Vec<String>>>,
-    violations: Mutex<Vec<String>>,
+    /// who reconciles what now, and overlaps
+    reconciling: common::Reconciling,
     /// (start, replica, key) of every reconcile
     starts: Mutex<Vec<(Instant, String, String)>>,
     /// (replica, key) -> trigger of its first reconcile by that replica
@@ -61,21 +62,10 @@ impl Log {
         self.starts
             .lock()
             .push((Instant::now(), id.to_owned(), key.to_owned()));
-        let mut active = self.active.lock();
-        let v = active.entry(key.to_owned()).or_default();
-        if let Some(other) = v.iter().find(|r| *r != id) {
-            self.violations
-                .lock()
-                .push(format!("{key}: {id} started while {other} reconciles it"));
-        }
-        v.push(id.to_owned());
+        self.reconciling.begin(id, key);
     }
     fn end(&self, id: &str, key: &str) {
-        if let Some(v) = self.active.lock().get_mut(key)
-            && let Some(i) = v.iter().position(|r| r == id)
-        {
-            v.remove(i);
-        }
+        self.reconciling.end(id, key);
     }
     /// key -> replicas that reconciled it since `since`.
     fn by_key(&self, since: Instant) -> BTreeMap<String, BTreeSet<String>> {
@@ -179,19 +169,6 @@ async fn start_replica(
     }
 }
 
-async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<(), String>) {
-    let started = Instant::now();
-    loop {
-        match f() {
-            Ok(()) => return,
-            Err(why) if started.elapsed() > timeout => {
-                panic!("{what}: not after {timeout:?}: {why}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
 fn settled(replicas: &[&Replica], members: &[&str]) -> Result<(), String> {
     for r in replicas {
         let st = r.shard.status();
@@ -200,16 +177,6 @@ fn settled(replicas: &[&Replica], members: &[&str]) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn foo(name: &str, replicas: i32) -> Foo {
-    Foo::new(
-        name,
-        FooSpec {
-            deployment_name: format!("{name}-deploy"),
-            replicas: Some(replicas),
-        },
-    )
 }
 
 async fn converged(client: &Client, ns: &str, want: &BTreeMap<String, i32>) -> Result<(), String> {
@@ -238,15 +205,7 @@ async fn converged(client: &Client, ns: &str, want: &BTreeMap<String, i32>) -> R
             bad.push(format!("{name}: status {:?}", f.status));
         }
     }
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} not converged, e.g. {:?}",
-            bad.len(),
-            &bad[..bad.len().min(3)]
-        ))
-    }
+    common::converged(bad)
 }
 
 async fn eventually_converged(client: &Client, ns: &str, want: &BTreeMap<String, i32>, what: &str) {
@@ -267,30 +226,18 @@ async fn eventually_converged(client: &Client, ns: &str, want: &BTreeMap<String,
 
 async fn set_replicas(client: &Client, ns: &str, want: &BTreeMap<String, i32>) {
     let foos: Api<Foo> = Api::namespaced(client.clone(), ns);
-    futures::stream::iter(want.iter())
-        .map(|(name, replicas)| {
-            let foos = foos.clone();
-            let patch = serde_json::json!({"spec": {"replicas": replicas}});
-            async move {
-                foos.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("update foos");
+    let updates = want.iter().map(|(name, replicas)| {
+        let foos = foos.clone();
+        async move { common::patch_replicas(&foos, name, *replicas).await }
+    });
+    common::all_succeed("update foos", 16, updates).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_replicas_split_hand_over_and_converge() {
     let test_started = Instant::now();
     let cp = ControlPlane::shared().await.expect("control plane");
-    let crds: Vec<_> = sample_controller::crds()
-        .into_iter()
-        .map(|(_, c)| c)
-        .collect();
-    cp.install_crds(&crds).await.expect("CRD");
+    common::install_sample_crds(cp).await;
     let ns = cp.create_namespace("shards").await.expect("namespace");
     let client = cp.client().expect("client");
     let log = Arc::new(Log::default());
@@ -322,16 +269,12 @@ async fn sharded_replicas_split_hand_over_and_converge() {
         .map(|i| (format!("foo-{i:03}"), 1 + (i % 3) as i32))
         .collect();
     let foos: Api<Foo> = Api::namespaced(client.clone(), &ns);
-    futures::stream::iter(want.iter())
-        .map(|(name, replicas)| {
-            let foos = foos.clone();
-            let f = foo(name, *replicas);
-            async move { foos.create(&PostParams::default(), &f).await }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("create foos");
+    let creates = want.iter().map(|(name, replicas)| {
+        let foos = foos.clone();
+        let f = foo(name, *replicas);
+        async move { foos.create(&PostParams::default(), &f).await }
+    });
+    common::all_succeed("create foos", 16, creates).await;
     eventually_converged(&client, &ns, &want, "600 foos on 3 replicas").await;
 
     let phase1 = log.by_key(test_started);
@@ -506,7 +449,10 @@ async fn sharded_replicas_split_hand_over_and_converge() {
         assert_eq!(who.first(), Some(&owner[key]), "{key}");
     }
 
-    assert_eq!(log.violations.lock().clone(), Vec::<String>::new());
+    assert_eq!(
+        log.reconciling.violations.lock().clone(),
+        Vec::<String>::new()
+    );
     let reconciles = log.starts.lock().len();
     eprintln!("{reconciles} reconciles, no key reconciled by two replicas at once");
 
