@@ -1,5 +1,6 @@
-//! The metric primitives every kcache layer above the core records into,
-//! the work queue included (`kcache_workqueue::metrics` re-exports them).
+//! The metric primitives every kcache layer above the core records into
+//! (the work queue, which depends on no kcache crate, has the same four of
+//! its own, in the same shape, like client-go's `workqueue` package).
 //!
 //! Each layer has a small provider trait that creates its named metrics
 //! from these primitives (`kcache_reflector::MetricsProvider`,

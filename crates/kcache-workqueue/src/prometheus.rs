@@ -7,11 +7,12 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-use kcache_core::metrics::prometheus::{HistogramFamily, Labels, family, histogram_family};
-
 use crate::metrics::{
     CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, SettableGaugeMetric,
 };
+
+type Labels = Vec<(String, String)>;
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
     // client-go's buckets: 10 ns, 100 ns, ..., 10^9 * 10 ns = 10 s.
@@ -19,7 +20,7 @@ fn duration_histogram() -> Histogram {
 }
 
 fn labels(name: &str) -> Labels {
-    kcache_core::metrics::prometheus::labels(&[("name", name)])
+    vec![("name".to_owned(), name.to_owned())]
 }
 
 /// Registers client-go's workqueue metrics in a `prometheus-client`
@@ -46,44 +47,80 @@ pub struct PrometheusMetricsProvider {
 impl PrometheusMetricsProvider {
     /// Creates the metric families and registers them in `registry`.
     pub fn new(registry: &mut Registry) -> Self {
-        let r = registry;
-        Self {
-            depth: family(r, "workqueue_depth", "Current depth of workqueue"),
-            adds: family(
-                r,
-                "workqueue_adds",
-                "Total number of adds handled by workqueue",
-            ),
-            latency: histogram_family(
-                r,
-                "workqueue_queue_duration_seconds",
-                "How long in seconds an item stays in workqueue before being requested",
-                duration_histogram,
-            ),
-            work_duration: histogram_family(
-                r,
-                "workqueue_work_duration_seconds",
-                "How long in seconds processing an item from workqueue takes",
-                duration_histogram,
-            ),
-            unfinished: family(
-                r,
-                "workqueue_unfinished_work_seconds",
-                "How many seconds of work has done that is in progress and hasn't been observed by \
-                 work_duration. Large values indicate stuck threads. One can deduce the number of \
-                 stuck threads by observing the rate at which this increases",
-            ),
-            longest: family(
-                r,
-                "workqueue_longest_running_processor_seconds",
-                "How many seconds has the longest running processor for workqueue been running",
-            ),
-            retries: family(
-                r,
-                "workqueue_retries",
-                "Total number of retries handled by workqueue",
-            ),
-        }
+        let this = Self {
+            depth: Family::default(),
+            adds: Family::default(),
+            latency: Family::new_with_constructor(duration_histogram),
+            work_duration: Family::new_with_constructor(duration_histogram),
+            unfinished: Family::default(),
+            longest: Family::default(),
+            retries: Family::default(),
+        };
+        registry.register(
+            "workqueue_depth",
+            "Current depth of workqueue",
+            this.depth.clone(),
+        );
+        // prometheus-client appends `_total` to counters.
+        registry.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            this.adds.clone(),
+        );
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            this.latency.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            this.work_duration.clone(),
+        );
+        registry.register(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has done that is in progress and hasn't been observed by \
+             work_duration. Large values indicate stuck threads. One can deduce the number of \
+             stuck threads by observing the rate at which this increases",
+            this.unfinished.clone(),
+        );
+        registry.register(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running",
+            this.longest.clone(),
+        );
+        registry.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            this.retries.clone(),
+        );
+        this
+    }
+}
+
+// prometheus-client's metrics are this crate's primitives as they are (the
+// same impls as kcache-core's `prometheus` feature gives the other crates).
+impl CounterMetric for Counter {
+    fn inc_by(&self, n: u64) {
+        Counter::inc_by(self, n);
+    }
+}
+impl GaugeMetric for Gauge {
+    fn inc(&self) {
+        Gauge::inc(self);
+    }
+    fn dec(&self) {
+        Gauge::dec(self);
+    }
+}
+impl SettableGaugeMetric for Gauge<f64, AtomicU64> {
+    fn set(&self, value: f64) {
+        Gauge::set(self, value);
+    }
+}
+impl HistogramMetric for Histogram {
+    fn observe(&self, value: f64) {
+        Histogram::observe(self, value);
     }
 }
 
