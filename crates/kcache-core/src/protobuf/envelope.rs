@@ -12,7 +12,7 @@
 //! 4 reason, 5 details {1 name, 2 group, 3 kind, 4 causes {1 reason,
 //! 2 message, 3 field}, 5 retryAfterSeconds, 6 uid}, 6 code}.
 
-use super::wire::{Reader, WireError};
+use super::wire::{Reader, WireError, read_message};
 
 /// The 4 bytes every Kubernetes protobuf body starts with.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
@@ -94,16 +94,14 @@ impl<'a> Unknown<'a> {
 }
 
 pub(super) fn type_meta(b: &[u8]) -> Result<TypeMeta<'_>, WireError> {
-    let mut t = TypeMeta::default();
-    let mut r = Reader::new(b);
-    while let Some(f) = r.field()? {
+    read_message(b, |t: &mut TypeMeta<'_>, f| {
         match f.number {
             1 => t.api_version = f.str("TypeMeta")?,
             2 => t.kind = f.str("TypeMeta")?,
             _ => {}
         }
-    }
-    Ok(t)
+        Ok(())
+    })
 }
 
 /// `metav1.ListMeta` of a list.
@@ -120,27 +118,24 @@ pub struct ListMeta<'a> {
 }
 
 pub(super) fn list_meta(b: &[u8]) -> Result<ListMeta<'_>, WireError> {
-    let mut m = ListMeta::default();
-    let mut r = Reader::new(b);
-    while let Some(f) = r.field()? {
+    read_message(b, |m: &mut ListMeta<'_>, f| {
         match f.number {
             2 => m.resource_version = f.str("ListMeta")?,
             3 => m.continue_token = f.str("ListMeta")?,
             4 => m.remaining_item_count = Some(f.varint("ListMeta")? as i64),
             5 => {
-                let mut s = Reader::new(f.bytes("ListMeta")?);
-                let mut sel = "";
-                while let Some(g) = s.field()? {
+                let shard_info = f.bytes("ListMeta")?;
+                m.shard_selector = Some(read_message(shard_info, |sel: &mut &str, g| {
                     if g.number == 1 {
-                        sel = g.str("ShardInfo")?;
+                        *sel = g.str("ShardInfo")?;
                     }
-                }
-                m.shard_selector = Some(sel);
+                    Ok(())
+                })?);
             }
             _ => {}
         }
-    }
-    Ok(m)
+        Ok(())
+    })
 }
 
 /// A list body (`PodList`, `ConfigMapList`...: the `raw` of its envelope),
@@ -370,24 +365,21 @@ impl Status {
 }
 
 fn status_details(b: &[u8]) -> Result<StatusDetails, WireError> {
-    let mut d = StatusDetails::default();
-    let mut r = Reader::new(b);
-    while let Some(f) = r.field()? {
+    read_message(b, |d: &mut StatusDetails, f| {
         match f.number {
             1 => d.name = f.str("StatusDetails")?.into(),
             2 => d.group = f.str("StatusDetails")?.into(),
             3 => d.kind = f.str("StatusDetails")?.into(),
             4 => {
-                let mut c = StatusCause::default();
-                let mut x = Reader::new(f.bytes("StatusDetails")?);
-                while let Some(g) = x.field()? {
+                let c = read_message(f.bytes("StatusDetails")?, |c: &mut StatusCause, g| {
                     match g.number {
                         1 => c.reason = g.str("StatusCause")?.into(),
                         2 => c.message = g.str("StatusCause")?.into(),
                         3 => c.field = g.str("StatusCause")?.into(),
                         _ => {}
                     }
-                }
+                    Ok(())
+                })?;
                 if d.causes.len() < Status::MAX_CAUSES {
                     d.causes.push(c);
                 }
@@ -396,8 +388,8 @@ fn status_details(b: &[u8]) -> Result<StatusDetails, WireError> {
             6 => d.uid = f.str("StatusDetails")?.into(),
             _ => {}
         }
-    }
-    Ok(d)
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -71,53 +71,46 @@ impl<'de> Visitor<'de> for Writer<'_> {
         d.deserialize_any(self)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        self.out.push(b'[');
-        let mut first = true;
-        loop {
-            let at = self.out.len();
-            if !first {
-                self.out.push(b',');
-            }
-            if seq
-                .next_element_seed(Writer {
-                    out: &mut *self.out,
-                })?
-                .is_none()
-            {
-                self.out.truncate(at);
-                break;
-            }
-            first = false;
-        }
-        self.out.push(b']');
-        Ok(())
+        write_entries(self.out, b'[', b']', |out| {
+            Ok(seq.next_element_seed(Writer { out })?.is_some())
+        })
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        self.out.push(b'{');
-        let mut first = true;
-        loop {
-            let at = self.out.len();
-            if !first {
-                self.out.push(b',');
+        write_entries(self.out, b'{', b'}', |out| {
+            if map.next_key_seed(Writer { out: &mut *out })?.is_none() {
+                return Ok(false);
             }
-            if map
-                .next_key_seed(Writer {
-                    out: &mut *self.out,
-                })?
-                .is_none()
-            {
-                self.out.truncate(at);
-                break;
-            }
-            self.out.push(b':');
-            map.next_value_seed(Writer {
-                out: &mut *self.out,
-            })?;
-            first = false;
-        }
-        self.out.push(b'}');
-        Ok(())
+            out.push(b':');
+            map.next_value_seed(Writer { out })?;
+            Ok(true)
+        })
     }
+}
+
+/// Writes `open`, the entries `entry` writes, separated by commas, and
+/// `close`. `entry` writes one entry and returns `true`, or returns `false`
+/// when there is none left (what it wrote then is dropped).
+fn write_entries<E>(
+    out: &mut Vec<u8>,
+    open: u8,
+    close: u8,
+    mut entry: impl FnMut(&mut Vec<u8>) -> Result<bool, E>,
+) -> Result<(), E> {
+    out.push(open);
+    let mut first = true;
+    loop {
+        let at = out.len();
+        if !first {
+            out.push(b',');
+        }
+        if !entry(out)? {
+            out.truncate(at);
+            break;
+        }
+        first = false;
+    }
+    out.push(close);
+    Ok(())
 }
 
 /// Writes the JSON of a top-level object of message `msg`.

@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use super::wire::{Reader, WireError, WireValue, put_varint};
+use super::wire::{Reader, WireError, WireValue, put_varint, read_message};
 
 /// One `ownerReferences` entry, borrowed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -67,22 +67,18 @@ fn time_seconds(b: &[u8]) -> Result<Option<i64>, WireError> {
 }
 
 fn map_entry(b: &[u8]) -> Result<(&str, &str), WireError> {
-    let mut r = Reader::new(b);
-    let (mut k, mut v) = ("", "");
-    while let Some(f) = r.field()? {
+    read_message(b, |(k, v): &mut (&str, &str), f| {
         match f.number {
-            1 => k = f.str("map entry")?,
-            2 => v = f.str("map entry")?,
+            1 => *k = f.str("map entry")?,
+            2 => *v = f.str("map entry")?,
             _ => {}
         }
-    }
-    Ok((k, v))
+        Ok(())
+    })
 }
 
 fn owner_ref(b: &[u8]) -> Result<OwnerRefView<'_>, WireError> {
-    let mut o = OwnerRefView::default();
-    let mut r = Reader::new(b);
-    while let Some(f) = r.field()? {
+    read_message(b, |o: &mut OwnerRefView<'_>, f| {
         match f.number {
             1 => o.kind = f.str("OwnerReference")?,
             3 => o.name = f.str("OwnerReference")?,
@@ -92,8 +88,8 @@ fn owner_ref(b: &[u8]) -> Result<OwnerRefView<'_>, WireError> {
             7 => o.block_owner_deletion = Some(f.varint("OwnerReference")? != 0),
             _ => {}
         }
-    }
-    Ok(o)
+        Ok(())
+    })
 }
 
 impl<'a> ObjectMetaView<'a> {

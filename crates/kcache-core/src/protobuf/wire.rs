@@ -164,6 +164,20 @@ impl<'a> WireField<'a> {
     }
 }
 
+/// Reads the message `b` into a `T::default()`, handing each field to
+/// `set` (the loop every small message reader shares).
+pub(crate) fn read_message<'a, T: Default>(
+    b: &'a [u8],
+    mut set: impl FnMut(&mut T, WireField<'a>) -> Result<(), WireError>,
+) -> Result<T, WireError> {
+    let mut out = T::default();
+    let mut r = Reader::new(b);
+    while let Some(f) = r.field()? {
+        set(&mut out, f)?;
+    }
+    Ok(out)
+}
+
 /// A cursor over the fields of one message.
 #[derive(Debug, Clone)]
 pub(crate) struct Reader<'a> {
