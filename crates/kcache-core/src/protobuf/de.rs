@@ -779,7 +779,7 @@ impl<'de> MapAccess<'de> for Entries<'de> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protobuf::envelope::tests::{bytes_field, varint_field};
+    use crate::protobuf::encode::{bytes_field, varint_field};
     use crate::protobuf::schema::kind_message;
 
     fn csr() -> Vec<u8> {

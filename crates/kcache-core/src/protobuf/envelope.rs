@@ -395,28 +395,8 @@ fn status_details(b: &[u8]) -> Result<StatusDetails, WireError> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::protobuf::wire::put_varint;
+    use crate::protobuf::encode::{bytes_field, envelope, varint_field, watch_frame};
 
-    pub(crate) fn bytes_field(out: &mut Vec<u8>, number: u32, b: &[u8]) {
-        put_varint(out, u64::from(number) << 3 | 2);
-        put_varint(out, b.len() as u64);
-        out.extend_from_slice(b);
-    }
-    pub(crate) fn varint_field(out: &mut Vec<u8>, number: u32, v: u64) {
-        put_varint(out, u64::from(number) << 3);
-        put_varint(out, v);
-    }
-    pub(crate) fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
-        let mut tm = Vec::new();
-        bytes_field(&mut tm, 1, api_version.as_bytes());
-        bytes_field(&mut tm, 2, kind.as_bytes());
-        let mut out = MAGIC.to_vec();
-        bytes_field(&mut out, 1, &tm);
-        bytes_field(&mut out, 2, raw);
-        bytes_field(&mut out, 3, b"");
-        bytes_field(&mut out, 4, b"");
-        out
-    }
     fn pod_list() -> Vec<u8> {
         let mut meta = Vec::new();
         bytes_field(&mut meta, 1, b"");
@@ -433,16 +413,6 @@ pub(crate) mod tests {
             bytes_field(&mut list, 2, &pod);
         }
         envelope("v1", "PodList", &list)
-    }
-    fn watch_frame(event: &str, object: &[u8]) -> Vec<u8> {
-        let mut raw_ext = Vec::new();
-        bytes_field(&mut raw_ext, 1, object);
-        let mut ev = Vec::new();
-        bytes_field(&mut ev, 1, event.as_bytes());
-        bytes_field(&mut ev, 2, &raw_ext);
-        let mut out = (ev.len() as u32).to_be_bytes().to_vec();
-        out.extend_from_slice(&ev);
-        out
     }
     fn status() -> Vec<u8> {
         let mut cause = Vec::new();

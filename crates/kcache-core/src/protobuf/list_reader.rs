@@ -609,8 +609,8 @@ fn utf8(b: &[u8], field: u32) -> Result<&str, WireError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protobuf::encode::{bytes_field, envelope, varint_field};
     use crate::protobuf::envelope::MAGIC;
-    use crate::protobuf::envelope::tests::{bytes_field, envelope, varint_field};
 
     /// The items, kind and resourceVersion as the whole-body decode reads them.
     fn whole_body_items(body: &[u8]) -> Result<(Vec<&[u8]>, String, String), WireError> {

@@ -12,7 +12,8 @@
 
 use std::ops::Range;
 
-use super::wire::{Reader, WireError, WireValue, put_varint, read_message};
+use super::encode::put_varint;
+use super::wire::{Reader, WireError, WireValue, read_message};
 
 /// One `ownerReferences` entry, borrowed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -176,7 +177,7 @@ impl<'a> ObjectMetaView<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protobuf::envelope::tests::{bytes_field, varint_field};
+    use crate::protobuf::encode::{bytes_field, varint_field};
 
     fn object() -> Vec<u8> {
         let mut om = Vec::new();

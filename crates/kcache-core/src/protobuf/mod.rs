@@ -33,6 +33,7 @@
 //! [`Metadata`]: crate::Metadata
 
 mod de;
+pub mod encode;
 mod envelope;
 mod json;
 mod list_reader;

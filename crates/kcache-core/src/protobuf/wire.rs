@@ -325,18 +325,10 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Appends `v` as a varint.
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protobuf::encode::put_varint;
 
     #[test]
     fn varints_round_trip_and_reject_overlong() {

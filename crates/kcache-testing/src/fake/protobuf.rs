@@ -11,46 +11,22 @@ pub const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 /// The protobuf watch content type.
 pub const PROTOBUF_WATCH: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// A length-delimited field.
-pub fn pb_field(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
-    varint(out, u64::from(number) << 3 | 2);
-    varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
-/// A varint field.
-pub fn pb_varint(out: &mut Vec<u8>, number: u32, v: u64) {
-    varint(out, u64::from(number) << 3);
-    varint(out, v);
-}
+/// A length-delimited field (kcache-core's encoder).
+pub use kcache_core::protobuf::encode::bytes_field as pb_field;
+/// `k8s\0` + `runtime.Unknown` {typeMeta, raw, contentEncoding "",
+/// contentType ""}, as the apiserver writes it (kcache-core's encoder).
+pub use kcache_core::protobuf::encode::envelope as pb_envelope;
+/// A varint field (kcache-core's encoder).
+pub use kcache_core::protobuf::encode::varint_field as pb_varint;
+/// One watch frame: a 4-byte big-endian length, then a `WatchEvent`
+/// {type, RawExtension{raw: object}} (kcache-core's encoder).
+pub use kcache_core::protobuf::encode::watch_frame as pb_frame;
 
 fn pb_map_entry(out: &mut Vec<u8>, number: u32, k: &str, v: &str) {
     let mut e = Vec::new();
     pb_field(&mut e, 1, k.as_bytes());
     pb_field(&mut e, 2, v.as_bytes());
     pb_field(out, number, &e);
-}
-
-/// `k8s\0` + `runtime.Unknown` {typeMeta, raw, contentEncoding "",
-/// contentType ""}, as the apiserver writes it.
-pub fn pb_envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
-    let mut tm = Vec::new();
-    pb_field(&mut tm, 1, api_version.as_bytes());
-    pb_field(&mut tm, 2, kind.as_bytes());
-    let mut out = b"k8s\0".to_vec();
-    pb_field(&mut out, 1, &tm);
-    pb_field(&mut out, 2, raw);
-    pb_field(&mut out, 3, b"");
-    pb_field(&mut out, 4, b"");
-    out
 }
 
 /// The protobuf of [`super::cm`]: the same ConfigMap (no envelope).
@@ -101,19 +77,6 @@ pub fn pb_list(rv: &str, cont: &str, items: &[Vec<u8>], chunk: usize) -> Reply {
             .collect(),
         End::Close,
     )
-}
-
-/// One watch frame: a 4-byte big-endian length, then a `WatchEvent`
-/// {type, RawExtension{raw: object}}.
-pub fn pb_frame(ty: &str, object: &[u8]) -> Vec<u8> {
-    let mut raw = Vec::new();
-    pb_field(&mut raw, 1, object);
-    let mut ev = Vec::new();
-    pb_field(&mut ev, 1, ty.as_bytes());
-    pb_field(&mut ev, 2, &raw);
-    let mut out = (ev.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(&ev);
-    out
 }
 
 /// A watch frame of a ConfigMap event.
