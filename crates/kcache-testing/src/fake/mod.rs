@@ -281,15 +281,10 @@ fn respond(reply: Reply, live: Arc<AtomicUsize>) -> Result<http::Response<RespBo
     resp.map_err(|e| Box::new(e) as BoxError)
 }
 
+/// The query parameters of `uri`, decoded as the apiserver decodes them.
 fn parse_query(uri: &http::Uri) -> BTreeMap<String, String> {
-    let mut query = BTreeMap::new();
-    if let Some(q) = uri.query() {
-        for pair in q.split('&') {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            query.insert(decode(k), decode(v));
-        }
-    }
-    query
+    let query = uri.query().unwrap_or_default();
+    form_urlencoded::parse(query.as_bytes()).into_owned().collect()
 }
 
 impl Fake {
@@ -406,25 +401,6 @@ impl Fake {
         assert!(reached, "timed out waiting for {n} requests: {requests:#?}");
         requests
     }
-}
-
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let h = u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap_or(b'?');
-                out.push(h);
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
