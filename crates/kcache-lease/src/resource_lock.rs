@@ -2,7 +2,6 @@
 //! `tools/leaderelection/resourcelock` for `coordination.k8s.io/v1`
 //! Leases.
 
-use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -102,20 +101,11 @@ pub trait LeaseLock: Send + Sync + 'static {
 }
 
 /// A [`LeaseLock`] on a `coordination.k8s.io/v1` Lease.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct KubeLeaseLock {
     api: Api<Lease>,
     namespace: String,
     name: String,
-}
-
-impl fmt::Debug for KubeLeaseLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KubeLeaseLock")
-            .field("namespace", &self.namespace)
-            .field("name", &self.name)
-            .finish()
-    }
 }
 
 impl KubeLeaseLock {

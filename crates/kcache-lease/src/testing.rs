@@ -224,7 +224,18 @@ impl InMemoryMembershipStore {
         self.losing_answers.store(losing, Ordering::SeqCst);
     }
 
-    async fn answer<T>(&self, r: Result<T, ShardStoreError>) -> Result<T, ShardStoreError> {
+    /// Runs one write on the Lease `(group, name)`: `write` gets the Leases
+    /// locked and the key. Fails first when this handle is failing; never
+    /// answers (after writing) when it loses answers.
+    async fn write<T>(
+        &self,
+        group: &str,
+        name: &str,
+        write: impl FnOnce(&mut Entries, (String, String)) -> Result<T, ShardStoreError>,
+    ) -> Result<T, ShardStoreError> {
+        self.check()?;
+        let key = (group.to_owned(), name.to_owned());
+        let r = write(&mut self.shared.entries.lock(), key);
         if self.losing_answers.load(Ordering::SeqCst) {
             std::future::pending::<()>().await;
         }
@@ -277,21 +288,15 @@ impl MembershipStore for InMemoryMembershipStore {
         name: &str,
         record: &MemberRecord,
     ) -> Result<String, ShardStoreError> {
-        self.check()?;
-        let r = {
-            let mut entries = self.shared.entries.lock();
-            match entries.entry((group.to_owned(), name.to_owned())) {
-                std::collections::btree_map::Entry::Occupied(_) => {
-                    Err(ShardStoreError::AlreadyExists)
-                }
-                std::collections::btree_map::Entry::Vacant(v) => {
-                    let rv = self.wrote(true);
-                    v.insert((record.clone(), rv));
-                    Ok(rv.to_string())
-                }
+        self.write(group, name, |entries, key| match entries.entry(key) {
+            std::collections::btree_map::Entry::Occupied(_) => Err(ShardStoreError::AlreadyExists),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let rv = self.wrote(true);
+                v.insert((record.clone(), rv));
+                Ok(rv.to_string())
             }
-        };
-        self.answer(r).await
+        })
+        .await
     }
 
     async fn update(
@@ -301,22 +306,18 @@ impl MembershipStore for InMemoryMembershipStore {
         record: &MemberRecord,
         resource_version: &str,
     ) -> Result<String, ShardStoreError> {
-        self.check()?;
-        let r = {
-            let mut entries = self.shared.entries.lock();
-            match entries.get_mut(&(group.to_owned(), name.to_owned())) {
-                None => Err(ShardStoreError::NotFound),
-                Some((r, rv)) if rv.to_string() == resource_version => {
-                    let significant = r.acked != record.acked || r.instance != record.instance;
-                    let new = self.wrote(significant);
-                    *r = record.clone();
-                    *rv = new;
-                    Ok(new.to_string())
-                }
-                Some(_) => Err(ShardStoreError::Conflict),
+        self.write(group, name, |entries, key| match entries.get_mut(&key) {
+            None => Err(ShardStoreError::NotFound),
+            Some((r, rv)) if rv.to_string() == resource_version => {
+                let significant = r.acked != record.acked || r.instance != record.instance;
+                let new = self.wrote(significant);
+                *r = record.clone();
+                *rv = new;
+                Ok(new.to_string())
             }
-        };
-        self.answer(r).await
+            Some(_) => Err(ShardStoreError::Conflict),
+        })
+        .await
     }
 
     async fn delete(
@@ -325,21 +326,16 @@ impl MembershipStore for InMemoryMembershipStore {
         name: &str,
         resource_version: &str,
     ) -> Result<(), ShardStoreError> {
-        self.check()?;
-        let r = {
-            let mut entries = self.shared.entries.lock();
-            let k = (group.to_owned(), name.to_owned());
-            match entries.get(&k) {
-                None => Err(ShardStoreError::NotFound),
-                Some((_, rv)) if rv.to_string() == resource_version => {
-                    entries.remove(&k);
-                    self.wrote(true);
-                    Ok(())
-                }
-                Some(_) => Err(ShardStoreError::Conflict),
+        self.write(group, name, |entries, key| match entries.get(&key) {
+            None => Err(ShardStoreError::NotFound),
+            Some((_, rv)) if rv.to_string() == resource_version => {
+                entries.remove(&key);
+                self.wrote(true);
+                Ok(())
             }
-        };
-        self.answer(r).await
+            Some(_) => Err(ShardStoreError::Conflict),
+        })
+        .await
     }
 
     async fn watch(&self, _group: &str, wake: Arc<Notify>, stop: CancellationToken) {

@@ -451,17 +451,10 @@ impl fmt::Debug for ShardHooks {
 /// A key being worked; dropping it ends the work (a replica releasing the
 /// key waits for that).
 #[must_use = "the key counts as worked until the guard is dropped"]
+#[derive(Debug)]
 pub struct ShardGuard {
     shard: Shard,
     key: String,
-}
-
-impl fmt::Debug for ShardGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ShardGuard")
-            .field("key", &self.key)
-            .finish()
-    }
 }
 
 impl Drop for ShardGuard {

@@ -184,16 +184,24 @@ impl Sim {
             .collect()
     }
 
-    /// [`start_all`](Self::start_all), then waits (at most 10 s) until
-    /// every key has one owner.
-    async fn start_settled(&self, ids: &[&str], replicas_hint: usize) -> Vec<Replica> {
-        let rs = self.start_all(ids, replicas_hint);
-        self.settle(&rs, Duration::from_secs(10)).await;
-        rs
+    /// A group over `keys` keys of one replica per identity (hinted at
+    /// their number), once (at most 10 s) every key has one owner.
+    async fn settled(keys: usize, ids: &[&str]) -> (Sim, Vec<Replica>) {
+        let sim = Sim::new(keys);
+        let rs = sim.start_all(ids, ids.len());
+        sim.settle(&rs, Duration::from_secs(10)).await;
+        (sim, rs)
     }
 
-    fn violations(&self) -> Vec<String> {
-        self.violations.lock().clone()
+    /// Asserts that no key was ever worked by two replicas at once.
+    fn assert_no_violations(&self) {
+        assert_eq!(*self.violations.lock(), Vec::<String>::new());
+    }
+
+    /// Asserts no violation, and stops every replica.
+    async fn finish(&self, replicas: Vec<Replica>) {
+        self.assert_no_violations();
+        stop_all(replicas).await;
     }
 
     /// key -> replicas that may work it now.
@@ -336,7 +344,7 @@ async fn three_replicas_split_the_keys_and_settle() {
         "a key moved in a stable group"
     );
     // the hint avoided a first-comer taking everything: no releases at all
-    assert_eq!(sim.violations(), Vec::<String>::new());
+    sim.assert_no_violations();
     // the Leases show the acknowledged view
     for rec in sim.store.records("group-a").values() {
         assert_eq!(
@@ -358,8 +366,7 @@ async fn three_replicas_split_the_keys_and_settle() {
 
 #[tokio::test(start_paused = true)]
 async fn a_killed_replicas_keys_move_after_its_lease_expires_and_never_overlap() {
-    let sim = Sim::new(600);
-    let mut rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
+    let (sim, mut rs) = Sim::settled(600, &["r1", "r2", "r3"]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let before = sim.owners(&rs);
     let dead = rs.remove(2);
@@ -391,7 +398,7 @@ async fn a_killed_replicas_keys_move_after_its_lease_expires_and_never_overlap()
         "taken over {took:?} after the kill"
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(sim.violations(), Vec::<String>::new());
+    sim.assert_no_violations();
     // its Lease is deleted once expired for two lease durations
     tokio::time::sleep(LEASE * 2).await;
     assert_eq!(sim.store.records("group-a").len(), 2);
@@ -400,8 +407,7 @@ async fn a_killed_replicas_keys_move_after_its_lease_expires_and_never_overlap()
 
 #[tokio::test(start_paused = true)]
 async fn a_partitioned_replica_stops_before_its_keys_move_and_rejoins() {
-    let sim = Sim::new(300);
-    let rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
+    let (sim, rs) = Sim::settled(300, &["r1", "r2", "r3"]).await;
     let cut = Instant::now();
     // r3 keeps running its workers but cannot reach the store
     rs[2].store.set_failing(true);
@@ -416,8 +422,7 @@ async fn a_partitioned_replica_stops_before_its_keys_move_and_rejoins() {
     let c = counts(&sim.owners(&rs));
     assert!(c.get("r3").copied().unwrap_or(0) > 50, "{c:?}");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(sim.violations(), Vec::<String>::new());
-    stop_all(rs).await;
+    sim.finish(rs).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -449,14 +454,12 @@ async fn a_fourth_replica_takes_about_a_quarter_and_only_from_the_others() {
     assert!((0.18..=0.32).contains(&frac), "moved {frac}");
     assert_eq!(rs[3].gained.load(Ordering::SeqCst), moved.len());
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(sim.violations(), Vec::<String>::new());
-    stop_all(rs).await;
+    sim.finish(rs).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_graceful_stop_hands_over_at_once() {
-    let sim = Sim::new(300);
-    let mut rs = sim.start_settled(&["r1", "r2"], 2).await;
+    let (sim, mut rs) = Sim::settled(300, &["r1", "r2"]).await;
     let stopped = Instant::now();
     rs.remove(1).stop().await.unwrap();
     sim.settle(&[&rs[0]], Duration::from_secs(10)).await;
@@ -465,7 +468,7 @@ async fn a_graceful_stop_hands_over_at_once() {
         "took {:?}",
         stopped.elapsed()
     );
-    assert_eq!(sim.violations(), Vec::<String>::new());
+    sim.assert_no_violations();
     rs.remove(0).stop().await.unwrap();
 }
 
@@ -478,7 +481,7 @@ async fn a_restarted_identity_waits_for_its_old_lease_and_a_stolen_lease_is_an_e
     let twin = sim.start(cfg("a"));
     tokio::time::sleep(LEASE * 2).await;
     assert!(!twin.shard.status().active);
-    assert_eq!(sim.violations(), Vec::<String>::new());
+    sim.assert_no_violations();
     // the first crashes: the twin takes over once the old Lease expired
     let killed = Instant::now();
     a.kill(&sim).await;
@@ -541,7 +544,7 @@ async fn random_membership_churn_never_overlaps_and_settles() {
     }
     sim.settle(&rs, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(sim.violations(), Vec::<String>::new());
+    sim.assert_no_violations();
     assert!(
         sim.history.lock().values().any(|h| h.len() > 1),
         "keys moved during the churn"
@@ -618,8 +621,7 @@ async fn a_running_reconcile_of_a_released_key_delays_the_handover() {
 
 #[tokio::test(start_paused = true)]
 async fn unanswered_writes_stop_the_replica_safely_and_it_recovers() {
-    let sim = Sim::new(300);
-    let rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
+    let (sim, rs) = Sim::settled(300, &["r1", "r2", "r3"]).await;
     let before = sim.owners(&rs);
     // r1's renewals land but it never learns it: it stops at its renew
     // deadline; the others see it renewing, so its keys stay unworked
@@ -645,14 +647,12 @@ async fn unanswered_writes_stop_the_replica_safely_and_it_recovers() {
     let stopping = Instant::now();
     r2.stop().await.unwrap();
     assert!(stopping.elapsed() <= RETRY * 3, "{:?}", stopping.elapsed());
-    assert_eq!(sim.violations(), Vec::<String>::new());
-    stop_all(rs).await;
+    sim.finish(rs).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_lease_deleted_by_hand_still_counts_until_it_expires() {
-    let sim = Sim::new(300);
-    let rs = sim.start_settled(&["r1", "r2", "r3"], 3).await;
+    let (sim, rs) = Sim::settled(300, &["r1", "r2", "r3"]).await;
     let before = sim.owners(&rs);
     // r3 is cut off and its Lease deleted by hand: r3 keeps working until
     // its renew deadline, so the others must not take its keys before the
@@ -694,8 +694,7 @@ async fn a_lease_deleted_by_hand_still_counts_until_it_expires() {
     sim.settle(&rs, Duration::from_secs(20)).await;
     assert_eq!(sim.owners(&rs), before);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(sim.violations(), Vec::<String>::new());
-    stop_all(rs).await;
+    sim.finish(rs).await;
     // released Leases are deleted a lease duration later by a member that
     // is still running: here nobody is left, so they stay
     assert_eq!(sim.store.records("group-a").len(), 3);
@@ -703,8 +702,7 @@ async fn a_lease_deleted_by_hand_still_counts_until_it_expires() {
 
 #[tokio::test(start_paused = true)]
 async fn released_leases_are_deleted_by_the_remaining_members() {
-    let sim = Sim::new(100);
-    let mut rs = sim.start_settled(&["r1", "r2"], 2).await;
+    let (sim, mut rs) = Sim::settled(100, &["r1", "r2"]).await;
     rs.remove(1).stop().await.unwrap();
     assert_eq!(sim.store.records("group-a").len(), 2);
     tokio::time::sleep(LEASE + RETRY * 3).await;
