@@ -71,7 +71,7 @@ mod prometheus_impls {
     use std::sync::atomic::{AtomicI64, AtomicU64};
 
     use prometheus_client::metrics::counter::Counter;
-    use prometheus_client::metrics::gauge::Gauge;
+    use prometheus_client::metrics::gauge::{Atomic, Gauge};
     use prometheus_client::metrics::histogram::Histogram;
 
     use super::{CounterMetric, GaugeMetric, HistogramMetric, SettableGaugeMetric};
@@ -82,8 +82,13 @@ mod prometheus_impls {
         }
     }
 
-    /// Whole-number gauges: counts (objects, members, a 0/1 state).
-    impl GaugeMetric for Gauge<i64, AtomicI64> {
+    /// Every gauge: whole-number ones (counts: objects, members, a 0/1
+    /// state) and floating-point ones (seconds, timestamps).
+    impl<N, A> GaugeMetric for Gauge<N, A>
+    where
+        N: Send + Sync,
+        A: Atomic<N> + Send + Sync,
+    {
         fn inc(&self) {
             Gauge::inc(self);
         }
@@ -91,6 +96,8 @@ mod prometheus_impls {
             Gauge::dec(self);
         }
     }
+
+    /// Whole-number gauges are set to the value rounded towards zero.
     impl SettableGaugeMetric for Gauge<i64, AtomicI64> {
         fn set(&self, value: f64) {
             // `as` saturates (and maps NaN to 0): counts stay counts
@@ -98,15 +105,6 @@ mod prometheus_impls {
         }
     }
 
-    /// Floating-point gauges: seconds, timestamps.
-    impl GaugeMetric for Gauge<f64, AtomicU64> {
-        fn inc(&self) {
-            Gauge::inc(self);
-        }
-        fn dec(&self) {
-            Gauge::dec(self);
-        }
-    }
     impl SettableGaugeMetric for Gauge<f64, AtomicU64> {
         fn set(&self, value: f64) {
             Gauge::set(self, value);
@@ -140,6 +138,10 @@ mod prometheus_impls {
             let f = Gauge::<f64, AtomicU64>::default();
             SettableGaugeMetric::set(&f, 1.5);
             assert_eq!(f.get(), 1.5);
+            GaugeMetric::inc(&f);
+            GaugeMetric::dec(&f);
+            GaugeMetric::dec(&f);
+            assert_eq!(f.get(), 0.5);
         }
     }
 }

@@ -52,28 +52,41 @@ pub use kcache_reflector::MetricsProvider as ReflectorMetricsProvider;
 use crate::snapshot::{SnapshotStatus, StartKind};
 
 /// Creates the metrics of a named informer and of its handlers. `informer`
-/// is the informer's name, `handler` a handler's (`<informer>#<n>`).
+/// is the informer's name, `handler` a handler's (`<informer>#<n>`). Every
+/// metric a provider does not create records nothing.
 pub trait MetricsProvider: Send + Sync {
     /// `kcache_informer_synced`.
-    fn new_synced_metric(&self, informer: &str) -> Box<dyn SettableGaugeMetric>;
+    fn new_synced_metric(&self, _informer: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(NoopMetric)
+    }
     /// `kcache_informer_cached_objects`.
-    fn new_cached_objects_metric(&self, informer: &str) -> Box<dyn SettableGaugeMetric>;
+    fn new_cached_objects_metric(&self, _informer: &str) -> Box<dyn SettableGaugeMetric> {
+        Box::new(NoopMetric)
+    }
     /// `kcache_informer_listener_backlog`.
     fn new_listener_backlog_metric(
         &self,
-        informer: &str,
-        handler: &str,
-    ) -> Box<dyn SettableGaugeMetric>;
+        _informer: &str,
+        _handler: &str,
+    ) -> Box<dyn SettableGaugeMetric> {
+        Box::new(NoopMetric)
+    }
     /// `kcache_informer_listener_delivered_total`.
     fn new_listener_delivered_metric(
         &self,
-        informer: &str,
-        handler: &str,
-    ) -> Box<dyn CounterMetric>;
+        _informer: &str,
+        _handler: &str,
+    ) -> Box<dyn CounterMetric> {
+        Box::new(NoopMetric)
+    }
     /// `kcache_informer_handler_panics_total`.
-    fn new_handler_panics_metric(&self, informer: &str, handler: &str) -> Box<dyn CounterMetric>;
+    fn new_handler_panics_metric(&self, _informer: &str, _handler: &str) -> Box<dyn CounterMetric> {
+        Box::new(NoopMetric)
+    }
     /// The warm-restart metrics of an informer with snapshots.
-    fn new_snapshot_metrics(&self, informer: &str) -> SnapshotMetrics;
+    fn new_snapshot_metrics(&self, _informer: &str) -> SnapshotMetrics {
+        SnapshotMetrics::noop()
+    }
 }
 
 /// The warm-restart metrics of one informer (see the [module](self) docs
@@ -125,67 +138,11 @@ impl std::fmt::Debug for SnapshotMetrics {
     }
 }
 
-/// A provider whose metrics record nothing: the default.
+/// A provider whose metrics record nothing (the trait's defaults).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoopMetricsProvider;
 
-impl MetricsProvider for NoopMetricsProvider {
-    fn new_synced_metric(&self, _informer: &str) -> Box<dyn SettableGaugeMetric> {
-        Box::new(NoopMetric)
-    }
-    fn new_cached_objects_metric(&self, _informer: &str) -> Box<dyn SettableGaugeMetric> {
-        Box::new(NoopMetric)
-    }
-    fn new_listener_backlog_metric(
-        &self,
-        _informer: &str,
-        _handler: &str,
-    ) -> Box<dyn SettableGaugeMetric> {
-        Box::new(NoopMetric)
-    }
-    fn new_listener_delivered_metric(
-        &self,
-        _informer: &str,
-        _handler: &str,
-    ) -> Box<dyn CounterMetric> {
-        Box::new(NoopMetric)
-    }
-    fn new_handler_panics_metric(&self, _informer: &str, _handler: &str) -> Box<dyn CounterMetric> {
-        Box::new(NoopMetric)
-    }
-    fn new_snapshot_metrics(&self, _informer: &str) -> SnapshotMetrics {
-        SnapshotMetrics::noop()
-    }
-}
-
-impl<P: MetricsProvider + ?Sized> MetricsProvider for std::sync::Arc<P> {
-    fn new_synced_metric(&self, informer: &str) -> Box<dyn SettableGaugeMetric> {
-        (**self).new_synced_metric(informer)
-    }
-    fn new_cached_objects_metric(&self, informer: &str) -> Box<dyn SettableGaugeMetric> {
-        (**self).new_cached_objects_metric(informer)
-    }
-    fn new_listener_backlog_metric(
-        &self,
-        informer: &str,
-        handler: &str,
-    ) -> Box<dyn SettableGaugeMetric> {
-        (**self).new_listener_backlog_metric(informer, handler)
-    }
-    fn new_listener_delivered_metric(
-        &self,
-        informer: &str,
-        handler: &str,
-    ) -> Box<dyn CounterMetric> {
-        (**self).new_listener_delivered_metric(informer, handler)
-    }
-    fn new_handler_panics_metric(&self, informer: &str, handler: &str) -> Box<dyn CounterMetric> {
-        (**self).new_handler_panics_metric(informer, handler)
-    }
-    fn new_snapshot_metrics(&self, informer: &str) -> SnapshotMetrics {
-        (**self).new_snapshot_metrics(informer)
-    }
-}
+impl MetricsProvider for NoopMetricsProvider {}
 
 /// The metrics of one informer, created once its provider is known; the
 /// provider stays for the informer's handlers.

@@ -23,67 +23,41 @@ pub use kcache_core::metrics::{CounterMetric, NoopMetric, SettableGaugeMetric};
 
 use crate::error::ErrorReason;
 
-/// Creates the metrics of a named reflector.
+/// Creates the metrics of a named reflector. Every metric a provider does
+/// not create records nothing.
 pub trait MetricsProvider: Send + Sync {
     /// `reflector_lists_total`.
-    fn new_lists_metric(&self, name: &str) -> Box<dyn CounterMetric>;
-    /// `reflector_watches_total`.
-    fn new_watches_metric(&self, name: &str) -> Box<dyn CounterMetric>;
-    /// `reflector_watch_events_total`.
-    fn new_events_metric(&self, name: &str) -> Box<dyn CounterMetric>;
-    /// `reflector_relists_total`.
-    fn new_relists_metric(&self, name: &str) -> Box<dyn CounterMetric>;
-    /// `reflector_errors_total{reason}`.
-    fn new_errors_metric(&self, name: &str, reason: ErrorReason) -> Box<dyn CounterMetric>;
-    /// `reflector_last_sync_timestamp_seconds`.
-    fn new_last_sync_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric>;
-}
-
-/// A provider whose metrics record nothing: the default.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoopMetricsProvider;
-
-impl MetricsProvider for NoopMetricsProvider {
     fn new_lists_metric(&self, _name: &str) -> Box<dyn CounterMetric> {
         Box::new(NoopMetric)
     }
+    /// `reflector_watches_total`.
     fn new_watches_metric(&self, _name: &str) -> Box<dyn CounterMetric> {
         Box::new(NoopMetric)
     }
+    /// `reflector_watch_events_total`.
     fn new_events_metric(&self, _name: &str) -> Box<dyn CounterMetric> {
         Box::new(NoopMetric)
     }
+    /// `reflector_relists_total`.
     fn new_relists_metric(&self, _name: &str) -> Box<dyn CounterMetric> {
         Box::new(NoopMetric)
     }
+    /// `reflector_errors_total{reason}`.
     fn new_errors_metric(&self, _name: &str, _reason: ErrorReason) -> Box<dyn CounterMetric> {
         Box::new(NoopMetric)
     }
+    /// `reflector_last_sync_timestamp_seconds`.
     fn new_last_sync_metric(&self, _name: &str) -> Box<dyn SettableGaugeMetric> {
         Box::new(NoopMetric)
     }
 }
 
-impl<P: MetricsProvider + ?Sized> MetricsProvider for std::sync::Arc<P> {
-    fn new_lists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        (**self).new_lists_metric(name)
-    }
-    fn new_watches_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        (**self).new_watches_metric(name)
-    }
-    fn new_events_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        (**self).new_events_metric(name)
-    }
-    fn new_relists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
-        (**self).new_relists_metric(name)
-    }
-    fn new_errors_metric(&self, name: &str, reason: ErrorReason) -> Box<dyn CounterMetric> {
-        (**self).new_errors_metric(name, reason)
-    }
-    fn new_last_sync_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
-        (**self).new_last_sync_metric(name)
-    }
-}
+/// A provider whose metrics record nothing (the trait's defaults): the
+/// default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopMetricsProvider;
+
+impl MetricsProvider for NoopMetricsProvider {}
 
 /// The metrics of one reflector.
 pub(crate) struct ReflectorMetrics {

@@ -4,7 +4,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::sync::atomic::AtomicU64;
 
 use crate::metrics::{
@@ -47,55 +47,73 @@ pub struct PrometheusMetricsProvider {
 impl PrometheusMetricsProvider {
     /// Creates the metric families and registers them in `registry`.
     pub fn new(registry: &mut Registry) -> Self {
-        let this = Self {
-            depth: Family::default(),
-            adds: Family::default(),
-            latency: Family::new_with_constructor(duration_histogram),
-            work_duration: Family::new_with_constructor(duration_histogram),
-            unfinished: Family::default(),
-            longest: Family::default(),
-            retries: Family::default(),
-        };
-        registry.register(
-            "workqueue_depth",
-            "Current depth of workqueue",
-            this.depth.clone(),
-        );
         // prometheus-client appends `_total` to counters.
-        registry.register(
-            "workqueue_adds",
-            "Total number of adds handled by workqueue",
-            this.adds.clone(),
-        );
-        registry.register(
-            "workqueue_queue_duration_seconds",
-            "How long in seconds an item stays in workqueue before being requested",
-            this.latency.clone(),
-        );
-        registry.register(
-            "workqueue_work_duration_seconds",
-            "How long in seconds processing an item from workqueue takes",
-            this.work_duration.clone(),
-        );
-        registry.register(
-            "workqueue_unfinished_work_seconds",
-            "How many seconds of work has done that is in progress and hasn't been observed by \
-             work_duration. Large values indicate stuck threads. One can deduce the number of \
-             stuck threads by observing the rate at which this increases",
-            this.unfinished.clone(),
-        );
-        registry.register(
-            "workqueue_longest_running_processor_seconds",
-            "How many seconds has the longest running processor for workqueue been running",
-            this.longest.clone(),
-        );
-        registry.register(
-            "workqueue_retries",
-            "Total number of retries handled by workqueue",
-            this.retries.clone(),
-        );
-        this
+        let r = registry;
+        Self {
+            depth: family(r, "workqueue_depth", "Current depth of workqueue"),
+            adds: family(
+                r,
+                "workqueue_adds",
+                "Total number of adds handled by workqueue",
+            ),
+            latency: histogram_family(
+                r,
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested",
+                duration_histogram,
+            ),
+            work_duration: histogram_family(
+                r,
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes",
+                duration_histogram,
+            ),
+            unfinished: family(
+                r,
+                "workqueue_unfinished_work_seconds",
+                "How many seconds of work has done that is in progress and hasn't been observed by \
+                 work_duration. Large values indicate stuck threads. One can deduce the number of \
+                 stuck threads by observing the rate at which this increases",
+            ),
+            longest: family(
+                r,
+                "workqueue_longest_running_processor_seconds",
+                "How many seconds has the longest running processor for workqueue been running",
+            ),
+            retries: family(
+                r,
+                "workqueue_retries",
+                "Total number of retries handled by workqueue",
+            ),
+        }
     }
+}
+
+// The family helpers of kcache-core's `metrics::prometheus`, kept here as
+// this crate depends on no other kcache crate.
+
+/// A new family of `M`, registered in `registry` as `name` with `help`.
+fn family<M>(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, M>
+where
+    M: Default,
+    Family<Labels, M>: Metric,
+{
+    let family = Family::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+/// A new family of histograms with the buckets of `buckets`, registered
+/// as [`family`] registers one.
+fn histogram_family(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    buckets: fn() -> Histogram,
+) -> HistogramFamily {
+    let family = Family::new_with_constructor(buckets);
+    registry.register(name, help, family.clone());
+    family
 }
 
 // prometheus-client's metrics are this crate's primitives as they are (the
