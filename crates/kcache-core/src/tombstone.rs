@@ -1,5 +1,7 @@
 //! Tombstones: deletions whose final state the watch did not deliver.
 
+use educe::Educe;
+
 use crate::object::CachedObject;
 
 /// Placed in a `Deleted` delta when an object was deleted while the watch
@@ -10,6 +12,9 @@ use crate::object::CachedObject;
 /// Unlike client-go (where `Obj` may be nil), `obj` is always present: a key
 /// whose object cannot be found any more produces no tombstone, as there is
 /// nothing left to delete.
+// No bounds on `K` (it is only a marker).
+#[derive(Educe)]
+#[educe(Clone, PartialEq, Eq, Debug)]
 pub struct DeletedFinalStateUnknown<K> {
     /// The key of the deleted object.
     pub key: String,
@@ -19,6 +24,8 @@ pub struct DeletedFinalStateUnknown<K> {
 
 /// What a `Deleted` delta and a delete handler carry: the deleted object as
 /// the watch reported it, or a [`DeletedFinalStateUnknown`] tombstone.
+#[derive(Educe)]
+#[educe(Clone, PartialEq, Eq, Debug)]
 pub enum ObjectOrTombstone<K> {
     /// A real object.
     Object(CachedObject<K>),
@@ -70,55 +77,5 @@ impl<K> From<CachedObject<K>> for ObjectOrTombstone<K> {
 impl<K> From<DeletedFinalStateUnknown<K>> for ObjectOrTombstone<K> {
     fn from(t: DeletedFinalStateUnknown<K>) -> Self {
         ObjectOrTombstone::Tombstone(t)
-    }
-}
-
-// Manual impls: no bounds on `K` (it is only a marker).
-impl<K> Clone for DeletedFinalStateUnknown<K> {
-    fn clone(&self) -> Self {
-        DeletedFinalStateUnknown {
-            key: self.key.clone(),
-            obj: self.obj.clone(),
-        }
-    }
-}
-impl<K> PartialEq for DeletedFinalStateUnknown<K> {
-    fn eq(&self, other: &Self) -> bool {
-        self.key == other.key && self.obj == other.obj
-    }
-}
-impl<K> Eq for DeletedFinalStateUnknown<K> {}
-impl<K> std::fmt::Debug for DeletedFinalStateUnknown<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeletedFinalStateUnknown")
-            .field("key", &self.key)
-            .field("obj", &self.obj)
-            .finish()
-    }
-}
-impl<K> Clone for ObjectOrTombstone<K> {
-    fn clone(&self) -> Self {
-        match self {
-            ObjectOrTombstone::Object(o) => ObjectOrTombstone::Object(o.clone()),
-            ObjectOrTombstone::Tombstone(t) => ObjectOrTombstone::Tombstone(t.clone()),
-        }
-    }
-}
-impl<K> PartialEq for ObjectOrTombstone<K> {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (ObjectOrTombstone::Object(a), ObjectOrTombstone::Object(b)) => a == b,
-            (ObjectOrTombstone::Tombstone(a), ObjectOrTombstone::Tombstone(b)) => a == b,
-            _ => false,
-        }
-    }
-}
-impl<K> Eq for ObjectOrTombstone<K> {}
-impl<K> std::fmt::Debug for ObjectOrTombstone<K> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ObjectOrTombstone::Object(o) => f.debug_tuple("Object").field(o).finish(),
-            ObjectOrTombstone::Tombstone(t) => f.debug_tuple("Tombstone").field(t).finish(),
-        }
     }
 }
