@@ -364,16 +364,14 @@ async fn fresh_snapshot_resumes_without_a_list() {
 
 /// Changes and deletes made while the informer was down arrive after the
 /// snapshot's initial adds, as updates, adds and (watch) deletes; the cache
-/// converges to a fresh list; still no list request.
+/// converges to a fresh list; still no list request. One row per FIFO: the
+/// DeltaFIFO, and the in-order RealFIFO.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_while_down_are_delivered() {
-    changes_while_down(FifoKind::DeltaFifo).await;
-}
-
-/// The same with the in-order RealFIFO.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changes_while_down_are_delivered_real_fifo() {
-    changes_while_down(FifoKind::RealFifo).await;
+    for fifo in [FifoKind::DeltaFifo, FifoKind::RealFifo] {
+        eprintln!("row: {fifo:?}");
+        changes_while_down(fifo).await;
+    }
 }
 
 async fn changes_while_down(fifo: FifoKind) {
