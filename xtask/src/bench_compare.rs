@@ -341,6 +341,11 @@ fn med(runs: &[Report], client: Impl, f: impl Fn(&Report) -> f64) -> f64 {
     )
 }
 
+/// [`med`] for each of [`CLIENTS`], in their order.
+fn meds(runs: &[Report], f: impl Fn(&Report) -> f64) -> Vec<f64> {
+    CLIENTS.iter().map(|&c| med(runs, c, &f)).collect()
+}
+
 /// Runs the comparison.
 pub fn run(args: CompareArgs) -> anyhow::Result<()> {
     let pods = args
@@ -532,12 +537,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         .push(("load average at the end".into(), loadavg()));
 
     let md = markdown(&res, &s) + &warm_restart_markdown(&res.warm_restart, &s);
-    println!("\n{md}");
-    std::fs::write(out.join("results.md"), &md)?;
-    std::fs::write(
-        out.join("results.json"),
-        serde_json::to_string_pretty(&res)?,
-    )?;
+    write_results(&out, "results", &md, &res)?;
     let svg = plot(&res, &s);
     std::fs::write(out.join("compare.svg"), &svg)?;
     eprintln!(
@@ -617,11 +617,17 @@ fn only_warm_restart(out: &Path, s: &Settings, no_build: bool) -> anyhow::Result
     let mut runs = Vec::new();
     warm_restart(&bins, out, s, &log, &mut p, &mut runs)?;
     let md = warm_restart_markdown(&runs, s);
+    write_results(out, "warm-restart", &md, &runs)
+}
+
+/// Prints the tables `md` and writes them as `out/{name}.md`, with the
+/// results they come from as `out/{name}.json`.
+fn write_results(out: &Path, name: &str, md: &str, results: &impl Serialize) -> anyhow::Result<()> {
     println!("\n{md}");
-    std::fs::write(out.join("warm-restart.md"), &md)?;
+    std::fs::write(out.join(format!("{name}.md")), md)?;
     std::fs::write(
-        out.join("warm-restart.json"),
-        serde_json::to_string_pretty(&runs)?,
+        out.join(format!("{name}.json")),
+        serde_json::to_string_pretty(results)?,
     )?;
     Ok(())
 }
@@ -803,7 +809,7 @@ fn markdown(res: &Results, s: &Settings) -> String {
                f: &dyn Fn(&Report) -> f64,
                fmt: &dyn Fn(f64) -> String,
                goal: &str| {
-        let v: Vec<f64> = CLIENTS.iter().map(|&c| med(runs, c, f)).collect();
+        let v = meds(runs, f);
         let _ = writeln!(
             t,
             "| {name} | {} | {} | {} | {} | {} | {goal} |",
@@ -959,39 +965,15 @@ fn markdown(res: &Results, s: &Settings) -> String {
 fn plot(res: &Results, s: &Settings) -> String {
     const COLORS: [&str; 3] = ["#d9480f", "#1971c2", "#2f9e44"];
     let mib = |kb: u64| kb as f64 / 1024.0;
-    let rates: Vec<f64> = CLIENTS
-        .iter()
-        .map(|&c| med(&res.ingest, c, |r| r.events_per_sec))
-        .collect();
+    let rates = meds(&res.ingest, |r| r.events_per_sec);
     let groups: Vec<(&str, Vec<f64>)> = vec![
-        (
-            "(a) ingest peak",
-            CLIENTS
-                .iter()
-                .map(|&c| med(&res.ingest, c, |r| mib(r.peak_rss_kb)))
-                .collect(),
-        ),
-        (
-            "(b) steady",
-            CLIENTS
-                .iter()
-                .map(|&c| med(&res.memory, c, |r| mib(r.steady_rss_kb)))
-                .collect(),
-        ),
+        ("(a) ingest peak", meds(&res.ingest, |r| mib(r.peak_rss_kb))),
+        ("(b) steady", meds(&res.memory, |r| mib(r.steady_rss_kb))),
         (
             "(b) steady, stripped",
-            CLIENTS
-                .iter()
-                .map(|&c| med(&res.memory_stripped, c, |r| mib(r.steady_rss_kb)))
-                .collect(),
+            meds(&res.memory_stripped, |r| mib(r.steady_rss_kb)),
         ),
-        (
-            "(c) relist peak",
-            CLIENTS
-                .iter()
-                .map(|&c| med(&res.relist, c, |r| mib(r.peak_rss_kb)))
-                .collect(),
-        ),
+        ("(c) relist peak", meds(&res.relist, |r| mib(r.peak_rss_kb))),
     ];
     let (w, h) = (960.0, 420.0);
     let mut svg = String::new();

@@ -815,6 +815,15 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
+/// `items`, each as inline code (in backquotes), joined by `sep`.
+fn code_list(items: &[String], sep: &str) -> String {
+    items
+        .iter()
+        .map(|i| format!("`{i}`"))
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
 /// The tables of a `--real` run.
 pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
     let mut t = String::new();
@@ -954,13 +963,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
             res.syncs
                 .iter()
                 .find(|r| r.client == c && r.mode == mode)
-                .map_or("not run".to_string(), |r| {
-                    r.audit
-                        .iter()
-                        .map(|a| format!("`{a}`"))
-                        .collect::<Vec<_>>()
-                        .join("<br>")
-                })
+                .map_or("not run".to_string(), |r| code_list(&r.audit, "<br>"))
         };
         let _ = writeln!(
             t,
@@ -978,12 +981,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
         let _ = writeln!(
             t,
             "\nclient-go's own log of its requests (paged run): {}",
-            r.synced
-                .requests
-                .iter()
-                .map(|q| format!("`{q}`"))
-                .collect::<Vec<_>>()
-                .join("; ")
+            code_list(&r.synced.requests, "; ")
         );
     }
     let _ = writeln!(

@@ -40,7 +40,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use serde_json::Value;
 
-use crate::run::{cargo, workspace_root};
+use crate::run::{cargo, cargo_output, workspace_root};
 
 #[derive(Args)]
 pub struct DocsrsArgs {
@@ -160,23 +160,14 @@ pub fn check(only: &[String]) -> anyhow::Result<f64> {
 }
 
 fn workspace_metadata() -> anyhow::Result<Value> {
-    let mut cmd = cargo();
-    cmd.args([
+    let out = cargo_output(&[
         "metadata",
         "--no-deps",
         "--format-version",
         "1",
         "--offline",
-    ]);
-    let out = cmd.output().context("running cargo metadata")?;
-    if !out.status.success() {
-        bail!(
-            "cargo metadata failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    serde_json::from_slice(&out.stdout).context("parsing cargo metadata")
+    ])?;
+    serde_json::from_slice(&out).context("parsing cargo metadata")
 }
 
 /// The docs.rs settings this check supports, from
@@ -377,24 +368,15 @@ fn check_one(package: &Value, ctx: &Shared, n: usize) -> anyhow::Result<()> {
 
 /// The files `cargo package` would put into the crate (relative paths).
 fn package_files(name: &str) -> anyhow::Result<Vec<String>> {
-    let mut cmd = cargo();
-    cmd.args([
+    let out = cargo_output(&[
         "package",
         "--list",
         "--allow-dirty",
         "--offline",
         "-p",
         name,
-    ]);
-    let out = cmd.output().context("running cargo package --list")?;
-    if !out.status.success() {
-        bail!(
-            "cargo package --list -p {name} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
+    ])?;
+    Ok(String::from_utf8_lossy(&out)
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())

@@ -41,6 +41,7 @@ pub fn corpus_dir() -> PathBuf {
 
 const NS: &str = "corpus";
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+const PROTOBUF_WATCH: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 const JSON: &str = "application/json";
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -110,6 +111,11 @@ impl Http {
         })
     }
 
+    /// A GET of `path` asking for `accept`.
+    async fn get(&self, path: &str, accept: &str) -> anyhow::Result<Answer> {
+        self.call("GET", path, accept, JSON, Vec::new()).await
+    }
+
     async fn json(&self, method: &str, path: &str, ct: &str, body: Value) -> anyhow::Result<Value> {
         let a = self
             .call(method, path, JSON, ct, serde_json::to_vec(&body)?)
@@ -159,10 +165,17 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> anyhow::Result<()> {
 
 /// GETs `path` as protobuf and as JSON at the same resourceVersion and
 /// writes `<name>.pb` and `<name>.json`.
+/// Writes the body of an error answer (whatever its status) as `name`,
+/// printing what came back for `what`.
+fn save_error(dir: &Path, name: &str, what: &str, answer: &Answer) -> anyhow::Result<()> {
+    eprintln!("{what}: HTTP {} {}", answer.status, answer.content_type);
+    write(dir, name, &answer.body)
+}
+
 async fn save_both(http: &Http, dir: &Path, name: &str, path: &str) -> anyhow::Result<()> {
     for _ in 0..5 {
-        let pb = http.call("GET", path, PROTOBUF, JSON, Vec::new()).await?;
-        let js = http.call("GET", path, JSON, JSON, Vec::new()).await?;
+        let pb = http.get(path, PROTOBUF).await?;
+        let js = http.get(path, JSON).await?;
         if pb.status != 200 || js.status != 200 {
             bail!("GET {path}: HTTP {} / {}", pb.status, js.status);
         }
@@ -171,7 +184,7 @@ async fn save_both(http: &Http, dir: &Path, name: &str, path: &str) -> anyhow::R
         }
         let rv = |v: &Value| v["metadata"]["resourceVersion"].as_str().map(str::to_owned);
         let json: Value = serde_json::from_slice(&js.body)?;
-        let again = http.call("GET", path, JSON, JSON, Vec::new()).await?;
+        let again = http.get(path, JSON).await?;
         let again: Value = serde_json::from_slice(&again.body)?;
         if rv(&json) == rv(&again) {
             write(dir, &format!("{name}.pb"), &pb.body)?;
@@ -434,12 +447,9 @@ async fn generate(cp: &ControlPlane, dir: &Path) -> anyhow::Result<()> {
 
     // --- A protobuf watch from before everything above, with bookmarks.
     let watch = http
-        .call(
-            "GET",
+        .get(
             &format!("{ns}/configmaps?watch=true&resourceVersion={start_rv}&allowWatchBookmarks=true&timeoutSeconds=1"),
-            &format!("{PROTOBUF};stream=watch"),
-            JSON,
-            Vec::new(),
+            PROTOBUF_WATCH,
         )
         .await?;
     if !watch.content_type.contains("stream=watch") {
@@ -449,12 +459,9 @@ async fn generate(cp: &ControlPlane, dir: &Path) -> anyhow::Result<()> {
     // --- A protobuf streaming list: initial events, then the bookmark
     // with the initial-events-end annotation.
     let stream = http
-        .call(
-            "GET",
+        .get(
             &format!("{ns}/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"),
-            &format!("{PROTOBUF};stream=watch"),
-            JSON,
-            Vec::new(),
+            PROTOBUF_WATCH,
         )
         .await?;
     write(dir, "streaming-list-configmaps.pb", &stream.body)?;
@@ -470,33 +477,18 @@ async fn generate(cp: &ControlPlane, dir: &Path) -> anyhow::Result<()> {
         client: cp.client()?,
     };
     let expired = http
-        .call(
-            "GET",
+        .get(
             &format!("{ns}/configmaps?watch=true&resourceVersion={start_rv}&timeoutSeconds=1"),
-            &format!("{PROTOBUF};stream=watch"),
-            JSON,
-            Vec::new(),
+            PROTOBUF_WATCH,
         )
         .await?;
-    eprintln!(
-        "watch from a compacted resourceVersion: HTTP {} {}",
-        expired.status, expired.content_type
-    );
-    write(dir, "watch-expired.pb", &expired.body)?;
+    save_error(
+        dir,
+        "watch-expired.pb",
+        "watch from a compacted resourceVersion",
+        &expired,
+    )?;
     // --- A Status error body as protobuf.
-    let missing = http
-        .call(
-            "GET",
-            &format!("{ns}/pods/absent"),
-            PROTOBUF,
-            JSON,
-            Vec::new(),
-        )
-        .await?;
-    eprintln!(
-        "GET of an absent pod: HTTP {} {}",
-        missing.status, missing.content_type
-    );
-    write(dir, "status-not-found.pb", &missing.body)?;
-    Ok(())
+    let missing = http.get(&format!("{ns}/pods/absent"), PROTOBUF).await?;
+    save_error(dir, "status-not-found.pb", "GET of an absent pod", &missing)
 }

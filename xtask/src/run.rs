@@ -22,6 +22,24 @@ pub fn cargo() -> Command {
     cmd
 }
 
+/// Runs `cargo args` (quietly) and returns its standard output; fails with
+/// its standard error when it exits non-zero.
+pub fn cargo_output(args: &[&str]) -> anyhow::Result<Vec<u8>> {
+    let what = format!("cargo {}", args.join(" "));
+    let out = cargo()
+        .args(args)
+        .output()
+        .with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(out.stdout)
+}
+
 /// Prints the free space of the file system holding `target/` (one line,
 /// best effort): a full disk is the usual cause of a compile dying with
 /// "No space left on device", and this line tells so up front.

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use kcache_testing::fake::protobuf::{pb_frame, pb_status_body};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::io::{
@@ -287,31 +288,6 @@ impl Request {
     }
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(v) => {
-                        out.push(v);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 async fn read_request(
     reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
 ) -> io::Result<Option<Request>> {
@@ -344,13 +320,8 @@ async fn read_request(
         reader.read_exact(&mut body).await?;
     }
     let (path, q) = target.split_once('?').unwrap_or((&target, ""));
-    let query = q
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
-        })
+    let query = form_urlencoded::parse(q.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect();
     Ok(Some(Request {
         path: path.to_string(),
@@ -396,7 +367,7 @@ async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
         if shared.opts.gone_once && nth.is_multiple_of(2) {
             let message = "too old resource version (replay server: forced once)";
             let ev = if pb.is_some() {
-                protobuf::watch_frame("ERROR", &protobuf::status(410, "Expired", message))
+                pb_frame("ERROR", &pb_status_body(410, "Expired", message))
             } else {
                 let mut ev = serde_json::to_vec(
                     &json!({"type": "ERROR", "object": status_json(410, "Expired", message)}),

@@ -8,15 +8,20 @@
 //! them as the apiserver does: the `k8s\0` magic and a `runtime.Unknown`
 //! {typeMeta, raw} for lists and watch objects, a `PodList` {ListMeta,
 //! items}, and length-prefixed `WatchEvent` {type, RawExtension} frames.
-//! Field numbers from the `generated.proto` files of
-//! k8s.io/apimachinery v0.37.2 (runtime.Unknown, meta/v1 ListMeta, Status,
-//! WatchEvent; core/v1 Pod.metadata = 1, ObjectMeta.resourceVersion = 6).
+//! The fields, envelopes, frames and `Status` bodies are written by the
+//! encoder of kcache-testing's fake apiserver
+//! ([`kcache_testing::fake::protobuf`]); this module adds the streamed
+//! `PodList` (head, item prefixes, tail). Field numbers from the
+//! `generated.proto` files of k8s.io/apimachinery v0.37.2 (runtime.Unknown,
+//! meta/v1 ListMeta; core/v1 Pod.metadata = 1, ObjectMeta.resourceVersion
+//! = 6).
 
 use std::io::{self, Read as _, Write as _};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use bytes::Bytes;
+use kcache_testing::fake::protobuf::{pb_envelope, pb_field, pb_frame, pb_varint};
 
 use crate::DataSet;
 
@@ -61,70 +66,13 @@ fn varint_len(v: u64) -> usize {
     n
 }
 
-/// A length-delimited field (wire type 2).
-fn put_bytes(buf: &mut Vec<u8>, field: u32, bytes: &[u8]) {
-    put_varint(buf, u64::from(field) << 3 | 2);
-    put_varint(buf, bytes.len() as u64);
-    buf.extend_from_slice(bytes);
-}
-
-/// A varint field (wire type 0).
-fn put_uint(buf: &mut Vec<u8>, field: u32, v: u64) {
-    put_varint(buf, u64::from(field) << 3);
-    put_varint(buf, v);
-}
-
-fn type_meta(api_version: &str, kind: &str) -> Vec<u8> {
-    let mut t = Vec::new();
-    put_bytes(&mut t, 1, api_version.as_bytes());
-    put_bytes(&mut t, 2, kind.as_bytes());
-    t
-}
-
-/// `k8s\0` + `runtime.Unknown` {typeMeta, raw, contentEncoding "", contentType ""}.
-pub fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(raw.len() + 32);
-    b.extend_from_slice(MAGIC);
-    put_bytes(&mut b, 1, &type_meta(api_version, kind));
-    put_bytes(&mut b, 2, raw);
-    put_bytes(&mut b, 3, b"");
-    put_bytes(&mut b, 4, b"");
-    b
-}
-
-/// A `WatchEvent` frame: 4-byte big-endian length, then {1 type, 2
-/// RawExtension {1 raw = the object's envelope}}.
-pub fn watch_frame(event_type: &str, object_envelope: &[u8]) -> Vec<u8> {
-    let mut raw_ext = Vec::with_capacity(object_envelope.len() + 8);
-    put_bytes(&mut raw_ext, 1, object_envelope);
-    let mut ev = Vec::with_capacity(raw_ext.len() + 16);
-    put_bytes(&mut ev, 1, event_type.as_bytes());
-    put_bytes(&mut ev, 2, &raw_ext);
-    let mut frame = Vec::with_capacity(ev.len() + 4);
-    frame.extend_from_slice(&(ev.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&ev);
-    frame
-}
-
-/// The envelope of a `Status` failure {metadata {}, status "Failure",
-/// message, reason, code}.
-pub fn status(code: u16, reason: &str, message: &str) -> Vec<u8> {
-    let mut s = Vec::new();
-    put_bytes(&mut s, 1, b"");
-    put_bytes(&mut s, 2, b"Failure");
-    put_bytes(&mut s, 3, message.as_bytes());
-    put_bytes(&mut s, 4, reason.as_bytes());
-    put_uint(&mut s, 6, u64::from(code));
-    envelope("v1", "Status", &s)
-}
-
 /// A Pod with only `metadata.resourceVersion`: a bookmark's object.
 fn bookmark_pod(rv: u64) -> Vec<u8> {
     let mut meta = Vec::new();
-    put_bytes(&mut meta, 6, rv.to_string().as_bytes());
+    pb_field(&mut meta, 6, rv.to_string().as_bytes());
     let mut pod = Vec::new();
-    put_bytes(&mut pod, 1, &meta);
-    envelope("v1", "Pod", &pod)
+    pb_field(&mut pod, 1, &meta);
+    pb_envelope("v1", "Pod", &pod)
 }
 
 /// The head of a protobuf `PodList` response body: everything before the
@@ -137,23 +85,26 @@ pub fn list_head(
     items: &[Bytes],
 ) -> Vec<u8> {
     let mut meta = Vec::new();
-    put_bytes(&mut meta, 2, rv.to_string().as_bytes());
+    pb_field(&mut meta, 2, rv.to_string().as_bytes());
     if let Some(c) = continue_ {
-        put_bytes(&mut meta, 3, c.as_bytes());
+        pb_field(&mut meta, 3, c.as_bytes());
     }
     if let Some(r) = remaining {
-        put_uint(&mut meta, 4, r);
+        pb_varint(&mut meta, 4, r);
     }
     let mut list_meta_field = Vec::new();
-    put_bytes(&mut list_meta_field, 1, &meta);
+    pb_field(&mut list_meta_field, 1, &meta);
     let items_len: usize = items
         .iter()
         .map(|i| 1 + varint_len(i.len() as u64) + i.len())
         .sum();
     let list_len = list_meta_field.len() + items_len;
+    let mut type_meta = Vec::new();
+    pb_field(&mut type_meta, 1, b"v1");
+    pb_field(&mut type_meta, 2, b"PodList");
     let mut b = Vec::with_capacity(64 + list_meta_field.len());
     b.extend_from_slice(MAGIC);
-    put_bytes(&mut b, 1, &type_meta("v1", "PodList"));
+    pb_field(&mut b, 1, &type_meta);
     put_varint(&mut b, 2 << 3 | 2);
     put_varint(&mut b, list_len as u64);
     b.extend_from_slice(&list_meta_field);
@@ -248,14 +199,14 @@ pub fn encode(data: &DataSet, encoder: &Path) -> io::Result<ProtobufData> {
     let pods: Vec<Bytes> = messages[..n].to_vec();
     let mut watch = Vec::new();
     for ((kind, _), msg) in events.iter().zip(&messages[n..]) {
-        watch.extend_from_slice(&watch_frame(kind, &envelope("v1", "Pod", msg)));
+        watch.extend_from_slice(&pb_frame(kind, &pb_envelope("v1", "Pod", msg)));
     }
     let bookmark_rv = data.list_rv + data.watch_events as u64 + 1;
     Ok(ProtobufData {
         avg_pod_bytes: pods.iter().map(Bytes::len).sum::<usize>() / n.max(1),
         pods,
         watch: Bytes::from(watch),
-        bookmark: Bytes::from(watch_frame("BOOKMARK", &bookmark_pod(bookmark_rv))),
+        bookmark: Bytes::from(pb_frame("BOOKMARK", &bookmark_pod(bookmark_rv))),
     })
 }
 
@@ -271,13 +222,13 @@ mod tests {
         assert_eq!(varint_len(300), 2);
         assert_eq!(varint_len(127), 1);
         // as seen from the real apiserver: 6b 38 73 00 0a 0d 0a 02 "v1" 12 07 "PodList" 12 ...
-        let e = envelope("v1", "PodList", b"x");
+        let e = pb_envelope("v1", "PodList", b"x");
         assert_eq!(&e[..8], b"k8s\0\x0a\x0d\x0a\x02");
         assert_eq!(&e[8..10], b"v1");
         assert_eq!(&e[10..12], b"\x12\x07");
         assert_eq!(&e[12..19], b"PodList");
         assert_eq!(&e[19..], b"\x12\x01x\x1a\x00\x22\x00");
-        let f = watch_frame("ADDED", b"obj");
+        let f = pb_frame("ADDED", b"obj");
         assert_eq!(&f[..4], &(f.len() as u32 - 4).to_be_bytes());
         assert_eq!(&f[4..11], b"\x0a\x05ADDED");
         assert_eq!(&f[11..], b"\x12\x05\x0a\x03obj");
@@ -294,13 +245,13 @@ mod tests {
         body.extend_from_slice(LIST_TAIL);
         // the same body built in one piece
         let mut meta = Vec::new();
-        put_bytes(&mut meta, 2, b"7");
-        put_bytes(&mut meta, 3, b"2");
-        put_uint(&mut meta, 4, 5);
+        pb_field(&mut meta, 2, b"7");
+        pb_field(&mut meta, 3, b"2");
+        pb_varint(&mut meta, 4, 5);
         let mut list = Vec::new();
-        put_bytes(&mut list, 1, &meta);
-        put_bytes(&mut list, 2, b"aa");
-        put_bytes(&mut list, 2, b"bbb");
-        assert_eq!(body, envelope("v1", "PodList", &list));
+        pb_field(&mut list, 1, &meta);
+        pb_field(&mut list, 2, b"aa");
+        pb_field(&mut list, 2, b"bbb");
+        assert_eq!(body, pb_envelope("v1", "PodList", &list));
     }
 }

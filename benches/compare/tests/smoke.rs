@@ -83,18 +83,19 @@ async fn first_watch_is_gone_when_asked() {
 #[tokio::test]
 async fn protobuf_is_served_to_clients_that_accept_it() {
     use bytes::Bytes;
-    use kcache_bench_compare::protobuf::{ProtobufData, envelope, watch_frame};
+    use kcache_bench_compare::protobuf::ProtobufData;
+    use kcache_testing::fake::protobuf::{pb_envelope, pb_frame};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     let mut data = generate(3, 1);
     let pods: Vec<Bytes> = (0..3u8)
         .map(|i| Bytes::from(vec![b'p', b'0' + i]))
         .collect();
-    let ev = watch_frame("MODIFIED", &envelope("v1", "Pod", b"w"));
+    let ev = pb_frame("MODIFIED", &pb_envelope("v1", "Pod", b"w"));
     data.protobuf = Some(ProtobufData {
         pods,
         watch: Bytes::from(ev.clone()),
-        bookmark: Bytes::from(watch_frame("BOOKMARK", &envelope("v1", "Pod", b"b"))),
+        bookmark: Bytes::from(pb_frame("BOOKMARK", &pb_envelope("v1", "Pod", b"b"))),
         avg_pod_bytes: 2,
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

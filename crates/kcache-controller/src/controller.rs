@@ -49,16 +49,49 @@ pub const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// `CacheSyncTimeout`).
 pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Controller settings (see also the builder methods on [`Controller`]).
+/// Controller settings: plain data, built once and handed to
+/// [`Controller::new`] whole (like kube-runtime's `watcher::Config`); see
+/// also the builder methods on [`Controller`].
+///
+/// ```
+/// use std::time::Duration;
+/// use kcache_controller::Config;
+///
+/// let config = Config {
+///     drain_on_shutdown: true,
+///     cache_sync_timeout: Some(Duration::from_secs(30)),
+///     ..Config::default().name("foos").workers(4)
+/// };
+/// assert_eq!(config.workers, 4);
+/// ```
 #[derive(Clone)]
 pub struct Config {
-    pub(crate) name: Option<String>,
-    pub(crate) workers: usize,
-    pub(crate) graceful_shutdown_timeout: Duration,
-    pub(crate) drain_on_shutdown: bool,
-    pub(crate) initial_list_priority: i32,
-    pub(crate) rate_limiter: Option<Arc<dyn RateLimiter<String>>>,
-    pub(crate) cache_sync_timeout: Option<Duration>,
+    /// The controller's name: metrics label, queue name, logs (default
+    /// `None`: the primary kind, lower case).
+    pub name: Option<String>,
+    /// Number of concurrent reconciles (default 1; 0 counts as 1).
+    pub workers: usize,
+    /// How long running reconciles get to finish at shutdown (default
+    /// [`DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT`], 30 s); after that they are
+    /// dropped.
+    pub graceful_shutdown_timeout: Duration,
+    /// At shutdown, also reconcile the keys already queued and ready
+    /// (within the graceful timeout) instead of leaving them (default
+    /// `false`: only running reconciles finish).
+    pub drain_on_shutdown: bool,
+    /// The queue priority of keys from initial lists (default
+    /// [`INITIAL_LIST_PRIORITY`]).
+    pub initial_list_priority: i32,
+    /// The rate limiter for failed keys (default `None`: client-go's
+    /// `DefaultControllerRateLimiter`: per-key exponential 5 ms .. 1000 s,
+    /// max-of an overall 10 qps / 100 burst bucket).
+    pub rate_limiter: Option<Arc<dyn RateLimiter<String>>>,
+    /// How long `run` waits for the caches to sync before it fails with
+    /// [`ControllerError::CacheSyncTimeout`], naming the informers that did
+    /// not sync and the last error of each (default
+    /// [`DEFAULT_CACHE_SYNC_TIMEOUT`], controller-runtime's; `None` waits
+    /// for ever).
+    pub cache_sync_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for Config {
@@ -90,50 +123,14 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The controller's name: metrics label, queue name, logs (default: the
-    /// primary kind, lower case).
+    /// Sets [`name`](Self::name).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
     }
-    /// Number of concurrent reconciles (default 1; 0 counts as 1).
+    /// Sets [`workers`](Self::workers) (0 counts as 1).
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = n.max(1);
-        self
-    }
-    /// How long running reconciles get to finish at shutdown (default
-    /// 30 s); after that they are dropped.
-    pub fn graceful_shutdown_timeout(mut self, d: Duration) -> Self {
-        self.graceful_shutdown_timeout = d;
-        self
-    }
-    /// At shutdown, also reconcile the keys already queued and ready
-    /// (within the graceful timeout) instead of leaving them (default:
-    /// only running reconciles finish).
-    pub fn drain_on_shutdown(mut self, drain: bool) -> Self {
-        self.drain_on_shutdown = drain;
-        self
-    }
-    /// The queue priority of keys from initial lists (default
-    /// [`INITIAL_LIST_PRIORITY`]).
-    pub fn initial_list_priority(mut self, priority: i32) -> Self {
-        self.initial_list_priority = priority;
-        self
-    }
-    /// How long `run` waits for the caches to sync before it fails with
-    /// [`ControllerError::CacheSyncTimeout`], naming the informers that did
-    /// not sync and the last error of each (default
-    /// [`DEFAULT_CACHE_SYNC_TIMEOUT`], controller-runtime's; `None` waits
-    /// for ever).
-    pub fn cache_sync_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
-        self.cache_sync_timeout = timeout.into();
-        self
-    }
-    /// The rate limiter for failed keys (default: client-go's
-    /// `DefaultControllerRateLimiter`: per-key exponential 5 ms .. 1000 s,
-    /// max-of an overall 10 qps / 100 burst bucket).
-    pub fn rate_limiter(mut self, limiter: impl RateLimiter<String> + 'static) -> Self {
-        self.rate_limiter = Some(Arc::new(limiter));
         self
     }
 }
@@ -995,7 +992,11 @@ where
         let shared = Arc::new(Shared {
             lease: elector.clone(),
             metrics: self.controller.metrics.as_ref().map(|m| {
-                WorkerMetrics::new(m.as_ref(), &self.name, self.controller.config.workers)
+                WorkerMetrics::new(
+                    m.as_ref(),
+                    &self.name,
+                    self.controller.config.workers.max(1),
+                )
             }),
             name: self.name,
             queue: self.queue,

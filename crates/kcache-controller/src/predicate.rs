@@ -135,22 +135,28 @@ impl Predicate {
 
     /// Passes when every predicate passes (an empty list passes).
     pub fn all(predicates: impl IntoIterator<Item = Predicate>) -> Self {
-        let ps: Vec<Predicate> = predicates.into_iter().collect();
-        let name = format!(
-            "all({})",
-            ps.iter().map(|p| &*p.name).collect::<Vec<_>>().join(", ")
-        );
-        Self::new(name, move |ev| ps.iter().all(|p| p.evaluate(ev)))
+        Self::all_or_any(false, predicates)
     }
 
     /// Passes when any predicate passes (an empty list does not pass).
     pub fn any(predicates: impl IntoIterator<Item = Predicate>) -> Self {
+        Self::all_or_any(true, predicates)
+    }
+
+    /// [`any`](Self::any) of `predicates`, or [`all`](Self::all) of them:
+    /// named `any(a, b)` or `all(a, b)`, evaluated in order up to the first
+    /// that decides.
+    fn all_or_any(any: bool, predicates: impl IntoIterator<Item = Predicate>) -> Self {
         let ps: Vec<Predicate> = predicates.into_iter().collect();
-        let name = format!(
-            "any({})",
-            ps.iter().map(|p| &*p.name).collect::<Vec<_>>().join(", ")
-        );
-        Self::new(name, move |ev| ps.iter().any(|p| p.evaluate(ev)))
+        let names: Vec<&str> = ps.iter().map(|p| &*p.name).collect();
+        let name = format!("{}({})", if any { "any" } else { "all" }, names.join(", "));
+        Self::new(name, move |ev| {
+            if any {
+                ps.iter().any(|p| p.evaluate(ev))
+            } else {
+                ps.iter().all(|p| p.evaluate(ev))
+            }
+        })
     }
 
     /// Evaluates the predicate.

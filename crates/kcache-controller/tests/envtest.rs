@@ -77,12 +77,13 @@ async fn errors_are_retried_with_growing_delay_then_succeed() {
     let successes = Arc::new(Mutex::new(Vec::<String>::new()));
     let controller = Controller::<ConfigMap>::new(
         &factory,
-        Config::default()
-            .name("retry")
-            .rate_limiter(ItemExponentialFailureRateLimiter::new(
+        Config {
+            rate_limiter: Some(Arc::new(ItemExponentialFailureRateLimiter::new(
                 Duration::from_millis(200),
                 Duration::from_secs(10),
-            )),
+            ))),
+            ..Config::default().name("retry")
+        },
     );
     let handle = controller.handle();
     let ok = successes.clone();

@@ -136,9 +136,10 @@ async fn cache_sync_timeout_names_the_informers() {
         .build();
     let ctl = Controller::<ConfigMap>::new(
         &factory,
-        Config::default()
-            .name("cm")
-            .cache_sync_timeout(Duration::from_secs(30)),
+        Config {
+            cache_sync_timeout: Some(Duration::from_secs(30)),
+            ..Config::default().name("cm")
+        },
     )
     .owns::<Secret>();
     let started = tokio::time::Instant::now();

@@ -149,17 +149,27 @@ async fn installs_a_crd_and_serves_custom_objects() {
     assert_eq!(got.data["spec"]["size"], 3);
 }
 
-#[tokio::test]
-async fn apiserver_restart_keeps_data_and_ends_open_watches() {
-    // A fault test: its own control plane, never the shared one.
+/// For a fault test, a control plane of its own (never the shared one), a
+/// namespace `prefix-*` in it and the ConfigMap `name` created there; with
+/// the ConfigMap's resourceVersion.
+async fn own_plane_with_config_map(
+    prefix: &str,
+    name: &str,
+) -> (ControlPlane, String, Api<ConfigMap>, String) {
     let cp = ControlPlane::start().await.unwrap();
-    let ns = cp.create_namespace("restart").await.unwrap();
+    let ns = cp.create_namespace(prefix).await.unwrap();
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     let created = api
-        .create(&PostParams::default(), &config_map("survivor"))
+        .create(&PostParams::default(), &config_map(name))
         .await
         .unwrap();
     let rv = created.metadata.resource_version.unwrap();
+    (cp, ns, api, rv)
+}
+
+#[tokio::test]
+async fn apiserver_restart_keeps_data_and_ends_open_watches() {
+    let (cp, ns, api, rv) = own_plane_with_config_map("restart", "survivor").await;
 
     let mut watch = api
         .watch(&WatchParams::default(), &rv)
@@ -223,14 +233,7 @@ async fn apiserver_restart_keeps_data_and_ends_open_watches() {
 
 #[tokio::test]
 async fn etcd_compaction_makes_old_resource_versions_gone() {
-    let cp = ControlPlane::start().await.unwrap();
-    let ns = cp.create_namespace("compact").await.unwrap();
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    let first = api
-        .create(&PostParams::default(), &config_map("a"))
-        .await
-        .unwrap();
-    let old_rv = first.metadata.resource_version.unwrap();
+    let (cp, ns, api, old_rv) = own_plane_with_config_map("compact", "a").await;
     for i in 0..5 {
         api.create(&PostParams::default(), &config_map(&format!("b{i}")))
             .await

@@ -33,6 +33,19 @@ async fn echo() -> std::net::SocketAddr {
     addr
 }
 
+/// A fault proxy in front of an echo server, and a connection through it.
+async fn proxy_and_connection() -> (FaultProxy, TcpStream) {
+    let proxy = FaultProxy::start(echo().await).await.unwrap();
+    let s = TcpStream::connect(proxy.addr()).await.unwrap();
+    (proxy, s)
+}
+
+/// Asserts that `msg` comes back on `s` within 5 s.
+async fn echoes(s: &mut TcpStream, msg: &[u8]) {
+    let got = roundtrip(s, msg, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(got, msg);
+}
+
 async fn roundtrip(s: &mut TcpStream, msg: &[u8], within: Duration) -> std::io::Result<Vec<u8>> {
     s.write_all(msg).await?;
     let mut got = vec![0u8; msg.len()];
@@ -47,14 +60,8 @@ async fn roundtrip(s: &mut TcpStream, msg: &[u8], within: Duration) -> std::io::
 
 #[tokio::test]
 async fn forwards_and_cuts() {
-    let proxy = FaultProxy::start(echo().await).await.unwrap();
-    let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-    assert_eq!(
-        roundtrip(&mut s, b"hello", Duration::from_secs(5))
-            .await
-            .unwrap(),
-        b"hello"
-    );
+    let (proxy, mut s) = proxy_and_connection().await;
+    echoes(&mut s, b"hello").await;
     assert_eq!(proxy.stats().open, 1);
     proxy.cut_all();
     let mut buf = [0u8; 8];
@@ -69,21 +76,13 @@ async fn forwards_and_cuts() {
     assert_eq!(proxy.stats().cut, 1);
     // new connections work after a cut
     let mut s2 = TcpStream::connect(proxy.addr()).await.unwrap();
-    assert_eq!(
-        roundtrip(&mut s2, b"again", Duration::from_secs(5))
-            .await
-            .unwrap(),
-        b"again"
-    );
+    echoes(&mut s2, b"again").await;
 }
 
 #[tokio::test]
 async fn stall_holds_bytes_without_closing() {
-    let proxy = FaultProxy::start(echo().await).await.unwrap();
-    let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
-    roundtrip(&mut s, b"warm", Duration::from_secs(5))
-        .await
-        .unwrap();
+    let (proxy, mut s) = proxy_and_connection().await;
+    echoes(&mut s, b"warm").await;
     proxy.stall(true);
     let r = roundtrip(&mut s, b"held", Duration::from_millis(500)).await;
     assert_eq!(
@@ -105,11 +104,8 @@ async fn stall_holds_bytes_without_closing() {
 
 #[tokio::test]
 async fn blackhole_stalls_open_connections_only() {
-    let proxy = FaultProxy::start(echo().await).await.unwrap();
-    let mut old = TcpStream::connect(proxy.addr()).await.unwrap();
-    roundtrip(&mut old, b"warm", Duration::from_secs(5))
-        .await
-        .unwrap();
+    let (proxy, mut old) = proxy_and_connection().await;
+    echoes(&mut old, b"warm").await;
     proxy.blackhole_open();
     assert!(
         roundtrip(&mut old, b"lost", Duration::from_millis(500))
@@ -117,25 +113,17 @@ async fn blackhole_stalls_open_connections_only() {
             .is_err()
     );
     let mut new = TcpStream::connect(proxy.addr()).await.unwrap();
-    assert_eq!(
-        roundtrip(&mut new, b"fresh", Duration::from_secs(5))
-            .await
-            .unwrap(),
-        b"fresh"
-    );
+    echoes(&mut new, b"fresh").await;
     let stats = proxy.stats();
     assert_eq!((stats.held_blackholed, stats.held_stalled), (1, 0));
 }
 
 #[tokio::test]
 async fn delay_and_refuse() {
-    let proxy = FaultProxy::start(echo().await).await.unwrap();
-    let mut s = TcpStream::connect(proxy.addr()).await.unwrap();
+    let (proxy, mut s) = proxy_and_connection().await;
     proxy.delay(Duration::from_millis(200));
     let t = Instant::now();
-    roundtrip(&mut s, b"slow", Duration::from_secs(5))
-        .await
-        .unwrap();
+    echoes(&mut s, b"slow").await;
     // delayed once each way
     assert!(
         t.elapsed() >= Duration::from_millis(400),
@@ -152,19 +140,14 @@ async fn delay_and_refuse() {
     assert!(proxy.stats().refused >= 1);
     proxy.refuse(false);
     let mut ok = TcpStream::connect(proxy.addr()).await.unwrap();
-    roundtrip(&mut ok, b"yes", Duration::from_secs(5))
-        .await
-        .unwrap();
+    echoes(&mut ok, b"yes").await;
 }
 
 #[tokio::test]
 async fn dropping_the_proxy_closes_everything() {
-    let proxy = FaultProxy::start(echo().await).await.unwrap();
+    let (proxy, mut s) = proxy_and_connection().await;
     let addr = proxy.addr();
-    let mut s = TcpStream::connect(addr).await.unwrap();
-    roundtrip(&mut s, b"warm", Duration::from_secs(5))
-        .await
-        .unwrap();
+    echoes(&mut s, b"warm").await;
     drop(proxy);
     let mut buf = [0u8; 4];
     let r = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
@@ -178,12 +161,9 @@ async fn dropping_the_proxy_closes_everything() {
 
 #[tokio::test]
 async fn unlisten_refuses_new_connections_and_keeps_open_ones() {
-    let proxy = FaultProxy::start(echo().await).await.unwrap();
+    let (proxy, mut open) = proxy_and_connection().await;
     let addr = proxy.addr();
-    let mut open = TcpStream::connect(addr).await.unwrap();
-    roundtrip(&mut open, b"warm", Duration::from_secs(5))
-        .await
-        .unwrap();
+    echoes(&mut open, b"warm").await;
     proxy.unlisten(true);
     // the listener closes asynchronously: wait for the kernel's refusal
     let refused = async {

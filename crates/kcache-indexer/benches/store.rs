@@ -196,14 +196,28 @@ macro_rules! both {
 
 // ---- reads ----
 
-fn get_by_key<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
+/// One lookup per iteration, `lookup(i)` with `i` stepping by `step`
+/// through `0..len`.
+fn lookups<R>(
+    g: &mut Group,
+    name: &str,
+    len: usize,
+    step: usize,
+    mut lookup: impl FnMut(usize) -> R,
+) {
     g.throughput(Throughput::Elements(1));
     let mut i = 0usize;
-    g.bench_function(S::NAME, |b| {
+    g.bench_function(name, |b| {
         b.iter(|| {
-            i = (i + 7919) % d.n;
-            black_box(s.get_by_key(&d.keys[i]))
+            i = (i + step) % len;
+            lookup(i)
         })
+    });
+}
+
+fn get_by_key<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
+    lookups(g, S::NAME, d.n, 7919, |i| {
+        black_box(s.get_by_key(&d.keys[i]))
     });
 }
 
@@ -220,39 +234,24 @@ fn list_keys<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
 }
 
 fn by_index_namespace<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
-    g.throughput(Throughput::Elements(1));
-    let mut i = 0usize;
-    g.bench_function(S::NAME, |b| {
-        b.iter(|| {
-            i = (i + 1) % d.namespaces.len();
-            let r = s.by_index(NAMESPACE_INDEX, &d.namespaces[i]);
-            debug_assert_eq!(r.len(), PER_NAMESPACE);
-            r
-        })
+    lookups(g, S::NAME, d.namespaces.len(), 1, |i| {
+        let r = s.by_index(NAMESPACE_INDEX, &d.namespaces[i]);
+        debug_assert_eq!(r.len(), PER_NAMESPACE);
+        r
     });
 }
 
 fn by_index_label<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
-    g.throughput(Throughput::Elements(1));
-    let mut i = 0usize;
-    g.bench_function(S::NAME, |b| {
-        b.iter(|| {
-            i = (i + 1) % d.apps.len();
-            let r = s.by_index(LABEL_INDEX, &d.apps[i]);
-            debug_assert_eq!(r.len(), d.n / LABEL_VALUES);
-            r
-        })
+    lookups(g, S::NAME, d.apps.len(), 1, |i| {
+        let r = s.by_index(LABEL_INDEX, &d.apps[i]);
+        debug_assert_eq!(r.len(), d.n / LABEL_VALUES);
+        r
     });
 }
 
 fn index_keys_namespace<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
-    g.throughput(Throughput::Elements(1));
-    let mut i = 0usize;
-    g.bench_function(S::NAME, |b| {
-        b.iter(|| {
-            i = (i + 1) % d.namespaces.len();
-            s.index_keys(NAMESPACE_INDEX, &d.namespaces[i])
-        })
+    lookups(g, S::NAME, d.namespaces.len(), 1, |i| {
+        s.index_keys(NAMESPACE_INDEX, &d.namespaces[i])
     });
 }
 
@@ -265,20 +264,31 @@ fn writes_of_n(g: &mut Group, d: &Data) {
     g.sample_size(10);
 }
 
-fn add_all<S: Bench>(g: &mut Group, d: &Data, _: &Arc<S>) {
+/// Each sample on a fresh store from `setup` (not measured): `write` of
+/// every object of `v1`.
+fn fresh_store_writes<S: Bench>(
+    g: &mut Group,
+    d: &Data,
+    setup: impl Fn() -> S,
+    write: impl Fn(&S, Obj),
+) {
     writes_of_n(g, d);
     g.bench_function(S::NAME, |b| {
         b.iter_batched(
-            S::build,
+            &setup,
             |s| {
                 for o in &d.v1 {
-                    s.add(o.clone());
+                    write(&s, o.clone());
                 }
                 s
             },
             BatchSize::PerIteration,
         )
     });
+}
+
+fn add_all<S: Bench>(g: &mut Group, d: &Data, _: &Arc<S>) {
+    fresh_store_writes(g, d, S::build, S::add);
 }
 
 /// Updates that keep every index value (the store holds `v1`).
@@ -316,23 +326,12 @@ fn update_all_moving_label<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {
 }
 
 fn delete_all<S: Bench>(g: &mut Group, d: &Data, _: &Arc<S>) {
-    writes_of_n(g, d);
-    g.bench_function(S::NAME, |b| {
-        b.iter_batched(
-            || {
-                let s = S::build();
-                s.replace(d.v1.clone());
-                s
-            },
-            |s| {
-                for o in &d.v1 {
-                    s.delete(o.clone());
-                }
-                s
-            },
-            BatchSize::PerIteration,
-        )
-    });
+    let full = || {
+        let s = S::build();
+        s.replace(d.v1.clone());
+        s
+    };
+    fresh_store_writes(g, d, full, S::delete);
 }
 
 fn replace_all<S: Bench>(g: &mut Group, d: &Data, s: &Arc<S>) {

@@ -156,10 +156,7 @@ async fn ingest(d: &Data, handlers: usize) -> Duration {
     }
     let cancel = CancellationToken::new();
     let start = Instant::now();
-    let task = tokio::spawn({
-        let (i, c) = (inf.clone(), cancel.clone());
-        async move { i.run(c).await }
-    });
+    let task = inf.try_start(cancel.clone()).expect("a new informer");
     while counts.iter().any(|c| c.load(Ordering::Relaxed) < N + M) {
         tokio::time::sleep(Duration::from_micros(200)).await;
     }
@@ -172,10 +169,7 @@ async fn ingest(d: &Data, handlers: usize) -> Duration {
 async fn memory_per_object(d: &Data, strip: bool) -> usize {
     let inf = informer(client(d), strip);
     let cancel = CancellationToken::new();
-    let task = tokio::spawn({
-        let (i, c) = (inf.clone(), cancel.clone());
-        async move { i.run(c).await }
-    });
+    let task = inf.try_start(cancel.clone()).expect("a new informer");
     while inf.indexer().len() < N || !inf.has_synced() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

@@ -102,10 +102,38 @@ impl Running {
     async fn synced(&self) {
         assert!(wait_for_cache_sync(&self.cancel, &[&self.informer]).await);
     }
+    /// Starts `informer` and waits for its sync.
+    async fn synced_start(informer: SharedIndexInformer<ConfigMap>) -> Self {
+        let run = Running::start(informer);
+        run.synced().await;
+        run
+    }
+    /// The same with a [`Recorder`] registered first.
+    async fn recorded(informer: SharedIndexInformer<ConfigMap>) -> (Self, Recorder) {
+        let rec = Recorder::default();
+        informer.add_event_handler(rec.clone()).unwrap();
+        (Running::synced_start(informer).await, rec)
+    }
     async fn stop(self) {
         self.cancel.cancel();
         self.task.await.unwrap().unwrap();
     }
+}
+
+/// A fake apiserver holding a ConfigMap (`v: "1"`) per (namespace, name),
+/// and an informer on it.
+fn informer_on_fake(objects: &[(&str, &str)]) -> (FakeApi, SharedIndexInformer<ConfigMap>) {
+    let api = FakeApi::new();
+    for (ns, name) in objects {
+        api.create(ns, name, "1");
+    }
+    let informer = api.informer().build();
+    (api, informer)
+}
+
+/// Waits up to 10 s for `cond`.
+async fn soon(what: &str, cond: impl FnMut() -> bool) {
+    eventually(what, Duration::from_secs(10), cond).await
 }
 
 fn cached_keys(i: &SharedIndexInformer<ConfigMap>) -> Vec<(String, String)> {
@@ -130,27 +158,17 @@ fn fake_keys(api: &FakeApi) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn initial_list_then_live_changes_in_order() {
-    let api = FakeApi::new();
-    api.create("a", "one", "1");
-    api.create("a", "two", "1");
-    let informer = api.informer().build();
+    let (api, informer) = informer_on_fake(&[("a", "one"), ("a", "two")]);
     let rec = Recorder::default();
     let reg = informer.add_event_handler(rec.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
-    eventually("registration synced", Duration::from_secs(10), || {
-        reg.has_synced()
-    })
-    .await;
+    let run = Running::synced_start(informer.clone()).await;
+    soon("registration synced", || reg.has_synced()).await;
     assert_eq!(rec.events(), ["add a/one 1 initial", "add a/two 2 initial"]);
 
     api.update("a", "one", "2");
     api.delete("a", "two");
     api.create("b", "three", "1");
-    eventually("3 live events", Duration::from_secs(10), || {
-        rec.events().len() == 5
-    })
-    .await;
+    soon("3 live events", || rec.events().len() == 5).await;
     assert_eq!(
         rec.events()[2..],
         [
@@ -172,19 +190,9 @@ async fn initial_list_then_live_changes_in_order() {
 #[tokio::test]
 async fn watch_disruption_relists_with_updates_and_tombstones() {
     // TestSharedInformerWatchDisruption / TestResetWatch / TestReplaceEvents
-    let api = FakeApi::new();
-    api.create("ns", "keep", "1");
-    api.create("ns", "change", "1");
-    api.create("ns", "gone", "1");
-    let informer = api.informer().build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
-    eventually("initial adds", Duration::from_secs(10), || {
-        rec.count("add") == 3
-    })
-    .await;
+    let (api, informer) = informer_on_fake(&[("ns", "keep"), ("ns", "change"), ("ns", "gone")]);
+    let (run, rec) = Running::recorded(informer.clone()).await;
+    soon("initial adds", || rec.count("add") == 3).await;
 
     // While disconnected: an update, a delete, a create; and the server
     // forgot the history, so the watch gets 410 and the informer relists.
@@ -194,15 +202,13 @@ async fn watch_disruption_relists_with_updates_and_tombstones() {
         api.create("ns", "new", "1");
     });
     api.expire_old_resource_versions();
-    eventually("cache equals the server", Duration::from_secs(10), || {
+    soon("cache equals the server", || {
         cached_keys(&informer) == fake_keys(&api)
     })
     .await;
-    eventually(
-        "three changes and one sync delivered",
-        Duration::from_secs(10),
-        || rec.events().len() == 7,
-    )
+    soon("three changes and one sync delivered", || {
+        rec.events().len() == 7
+    })
     .await;
     let tail = rec.events()[3..].to_vec();
     assert!(
@@ -227,31 +233,17 @@ async fn watch_disruption_relists_with_updates_and_tombstones() {
 
 #[tokio::test]
 async fn clean_end_of_watch_rewatches_without_relist() {
-    let api = FakeApi::new();
-    api.create("ns", "a", "1");
-    let informer = api.informer().build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let (api, informer) = informer_on_fake(&[("ns", "a")]);
+    let (run, rec) = Running::recorded(informer.clone()).await;
     let lists = api.lists();
     // (a watch that ends within 1 s without any event counts as an error
     // and relists, as in client-go: let this one carry an event first)
     api.update("ns", "a", "2");
-    eventually("update on the first watch", Duration::from_secs(10), || {
-        rec.count("update") == 1
-    })
-    .await;
+    soon("update on the first watch", || rec.count("update") == 1).await;
     api.close_watches();
-    eventually("a second watch", Duration::from_secs(10), || {
-        api.watches() >= 2
-    })
-    .await;
+    soon("a second watch", || api.watches() >= 2).await;
     api.update("ns", "a", "3");
-    eventually("update after rewatch", Duration::from_secs(10), || {
-        rec.count("update") == 2
-    })
-    .await;
+    soon("update after rewatch", || rec.count("update") == 2).await;
     assert_eq!(api.lists(), lists, "a clean end of stream must not relist");
     run.stop().await;
 }
@@ -259,10 +251,8 @@ async fn clean_end_of_watch_rewatches_without_relist() {
 #[tokio::test]
 async fn list_errors_reach_the_watch_error_handler() {
     // TestSharedInformerErrorHandling
-    let api = FakeApi::new();
+    let (api, informer) = informer_on_fake(&[("ns", "a")]);
     api.fail_lists(1);
-    api.create("ns", "a", "1");
-    let informer = api.informer().build();
     let errors = Arc::new(AtomicUsize::new(0));
     let e2 = errors.clone();
     informer
@@ -270,8 +260,7 @@ async fn list_errors_reach_the_watch_error_handler() {
             e2.fetch_add(1, Ordering::SeqCst);
         }))
         .unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await; // recovers after the backoff
+    let run = Running::synced_start(informer.clone()).await; // recovers after the backoff
     assert!(errors.load(Ordering::SeqCst) >= 1);
     assert_eq!(cached_keys(&informer), fake_keys(&api));
     // settings that must come before run
@@ -285,12 +274,9 @@ async fn list_errors_reach_the_watch_error_handler() {
 #[tokio::test]
 async fn transform_runs_before_caching_and_only_before_start() {
     // TestSharedInformerTransformer
-    let api = FakeApi::new();
-    api.create("ns", "a", "1");
-    let informer = api.informer().build();
+    let (_api, informer) = informer_on_fake(&[("ns", "a")]);
     informer.set_transform(strip_managed_fields()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let run = Running::synced_start(informer.clone()).await;
     let cached = informer.indexer().get_by_key("ns/a").unwrap();
     let v: serde_json::Value = serde_json::from_slice(cached.bytes()).unwrap();
     assert!(v["metadata"].get("managedFields").is_none());
@@ -308,10 +294,7 @@ async fn transform_runs_before_caching_and_only_before_start() {
 /// objects, transformed once.
 #[tokio::test]
 async fn relist_keeps_unchanged_objects_and_transforms_only_changed_ones() {
-    let api = FakeApi::new();
-    api.create("ns", "keep", "1");
-    api.create("ns", "change", "1");
-    let informer = api.informer().build();
+    let (api, informer) = informer_on_fake(&[("ns", "keep"), ("ns", "change")]);
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     let strip = strip_managed_fields::<ConfigMap>();
@@ -321,21 +304,16 @@ async fn relist_keeps_unchanged_objects_and_transforms_only_changed_ones() {
             strip(o)
         }))
         .unwrap();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let (run, rec) = Running::recorded(informer.clone()).await;
     let keep = informer.indexer().get_by_key("ns/keep").unwrap();
     let change = informer.indexer().get_by_key("ns/change").unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 
     api.silently(|api| api.update("ns", "change", "2"));
     api.expire_old_resource_versions();
-    eventually(
-        "both relisted objects delivered",
-        Duration::from_secs(10),
-        || rec.count("update") == 2,
-    )
+    soon("both relisted objects delivered", || {
+        rec.count("update") == 2
+    })
     .await;
     assert_eq!(cached_keys(&informer), fake_keys(&api));
     let keep_now = informer.indexer().get_by_key("ns/keep").unwrap();
@@ -360,10 +338,7 @@ async fn late_handler_gets_the_cache_then_live_events_without_loss_or_duplicates
         api.create("ns", &format!("cm{i}"), "1");
     }
     let informer = api.informer().build();
-    let first = Recorder::default();
-    informer.add_event_handler(first.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let (run, _first) = Running::recorded(informer.clone()).await;
 
     // A writer keeps changing objects while the second handler registers.
     let writer = {
@@ -379,18 +354,12 @@ async fn late_handler_gets_the_cache_then_live_events_without_loss_or_duplicates
     let late = Recorder::default();
     let reg = informer.add_event_handler(late.clone()).unwrap();
     writer.await.unwrap();
-    eventually("late handler synced", Duration::from_secs(10), || {
-        reg.has_synced()
-    })
-    .await;
-    eventually("cache caught up", Duration::from_secs(10), || {
+    soon("late handler synced", || reg.has_synced()).await;
+    soon("cache caught up", || {
         cached_keys(&informer) == fake_keys(&api)
     })
     .await;
-    eventually("late handler idle", Duration::from_secs(10), || {
-        reg.is_idle()
-    })
-    .await;
+    soon("late handler idle", || reg.is_idle()).await;
 
     // Replaying the late handler's events over its initial adds must give
     // exactly the final state: nothing lost, nothing seen twice or stale.
@@ -425,24 +394,19 @@ async fn late_handler_gets_the_cache_then_live_events_without_loss_or_duplicates
 #[tokio::test]
 async fn removed_handler_gets_nothing_more_and_removal_is_idempotent() {
     // TestSharedInformerRemoveHandler / TestRemoveWhileActive / TestRemovingRemovedSharedInformer
-    let api = FakeApi::new();
-    let informer = api.informer().build();
+    let (api, informer) = informer_on_fake(&[]);
     let a = Recorder::default();
     let b = Recorder::default();
     let reg_a = informer.add_event_handler(a.clone()).unwrap();
     let reg_b = informer.add_event_handler(b.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let run = Running::synced_start(informer.clone()).await;
     api.create("ns", "x", "1");
-    eventually("both saw x", Duration::from_secs(10), || {
-        a.count("add") == 1 && b.count("add") == 1
-    })
-    .await;
+    soon("both saw x", || a.count("add") == 1 && b.count("add") == 1).await;
     informer.remove_event_handler(&reg_a);
     assert!(!reg_a.is_active());
     informer.remove_event_handler(&reg_a); // idempotent
     api.create("ns", "y", "1");
-    eventually("b saw y", Duration::from_secs(10), || b.count("add") == 2).await;
+    soon("b saw y", || b.count("add") == 2).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(a.count("add"), 1);
     assert!(reg_b.is_active());
@@ -452,24 +416,16 @@ async fn removed_handler_gets_nothing_more_and_removal_is_idempotent() {
 #[tokio::test]
 async fn the_same_handler_registered_twice_gets_events_twice() {
     // TestSharedInformerMultipleRegistration
-    let api = FakeApi::new();
-    let informer = api.informer().build();
+    let (api, informer) = informer_on_fake(&[]);
     let rec = Recorder::default();
     let r1 = informer.add_event_handler(rec.clone()).unwrap();
     let _r2 = informer.add_event_handler(rec.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let run = Running::synced_start(informer.clone()).await;
     api.create("ns", "x", "1");
-    eventually("two adds", Duration::from_secs(10), || {
-        rec.count("add") == 2
-    })
-    .await;
+    soon("two adds", || rec.count("add") == 2).await;
     informer.remove_event_handler(&r1);
     api.create("ns", "y", "1");
-    eventually("one more add", Duration::from_secs(10), || {
-        rec.count("add") == 3
-    })
-    .await;
+    soon("one more add", || rec.count("add") == 3).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(rec.count("add"), 3);
     run.stop().await;
@@ -478,8 +434,7 @@ async fn the_same_handler_registered_twice_gets_events_twice() {
 #[tokio::test]
 async fn a_panicking_handler_keeps_receiving_and_others_are_unaffected() {
     // TestEventPanics (kcache recovers instead of crashing)
-    let api = FakeApi::new();
-    let informer = api.informer().build();
+    let (api, informer) = informer_on_fake(&[]);
     let seen = Arc::new(AtomicUsize::new(0));
     let s2 = seen.clone();
     let panicky = informer
@@ -490,22 +445,14 @@ async fn a_panicking_handler_keeps_receiving_and_others_are_unaffected() {
             }
         }))
         .unwrap();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let (run, rec) = Running::recorded(informer.clone()).await;
     api.create("ns", "boom", "1");
     api.create("ns", "after", "1");
-    eventually(
-        "panicking handler saw both",
-        Duration::from_secs(10),
-        || seen.load(Ordering::SeqCst) == 2,
-    )
-    .await;
-    eventually("other handler saw both", Duration::from_secs(10), || {
-        rec.count("add") == 2
+    soon("panicking handler saw both", || {
+        seen.load(Ordering::SeqCst) == 2
     })
     .await;
+    soon("other handler saw both", || rec.count("add") == 2).await;
     assert_eq!(panicky.panics(), 1);
     assert_eq!(cached_keys(&informer).len(), 2);
     run.stop().await;
@@ -513,48 +460,35 @@ async fn a_panicking_handler_keeps_receiving_and_others_are_unaffected() {
 
 #[tokio::test]
 async fn a_stuck_handler_does_not_delay_the_others_or_the_cache() {
-    let api = FakeApi::new();
-    let informer = api.informer().build();
+    let (api, informer) = informer_on_fake(&[]);
     let gate = Gate::default();
     let g2 = gate.clone();
     let stuck = informer
         .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| g2.wait()))
         .unwrap();
-    let fast = Recorder::default();
-    informer.add_event_handler(fast.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let (run, fast) = Running::recorded(informer.clone()).await;
     for i in 0..100 {
         api.create("ns", &format!("cm{i}"), "1");
     }
-    eventually("fast handler kept pace", Duration::from_secs(10), || {
-        fast.count("add") == 100
-    })
-    .await;
+    soon("fast handler kept pace", || fast.count("add") == 100).await;
     assert_eq!(informer.indexer().len(), 100);
     assert!(stuck.backlog() >= 98, "backlog {}", stuck.backlog());
     let backlogs = informer.listener_backlogs();
     assert!(backlogs.iter().any(|(_, n)| *n >= 98), "{backlogs:?}");
     gate.open();
-    eventually("stuck handler drained", Duration::from_secs(10), || {
-        stuck.backlog() == 0
-    })
-    .await;
+    soon("stuck handler drained", || stuck.backlog() == 0).await;
     run.stop().await;
 }
 
 #[tokio::test]
 async fn registration_syncs_only_after_its_initial_adds_returned() {
-    let api = FakeApi::new();
-    api.create("ns", "a", "1");
-    let informer = api.informer().build();
+    let (_api, informer) = informer_on_fake(&[("ns", "a")]);
     let release = Gate::default();
     let r2 = release.clone();
     let reg = informer
         .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| r2.wait()))
         .unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let run = Running::synced_start(informer.clone()).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(informer.has_synced());
     assert!(
@@ -562,23 +496,15 @@ async fn registration_syncs_only_after_its_initial_adds_returned() {
         "the handler has not returned from its initial add"
     );
     release.open();
-    eventually("registration synced", Duration::from_secs(10), || {
-        reg.has_synced()
-    })
-    .await;
+    soon("registration synced", || reg.has_synced()).await;
     run.stop().await;
 }
 
 #[tokio::test]
 async fn shutdown_stops_everything_and_rejects_late_use() {
     // TestShutdown / TestAddOnStoppedSharedInformer
-    let api = FakeApi::new();
-    api.create("ns", "a", "1");
-    let informer = api.informer().build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let (api, informer) = informer_on_fake(&[("ns", "a")]);
+    let (run, rec) = Running::recorded(informer.clone()).await;
     assert!(informer.has_started());
     run.stop().await;
     assert!(informer.is_stopped());
@@ -599,20 +525,13 @@ async fn shutdown_stops_everything_and_rejects_late_use() {
 #[tokio::test]
 async fn updates_arrive_in_order_per_key() {
     // TestUpdate
-    let api = FakeApi::new();
-    let informer = api.informer().build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let (api, informer) = informer_on_fake(&[]);
+    let (run, rec) = Running::recorded(informer.clone()).await;
     api.create("ns", "k", "0");
     for i in 1..=100 {
         api.update("ns", "k", &i.to_string());
     }
-    eventually("100 updates", Duration::from_secs(10), || {
-        rec.count("update") == 100
-    })
-    .await;
+    soon("100 updates", || rec.count("update") == 100).await;
     let mut last = 0u64;
     for e in rec.events().iter().filter(|e| e.starts_with("update")) {
         let (old, new) = e.split(' ').nth(2).unwrap().split_once("->").unwrap();
@@ -631,17 +550,11 @@ async fn real_fifo_informer_behaves_the_same() {
         .informer()
         .fifo(kcache_informer::FifoKind::RealFifo)
         .build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).unwrap();
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let (run, rec) = Running::recorded(informer.clone()).await;
     api.update("ns", "a", "2");
     api.silently(|api| api.delete("ns", "a"));
     api.expire_old_resource_versions();
-    eventually("tombstone delete", Duration::from_secs(10), || {
-        rec.count("delete") == 1
-    })
-    .await;
+    soon("tombstone delete", || rec.count("delete") == 1).await;
     assert_eq!(
         rec.events(),
         [
@@ -669,20 +582,14 @@ async fn listener_backlog_and_panics_are_exported_to_prometheus() {
         .unwrap();
     let metrics = kcache_informer::PrometheusMetricsProvider::new(&mut registry);
     assert!(informer.set_metrics(Arc::new(metrics)));
-    let run = Running::start(informer.clone());
-    run.synced().await;
+    let run = Running::synced_start(informer.clone()).await;
     for i in 0..5 {
         api.create("ns", &format!("c{i}"), "1");
     }
-    eventually("cached", Duration::from_secs(10), || {
-        informer.indexer().len() == 5
+    soon("cached", || informer.indexer().len() == 5).await;
+    soon("one add in the handler, four waiting", || {
+        informer.listener_backlogs().first().map(|b| b.1) == Some(4)
     })
-    .await;
-    eventually(
-        "one add in the handler, four waiting",
-        Duration::from_secs(10),
-        || informer.listener_backlogs().first().map(|b| b.1) == Some(4),
-    )
     .await;
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();

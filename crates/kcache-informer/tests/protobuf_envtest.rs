@@ -335,15 +335,19 @@ async fn protobuf_list_watch_and_streaming_list_on_the_local_apiserver() {
         field_manager: Some("kubelet".into()),
         ..Default::default()
     };
-    for i in 0..5 {
-        let name = format!("seed-{i}");
-        create(&pods, &pod(&name)).await;
-        pods.patch_status(&name, &kubelet, &Patch::Merge(pod_status()))
+    // `name` as a Pod (with a status written by a second field manager),
+    // a ConfigMap, a Secret and a Deployment
+    let create_each = async |name: &str| {
+        create(&pods, &pod(name)).await;
+        pods.patch_status(name, &kubelet, &Patch::Merge(pod_status()))
             .await
             .unwrap();
-        create(&cms, &config_map(&name)).await;
-        create(&secrets, &secret(&name)).await;
-        create(&deploys, &deployment(&name)).await;
+        create(&cms, &config_map(name)).await;
+        create(&secrets, &secret(name)).await;
+        create(&deploys, &deployment(name)).await;
+    };
+    for i in 0..5 {
+        create_each(&format!("seed-{i}")).await;
     }
     let deploy_ar = ApiResource::erase::<Deployment>(&());
     for mode in [Mode::Paged, Mode::Rv0, Mode::Streaming] {
@@ -352,25 +356,23 @@ async fn protobuf_list_watch_and_streaming_list_on_the_local_apiserver() {
         let s = Pair::<Secret>::start(cp, &ns, mode, (), true);
         let d = Pair::<Deployment>::start(cp, &ns, mode, (), true);
         let dynamic = Pair::<DynamicObject>::start(cp, &ns, mode, deploy_ar.clone(), false);
-        let what = format!("{mode:?}: initial state");
-        p.check(&what, &server_state(&pods).await).await;
-        c.check(&what, &server_state(&cms).await).await;
-        s.check(&what, &server_state(&secrets).await).await;
-        d.check(&what, &server_state(&deploys).await).await;
-        dynamic.check(&what, &server_state(&deploys).await).await;
+        // every informer's cache against a fresh list
+        let check = async |when: &str| {
+            let what = format!("{mode:?}: {when}");
+            p.check(&what, &server_state(&pods).await).await;
+            c.check(&what, &server_state(&cms).await).await;
+            s.check(&what, &server_state(&secrets).await).await;
+            d.check(&what, &server_state(&deploys).await).await;
+            dynamic.check(&what, &server_state(&deploys).await).await;
+        };
+        check("initial state").await;
 
         // live events: create, update, status by a second manager, delete
         let live = format!("live-{mode:?}").to_lowercase();
         let gone = format!("gone-{mode:?}").to_lowercase();
-        create(&pods, &pod(&live)).await;
+        create_each(&live).await;
         create(&pods, &pod(&gone)).await;
-        pods.patch_status(&live, &kubelet, &Patch::Merge(pod_status()))
-            .await
-            .unwrap();
-        create(&cms, &config_map(&live)).await;
         create(&cms, &config_map(&gone)).await;
-        create(&secrets, &secret(&live)).await;
-        create(&deploys, &deployment(&live)).await;
         create(&deploys, &deployment(&gone)).await;
         let label = Patch::Merge(json!({"metadata": {"labels": {"changed": "yes"}}}));
         cms.patch(&live, &PatchParams::default(), &label)
@@ -392,12 +394,7 @@ async fn protobuf_list_watch_and_streaming_list_on_the_local_apiserver() {
             .delete(&gone, &DeleteParams::default())
             .await
             .unwrap();
-        let what = format!("{mode:?}: after live events");
-        p.check(&what, &server_state(&pods).await).await;
-        c.check(&what, &server_state(&cms).await).await;
-        s.check(&what, &server_state(&secrets).await).await;
-        d.check(&what, &server_state(&deploys).await).await;
-        dynamic.check(&what, &server_state(&deploys).await).await;
+        check("after live events").await;
 
         // the initial state came the intended way
         let (pb_uris, js_uris) = p.stop().await;

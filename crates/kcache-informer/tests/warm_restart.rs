@@ -71,6 +71,143 @@ fn temp_dir(test: &str) -> PathBuf {
     d
 }
 
+/// One test's setting: a namespace holding ConfigMaps `cm-0..` and a
+/// fresh snapshot folder (removed when the test ends).
+struct World<'a> {
+    cp: &'a ControlPlane,
+    ns: String,
+    api: Api<ConfigMap>,
+    dir: PathBuf,
+}
+
+/// Captures warnings, creates the namespace `warm-<test>-*` on the shared
+/// control plane with `configmaps` ConfigMaps, and the folder for `test`.
+async fn world(test: &str, configmaps: usize) -> World<'static> {
+    capture_global_warnings();
+    let TestNamespace { cp, ns, .. } = namespace(&format!("warm-{test}")).await;
+    World::new(cp, ns, test, configmaps).await
+}
+
+impl<'a> World<'a> {
+    async fn new(cp: &'a ControlPlane, ns: String, test: &str, configmaps: usize) -> Self {
+        let api = Api::namespaced(cp.client().unwrap(), &ns);
+        let world = World {
+            cp,
+            ns,
+            api,
+            dir: temp_dir(test),
+        };
+        for i in 0..configmaps {
+            world.create(&format!("cm-{i}")).await;
+        }
+        world
+    }
+
+    /// `SnapshotOptions` for the file `cms.kcsnap` in the folder.
+    fn snapshot_file(&self) -> SnapshotOptions {
+        SnapshotOptions::file(self.dir.join("cms.kcsnap"))
+    }
+
+    /// An informer named `name` on the namespace (admin client, streaming
+    /// list, DeltaFIFO).
+    fn run(&self, name: &str, options: SnapshotOptions) -> Run {
+        let client = self.cp.client().unwrap();
+        Run::start(client, &self.ns, name, options, true, FifoKind::DeltaFifo)
+    }
+
+    /// The same on a client of its own that records every request; waits
+    /// for the sync.
+    async fn synced_recorded(&self, name: &str, options: SnapshotOptions) -> (Run, RequestLog) {
+        self.synced_recorded_with(name, options, true, FifoKind::DeltaFifo)
+            .await
+    }
+
+    async fn synced_recorded_with(
+        &self,
+        name: &str,
+        options: SnapshotOptions,
+        watch_list: bool,
+        fifo: FifoKind,
+    ) -> (Run, RequestLog) {
+        let (client, log) = recording_client(self.cp.config());
+        let run = Run::start(client, &self.ns, name, options, watch_list, fifo);
+        run.synced().await;
+        (run, log)
+    }
+
+    /// A first (cold) run that writes a snapshot on shutdown; returns the
+    /// snapshot's resourceVersion.
+    async fn first_run(&self, name: &str, options: SnapshotOptions) -> String {
+        let run = self.run(name, options);
+        run.synced().await;
+        let informer = run.stop().await;
+        let status = informer.snapshot_status();
+        assert_eq!(status.start, StartKind::Cold);
+        assert_eq!(status.writes, 1, "{status:?}");
+        assert_eq!(status.write_failures, 0);
+        status.last_write.unwrap().resource_version
+    }
+
+    /// Asserts that `informer`'s cache equals a fresh list.
+    async fn assert_cache_fresh(&self, informer: &SharedIndexInformer<ConfigMap>, case: &str) {
+        assert_eq!(
+            cache_state(&informer.indexer().list()),
+            server_state(&self.api).await,
+            "{case}"
+        );
+    }
+
+    /// Asserts that `run`'s cache and its handler's view equal a fresh
+    /// list.
+    async fn assert_run_fresh(&self, run: &Run) {
+        self.assert_cache_fresh(&run.informer, "the cache").await;
+        assert_eq!(
+            run.rec.view(),
+            server_state(&self.api).await,
+            "the handler's view"
+        );
+    }
+
+    /// What changes while the informer is down: `cm-1` updated (its new
+    /// resourceVersion returned), `deleted` deleted, `new` created.
+    async fn change_while_down(&self, deleted: &[&str]) -> String {
+        let updated = merge_patch(&self.api, "cm-1", json!({"data": {"v": "2"}}))
+            .await
+            .metadata
+            .resource_version
+            .unwrap();
+        for name in deleted {
+            self.api
+                .delete(name, &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+        self.create("new").await;
+        updated
+    }
+
+    /// Creates the ConfigMap `name`; returns its resourceVersion.
+    async fn create(&self, name: &str) -> String {
+        self.api
+            .create(
+                &PostParams::default(),
+                &config_map(name).data("v", "1").build(),
+            )
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap()
+    }
+}
+
+impl Drop for World<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A running informer with a recording handler.
 struct Run {
     informer: SharedIndexInformer<ConfigMap>,
     rec: Recorder,
@@ -86,16 +223,6 @@ impl Run {
         name: &str,
         options: SnapshotOptions,
         watch_list: bool,
-    ) -> Run {
-        Self::start_with(client, ns, name, options, watch_list, FifoKind::DeltaFifo)
-    }
-
-    fn start_with(
-        client: Client,
-        ns: &str,
-        name: &str,
-        options: SnapshotOptions,
-        watch_list: bool,
         fifo: FifoKind,
     ) -> Run {
         let mut list_options = kcache_informer::ListOptions {
@@ -104,12 +231,18 @@ impl Run {
             ..Default::default()
         };
         list_options.object_options = list_options.object_options.strip_managed_fields(true);
-        let informer = SharedIndexInformer::<ConfigMap>::builder(client)
-            .list_options(list_options)
-            .name(name)
-            .snapshot(options)
-            .fifo(fifo)
-            .build();
+        Run::spawn(
+            SharedIndexInformer::<ConfigMap>::builder(client)
+                .list_options(list_options)
+                .name(name)
+                .snapshot(options)
+                .fifo(fifo)
+                .build(),
+        )
+    }
+
+    /// Registers a [`Recorder`] on `informer` and runs it.
+    fn spawn(informer: SharedIndexInformer<ConfigMap>) -> Run {
         let rec = Recorder::default();
         informer.add_event_handler(rec.clone()).unwrap();
         let (cancel, task) = spawn_run(&informer);
@@ -139,31 +272,21 @@ impl Run {
         self.task.await.unwrap().unwrap();
         self.informer
     }
-}
 
-/// Creates `n` ConfigMaps `cm-0..` in `ns`.
-async fn populate(api: &Api<ConfigMap>, n: usize) {
-    for i in 0..n {
-        api.create(
-            &PostParams::default(),
-            &config_map(&format!("cm-{i}")).data("v", "1").build(),
-        )
-        .await
-        .unwrap();
+    /// What the handler saw of `name`: (kind, flag) per notification.
+    fn kinds(&self, ns: &str, name: &str) -> Vec<(&'static str, bool)> {
+        self.rec
+            .of(&format!("{ns}/{name}"))
+            .iter()
+            .map(|s| (s.kind, s.flag))
+            .collect()
     }
 }
 
-/// A first (cold) run that writes a snapshot on shutdown; returns the
-/// snapshot's resourceVersion.
-async fn first_run(client: Client, ns: &str, name: &str, options: SnapshotOptions) -> String {
-    let run = Run::start(client, ns, name, options, true);
-    run.synced().await;
-    let informer = run.stop().await;
-    let status = informer.snapshot_status();
-    assert_eq!(status.start, StartKind::Cold);
-    assert_eq!(status.writes, 1, "{status:?}");
-    assert_eq!(status.write_failures, 0);
-    status.last_write.unwrap().resource_version
+/// Starts the factory's informers and waits until each has synced.
+async fn start_synced(factory: &SharedInformerFactory) {
+    factory.start();
+    assert!(factory.wait_for_cache_sync().await.values().all(|ok| *ok));
 }
 
 // ------------------------------------------------------------------ tests
@@ -174,18 +297,21 @@ async fn first_run(client: Client, ns: &str, name: &str, options: SnapshotOption
 /// metrics say warm.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fresh_snapshot_resumes_without_a_list() {
-    capture_global_warnings();
-    let TestNamespace { cp, ns, .. } = namespace("warm-fresh").await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    populate(&api, 30).await;
-    let dir = temp_dir("fresh");
-    let options = SnapshotOptions::file(dir.join("cms.kcsnap")).server_url(cp.server_url());
-    let rv = first_run(cp.client().unwrap(), &ns, "warm-fresh-1", options.clone()).await;
+    let w = world("fresh", 30).await;
+    let options = w.snapshot_file().server_url(w.cp.server_url());
+    let rv = w.first_run("warm-fresh-1", options.clone()).await;
 
-    let (client, log) = recording_client(cp.config());
+    let (client, log) = recording_client(w.cp.config());
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = kcache_informer::PrometheusMetricsProvider::new(&mut registry);
-    let run = Run::start(client, &ns, "warm-fresh-2", options, true);
+    let run = Run::start(
+        client,
+        &w.ns,
+        "warm-fresh-2",
+        options,
+        true,
+        FifoKind::DeltaFifo,
+    );
     assert!(run.informer.set_metrics(Arc::new(metrics)));
     // the snapshot is in the cache at once, but the informer has not synced
     // before the apiserver confirmed the resume (here: the resumed watch's
@@ -201,15 +327,12 @@ async fn fresh_snapshot_resumes_without_a_list() {
     assert!(took >= Duration::from_secs(1), "{took:?}");
     eprintln!("warm start synced in {took:?}");
     assert_eq!(lists(&log), Vec::<String>::new(), "{:#?}", log.lock());
-    let w = watches(&log);
+    let watched = watches(&log);
     assert!(
-        w[0].contains(&format!("resourceVersion={rv}")),
-        "the watch resumes at the snapshot's RV {rv}: {w:?}"
+        watched[0].contains(&format!("resourceVersion={rv}")),
+        "the watch resumes at the snapshot's RV {rv}: {watched:?}"
     );
-    assert_eq!(
-        cache_state(&run.informer.indexer().list()),
-        server_state(&api).await
-    );
+    w.assert_cache_fresh(&run.informer, "the cache").await;
     let adds = run.rec.all();
     assert_eq!(adds.len(), 30, "{adds:?}");
     assert!(adds.iter().all(|s| s.kind == "add" && s.flag), "{adds:?}");
@@ -229,87 +352,48 @@ async fn fresh_snapshot_resumes_without_a_list() {
     }
     assert!(text.contains("kcache_informer_snapshot_age_seconds{informer=\"warm-fresh-2\"}"));
     // after the sync the informer follows the watch as usual
-    api.create(
-        &PostParams::default(),
-        &config_map("later").data("v", "1").build(),
-    )
-    .await
-    .unwrap();
-    let key = format!("{ns}/later");
+    w.create("later").await;
+    let key = format!("{}/later", w.ns);
     eventually_async("the later add", Duration::from_secs(15), async || {
         run.rec.of(&key).iter().any(|s| s.kind == "add" && !s.flag)
     })
     .await;
     run.stop().await;
     assert!(warnings_of("warm-fresh-2").is_empty());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Changes and deletes made while the informer was down arrive after the
 /// snapshot's initial adds, as updates, adds and (watch) deletes; the cache
-/// converges to a fresh list; still no list request.
+/// converges to a fresh list; still no list request. One row per FIFO: the
+/// DeltaFIFO, and the in-order RealFIFO.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_while_down_are_delivered() {
-    changes_while_down(FifoKind::DeltaFifo).await;
-}
-
-/// The same with the in-order RealFIFO.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changes_while_down_are_delivered_real_fifo() {
-    changes_while_down(FifoKind::RealFifo).await;
+    for fifo in [FifoKind::DeltaFifo, FifoKind::RealFifo] {
+        eprintln!("row: {fifo:?}");
+        changes_while_down(fifo).await;
+    }
 }
 
 async fn changes_while_down(fifo: FifoKind) {
-    capture_global_warnings();
-    let TestNamespace { cp, ns, .. } = namespace("warm-changes").await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    populate(&api, 10).await;
-    let dir = temp_dir(&format!("changes-{fifo:?}"));
-    let options = SnapshotOptions::file(dir.join("cms.kcsnap"));
-    first_run(cp.client().unwrap(), &ns, "warm-changes-1", options.clone()).await;
+    let w = world(&format!("changes-{fifo:?}").to_lowercase(), 10).await;
+    let options = w.snapshot_file();
+    w.first_run("warm-changes-1", options.clone()).await;
 
-    // while down
-    let updated = merge_patch(&api, "cm-1", json!({"data": {"v": "2"}}))
-        .await
-        .metadata
-        .resource_version
-        .unwrap();
-    api.delete("cm-2", &DeleteParams::default()).await.unwrap();
-    api.create(
-        &PostParams::default(),
-        &config_map("new").data("v", "1").build(),
-    )
-    .await
-    .unwrap();
+    let updated = w.change_while_down(&["cm-2"]).await;
 
-    let (client, log) = recording_client(cp.config());
-    let run = Run::start_with(client, &ns, "warm-changes-2", options, true, fifo);
-    run.synced().await;
+    let (run, log) = w
+        .synced_recorded_with("warm-changes-2", options, true, fifo)
+        .await;
     assert_eq!(lists(&log), Vec::<String>::new());
-    assert_eq!(
-        cache_state(&run.informer.indexer().list()),
-        server_state(&api).await
-    );
-    assert_eq!(
-        run.rec.view(),
-        server_state(&api).await,
-        "the handler's view"
-    );
-    let kinds = |k: &str| -> Vec<(&'static str, bool)> {
-        run.rec
-            .of(&format!("{ns}/{k}"))
-            .iter()
-            .map(|s| (s.kind, s.flag))
-            .collect()
-    };
+    w.assert_run_fresh(&run).await;
+    let kinds = |k: &str| run.kinds(&w.ns, k);
     assert_eq!(kinds("cm-1"), [("add", true), ("update", false)]);
-    assert_eq!(run.rec.of(&format!("{ns}/cm-1"))[1].rv, updated);
+    assert_eq!(run.rec.of(&format!("{}/cm-1", w.ns))[1].rv, updated);
     assert_eq!(kinds("cm-2"), [("add", true), ("delete", false)]);
     assert_eq!(kinds("new"), [("add", false)]);
     assert_eq!(kinds("cm-3"), [("add", true)]);
     assert!(!run.informer.snapshot_status().resume_relisted);
     run.stop().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A snapshot older than the apiserver's watch window (apiserver restarted,
@@ -328,28 +412,18 @@ async fn expired_snapshot_relists_with_tombstones() {
 
 async fn expired_round(cp: &ControlPlane, watch_list: bool) {
     let ns = cp.create_namespace("warm-expired").await.unwrap();
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    populate(&api, 10).await;
-    let dir = temp_dir(&format!("expired-{watch_list}"));
-    let options = SnapshotOptions::file(dir.join("cms.kcsnap"));
-    first_run(cp.client().unwrap(), &ns, "warm-expired-1", options.clone()).await;
+    let w = World::new(cp, ns, &format!("expired-{watch_list}"), 10).await;
+    let options = w.snapshot_file();
+    w.first_run("warm-expired-1", options.clone()).await;
 
-    merge_patch(&api, "cm-1", json!({"data": {"v": "2"}})).await;
-    api.delete("cm-2", &DeleteParams::default()).await.unwrap();
-    api.delete("cm-3", &DeleteParams::default()).await.unwrap();
-    api.create(
-        &PostParams::default(),
-        &config_map("new").data("v", "1").build(),
-    )
-    .await
-    .unwrap();
+    w.change_while_down(&["cm-2", "cm-3"]).await;
     // the watch cache starts again from now, and etcd forgets the past
     cp.restart_apiserver().await.unwrap();
     cp.compact_etcd().await.unwrap();
 
-    let (client, log) = recording_client(cp.config());
-    let run = Run::start(client, &ns, "warm-expired-2", options, watch_list);
-    run.synced().await;
+    let (run, log) = w
+        .synced_recorded_with("warm-expired-2", options, watch_list, FifoKind::DeltaFifo)
+        .await;
     let status = run.informer.snapshot_status();
     assert_eq!(status.start, StartKind::Warm);
     assert!(status.resume_relisted, "{status:?}");
@@ -359,17 +433,9 @@ async fn expired_round(cp: &ControlPlane, watch_list: bool) {
         "one relist (streaming: {watch_list}): {:#?}",
         log.lock()
     );
-    assert_eq!(
-        cache_state(&run.informer.indexer().list()),
-        server_state(&api).await
-    );
-    assert_eq!(
-        run.rec.view(),
-        server_state(&api).await,
-        "the handler's view"
-    );
+    w.assert_run_fresh(&run).await;
     for gone in ["cm-2", "cm-3"] {
-        let seen = run.rec.of(&format!("{ns}/{gone}"));
+        let seen = run.rec.of(&format!("{}/{gone}", w.ns));
         assert_eq!(seen.first().map(|s| (s.kind, s.flag)), Some(("add", true)));
         let last = seen.last().unwrap();
         assert_eq!(
@@ -378,15 +444,10 @@ async fn expired_round(cp: &ControlPlane, watch_list: bool) {
             "{gone}: tombstone {seen:?}"
         );
     }
-    let cm1 = run.rec.of(&format!("{ns}/cm-1"));
+    let cm1 = run.rec.of(&format!("{}/cm-1", w.ns));
     assert_eq!(cm1.last().unwrap().kind, "update", "{cm1:?}");
-    let new = run.rec.of(&format!("{ns}/new"));
-    assert_eq!(
-        new.iter().map(|s| (s.kind, s.flag)).collect::<Vec<_>>(),
-        [("add", false)]
-    );
+    assert_eq!(run.kinds(&w.ns, "new"), [("add", false)]);
     run.stop().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn corrupt_copy(src: &Path, dst: &Path, how: &str) {
@@ -412,52 +473,26 @@ fn corrupt_copy(src: &Path, dst: &Path, how: &str) {
 /// snapshot written on shutdown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unusable_snapshots_start_cold_with_one_warning() {
-    capture_global_warnings();
-    let TestNamespace { cp, ns, .. } = namespace("warm-bad").await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    populate(&api, 5).await;
-    let dir = temp_dir("bad");
-    let good = dir.join("good.kcsnap");
-    first_run(
-        cp.client().unwrap(),
-        &ns,
-        "warm-bad-0",
-        SnapshotOptions::file(&good),
-    )
-    .await;
+    let w = world("bad", 5).await;
+    let good = w.dir.join("good.kcsnap");
+    w.first_run("warm-bad-0", SnapshotOptions::file(&good))
+        .await;
     // a snapshot of the same namespace written "by another cluster"
-    let foreign = dir.join("foreign.kcsnap");
-    first_run(
-        cp.client().unwrap(),
-        &ns,
+    let foreign = w.dir.join("foreign.kcsnap");
+    w.first_run(
         "warm-bad-1",
         SnapshotOptions::file(&foreign).cluster_id("another-cluster"),
     )
     .await;
     for how in ["truncated", "corrupt", "version"] {
-        corrupt_copy(&good, &dir.join(format!("{how}.kcsnap")), how);
+        corrupt_copy(&good, &w.dir.join(format!("{how}.kcsnap")), how);
     }
+    let file = |case: &str| SnapshotOptions::file(w.dir.join(format!("{case}.kcsnap")));
     let cases: Vec<(&str, SnapshotOptions, &str)> = vec![
-        (
-            "missing",
-            SnapshotOptions::file(dir.join("missing.kcsnap")),
-            "no snapshot",
-        ),
-        (
-            "truncated",
-            SnapshotOptions::file(dir.join("truncated.kcsnap")),
-            "truncated",
-        ),
-        (
-            "corrupt",
-            SnapshotOptions::file(dir.join("corrupt.kcsnap")),
-            "corrupt",
-        ),
-        (
-            "version",
-            SnapshotOptions::file(dir.join("version.kcsnap")),
-            "format version 9",
-        ),
+        ("missing", file("missing"), "no snapshot"),
+        ("truncated", file("truncated"), "truncated"),
+        ("corrupt", file("corrupt"), "corrupt"),
+        ("version", file("version"), "format version 9"),
         (
             "cluster",
             SnapshotOptions::file(&foreign),
@@ -466,15 +501,9 @@ async fn unusable_snapshots_start_cold_with_one_warning() {
     ];
     for (case, options, reason) in cases {
         let name = format!("warm-bad-{case}");
-        let (client, log) = recording_client(cp.config());
-        let run = Run::start(client, &ns, &name, options, true);
-        run.synced().await;
+        let (run, log) = w.synced_recorded(&name, options).await;
         assert_eq!(lists(&log).len(), 1, "{case}: one (streaming) list");
-        assert_eq!(
-            cache_state(&run.informer.indexer().list()),
-            server_state(&api).await,
-            "{case}"
-        );
+        w.assert_cache_fresh(&run.informer, case).await;
         let status = run.informer.snapshot_status();
         assert_eq!(status.start, StartKind::Cold, "{case}");
         assert!(
@@ -483,79 +512,66 @@ async fn unusable_snapshots_start_cold_with_one_warning() {
         );
         let adds = run.rec.all();
         assert_eq!(adds.len(), 5, "{case}: {adds:?}");
-        let w = warnings_of(&name);
-        assert_eq!(w.len(), 1, "{case}: exactly one warning: {w:#?}");
-        assert!(w[0].contains(reason), "{case}: {}", w[0]);
+        let warns = warnings_of(&name);
+        assert_eq!(warns.len(), 1, "{case}: exactly one warning: {warns:#?}");
+        assert!(warns[0].contains(reason), "{case}: {}", warns[0]);
         let informer = run.stop().await;
         assert_eq!(informer.snapshot_status().writes, 1, "{case}: rewritten");
     }
     // another label selector: the same file is not used
     let list_options = kcache_informer::ListOptions {
-        namespace: Some(ns.clone()),
+        namespace: Some(w.ns.clone()),
         label_selector: Some("app=other".into()),
         ..Default::default()
     };
-    let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
-        .list_options(list_options)
-        .name("warm-bad-selector")
-        .snapshot(SnapshotOptions::file(&good).write_on_shutdown(false))
-        .build();
-    let (cancel, task) = spawn_run(&informer);
-    assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
-    assert!(informer.indexer().list().is_empty());
-    let w = warnings_of("warm-bad-selector");
-    assert_eq!(w.len(), 1, "{w:#?}");
-    assert!(w[0].contains("label selector"), "{}", w[0]);
-    cancel.cancel();
-    task.await.unwrap().unwrap();
-    let _ = std::fs::remove_dir_all(dir);
+    let run = Run::spawn(
+        SharedIndexInformer::<ConfigMap>::builder(w.cp.client().unwrap())
+            .list_options(list_options)
+            .name("warm-bad-selector")
+            .snapshot(SnapshotOptions::file(&good).write_on_shutdown(false))
+            .build(),
+    );
+    run.synced().await;
+    assert!(run.informer.indexer().list().is_empty());
+    let warns = warnings_of("warm-bad-selector");
+    assert_eq!(warns.len(), 1, "{warns:#?}");
+    assert!(warns[0].contains("label selector"), "{}", warns[0]);
+    run.stop().await;
 }
 
 /// The factory: one snapshot per informer in a folder; the second factory
 /// starts warm from it without listing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn factory_snapshots_every_informer() {
-    capture_global_warnings();
-    let TestNamespace { cp, ns, .. } = namespace("warm-factory").await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    populate(&api, 4).await;
-    let dir = temp_dir("factory");
+    let w = world("factory", 4).await;
     let make = |client: Client| {
         SharedInformerFactory::builder(client)
-            .namespace(&ns)
-            .snapshots(SnapshotOptions::dir(&dir).interval(Duration::ZERO))
+            .namespace(&w.ns)
+            .snapshots(SnapshotOptions::dir(&w.dir).interval(Duration::ZERO))
             .build()
     };
-    let factory = make(cp.client().unwrap());
+    let factory = make(w.cp.client().unwrap());
     let first = factory.informer::<ConfigMap>();
-    factory.start();
-    assert!(factory.wait_for_cache_sync().await.values().all(|ok| *ok));
+    start_synced(&factory).await;
     factory.shutdown().await;
     assert_eq!(first.snapshot_status().writes, 1);
-    let files: BTreeSet<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let files: BTreeSet<String> = files_in(&w.dir).into_keys().collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let file = files.iter().next().unwrap();
     assert!(
-        file.starts_with(&format!("configmaps.core.v1.ns-{ns}.")) && file.ends_with(".kcsnap"),
+        file.starts_with(&format!("configmaps.core.v1.ns-{}.", w.ns)) && file.ends_with(".kcsnap"),
         "{file}"
     );
 
-    let (client, log) = recording_client(cp.config());
+    let (client, log) = recording_client(w.cp.config());
     let factory = make(client);
     let second = factory.informer::<ConfigMap>();
-    factory.start();
-    assert!(factory.wait_for_cache_sync().await.values().all(|ok| *ok));
+    start_synced(&factory).await;
     assert_eq!(second.snapshot_status().start, StartKind::Warm);
     assert_eq!(lists(&log), Vec::<String>::new());
-    assert_eq!(
-        cache_state(&second.indexer().list()),
-        server_state(&api).await
-    );
+    w.assert_cache_fresh(&second, "the second factory's cache")
+        .await;
     factory.shutdown().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The files in `dir`, each with its content.
@@ -586,19 +602,16 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 /// leaves out another type. Every file is 0600.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn factory_snapshots_skip_secrets_unless_named() {
-    capture_global_warnings();
-    let TestNamespace { cp, ns, .. } = namespace("warm-secrets").await;
-    let cms: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    populate(&cms, 2).await;
+    let w = world("secrets", 2).await;
     // the marker in an annotation: what a snapshot holds of a Secret
     // as-is, in the typed and in the metadata-only informer
-    let marker = format!("do-not-persist-{ns}");
+    let marker = format!("do-not-persist-{}", w.ns);
     let secret: Secret = serde_json::from_value(json!({
         "metadata": { "name": "creds", "annotations": { "marker": marker } },
         "stringData": { "password": marker },
     }))
     .unwrap();
-    Api::<Secret>::namespaced(cp.client().unwrap(), &ns)
+    Api::<Secret>::namespaced(w.cp.client().unwrap(), &w.ns)
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
@@ -609,9 +622,10 @@ async fn factory_snapshots_skip_secrets_unless_named() {
         kcache_informer::SharedInformerFactoryBuilder,
     ) -> kcache_informer::SharedInformerFactoryBuilder|
            -> Vec<bool> {
+        std::fs::create_dir_all(dir).unwrap();
         let factory = tweak(
-            SharedInformerFactory::builder(cp.client().unwrap())
-                .namespace(&ns)
+            SharedInformerFactory::builder(w.cp.client().unwrap())
+                .namespace(&w.ns)
                 .snapshot_dir(dir),
         )
         .build();
@@ -623,14 +637,13 @@ async fn factory_snapshots_skip_secrets_unless_named() {
                 .dynamic_informer(&secrets_resource)
                 .snapshots_enabled(),
         ];
-        factory.start();
-        assert!(factory.wait_for_cache_sync().await.values().all(|ok| *ok));
+        start_synced(&factory).await;
         factory.shutdown().await;
         enabled
     };
 
     // the default: everything but Secrets
-    let dir = temp_dir("secrets-default");
+    let dir = w.dir.join("default");
     let enabled = run(&dir, &|b| b).await;
     assert_eq!(enabled, [true, false, false, false]);
     let files = files_in(&dir);
@@ -647,7 +660,7 @@ async fn factory_snapshots_skip_secrets_unless_named() {
 
     // named explicitly: persisted (typed, metadata-only and dynamic); and
     // ConfigMaps skipped
-    let dir2 = temp_dir("secrets-named");
+    let dir2 = w.dir.join("named");
     let enabled = run(&dir2, &|b| {
         b.snapshot_for::<Secret>().skip_snapshot_for::<ConfigMap>()
     })
@@ -672,44 +685,24 @@ async fn factory_snapshots_skip_secrets_unless_named() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(dir);
-    let _ = std::fs::remove_dir_all(dir2);
 }
 
 /// Periodic snapshots while synced: with a short interval the file is
 /// rewritten while the informer runs, and reflects the latest change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn periodic_snapshots_while_synced() {
-    capture_global_warnings();
-    let TestNamespace { cp, ns, .. } = namespace("warm-periodic").await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    populate(&api, 3).await;
-    let dir = temp_dir("periodic");
-    let options = SnapshotOptions::file(dir.join("cms.kcsnap"))
+    let w = world("periodic", 3).await;
+    let options = w
+        .snapshot_file()
         .interval(Duration::from_millis(300))
         .write_on_shutdown(false);
-    let run = Run::start(
-        cp.client().unwrap(),
-        &ns,
-        "warm-periodic",
-        options.clone(),
-        true,
-    );
+    let run = w.run("warm-periodic", options.clone());
     run.synced().await;
     eventually_async("a periodic write", Duration::from_secs(15), async || {
         run.informer.snapshot_status().writes >= 1
     })
     .await;
-    let rv = api
-        .create(
-            &PostParams::default(),
-            &config_map("later").data("v", "1").build(),
-        )
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = w.create("later").await;
     eventually_async(
         "a periodic write at the later RV",
         Duration::from_secs(15),
@@ -723,15 +716,11 @@ async fn periodic_snapshots_while_synced() {
     .await;
     run.stop().await;
     // and it is usable
-    let run = Run::start(cp.client().unwrap(), &ns, "warm-periodic-2", options, true);
+    let run = w.run("warm-periodic-2", options);
     run.synced().await;
     assert_eq!(run.informer.snapshot_status().start, StartKind::Warm);
-    assert_eq!(
-        cache_state(&run.informer.indexer().list()),
-        server_state(&api).await
-    );
+    w.assert_cache_fresh(&run.informer, "the cache").await;
     run.stop().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A transform needs an id: without one the informer starts cold (one
@@ -739,15 +728,11 @@ async fn periodic_snapshots_while_synced() {
 /// loaded as they were cached, without running the transform again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transforms_need_an_id_and_are_not_run_twice() {
-    capture_global_warnings();
-    let TestNamespace { cp, ns, .. } = namespace("warm-transform").await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    populate(&api, 6).await;
-    let dir = temp_dir("transform");
+    let w = world("transform", 6).await;
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let start = |name: &str, options: SnapshotOptions| {
-        let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
-            .namespace(&ns)
+    let start = async |name: &str, options: SnapshotOptions| {
+        let informer = SharedIndexInformer::<ConfigMap>::builder(w.cp.client().unwrap())
+            .namespace(&w.ns)
             .name(name)
             .snapshot(options)
             .build();
@@ -758,65 +743,60 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
             strip(o)
         });
         informer.set_transform(counting).unwrap();
-        let (cancel, task) = spawn_run(&informer);
-        (informer, cancel, task)
+        let run = Run::spawn(informer);
+        run.synced().await;
+        run
     };
-    let file = dir.join("cms.kcsnap");
+    let file = w.dir.join("cms.kcsnap");
 
     // no id: cold, one warning, nothing written
-    let (informer, cancel, task) = start("warm-transform-0", SnapshotOptions::file(&file));
-    assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
-    cancel.cancel();
-    task.await.unwrap().unwrap();
-    let w = warnings_of("warm-transform-0");
-    assert_eq!(w.len(), 1, "{w:#?}");
-    assert!(w[0].contains("transform id"), "{}", w[0]);
+    let informer = start("warm-transform-0", SnapshotOptions::file(&file))
+        .await
+        .stop()
+        .await;
+    let warns = warnings_of("warm-transform-0");
+    assert_eq!(warns.len(), 1, "{warns:#?}");
+    assert!(warns[0].contains("transform id"), "{}", warns[0]);
     assert_eq!(informer.snapshot_status().writes, 0);
     assert!(!file.exists());
 
     // with an id: the first run writes, the second starts warm
     let with_id = SnapshotOptions::file(&file).transform_id("strip-v1");
-    let (informer, cancel, task) = start("warm-transform-1", with_id.clone());
-    assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
-    cancel.cancel();
-    task.await.unwrap().unwrap();
+    let informer = start("warm-transform-1", with_id.clone())
+        .await
+        .stop()
+        .await;
     assert_eq!(informer.snapshot_status().writes, 1);
     calls.store(0, std::sync::atomic::Ordering::SeqCst);
-    let (informer, cancel, task) = start("warm-transform-2", with_id);
-    assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
-    assert_eq!(informer.snapshot_status().start, StartKind::Warm);
-    assert_eq!(informer.indexer().len(), 6);
+    let run = start("warm-transform-2", with_id).await;
+    assert_eq!(run.informer.snapshot_status().start, StartKind::Warm);
+    assert_eq!(run.informer.indexer().len(), 6);
     assert_eq!(
         calls.load(std::sync::atomic::Ordering::SeqCst),
         0,
         "the snapshot's objects were transformed again"
     );
     // new changes are transformed as usual
-    api.create(
-        &PostParams::default(),
-        &config_map("later").data("v", "1").build(),
-    )
-    .await
-    .unwrap();
+    w.create("later").await;
     eventually_async("the later object", Duration::from_secs(15), async || {
-        informer.indexer().len() == 7
+        run.informer.indexer().len() == 7
     })
     .await;
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
-    cancel.cancel();
-    task.await.unwrap().unwrap();
+    run.stop().await;
     // and a changed id does not use the old snapshot
-    let (informer, cancel, task) = start(
+    let run = start(
         "warm-transform-3",
         SnapshotOptions::file(&file).transform_id("strip-v2"),
+    )
+    .await;
+    assert_eq!(run.informer.snapshot_status().start, StartKind::Cold);
+    let warns = warnings_of("warm-transform-3");
+    assert!(
+        warns.len() == 1 && warns[0].contains("transform id"),
+        "{warns:#?}"
     );
-    assert!(wait_for_cache_sync(&cancel, &[&informer]).await);
-    assert_eq!(informer.snapshot_status().start, StartKind::Cold);
-    let w = warnings_of("warm-transform-3");
-    assert!(w.len() == 1 && w[0].contains("transform id"), "{w:#?}");
-    cancel.cancel();
-    task.await.unwrap().unwrap();
-    let _ = std::fs::remove_dir_all(dir);
+    run.stop().await;
 }
 
 /// Creates, updates and deletes ConfigMaps `d-<n>` in a loop until stopped.
@@ -875,23 +855,12 @@ fn churn(api: Api<ConfigMap>, stop: CancellationToken) -> tokio::task::JoinHandl
 /// handler never saw a resourceVersion go backwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_across_a_warm_restart() {
-    capture_global_warnings();
-    let TestNamespace { cp, ns, .. } = namespace("warm-churn").await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
-    populate(&api, 20).await;
-    let dir = temp_dir("churn");
-    let options =
-        SnapshotOptions::file(dir.join("cms.kcsnap")).interval(Duration::from_millis(200));
+    let w = world("churn", 20).await;
+    let options = w.snapshot_file().interval(Duration::from_millis(200));
     let stop = CancellationToken::new();
-    let driver = churn(api.clone(), stop.clone());
+    let driver = churn(w.api.clone(), stop.clone());
 
-    let first = Run::start(
-        cp.client().unwrap(),
-        &ns,
-        "warm-churn-1",
-        options.clone(),
-        true,
-    );
+    let first = w.run("warm-churn-1", options.clone());
     first.synced().await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let first = first.stop().await;
@@ -899,9 +868,7 @@ async fn churn_across_a_warm_restart() {
     assert!(st.writes >= 2, "periodic and shutdown writes: {st:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let (client, log) = recording_client(cp.config());
-    let second = Run::start(client, &ns, "warm-churn-2", options, true);
-    second.synced().await;
+    let (second, log) = w.synced_recorded("warm-churn-2", options).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     stop.cancel();
     let ops = driver.await.unwrap();
@@ -910,7 +877,7 @@ async fn churn_across_a_warm_restart() {
     assert_eq!(status.start, StartKind::Warm, "{status:?}");
     assert!(!status.resume_relisted);
     assert_eq!(lists(&log), Vec::<String>::new());
-    let want = server_state(&api).await;
+    let want = server_state(&w.api).await;
     eventually_async(
         "the cache and the handler converge",
         Duration::from_secs(15),
@@ -931,5 +898,4 @@ async fn churn_across_a_warm_restart() {
         }
     }
     second.stop().await;
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use kcache_workqueue::{QueueItem, WorkQueue, default_controller_rate_limiter};
 
 fn current_thread() -> tokio::runtime::Runtime {
@@ -24,6 +25,13 @@ fn paused_current_thread() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A benchmark group whose throughput is one item per iteration.
+fn per_item_group<'a>(c: &'a mut Criterion, name: &str) -> BenchmarkGroup<'a, WallTime> {
+    let mut g = c.benchmark_group(name);
+    g.throughput(Throughput::Elements(1));
+    g
+}
+
 /// `iters` times on a new queue, timed: add `item(i)`, get it, mark it done.
 async fn one_worker<T: QueueItem>(iters: u64, item: impl Fn(u64) -> T) -> Duration {
     let q: WorkQueue<T> = WorkQueue::new();
@@ -39,8 +47,7 @@ async fn one_worker<T: QueueItem>(iters: u64, item: impl Fn(u64) -> T) -> Durati
 /// One worker: add an item, get it, mark it done.
 fn add_get_done_1_worker(c: &mut Criterion) {
     let rt = current_thread();
-    let mut g = c.benchmark_group("add_get_done");
-    g.throughput(Throughput::Elements(1));
+    let mut g = per_item_group(c, "add_get_done");
     g.bench_function("1_worker", |b| {
         b.iter_custom(|iters| rt.block_on(one_worker(iters, black_box)))
     });
@@ -56,8 +63,7 @@ fn add_get_done_1_worker(c: &mut Criterion) {
 /// done. With `u64` items, and with `namespace/name` strings as in
 /// scenario (d) of `cargo xtask bench-compare`.
 fn add_get_done_8_workers(c: &mut Criterion) {
-    let mut g = c.benchmark_group("add_get_done");
-    g.throughput(Throughput::Elements(1));
+    let mut g = per_item_group(c, "add_get_done");
     g.bench_function("8_workers", |b| {
         b.iter_custom(|iters| eight_workers(iters, |i| i))
     });
@@ -117,6 +123,15 @@ fn delay_of(i: u64) -> Duration {
     Duration::from_millis(1_000 + (i.wrapping_mul(0x9E37_79B9) % 3_599_000))
 }
 
+/// A new queue holding the items of `range` waiting, each for [`delay_of`] it.
+fn waiting_queue(range: std::ops::Range<u64>) -> WorkQueue<u64> {
+    let q = WorkQueue::new();
+    for i in range {
+        q.add_after(i, delay_of(i));
+    }
+    q
+}
+
 /// Runs `iters` iterations on `rt` in batches of at most [`WAITING`]:
 /// `batch(n)` runs `n` and returns the time it measured.
 fn in_batches(
@@ -140,16 +155,12 @@ fn in_batches(
 /// items; and 10k waiting items becoming ready and being processed.
 fn add_after_10k_waiting(c: &mut Criterion) {
     let rt = paused_current_thread();
-    let mut g = c.benchmark_group("add_after_10k_waiting");
-    g.throughput(Throughput::Elements(1));
+    let mut g = per_item_group(c, "add_after_10k_waiting");
     g.bench_function("insert", |b| {
         b.iter_custom(|iters| {
             in_batches(&rt, iters, async |n| {
                 // Untimed: a fresh queue with 10k waiting items.
-                let q: WorkQueue<u64> = WorkQueue::new();
-                for i in 0..WAITING {
-                    q.add_after(i, delay_of(i));
-                }
+                let q = waiting_queue(0..WAITING);
                 let start = Instant::now();
                 for i in WAITING..WAITING + n {
                     q.add_after(black_box(i), delay_of(i));
@@ -161,10 +172,7 @@ fn add_after_10k_waiting(c: &mut Criterion) {
     g.bench_function("fire_get_done", |b| {
         b.iter_custom(|iters| {
             in_batches(&rt, iters, async |n| {
-                let q: WorkQueue<u64> = WorkQueue::new();
-                for i in 0..n {
-                    q.add_after(i, delay_of(i));
-                }
+                let q = waiting_queue(0..n);
                 tokio::time::advance(Duration::from_secs(3_601)).await;
                 let start = Instant::now();
                 for _ in 0..n {
@@ -183,8 +191,7 @@ fn add_after_10k_waiting(c: &mut Criterion) {
 /// makes it ready at once (`add`), `get`, `done`, `forget`.
 fn rate_limited_requeue(c: &mut Criterion) {
     let rt = current_thread();
-    let mut g = c.benchmark_group("rate_limited_requeue");
-    g.throughput(Throughput::Elements(1));
+    let mut g = per_item_group(c, "rate_limited_requeue");
     g.bench_function("cycle", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {

@@ -1006,7 +1006,7 @@ impl<T: QueueItem> WorkQueue<T> {
 
     /// Starts configuring a queue.
     pub fn builder() -> WorkQueueBuilder<T> {
-        WorkQueueBuilder::new()
+        WorkQueueBuilder::default()
     }
 
     /// The queue's name, if it has one.
@@ -1341,16 +1341,10 @@ impl<T> fmt::Debug for WorkQueueBuilder<T> {
     }
 }
 
-impl<T: QueueItem> Default for WorkQueueBuilder<T> {
+/// The defaults: unnamed, [`default_controller_rate_limiter`], priority
+/// aging of [`DEFAULT_PRIORITY_AGING`], no metrics.
+impl<T> Default for WorkQueueBuilder<T> {
     fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<T: QueueItem> WorkQueueBuilder<T> {
-    /// The defaults: unnamed, [`default_controller_rate_limiter`], priority
-    /// aging of [`DEFAULT_PRIORITY_AGING`], no metrics.
-    pub fn new() -> Self {
         Self {
             name: None,
             limiter: None,
@@ -1359,7 +1353,9 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
             update_period: DEFAULT_UNFINISHED_WORK_UPDATE_PERIOD,
         }
     }
+}
 
+impl<T: QueueItem> WorkQueueBuilder<T> {
     /// Names the queue: the value of the metrics' `name` label. Only a
     /// named queue (with a provider) reports metrics.
     pub fn name(mut self, name: impl Into<String>) -> Self {

@@ -162,9 +162,12 @@ impl<T: Hash + Eq + Clone> Failures<T> {
     }
 }
 
-impl<T> Failures<T> {
-    fn len(&self) -> usize {
-        self.tracked.load(Ordering::Acquire)
+/// Shows how many items are tracked, not the items (`T` need not be `Debug`).
+impl<T> fmt::Debug for Failures<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Failures")
+            .field("tracked_items", &self.tracked.load(Ordering::Acquire))
+            .finish_non_exhaustive()
     }
 }
 
@@ -174,20 +177,11 @@ impl<T> Failures<T> {
 /// The first retry waits `base`, the second `2 * base`, and so on. The
 /// computation never overflows: any delay that would exceed `max` (or
 /// `Duration::MAX`) is `max`.
+#[derive(Debug)]
 pub struct ItemExponentialFailureRateLimiter<T> {
     failures: Failures<T>,
     base: Duration,
     max: Duration,
-}
-
-impl<T> fmt::Debug for ItemExponentialFailureRateLimiter<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ItemExponentialFailureRateLimiter")
-            .field("base", &self.base)
-            .field("max", &self.max)
-            .field("tracked_items", &self.failures.len())
-            .finish()
-    }
 }
 
 impl<T: Hash + Eq + Clone> ItemExponentialFailureRateLimiter<T> {
@@ -239,21 +233,12 @@ impl<T: Hash + Eq + Clone + Send + Sync> RateLimiter<T> for ItemExponentialFailu
 
 /// Waits `fast` for the first `max_fast_attempts` retries of an item, then
 /// `slow` for every later one.
+#[derive(Debug)]
 pub struct ItemFastSlowRateLimiter<T> {
     failures: Failures<T>,
     fast: Duration,
     slow: Duration,
     max_fast_attempts: u32,
-}
-
-impl<T> fmt::Debug for ItemFastSlowRateLimiter<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ItemFastSlowRateLimiter")
-            .field("fast", &self.fast)
-            .field("slow", &self.slow)
-            .field("max_fast_attempts", &self.max_fast_attempts)
-            .finish()
-    }
 }
 
 impl<T: Hash + Eq + Clone> ItemFastSlowRateLimiter<T> {

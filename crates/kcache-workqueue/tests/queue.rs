@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::spawn_getters;
+use common::{queue_of, spawn_getters};
 use kcache_workqueue::WorkQueue;
 use tokio::task::yield_now;
 
@@ -149,9 +149,7 @@ fn len_counts_distinct_waiting_items() {
 
 #[tokio::test]
 async fn len_excludes_processing_and_delayed() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("a");
-    q.add("b");
+    let q = queue_of(["a", "b"]);
     q.add_after("c", Duration::from_secs(60));
     assert_eq!(q.len(), 2);
     assert_eq!(q.delayed_len(), 1);
@@ -167,8 +165,7 @@ async fn len_excludes_processing_and_delayed() {
 /// client-go TestReinsert.
 #[tokio::test]
 async fn reinsert_while_processing() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("foo");
+    let q = queue_of(["foo"]);
     let i = q.get().await.unwrap();
     assert_eq!(i, "foo");
     q.add(i);
@@ -184,9 +181,7 @@ async fn reinsert_while_processing() {
 /// client-go TestCollapse.
 #[tokio::test]
 async fn collapse_duplicate_adds() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("bar");
-    q.add("bar");
+    let q = queue_of(["bar", "bar"]);
     assert_eq!(q.get().await, Some("bar"));
     q.done(&"bar");
     assert_eq!(q.len(), 0);
@@ -198,8 +193,7 @@ async fn collapse_duplicate_adds() {
 /// the first calls done.
 #[tokio::test(start_paused = true)]
 async fn second_worker_waits_for_done() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("foo");
+    let q = queue_of(["foo"]);
     let i = q.get().await.unwrap();
     q.add("foo");
     q.add("foo");
@@ -233,10 +227,7 @@ async fn get_waits_while_empty() {
 
 #[tokio::test]
 async fn fifo_order() {
-    let q: WorkQueue<u32> = WorkQueue::new();
-    for i in 0..100 {
-        q.add(i);
-    }
+    let q = queue_of(0..100u32);
     for i in 0..100 {
         assert_eq!(q.get().await, Some(i));
     }
@@ -244,8 +235,7 @@ async fn fifo_order() {
 
 #[tokio::test]
 async fn add_ignored_after_shut_down() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("a");
+    let q = queue_of(["a"]);
     q.shut_down();
     assert!(q.shutting_down());
     q.add("b");
@@ -289,9 +279,7 @@ async fn done_of_unknown_item_is_harmless() {
 /// client-go TestQueueDrainageUsingShutDownWithDrain.
 #[tokio::test(start_paused = true)]
 async fn shut_down_with_drain_waits_for_done() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("foo");
-    q.add("bar");
+    let q = queue_of(["foo", "bar"]);
     let first = q.get().await.unwrap();
     let second = q.get().await.unwrap();
     let drain = tokio::spawn({
@@ -312,9 +300,7 @@ async fn shut_down_with_drain_waits_for_done() {
 /// client-go TestNoQueueDrainageUsingShutDown: shut_down does not wait.
 #[tokio::test]
 async fn shut_down_does_not_wait() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("foo");
-    q.add("bar");
+    let q = queue_of(["foo", "bar"]);
     q.get().await.unwrap();
     q.get().await.unwrap();
     q.shut_down();
@@ -325,9 +311,7 @@ async fn shut_down_does_not_wait() {
 /// client-go TestForceQueueShutdownUsingShutDown: shut_down ends a drain.
 #[tokio::test(start_paused = true)]
 async fn shut_down_forces_drain_to_end() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("foo");
-    q.add("bar");
+    let q = queue_of(["foo", "bar"]);
     q.get().await.unwrap();
     q.get().await.unwrap();
     let drain = tokio::spawn({
@@ -345,8 +329,7 @@ async fn shut_down_forces_drain_to_end() {
 /// client-go TestQueueDrainageUsingShutDownWithDrainWithDirtyItem.
 #[tokio::test(start_paused = true)]
 async fn shut_down_with_drain_waits_for_dirty_item() {
-    let q: WorkQueue<&str> = WorkQueue::new();
-    q.add("foo");
+    let q = queue_of(["foo"]);
     let gotten = q.get().await.unwrap();
     q.add("foo");
     let drain = tokio::spawn({

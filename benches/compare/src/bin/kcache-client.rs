@@ -19,9 +19,12 @@ use kcache_bench_compare::real::{
 use kcache_bench_compare::{END_MARKER, Report, proc_status_kb};
 use kcache_core::{Compression, ObjectOptions};
 use kcache_informer::{ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer};
-use kcache_workqueue::WorkQueue;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+/// Scenario (d)'s driver, shared with kcache-workqueue's `scenario_d` bench.
+#[path = "../../../../crates/kcache-workqueue/benches/support/scenario_d.rs"]
+mod scenario_d;
 
 /// `--wire-format`: what the informer asks the apiserver for.
 mod wire_format {
@@ -129,10 +132,9 @@ struct Run {
 impl Run {
     fn start(informer: &SharedIndexInformer<Pod>) -> Run {
         let cancel = CancellationToken::new();
-        let task = tokio::spawn({
-            let (inf, cancel) = (informer.clone(), cancel.clone());
-            async move { inf.run(cancel).await }
-        });
+        let task = informer
+            .try_start(cancel.clone())
+            .expect("a new informer has not started");
         Run { cancel, task }
     }
 
@@ -244,60 +246,13 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Scenario `workqueue`: one producer adds `keys` distinct keys, `workers`
-/// workers get, forget and done them; the rate is keys over the time until
-/// every key is done. Producer and workers are all tasks on the runtime's
-/// 2 worker threads, the shape of the Go client (goroutines on
-/// GOMAXPROCS=2): a producer run by `main`'s `block_on` would be a third OS
-/// thread that Go does not get. With `done_and_get` the workers use
-/// [`WorkQueue::done_and_get`] (done and the next get in one lock
-/// acquisition) instead of `done` then `get`.
+/// Scenario `workqueue`: the shared scenario (d) driver
+/// ([`scenario_d::run`]), reported as the rate of keys over the time until
+/// every key is done.
 async fn workqueue(keys: usize, workers: usize, done_and_get: bool) -> Report {
-    let names: Vec<String> = (0..keys)
-        .map(|i| format!("team-{}/web-{i:08}", i % 50))
-        .collect();
-    // `new` has client-go's default controller rate limiter, like the Go
-    // client's rate-limiting queue; a worker forgets a key it processed.
-    let q: WorkQueue<String> = WorkQueue::new();
-    let processed = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let handles: Vec<_> = (0..workers)
-        .map(|_| {
-            let (q, processed) = (q.clone(), processed.clone());
-            tokio::spawn(async move {
-                let mut next = q.get().await;
-                while let Some(k) = next {
-                    q.forget(&k);
-                    if processed.fetch_add(1, Ordering::Relaxed) + 1 == keys as u64 {
-                        q.shut_down();
-                    }
-                    next = if done_and_get {
-                        q.done_and_get(&k).await
-                    } else {
-                        q.done(&k);
-                        q.get().await
-                    };
-                }
-            })
-        })
-        .collect();
-    // The producer is a task on the runtime, like the Go client's producer
-    // goroutine on its GOMAXPROCS=2 Ps: both sides run producer and workers
-    // M:N on exactly 2 threads. (Run in `main`'s future, through
-    // `block_on`, it would have a third OS thread of its own.)
-    let producer = {
-        let q = q.clone();
-        tokio::spawn(async move {
-            for k in names {
-                q.add(k);
-            }
-        })
-    };
-    let _ = producer.await;
-    for h in handles {
-        let _ = h.await;
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let secs = scenario_d::run(keys, workers, done_and_get)
+        .await
+        .as_secs_f64();
     Report {
         client: "kcache".into(),
         events: keys as u64,

@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kcache_bench_compare::proc_status_kb;
@@ -45,10 +46,9 @@ async fn main() -> anyhow::Result<()> {
         .build();
     let cancel = CancellationToken::new();
     let start = Instant::now();
-    let task = tokio::spawn({
-        let (inf, cancel) = (informer.clone(), cancel.clone());
-        async move { inf.run(cancel).await }
-    });
+    let task = informer
+        .try_start(cancel.clone())
+        .context("the new informer was already started")?;
     while !informer.has_synced() {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }

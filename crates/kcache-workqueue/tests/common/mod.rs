@@ -8,6 +8,15 @@ use std::time::Duration;
 use kcache_workqueue::{QueueItem, WorkQueue};
 use tokio::task::JoinHandle;
 
+/// A queue (`WorkQueue::new`) with `items` added in order.
+pub fn queue_of<T: QueueItem>(items: impl IntoIterator<Item = T>) -> WorkQueue<T> {
+    let q = WorkQueue::new();
+    for item in items {
+        q.add(item);
+    }
+    q
+}
+
 /// `n` tasks, each waiting in `get` on `q`.
 pub fn spawn_getters<T: QueueItem>(q: &WorkQueue<T>, n: usize) -> Vec<JoinHandle<Option<T>>> {
     (0..n)
