@@ -284,7 +284,9 @@ fn respond(reply: Reply, live: Arc<AtomicUsize>) -> Result<http::Response<RespBo
 /// The query parameters of `uri`, decoded as the apiserver decodes them.
 fn parse_query(uri: &http::Uri) -> BTreeMap<String, String> {
     let query = uri.query().unwrap_or_default();
-    form_urlencoded::parse(query.as_bytes()).into_owned().collect()
+    form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect()
 }
 
 impl Fake {
