@@ -51,14 +51,16 @@ pub const DEFAULT_MAX_LIST_BYTES: usize = 2 << 30;
 /// use std::time::Duration;
 /// use kcache_reflector::RequestTimeouts;
 ///
-/// let t = RequestTimeouts::default().response_headers(Duration::from_secs(300));
+/// let t = RequestTimeouts {
+///     response_headers: Duration::from_secs(300),
+///     ..RequestTimeouts::default()
+/// };
 /// assert_eq!(t.response_headers, Duration::from_secs(300));
 /// assert_eq!(t.list_body_idle, Duration::from_secs(60));
 /// ```
 ///
 /// [`ReflectorError::Timeout`]: crate::ReflectorError::Timeout
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct RequestTimeouts {
     /// From sending a request (a LIST page, a watch, a streaming list) to
     /// its response headers. Default: 2 minutes
@@ -80,26 +82,6 @@ impl Default for RequestTimeouts {
             list_body_idle: DEFAULT_LIST_BODY_IDLE_TIMEOUT,
             list_body: DEFAULT_LIST_BODY_TIMEOUT,
         }
-    }
-}
-
-impl RequestTimeouts {
-    /// Sets [`response_headers`](Self::response_headers).
-    pub fn response_headers(mut self, d: Duration) -> Self {
-        self.response_headers = d;
-        self
-    }
-
-    /// Sets [`list_body_idle`](Self::list_body_idle).
-    pub fn list_body_idle(mut self, d: Duration) -> Self {
-        self.list_body_idle = d;
-        self
-    }
-
-    /// Sets [`list_body`](Self::list_body).
-    pub fn list_body(mut self, d: Duration) -> Self {
-        self.list_body = d;
-        self
     }
 }
 

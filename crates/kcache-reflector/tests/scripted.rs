@@ -1879,10 +1879,10 @@ async fn missing_response_headers_time_out() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(
-        builder(&fake, &store)
-            .request_timeouts(RequestTimeouts::default().response_headers(Duration::from_secs(5))),
-    );
+    let run = start(builder(&fake, &store).request_timeouts(RequestTimeouts {
+        response_headers: Duration::from_secs(5),
+        ..RequestTimeouts::default()
+    }));
     store.wait_calls(1).await;
     assert_eq!(
         fake.lists()[1].at,
