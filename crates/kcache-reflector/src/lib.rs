@@ -175,7 +175,7 @@ mod wire_format;
 pub use backoff::BackoffConfig;
 #[cfg(feature = "fuzzing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
-pub use decode::{Bookmark, EventDecoder, ListPage, WatchEvent};
+pub use decode::{Bookmark, EventDecoder, ListPage, PageContent, WatchEvent};
 pub use error::{
     ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION, ListBodyError,
     MAX_DISPLAYED_MESSAGE, Operation, ReflectorError, TimeoutPhase,

@@ -11,7 +11,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
-use kcache_core::protobuf::{ListReader, WireError};
 use kcache_core::{CachedObject, ErrorChain, ObjectOptions, ReflectorStore, ShardSelector};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
@@ -23,8 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backoff::{Backoff, BackoffConfig};
-use crate::decode::{EventDecoder, JsonPage, WatchEvent};
-use crate::error::ListBodyError;
+use crate::decode::{EventDecoder, JsonPage, PageParser, ProtobufPage, WatchEvent};
 use crate::error::{
     ApiError, BadEvent, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError,
     TimeoutPhase, Truncated, is_probable_eof,
@@ -1294,40 +1292,61 @@ impl<K> Reflector<K> {
         let stream = resp.into_body().into_data_stream();
         match format {
             BodyFormat::Protobuf => {
-                self.protobuf_list_page(content_length, stream, limits)
+                self.read_list_page(content_length, stream, limits, ProtobufPage::default())
                     .await
             }
-            BodyFormat::Json => self.json_list_page(content_length, stream, limits).await,
+            BodyFormat::Json => {
+                self.read_list_page(content_length, stream, limits, JsonPage::new())
+                    .await
+            }
         }
     }
 
-    /// One JSON list page, read as it arrives: each item is cut, built
-    /// and (when unchanged) swapped for the store's copy as soon as its
-    /// last byte is in; the envelope (everything but the items) is decoded
-    /// at the end. A syntax error anywhere fails the page, as it does for
-    /// [`EventDecoder::decode_list`] of the whole body.
-    async fn json_list_page(
+    /// Reads a list page body within `limits` with `parser` (JSON or
+    /// protobuf), as it arrives: each item is cut, built and (when
+    /// unchanged) swapped for the store's copy as soon as its last byte is
+    /// in (see [`keep`](Self::keep)), so the body is never held whole; the
+    /// envelope (everything but the items) is read at the end. A malformed
+    /// body anywhere fails the page as [`ReflectorError::InvalidList`],
+    /// any other body failure as a list body error.
+    async fn read_list_page<P: PageParser<K>>(
         &self,
         content_length: Option<u64>,
         stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
         limits: BodyLimits,
+        mut parser: P,
     ) -> Result<Page<K>, ReflectorError> {
         let invalid = |e| ReflectorError::InvalidList {
             resource: self.resource.clone(),
-            source: ListBodyError::Json(e),
+            source: P::invalid(e),
         };
-        let mut page = JsonPage::new();
-        let feed = |chunk, acc: &mut PageItems<K>| -> Result<(), serde_json::Error> {
-            page.push(chunk);
-            while let Some(obj) = page.next(&self.decoder)? {
-                self.keep(acc, obj);
+        let mut acc = PageItems {
+            items: Vec::new(),
+            reused: 0,
+            dropped: 0,
+        };
+        let mut malformed = None;
+        let read = read_body_with(content_length, stream, limits, |chunk| {
+            match parser.feed(chunk, &self.decoder, |obj| self.keep(&mut acc, obj)) {
+                Ok(()) => true,
+                Err(e) => {
+                    malformed = Some(e);
+                    false
+                }
             }
-            Ok(())
-        };
-        let mut acc = self
-            .read_list_page(content_length, stream, limits, feed, invalid)
-            .await?;
-        let end = page.finish(&self.decoder).map_err(invalid)?;
+        })
+        .await;
+        match read {
+            Ok(()) => {}
+            Err(BodyError::Stopped) => {
+                return Err(match malformed {
+                    Some(e) => invalid(e),
+                    None => self.list_body_error(BodyError::Stopped),
+                });
+            }
+            Err(e) => return Err(self.list_body_error(e)),
+        }
+        let end = parser.finish(&self.decoder).map_err(invalid)?;
         // items the envelope held itself (not a literal "items" array)
         for obj in end.items {
             self.keep(&mut acc, obj);
@@ -1338,85 +1357,6 @@ impl<K> Reflector<K> {
             self.is_shard_echo(end.shard_selector.as_deref()),
             end.continue_token,
         ))
-    }
-
-    /// One protobuf list page, read as it arrives: each item is cut,
-    /// built and (when unchanged) swapped for the store's copy as soon as
-    /// its bytes are in, so the body is never held whole (the apiserver
-    /// sends a list at resourceVersion "0" as one body, whatever its size).
-    async fn protobuf_list_page(
-        &self,
-        content_length: Option<u64>,
-        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
-        limits: BodyLimits,
-    ) -> Result<Page<K>, ReflectorError> {
-        let invalid = |e| ReflectorError::InvalidList {
-            resource: self.resource.clone(),
-            source: ListBodyError::Protobuf(e),
-        };
-        let mut reader = ListReader::new();
-        let mut skipped = Vec::new();
-        let feed = |chunk, acc: &mut PageItems<K>| -> Result<(), WireError> {
-            reader.push(chunk);
-            while let Some(item) = reader.next_item()? {
-                let Some(tm) = reader.item_type() else {
-                    continue;
-                };
-                match self.decoder.decode_protobuf_item(item, tm) {
-                    Ok(obj) => self.keep(acc, obj),
-                    Err(bad) => skipped.push(bad),
-                }
-            }
-            Ok(())
-        };
-        let acc = self
-            .read_list_page(content_length, stream, limits, feed, invalid)
-            .await?;
-        let summary = reader.finish().map_err(invalid)?;
-        self.report_skipped(skipped);
-        Ok(acc.into_page(
-            summary.resource_version,
-            self.is_shard_echo(summary.shard_selector.as_deref()),
-            (!summary.continue_token.is_empty()).then_some(summary.continue_token),
-        ))
-    }
-
-    /// Reads a list page body within `limits`, handing each chunk to
-    /// `feed` (which parses it and [`keep`](Self::keep)s the items it
-    /// completes); a malformed body (`feed`'s error) fails the page as
-    /// `invalid` says, any other body failure as a list body error.
-    async fn read_list_page<E>(
-        &self,
-        content_length: Option<u64>,
-        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
-        limits: BodyLimits,
-        mut feed: impl FnMut(Bytes, &mut PageItems<K>) -> Result<(), E>,
-        invalid: impl Fn(E) -> ReflectorError,
-    ) -> Result<PageItems<K>, ReflectorError> {
-        let mut acc = PageItems {
-            items: Vec::new(),
-            reused: 0,
-            dropped: 0,
-        };
-        let mut malformed = None;
-        let read = read_body_with(content_length, stream, limits, |chunk| {
-            match feed(chunk, &mut acc) {
-                Ok(()) => true,
-                Err(e) => {
-                    malformed = Some(e);
-                    false
-                }
-            }
-        })
-        .await;
-        match read {
-            Ok(()) => Ok(acc),
-            Err(BodyError::Stopped) => Err(match malformed {
-                Some(e) => invalid(e),
-                None => self.list_body_error(BodyError::Stopped),
-            }),
-            Err(e) => Err(self.list_body_error(e)),
-        }
     }
 
     /// Adds a list item to the page, unless it is outside the shard; an
