@@ -244,28 +244,41 @@ impl<K> fmt::Debug for ListPage<K> {
 /// resourceVersion "0" as one body, whatever its size): [`JsonPage`] or
 /// [`ProtobufPage`]. The reflector reads every list page through one.
 pub(crate) trait PageParser<K> {
-    /// What a malformed body fails with.
-    type Error;
+    /// What a malformed body fails with (the source of a
+    /// [`ReflectorError::InvalidList`](crate::ReflectorError::InvalidList)).
+    type Error: Into<ListBodyError>;
 
-    /// `error` as the source of a
-    /// [`ReflectorError::InvalidList`](crate::ReflectorError::InvalidList).
-    fn invalid(error: Self::Error) -> ListBodyError;
+    /// Adds the next chunk of the body.
+    fn push(&mut self, chunk: Bytes);
 
-    /// Parses the next chunk of the body, handing each item it completes
-    /// to `take` as soon as the item's last byte is in. An item that is
-    /// not a usable object is skipped (returned by
-    /// [`finish`](Self::finish)); a syntax error fails the page.
+    /// The next item the chunks pushed so far complete that is an
+    /// object; items before it that are not usable objects are skipped
+    /// (returned by [`finish`](Self::finish)). `None` when more bytes are
+    /// needed; a syntax error fails the page.
+    fn next_object(
+        &mut self,
+        decoder: &EventDecoder<K>,
+    ) -> Result<Option<CachedObject<K>>, Self::Error>;
+
+    /// The end of the body: the page, with the items the envelope held
+    /// itself (not returned by [`next_object`](Self::next_object)), every
+    /// skipped item and the list's metadata.
+    fn finish(self, decoder: &EventDecoder<K>) -> Result<ListPage<K>, Self::Error>;
+
+    /// Parses the next chunk of the body, handing each object it completes
+    /// to `take` as soon as the object's last byte is in.
     fn feed(
         &mut self,
         chunk: Bytes,
         decoder: &EventDecoder<K>,
-        take: impl FnMut(CachedObject<K>),
-    ) -> Result<(), Self::Error>;
-
-    /// The end of the body: the page, with the items the envelope held
-    /// itself (not handed to `take`), every skipped item and the list's
-    /// metadata.
-    fn finish(self, decoder: &EventDecoder<K>) -> Result<ListPage<K>, Self::Error>;
+        mut take: impl FnMut(CachedObject<K>),
+    ) -> Result<(), Self::Error> {
+        self.push(chunk);
+        while let Some(obj) = self.next_object(decoder)? {
+            take(obj);
+        }
+        Ok(())
+    }
 }
 
 /// A JSON list page read as it arrives: items cut by a
@@ -287,24 +300,21 @@ impl JsonPage {
 impl<K> PageParser<K> for JsonPage {
     type Error = serde_json::Error;
 
-    fn invalid(error: serde_json::Error) -> ListBodyError {
-        ListBodyError::Json(error)
+    fn push(&mut self, chunk: Bytes) {
+        self.reader.push(chunk);
     }
 
-    fn feed(
+    fn next_object(
         &mut self,
-        chunk: Bytes,
         decoder: &EventDecoder<K>,
-        mut take: impl FnMut(CachedObject<K>),
-    ) -> Result<(), serde_json::Error> {
-        self.reader.push(chunk);
+    ) -> Result<Option<CachedObject<K>>, serde_json::Error> {
         while let Some((item, shares)) = self.reader.next_item()? {
             match decoder.json_list_item(item, shares)? {
-                Ok(o) => take(o),
+                Ok(o) => return Ok(Some(o)),
                 Err(bad) => self.skipped.push(bad),
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     fn finish(self, decoder: &EventDecoder<K>) -> Result<ListPage<K>, serde_json::Error> {
@@ -331,27 +341,24 @@ pub(crate) struct ProtobufPage {
 impl<K> PageParser<K> for ProtobufPage {
     type Error = WireError;
 
-    fn invalid(error: WireError) -> ListBodyError {
-        ListBodyError::Protobuf(error)
+    fn push(&mut self, chunk: Bytes) {
+        self.reader.push(chunk);
     }
 
-    fn feed(
+    fn next_object(
         &mut self,
-        chunk: Bytes,
         decoder: &EventDecoder<K>,
-        mut take: impl FnMut(CachedObject<K>),
-    ) -> Result<(), WireError> {
-        self.reader.push(chunk);
+    ) -> Result<Option<CachedObject<K>>, WireError> {
         while let Some(item) = self.reader.next_item()? {
             let Some(tm) = self.reader.item_type() else {
                 continue;
             };
             match decoder.decode_protobuf_item(item, tm) {
-                Ok(obj) => take(obj),
+                Ok(o) => return Ok(Some(o)),
                 Err(bad) => self.skipped.push(bad),
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     fn finish(self, _: &EventDecoder<K>) -> Result<ListPage<K>, WireError> {

@@ -348,6 +348,18 @@ pub enum ListBodyError {
     Protobuf(WireError),
 }
 
+impl From<serde_json::Error> for ListBodyError {
+    fn from(e: serde_json::Error) -> Self {
+        ListBodyError::Json(e)
+    }
+}
+
+impl From<WireError> for ListBodyError {
+    fn from(e: WireError) -> Self {
+        ListBodyError::Protobuf(e)
+    }
+}
+
 /// An error a reflector reports to its watch-error handler.
 ///
 /// The reflector handles every error itself (relist, rewatch, backoff: see

@@ -1316,9 +1316,9 @@ impl<K> Reflector<K> {
         limits: BodyLimits,
         mut parser: P,
     ) -> Result<Page<K>, ReflectorError> {
-        let invalid = |e| ReflectorError::InvalidList {
+        let invalid = |e: P::Error| ReflectorError::InvalidList {
             resource: self.resource.clone(),
-            source: P::invalid(e),
+            source: e.into(),
         };
         let mut acc = PageItems {
             items: Vec::new(),
