@@ -25,17 +25,17 @@ pub const DEFAULT_LIST_BODY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The default cap on one LIST page body and on a streaming list's buffered
 /// initial events: 2 GiB (see
-/// [`ReflectorBuilder::max_list_page_bytes`](crate::ReflectorBuilder::max_list_page_bytes)).
+/// [`ListOptions::max_list_page_bytes`](crate::ListOptions::max_list_page_bytes)).
 pub const DEFAULT_MAX_LIST_BYTES: usize = 2 << 30;
 
 /// Deadlines on the reflector's requests, set with
-/// [`ReflectorBuilder::request_timeouts`](crate::ReflectorBuilder::request_timeouts).
+/// [`ListOptions::request_timeouts`](crate::ListOptions::request_timeouts).
 ///
 /// A request that misses one fails with [`ReflectorError::Timeout`]
 /// (`reflector_errors_total{reason="timeout"}`) and is retried as client-go
 /// retries a failed request: a relist after a backoff step. The watch
 /// body keeps its own idle limit
-/// ([`ReflectorBuilder::watch_idle_timeout`](crate::ReflectorBuilder::watch_idle_timeout)).
+/// ([`ListOptions::watch_idle_timeout`](crate::ListOptions::watch_idle_timeout)).
 ///
 /// The defaults are above what a healthy apiserver with its default
 /// settings ever takes, so that only a stalled server or connection hits

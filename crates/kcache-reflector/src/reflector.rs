@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
-use kcache_core::{CachedObject, ErrorChain, ObjectOptions, ReflectorStore, ShardSelector};
+use kcache_core::{CachedObject, ErrorChain, ReflectorStore, ShardSelector};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
 use kube::core::Request;
@@ -27,14 +27,12 @@ use crate::error::{
     ApiError, BadEvent, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError,
     TimeoutPhase, Truncated, is_probable_eof,
 };
-use crate::framing::{DEFAULT_MAX_FRAME, WatchFramer};
+use crate::framing::WatchFramer;
 use crate::limits::{BodyError, BodyLimits, RequestTimeouts, read_body_with, read_error_body};
 use crate::list_options::ListOptions;
 use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
 use crate::shard::{self, ShardFilterMode, Sharding};
-use crate::wire_format::{
-    ACCEPT_PROTOBUF_LIST, ACCEPT_PROTOBUF_WATCH, BodyFormat, WireFormat, wants_protobuf,
-};
+use crate::wire_format::{ACCEPT_PROTOBUF_LIST, ACCEPT_PROTOBUF_WATCH, BodyFormat, wants_protobuf};
 
 /// Called with every error the reflector meets (see [`ReflectorError`]).
 /// It must return quickly: it runs on the reflector's task.
@@ -48,7 +46,7 @@ pub const DEFAULT_PAGE_SIZE: u32 = 500;
 pub const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Added to a watch's requested server-side timeout to get the default
-/// client-side idle limit (see [`ReflectorBuilder::watch_idle_timeout`]).
+/// client-side idle limit (see [`ListOptions::watch_idle_timeout`]).
 pub const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(30);
 
 /// A watch that ends faster than this without any event is an error.
@@ -85,13 +83,10 @@ pub struct ReflectorBuilder<K: Resource> {
     dyntype: K::DynamicType,
     options: ListOptions,
     resync_period: Option<Duration>,
-    min_watch_timeout: Duration,
     backoff: BackoffConfig,
     name: Option<String>,
     handler: Option<WatchErrorHandler>,
     metrics: Arc<dyn MetricsProvider>,
-    max_internal_error_retry_duration: Duration,
-    max_event_size: usize,
     resume_from: Option<String>,
 }
 
@@ -111,49 +106,13 @@ impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
 }
 
 impl<K: Resource + 'static> ReflectorBuilder<K> {
-    /// Every list and watch setting at once (namespace, selectors, page
-    /// size, streaming lists, object options, idle timeout, request
-    /// deadlines, size caps, wire format, shard selector), replacing what
-    /// the single setters set: the one configuration an informer passes
+    /// Every list and watch setting (namespace, selectors, page size,
+    /// streaming lists, object options, watch timeouts, request deadlines,
+    /// size caps, wire format, shard selector; default:
+    /// [`ListOptions::default`]): the one configuration an informer passes
     /// down whole (as kube-runtime's `watcher::Config`).
     pub fn list_options(mut self, options: ListOptions) -> Self {
         self.options = options;
-        self
-    }
-
-    /// Only objects in this namespace (default: all namespaces).
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.options.namespace = Some(namespace.into());
-        self
-    }
-
-    /// A label selector (`app=web,tier in (a,b)`).
-    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
-        self.options.label_selector = Some(selector.into());
-        self
-    }
-
-    /// A field selector (`metadata.name=x`).
-    pub fn field_selector(mut self, selector: impl Into<String>) -> Self {
-        self.options.field_selector = Some(selector.into());
-        self
-    }
-
-    /// client-go's `WatchListPageSize`: a fixed page size for every list.
-    /// `0` (the default) applies client-go's rules: 500 for lists at
-    /// resourceVersion `"0"` or `""`, unpaged for lists at a specific
-    /// resourceVersion (served from the watch cache), 500 always once a
-    /// list at `"0"` came back paged.
-    pub fn page_size(mut self, page_size: u32) -> Self {
-        self.options.page_size = page_size;
-        self
-    }
-
-    /// Use streaming lists (`sendInitialEvents=true`) for the initial state
-    /// (default: `true`, as in client-go since 1.35). When the server does
-    /// not support them, the reflector falls back to list + watch.
-    pub fn use_watch_list(mut self, use_it: bool) -> Self {
-        self.options.use_watch_list = use_it;
         self
     }
 
@@ -164,35 +123,9 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         self
     }
 
-    /// Minimum server-side watch timeout; each watch asks for a random
-    /// timeout in `[min, 2 * min)`. client-go honours values above 5
-    /// minutes only; so does this (default: 5 minutes).
-    pub fn min_watch_timeout(mut self, min: Duration) -> Self {
-        self.min_watch_timeout = min.max(DEFAULT_MIN_WATCH_TIMEOUT);
-        self
-    }
-
-    /// Abandon a watch on which no byte has arrived for this long, and open
-    /// a new one from the last resourceVersion (a stalled connection: no
-    /// data, no FIN). Default: the watch's requested server-side timeout
-    /// plus [`WATCH_IDLE_MARGIN`], which a healthy server never exceeds.
-    /// With bookmarks flowing (about one a minute from the apiserver's
-    /// watch cache) a shorter limit, e.g. 2-3 minutes, detects stalls
-    /// sooner.
-    pub fn watch_idle_timeout(mut self, idle: Duration) -> Self {
-        self.options.watch_idle_timeout = Some(idle);
-        self
-    }
-
     /// Backoff settings (default: [`BackoffConfig::default`]).
     pub fn backoff(mut self, backoff: BackoffConfig) -> Self {
         self.backoff = backoff;
-        self
-    }
-
-    /// How objects are kept (e.g. strip `managedFields`).
-    pub fn object_options(mut self, options: ObjectOptions) -> Self {
-        self.options.object_options = options;
         self
     }
 
@@ -219,54 +152,6 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         self
     }
 
-    /// client-go's `MaxInternalErrorRetryDuration`: for how long a watch
-    /// ending with an `InternalError` is re-opened without a relist
-    /// (default: zero, i.e. relist at once).
-    pub fn max_internal_error_retry_duration(mut self, d: Duration) -> Self {
-        self.max_internal_error_retry_duration = d;
-        self
-    }
-
-    /// Largest accepted watch event, in bytes (default: 128 MiB).
-    pub fn max_event_size(mut self, bytes: usize) -> Self {
-        self.max_event_size = bytes.max(1);
-        self
-    }
-
-    /// Deadlines on response headers and LIST page bodies (default:
-    /// [`RequestTimeouts::default`]: 2 minutes for headers, 1 minute
-    /// without a byte of a list body, 10 minutes per list page). A request
-    /// that misses one fails with [`ReflectorError::Timeout`] and the
-    /// reflector relists after a backoff step.
-    pub fn request_timeouts(mut self, timeouts: RequestTimeouts) -> Self {
-        self.options.request_timeouts = timeouts;
-        self
-    }
-
-    /// Largest accepted LIST page body, in bytes (default: 2 GiB,
-    /// [`DEFAULT_MAX_LIST_BYTES`](crate::DEFAULT_MAX_LIST_BYTES)). The apiserver answers a list at
-    /// resourceVersion `"0"` (and a relist at an exact resourceVersion)
-    /// from its watch cache as **one** body whatever the page size:
-    /// 20,000 Pods made a 230 MB JSON body, so the default leaves room for
-    /// a collection about 9 times that size. A larger body fails with
-    /// [`ReflectorError::ListPageTooLarge`] as soon as the cap is passed
-    /// (nothing more is read) and the reflector relists after a backoff.
-    pub fn max_list_page_bytes(mut self, bytes: usize) -> Self {
-        self.options.max_list_page_bytes = bytes.max(1);
-        self
-    }
-
-    /// Largest total size, in bytes, of the objects a streaming list
-    /// buffers before its `initial-events-end` bookmark (default: 2 GiB,
-    /// [`DEFAULT_MAX_LIST_BYTES`](crate::DEFAULT_MAX_LIST_BYTES); the buffer is the whole collection, as
-    /// a list at `"0"` is). Passing it fails the streaming list with
-    /// [`ReflectorError::InitialEventsTooLarge`] at once (the buffer is
-    /// dropped) and the reflector relists after a backoff.
-    pub fn max_initial_events_bytes(mut self, bytes: usize) -> Self {
-        self.options.max_initial_events_bytes = bytes.max(1);
-        self
-    }
-
     /// Start from a known resourceVersion instead of listing (a warm
     /// restart): the store must already hold the state as of `rv`.
     ///
@@ -286,38 +171,6 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     pub fn resume_from(mut self, rv: impl Into<String>) -> Self {
         let rv = rv.into();
         self.resume_from = (!rv.is_empty()).then_some(rv);
-        self
-    }
-
-    /// The format to ask the apiserver for (default: [`WireFormat::Auto`]:
-    /// protobuf for built-in types, with JSON as the fallback; JSON for
-    /// custom resources and metadata-only reflectors).
-    /// [`WireFormat::Json`] asks for JSON always. Either way each response
-    /// is read in the format its `Content-Type` names.
-    pub fn wire_format(mut self, format: WireFormat) -> Self {
-        self.options.wire_format = format;
-        self
-    }
-
-    /// Server-side sharding (KEP-5866): list and watch only the objects
-    /// whose hashed field (`metadata.uid` or `metadata.namespace`) falls in
-    /// the selector's ranges.
-    ///
-    /// The selector goes as the `shardSelector` parameter on every LIST
-    /// page, streaming list and watch, and every list item and watch event
-    /// is checked on the client with the same hash, so the store holds
-    /// exactly the shard whether or not the apiserver filters (its feature
-    /// gate `ShardedListAndWatch` is alpha in Kubernetes 1.36+; without it
-    /// the apiserver ignores the parameter and serves everything).
-    /// [`Reflector::shard_filter_mode`] says which side filters; the mode is
-    /// logged (INFO) when first known and when it changes. A selector the
-    /// apiserver rejects fails each attempt with
-    /// [`ReflectorError::ShardSelectorRejected`] (retried with backoff).
-    ///
-    /// The selector is fixed for the reflector's life: to move to another
-    /// shard, stop the reflector and build a new one over a new store.
-    pub fn shard_selector(mut self, selector: ShardSelector) -> Self {
-        self.options.shard_selector = Some(selector);
         self
     }
 
@@ -372,12 +225,15 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             page_size: self.options.page_size,
             use_watch_list: self.options.use_watch_list,
             resync_period: self.resync_period,
-            min_watch_timeout: self.min_watch_timeout,
+            min_watch_timeout: self
+                .options
+                .min_watch_timeout
+                .max(DEFAULT_MIN_WATCH_TIMEOUT),
             watch_idle_timeout: self.options.watch_idle_timeout,
             backoff: self.backoff,
             handler: self.handler,
-            max_internal_error_retry_duration: self.max_internal_error_retry_duration,
-            max_event_size: self.max_event_size,
+            max_internal_error_retry_duration: self.options.max_internal_error_retry_duration,
+            max_event_size: self.options.max_event_size.max(1),
             timeouts: self.options.request_timeouts,
             max_list_page_bytes: self.options.max_list_page_bytes.max(1),
             max_initial_events_bytes: self.options.max_initial_events_bytes.max(1),
@@ -683,13 +539,10 @@ impl<K: Resource + 'static> Reflector<K> {
             dyntype,
             options: ListOptions::default(),
             resync_period: None,
-            min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
             backoff: BackoffConfig::default(),
             name: None,
             handler: None,
             metrics: Arc::new(NoopMetricsProvider),
-            max_internal_error_retry_duration: Duration::ZERO,
-            max_event_size: DEFAULT_MAX_FRAME,
             resume_from: None,
         }
     }
@@ -729,13 +582,14 @@ impl<K> Reflector<K> {
     }
 
     /// Whether the reflector asks for protobuf: a built-in type with
-    /// [`WireFormat::Auto`], until a server refused protobuf with `406 Not
-    /// Acceptable` (then JSON for the rest of its life).
+    /// [`WireFormat::Auto`](crate::WireFormat::Auto), until a server
+    /// refused protobuf with `406 Not Acceptable` (then JSON for the rest
+    /// of its life).
     pub fn asks_for_protobuf(&self) -> bool {
         self.protobuf.load(Ordering::Relaxed)
     }
 
-    /// The shard selector (see [`ReflectorBuilder::shard_selector`]).
+    /// The shard selector (see [`ListOptions::shard_selector`]).
     pub fn shard_selector(&self) -> Option<&ShardSelector> {
         self.sharding.as_ref().map(|s| &s.selector)
     }

@@ -9,14 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter};
+use common::{Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter, opts};
 use fake::{
     End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, hang, list, pb_bookmark, pb_cm,
     pb_cmu, pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{Format, ObjectOptions};
-use kcache_reflector::{BadEventKind, ErrorReason, Reflector, ReflectorBuilder, WireFormat};
+use kcache_reflector::{
+    BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder, WireFormat,
+};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::json;
 
@@ -31,7 +33,10 @@ fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
 }
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).namespace("ns")
+    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).list_options(ListOptions {
+        use_watch_list: true,
+        ..opts()
+    })
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {
@@ -113,7 +118,11 @@ async fn protobuf_watch_errors_and_bookmarks() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).max_event_size(4096));
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        use_watch_list: true,
+        max_event_size: 4096,
+        ..opts()
+    }));
     let calls = store
         .wait_until(Duration::from_secs(3600), |c| {
             c.iter().filter(|c| matches!(c, Call::Replace(..))).count() == 2
@@ -197,7 +206,7 @@ async fn protobuf_list_pages_items_and_errors() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).use_watch_list(false));
+    let run = start(builder(&fake, &store).list_options(opts()));
     let calls = store.wait_calls(2).await;
     assert_eq!(
         calls,
@@ -266,11 +275,10 @@ async fn protobuf_list_byte_cap_and_stall() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(
-        builder(&fake, &store)
-            .use_watch_list(false)
-            .max_list_page_bytes(total - 1),
-    );
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        max_list_page_bytes: total - 1,
+        ..opts()
+    }));
     let calls = store.wait_calls(1).await;
     assert_eq!(calls, [Call::Replace(keys(&["a"]), "1".into())]);
     assert_eq!(
@@ -294,7 +302,7 @@ async fn content_negotiation_per_resource() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).use_watch_list(false));
+    let run = start(builder(&fake, &store).list_options(opts()));
     store.wait_calls(2).await;
     assert!(run.reflector.asks_for_protobuf());
     let reqs = fake.requests();
@@ -316,11 +324,10 @@ async fn content_negotiation_per_resource() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(
-        builder(&fake, &store)
-            .use_watch_list(false)
-            .wire_format(WireFormat::Json),
-    );
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        wire_format: WireFormat::Json,
+        ..opts()
+    }));
     store.wait_calls(2).await;
     assert!(!run.reflector.asks_for_protobuf());
     for r in fake.requests() {
@@ -346,7 +353,10 @@ async fn content_negotiation_per_resource() {
     );
     let run = start(
         Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
-            .use_watch_list(false),
+            .list_options(ListOptions {
+                use_watch_list: false,
+                ..ListOptions::default()
+            }),
     );
     store.wait_calls(1).await;
     fake.wait_requests(2).await;
@@ -387,9 +397,10 @@ async fn content_negotiation_per_resource() {
     let ar = ApiResource::erase::<ConfigMap>(&());
     let run = start(
         Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
-            .namespace("ns")
-            .use_watch_list(false)
-            .object_options(ObjectOptions::new().strip_managed_fields(true)),
+            .list_options(ListOptions {
+                object_options: ObjectOptions::new().strip_managed_fields(true),
+                ..opts()
+            }),
     );
     store.wait_calls(2).await;
     assert!(run.reflector.asks_for_protobuf());

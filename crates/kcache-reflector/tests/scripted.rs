@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore, no_jitter, start};
+use common::{Call, RecordingStore, no_jitter, opts, start};
 use fake::{
     End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, hang, list, list_json, status,
     too_large,
@@ -17,7 +17,7 @@ use fake::{
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::ObjectOptions;
 use kcache_reflector::{
-    BackoffConfig, BadEventKind, ErrorReason, PrometheusMetricsProvider, Reflector,
+    BackoffConfig, BadEventKind, ErrorReason, ListOptions, PrometheusMetricsProvider, Reflector,
     ReflectorBuilder, ReflectorError, RequestTimeouts,
 };
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -31,8 +31,7 @@ type Store = RecordingStore<ConfigMap>;
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
     Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-        .namespace("ns")
-        .use_watch_list(false)
+        .list_options(opts())
         .backoff(no_jitter())
 }
 
@@ -299,7 +298,10 @@ async fn internal_error_retry_budget() {
             _ => hang(),
         });
         let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store).max_internal_error_retry_duration(budget));
+        let run = start(builder(&fake, &store).list_options(ListOptions {
+            max_internal_error_retry_duration: budget,
+            ..opts()
+        }));
         fake.wait_requests(if budget.is_zero() { 4 } else { 3 })
             .await;
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -346,7 +348,10 @@ async fn page_size_and_continue() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).page_size(4));
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        page_size: 4,
+        ..opts()
+    }));
     let calls = store.wait_calls(1).await;
     let lists = fake.lists();
     assert_eq!(lists.len(), 3);
@@ -458,7 +463,10 @@ async fn relist_reuses_the_stores_objects_for_unchanged_items() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).page_size(2));
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        page_size: 2,
+        ..opts()
+    }));
     store.wait_calls(1).await;
     let all = ["a", "b", "c", "d", "e"];
     let before = held(&store, &all);
@@ -514,7 +522,10 @@ async fn full_list_if_continue_expired() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).page_size(1));
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        page_size: 1,
+        ..opts()
+    }));
     store.wait_calls(2).await;
     let lists = fake.lists();
     assert_eq!(lists.len(), 4);
@@ -574,7 +585,10 @@ async fn watch_timeout_is_randomized() {
         let store = Arc::new(Store::default());
         let mut b = builder(&fake, &store);
         if let Some(m) = min {
-            b = b.min_watch_timeout(Duration::from_secs(m));
+            b = b.list_options(ListOptions {
+                min_watch_timeout: Duration::from_secs(m),
+                ..opts()
+            });
         }
         let run = start(b);
         fake.wait_requests(41).await;
@@ -636,7 +650,10 @@ async fn stalled_watch_is_abandoned_after_the_idle_limit() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).watch_idle_timeout(Duration::from_secs(20)));
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        watch_idle_timeout: Some(Duration::from_secs(20)),
+        ..opts()
+    }));
     let reqs = fake.wait_requests(3).await;
     assert!(
         reqs[2].is_watch(),
@@ -908,9 +925,10 @@ async fn object_options_pass_through() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(
-        builder(&fake, &store).object_options(ObjectOptions::new().strip_managed_fields(true)),
-    );
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        object_options: ObjectOptions::new().strip_managed_fields(true),
+        ..opts()
+    }));
     store.wait_calls(2).await;
     for k in ["ns/a", "ns/b"] {
         let o = store.object(k).unwrap();
@@ -968,8 +986,14 @@ async fn forbidden_is_reported_and_backed_off() {
     });
     let store = Arc::new(Store::default());
     // streaming list on: each attempt is a streaming list then a list
-    let run =
-        start(Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).namespace("ns"));
+    let run = start(
+        Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).list_options(
+            ListOptions {
+                use_watch_list: true,
+                ..opts()
+            },
+        ),
+    );
     tokio::time::sleep(Duration::from_secs(60)).await;
     let lists = fake.lists();
     assert!(
@@ -1059,10 +1083,11 @@ async fn dynamic_object_with_selectors() {
     );
     let run = start(
         Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
-            .namespace("ns")
-            .label_selector("app=x,tier in (a,b)")
-            .field_selector("metadata.name!=z")
-            .use_watch_list(false),
+            .list_options(ListOptions {
+                label_selector: Some("app=x,tier in (a,b)".into()),
+                field_selector: Some("metadata.name!=z".into()),
+                ..opts()
+            }),
     );
     store.wait_calls(2).await;
     let reqs = fake.requests();
@@ -1098,11 +1123,8 @@ async fn metadata_only() {
     });
     type Meta = PartialObjectMeta<ConfigMap>;
     let store = Arc::new(RecordingStore::<Meta>::default());
-    let run = start(
-        Reflector::<Meta>::builder(fake.client.clone(), store.clone())
-            .namespace("ns")
-            .use_watch_list(false),
-    );
+    let run =
+        start(Reflector::<Meta>::builder(fake.client.clone(), store.clone()).list_options(opts()));
     store.wait_calls(2).await;
     let reqs = fake.requests();
     assert!(
@@ -1126,7 +1148,10 @@ async fn metadata_only() {
 // ---------------------------------------------------------------- streaming list (TestWatchList)
 
 fn wl_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    builder(fake, store).use_watch_list(true)
+    builder(fake, store).list_options(ListOptions {
+        use_watch_list: true,
+        ..opts()
+    })
 }
 
 fn is_watch_list(r: &Recorded) -> bool {
@@ -1355,9 +1380,11 @@ async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(
-        wl_builder(&fake, &store).object_options(ObjectOptions::new().strip_managed_fields(true)),
-    );
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        use_watch_list: true,
+        object_options: ObjectOptions::new().strip_managed_fields(true),
+        ..opts()
+    }));
     store.wait_calls(1).await;
     let all = ["a", "b", "c", "d"];
     let before = held(&store, &all);
@@ -1441,7 +1468,10 @@ async fn event_over_the_size_limit_relists() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).max_event_size(1024));
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        max_event_size: 1024,
+        ..opts()
+    }));
     fake.wait_requests(4).await;
     assert_eq!(run.reasons(), [ErrorReason::EventTooLarge]);
     assert!(run.seen()[0].1.contains("max_event_size"));
@@ -1522,8 +1552,7 @@ async fn failing_resync_relists() {
     let store = Arc::new(FailingResync(Store::default()));
     let run = start(
         Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-            .namespace("ns")
-            .use_watch_list(false)
+            .list_options(opts())
             .backoff(no_jitter())
             .resync_period(Duration::from_secs(30)),
     );
@@ -1692,7 +1721,10 @@ async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
     let run = start(
         builder(&fake, &store)
             .resume_from("10")
-            .watch_idle_timeout(Duration::from_secs(10)),
+            .list_options(ListOptions {
+                watch_idle_timeout: Some(Duration::from_secs(10)),
+                ..opts()
+            }),
     );
     let reqs = fake.wait_requests(2).await;
     assert_eq!(run.reasons(), [ErrorReason::WatchStalled]);
@@ -1879,9 +1911,12 @@ async fn missing_response_headers_time_out() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).request_timeouts(RequestTimeouts {
-        response_headers: Duration::from_secs(5),
-        ..RequestTimeouts::default()
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        request_timeouts: RequestTimeouts {
+            response_headers: Duration::from_secs(5),
+            ..RequestTimeouts::default()
+        },
+        ..opts()
     }));
     store.wait_calls(1).await;
     assert_eq!(
@@ -1913,7 +1948,10 @@ async fn list_page_over_the_byte_cap_fails_and_relists() {
     let provider = PrometheusMetricsProvider::new(&mut registry);
     let run = start(
         builder(&fake, &store)
-            .max_list_page_bytes(4096)
+            .list_options(ListOptions {
+                max_list_page_bytes: 4096,
+                ..opts()
+            })
             .metrics(Arc::new(provider)),
     );
     let calls = store.wait_calls(1).await;
@@ -1964,7 +2002,11 @@ async fn initial_events_over_the_byte_cap_fail_and_relist() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store).max_initial_events_bytes(2000));
+    let run = start(builder(&fake, &store).list_options(ListOptions {
+        use_watch_list: true,
+        max_initial_events_bytes: 2000,
+        ..opts()
+    }));
     let calls = store.wait_calls(1).await;
     assert_eq!(calls, [Call::Replace(keys(&["a"]), "30".into())]);
     assert_eq!(store.state()["ns/a"], "21");

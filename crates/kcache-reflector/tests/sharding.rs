@@ -9,11 +9,15 @@ use kcache_testing::fake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Call, RecordingStore, Running, SeenError, meta_list, meta_reflector, no_jitter};
+use common::{
+    Call, RecordingStore, Running, SeenError, meta_list, meta_reflector, no_jitter, opts,
+};
 use fake::{End, Fake, Reply, bookmark, ev, hang, pb_cmu, pb_field, pb_list_body, status};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{ShardField, ShardSelector};
-use kcache_reflector::{ErrorReason, Reflector, ReflectorBuilder, ShardFilterMode, WireFormat};
+use kcache_reflector::{
+    ErrorReason, ListOptions, Reflector, ReflectorBuilder, ShardFilterMode, WireFormat,
+};
 use serde_json::{Value, json};
 
 type Store = RecordingStore<ConfigMap>;
@@ -54,13 +58,27 @@ fn page(rv: &str, cont: &str, echo: Option<&ShardSelector>, items: Vec<Value>) -
     )
 }
 
+/// The options of [`builder`]: namespace `ns`, list + watch, JSON,
+/// pages of 2, the [`half`] shard.
+fn shard_opts() -> ListOptions {
+    ListOptions {
+        wire_format: WireFormat::Json,
+        page_size: 2,
+        shard_selector: Some(half()),
+        ..opts()
+    }
+}
+
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-        .namespace("ns")
-        .use_watch_list(false)
-        .wire_format(WireFormat::Json)
-        .page_size(2)
-        .shard_selector(half())
+    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).list_options(shard_opts())
+}
+
+/// [`builder`] with streaming lists.
+fn wl_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
+    builder(fake, store).list_options(ListOptions {
+        use_watch_list: true,
+        ..shard_opts()
+    })
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {
@@ -126,7 +144,7 @@ async fn selector_is_sent_on_every_page_and_watch() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).use_watch_list(true));
+    let run = start(wl_builder(&fake, &store));
     store.wait_calls(1).await;
     let w = &fake.watches()[0];
     assert_eq!(w.q("sendInitialEvents"), Some("true"));
@@ -214,7 +232,7 @@ async fn server_filtered_streams_are_not_filtered_twice() {
         _ => hang(),
     });
     let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).use_watch_list(true));
+    let run = start(wl_builder(&fake, &store));
     let calls = store.wait_calls(2).await;
     assert_eq!(
         calls[..2],
@@ -271,7 +289,10 @@ async fn server_filtered_streams_are_not_filtered_twice() {
             _ => hang(),
         });
         let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store).wire_format(WireFormat::Auto));
+        let run = start(builder(&fake, &store).list_options(ListOptions {
+            wire_format: WireFormat::Auto,
+            ..shard_opts()
+        }));
         let calls = store.wait_calls(1).await;
         assert_eq!(
             calls,
@@ -307,7 +328,10 @@ async fn metadata_only_lists_are_filtered_on_the_client() {
             _ => hang(),
         });
         let (store, builder) = meta_reflector(&fake.client);
-        let run = start(builder.shard_selector(half()));
+        let run = start(builder.list_options(ListOptions {
+            shard_selector: Some(half()),
+            ..opts()
+        }));
         let calls = store.wait_calls(1).await;
         assert_eq!(calls, [Call::Replace(keys(&["a", "b"]), "3".into())]);
         assert!(fake.lists()[0].q("shardSelector").is_some());
@@ -338,7 +362,10 @@ async fn rejected_selector_is_a_clear_error_retried_with_backoff() {
     for watch_list in [false, true] {
         let fake = Fake::new(move |_| reject());
         let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store).use_watch_list(watch_list));
+        let run = start(builder(&fake, &store).list_options(ListOptions {
+            use_watch_list: watch_list,
+            ..shard_opts()
+        }));
         let reqs = fake.wait_requests(4).await;
         let gaps: Vec<u64> = reqs
             .windows(2)

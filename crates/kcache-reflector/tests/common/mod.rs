@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use kcache_core::{CachedObject, ObjectOrTombstone, ReflectorStore, StoreError};
 use kcache_reflector::{
-    BackoffConfig, BadEventKind, ErrorReason, Reflector, ReflectorBuilder, ReflectorError,
+    BackoffConfig, BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder,
+    ReflectorError,
 };
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -92,6 +93,16 @@ pub fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> 
     }
 }
 
+/// The tests' usual list options: namespace `ns`, list + watch (no
+/// streaming list).
+pub fn opts() -> ListOptions {
+    ListOptions {
+        namespace: Some("ns".into()),
+        use_watch_list: false,
+        ..ListOptions::default()
+    }
+}
+
 /// A metadata-only ConfigMap.
 pub type Meta = kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>;
 
@@ -101,9 +112,7 @@ pub fn meta_reflector(
     client: &kube::Client,
 ) -> (Arc<RecordingStore<Meta>>, ReflectorBuilder<Meta>) {
     let store = Arc::new(RecordingStore::<Meta>::default());
-    let builder = Reflector::<Meta>::builder(client.clone(), store.clone())
-        .namespace("ns")
-        .use_watch_list(false);
+    let builder = Reflector::<Meta>::builder(client.clone(), store.clone()).list_options(opts());
     (store, builder)
 }
 
