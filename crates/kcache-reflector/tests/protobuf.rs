@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter, opts};
+use common::{Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter, opts, serve};
 use fake::{
     End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, hang, list, pb_bookmark, pb_cm,
     pb_cmu, pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
@@ -33,10 +33,12 @@ fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
 }
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).list_options(ListOptions {
-        use_watch_list: true,
-        ..opts()
-    })
+    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
+        .list_options(ListOptions {
+            use_watch_list: true,
+            ..opts()
+        })
+        .backoff(no_jitter())
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {
@@ -84,45 +86,48 @@ fn nameless() -> Vec<u8> {
 /// length prefix, a relist.
 #[tokio::test(start_paused = true)]
 async fn protobuf_watch_errors_and_bookmarks() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => pb_watch(
-            vec![
-                pb_ev("ADDED", &pb_cm("a", "1")),
-                pb_ev("ADDED", &pb_cm("b", "2")),
-                pb_bookmark("2", false),
-                pb_ev("MODIFIED", &pb_cm("a", "3")),
-                pb_bookmark("3", true),
-                malformed_frame(),
-                pb_ev("ADDED", &nameless()),
-                pb_ev("ADDED", &pb_cm("c", "4")),
-                pb_bookmark("5", false),
-                pb_error_event(410, "Expired"),
-            ],
-            7,
-            End::Hang,
-        ),
-        (true, 1) => {
-            let mut frames = vec![
-                pb_ev("ADDED", &pb_cm("a", "6")),
-                pb_ev("ADDED", &pb_cm("b", "2")),
-                pb_ev("ADDED", &pb_cm("c", "4")),
-                pb_bookmark("6", true),
-                pb_ev("DELETED", &pb_cm("a", "7")),
-            ];
-            // a frame announcing 1 MiB: over the 4 KiB limit
-            let mut big = (1u32 << 20).to_be_bytes().to_vec();
-            big.extend_from_slice(&[0x0a; 64]);
-            frames.push(big);
-            pb_watch(frames, 0, End::Hang)
-        }
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        use_watch_list: true,
-        max_event_size: 4096,
-        ..opts()
-    }));
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                use_watch_list: true,
+                max_event_size: 4096,
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (true, 0) => pb_watch(
+                vec![
+                    pb_ev("ADDED", &pb_cm("a", "1")),
+                    pb_ev("ADDED", &pb_cm("b", "2")),
+                    pb_bookmark("2", false),
+                    pb_ev("MODIFIED", &pb_cm("a", "3")),
+                    pb_bookmark("3", true),
+                    malformed_frame(),
+                    pb_ev("ADDED", &nameless()),
+                    pb_ev("ADDED", &pb_cm("c", "4")),
+                    pb_bookmark("5", false),
+                    pb_error_event(410, "Expired"),
+                ],
+                7,
+                End::Hang,
+            ),
+            (true, 1) => {
+                let mut frames = vec![
+                    pb_ev("ADDED", &pb_cm("a", "6")),
+                    pb_ev("ADDED", &pb_cm("b", "2")),
+                    pb_ev("ADDED", &pb_cm("c", "4")),
+                    pb_bookmark("6", true),
+                    pb_ev("DELETED", &pb_cm("a", "7")),
+                ];
+                // a frame announcing 1 MiB: over the 4 KiB limit
+                let mut big = (1u32 << 20).to_be_bytes().to_vec();
+                big.extend_from_slice(&[0x0a; 64]);
+                frames.push(big);
+                pb_watch(frames, 0, End::Hang)
+            }
+            _ => hang(),
+        },
+    );
     let calls = store
         .wait_until(Duration::from_secs(3600), |c| {
             c.iter().filter(|c| matches!(c, Call::Replace(..))).count() == 2
@@ -178,35 +183,36 @@ async fn protobuf_watch_errors_and_bookmarks() {
 /// cut short inside an item fails as an invalid list.
 #[tokio::test(start_paused = true)]
 async fn protobuf_list_pages_items_and_errors() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => pb_list("10", "c1", &[pb_cm("a", "1"), pb_cm("b", "2")], 5),
-        (false, 1) => pb_list(
-            "10",
-            "",
-            &[
-                pb_cm("c", "3"),
-                nameless(),
-                vec![0x0a, 0xff],
-                pb_cm("d", "4"),
-            ],
-            3,
-        ),
-        (true, 0) => pb_status(410, "Expired", "too old resource version"),
-        (false, 2) => {
-            let body = pb_list_body("11", "", &[pb_cm("a", "5"), pb_cm("e", "11")]);
-            let cut = body.len() - 20;
-            Reply::Typed(
-                200,
-                fake::PROTOBUF,
-                vec![Bytes::copy_from_slice(&body[..cut])],
-                End::Close,
-            )
-        }
-        (false, 3) => pb_list("11", "", &[pb_cm("a", "5"), pb_cm("e", "11")], 1000),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(opts()));
+    let (fake, store, run) = serve(
+        |f, s| builder(f, s).list_options(opts()),
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => pb_list("10", "c1", &[pb_cm("a", "1"), pb_cm("b", "2")], 5),
+            (false, 1) => pb_list(
+                "10",
+                "",
+                &[
+                    pb_cm("c", "3"),
+                    nameless(),
+                    vec![0x0a, 0xff],
+                    pb_cm("d", "4"),
+                ],
+                3,
+            ),
+            (true, 0) => pb_status(410, "Expired", "too old resource version"),
+            (false, 2) => {
+                let body = pb_list_body("11", "", &[pb_cm("a", "5"), pb_cm("e", "11")]);
+                let cut = body.len() - 20;
+                Reply::Typed(
+                    200,
+                    fake::PROTOBUF,
+                    vec![Bytes::copy_from_slice(&body[..cut])],
+                    End::Close,
+                )
+            }
+            (false, 3) => pb_list("11", "", &[pb_cm("a", "5"), pb_cm("e", "11")], 1000),
+            _ => hang(),
+        },
+    );
     let calls = store.wait_calls(2).await;
     assert_eq!(
         calls,
@@ -258,27 +264,30 @@ async fn protobuf_list_byte_cap_and_stall() {
     let items: Vec<Vec<u8>> = (0..40).map(|i| pb_cm(&format!("c{i}"), "1")).collect();
     let body = pb_list_body("1", "", &items);
     let total = body.len();
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (false, 0) => Reply::Typed(
-            200,
-            fake::PROTOBUF,
-            body.chunks(512).map(Bytes::copy_from_slice).collect(),
-            End::Hang,
-        ),
-        (false, 1) => Reply::Typed(
-            200,
-            fake::PROTOBUF,
-            vec![Bytes::copy_from_slice(&body[..100])],
-            End::Hang,
-        ),
-        (false, 2) => pb_list("1", "", &[pb_cm("a", "1")], 64),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        max_list_page_bytes: total - 1,
-        ..opts()
-    }));
+    let (_fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                max_list_page_bytes: total - 1,
+                ..opts()
+            })
+        },
+        move |r| match (r.is_watch(), r.nth) {
+            (false, 0) => Reply::Typed(
+                200,
+                fake::PROTOBUF,
+                body.chunks(512).map(Bytes::copy_from_slice).collect(),
+                End::Hang,
+            ),
+            (false, 1) => Reply::Typed(
+                200,
+                fake::PROTOBUF,
+                vec![Bytes::copy_from_slice(&body[..100])],
+                End::Hang,
+            ),
+            (false, 2) => pb_list("1", "", &[pb_cm("a", "1")], 64),
+            _ => hang(),
+        },
+    );
     let calls = store.wait_calls(1).await;
     assert_eq!(calls, [Call::Replace(keys(&["a"]), "1".into())]);
     assert_eq!(
@@ -296,13 +305,14 @@ async fn protobuf_list_byte_cap_and_stall() {
 #[tokio::test(start_paused = true)]
 async fn content_negotiation_per_resource() {
     // a built-in type answered in JSON
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("1", "", vec![cm("a", "1")]),
-        (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(opts()));
+    let (fake, store, run) = serve(
+        |f, s| builder(f, s).list_options(opts()),
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list("1", "", vec![cm("a", "1")]),
+            (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
+            _ => hang(),
+        },
+    );
     store.wait_calls(2).await;
     assert!(run.reflector.asks_for_protobuf());
     let reqs = fake.requests();
@@ -318,16 +328,19 @@ async fn content_negotiation_per_resource() {
     run.stop().await;
 
     // JSON forced: no protobuf asked, a protobuf answer is still read
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => pb_list("1", "", &[pb_cm("a", "1")], 100),
-        (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        wire_format: WireFormat::Json,
-        ..opts()
-    }));
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                wire_format: WireFormat::Json,
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => pb_list("1", "", &[pb_cm("a", "1")], 100),
+            (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
+            _ => hang(),
+        },
+    );
     store.wait_calls(2).await;
     assert!(!run.reflector.asks_for_protobuf());
     for r in fake.requests() {
@@ -431,7 +444,7 @@ async fn content_negotiation_per_resource() {
 /// 406 is not an error of the reflector.
 #[tokio::test(start_paused = true)]
 async fn a_406_to_protobuf_falls_back_to_json() {
-    let fake = Fake::new(|r| {
+    let (fake, store, run) = serve(builder, |r| {
         if r.header("accept").is_some_and(|a| a.contains("protobuf")) {
             return Reply::Json(
                 406,
@@ -446,8 +459,6 @@ async fn a_406_to_protobuf_falls_back_to_json() {
             _ => hang(),
         }
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(1).await;
     assert_eq!(store.calls()[0], Call::Replace(keys(&["a"]), "1".into()));
     assert!(!run.reflector.asks_for_protobuf());

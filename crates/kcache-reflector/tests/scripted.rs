@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore, no_jitter, opts, start};
+use common::{Call, RecordingStore, no_jitter, opts, serve, start};
 use fake::{
     End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, hang, list, list_json, status,
     too_large,
@@ -55,7 +55,7 @@ fn gaps(rs: &[Recorded]) -> Vec<u64> {
 /// resumed from the last event's RV after a clean close, never a relist.
 #[tokio::test(start_paused = true)]
 async fn list_and_watch_resumes_from_last_resource_version() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![cm("a", "1")]),
         (true, 0) => Reply::Stream(
             vec![ev("ADDED", cm("b", "2")), ev("MODIFIED", cm("a", "3"))],
@@ -64,8 +64,6 @@ async fn list_and_watch_resumes_from_last_resource_version() {
         (true, 1) => Reply::Stream(vec![ev("DELETED", cm("b", "4"))], End::Close),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let calls = store.wait_calls(4).await;
     assert_eq!(
         calls,
@@ -115,13 +113,11 @@ async fn json_list_read_in_small_chunks() {
     };
     let good = list_json("5", "", vec![cm("a", "1"), cm("b", "2"), cm("c", "5")]);
     let bad = good.replace(r#""name":"b""#, r#""name":b""#);
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => Reply::Chunks(chunks(bad.clone()), End::Close),
         (false, 1) => Reply::Chunks(chunks(good.clone()), End::Close),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let calls = store.wait_calls(1).await;
     assert_eq!(calls, [Call::Replace(keys(&["a", "b", "c"]), "5".into())]);
     assert_eq!(run.reasons(), [ErrorReason::InvalidList]);
@@ -136,15 +132,13 @@ async fn json_list_read_in_small_chunks() {
 /// last synced RV, unpaged (watch cache).
 #[tokio::test(start_paused = true)]
 async fn list_and_watch_with_errors() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => status(500, "InternalError", "etcd is sad"),
         (false, 1) => list("1", "", vec![cm("a", "1")]),
         (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Error),
         (false, 2) => list("5", "", vec![cm("a", "1"), cm("b", "2"), cm("c", "5")]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(3).await;
     fake.wait_requests(5).await;
     let lists = fake.lists();
@@ -171,13 +165,11 @@ async fn list_and_watch_with_errors() {
 /// failed lists are spaced by 800 ms doubling, capped, then jittered.
 #[tokio::test(start_paused = true)]
 async fn init_conn_backoff_doubles() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, n) if n < 8 => Reply::ConnRefused,
         (false, _) => list("1", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(1).await;
     let lists = fake.lists();
     assert_eq!(lists.len(), 9);
@@ -190,17 +182,20 @@ async fn init_conn_backoff_doubles() {
     run.stop().await;
 
     // custom backoff (client-go: 10ms x2 cap 100ms), with jitter [d, 2d)
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, n) if n < 5 => Reply::ConnRefused,
-        (false, _) => list("1", "", vec![]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).backoff(BackoffConfig {
-        initial: Duration::from_millis(10),
-        cap: Duration::from_millis(100),
-        ..Default::default()
-    }));
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).backoff(BackoffConfig {
+                initial: Duration::from_millis(10),
+                cap: Duration::from_millis(100),
+                ..Default::default()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (false, n) if n < 5 => Reply::ConnRefused,
+            (false, _) => list("1", "", vec![]),
+            _ => hang(),
+        },
+    );
     store.wait_calls(1).await;
     let g = gaps(&fake.lists());
     for (gap, d) in g.iter().zip([10u64, 20, 40, 80, 100]) {
@@ -213,15 +208,13 @@ async fn init_conn_backoff_doubles() {
 /// The backoff resets to its first step after 2 minutes without backoff.
 #[tokio::test(start_paused = true)]
 async fn backoff_resets_after_two_healthy_minutes() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) | (false, 1) | (false, 2) => Reply::ConnRefused,
         (false, _) => list("1", "", vec![]),
         // a healthy watch for 3 minutes, then the stream breaks
         (true, 0) => Reply::Stream(vec![], End::Hang),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(1).await;
     assert_eq!(gaps(&fake.lists()), [800, 1600, 3200]);
     run.stop().await;
@@ -229,7 +222,7 @@ async fn backoff_resets_after_two_healthy_minutes() {
     // the same, but the second failure comes 3 minutes after the first
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => Reply::ConnRefused,
         (false, 1) => list("1", "", vec![]),
         (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
@@ -237,8 +230,6 @@ async fn backoff_resets_after_two_healthy_minutes() {
         (false, 2) => list("2", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(1).await;
     tokio::time::sleep(Duration::from_secs(180)).await;
     tx.send(Bytes::from(error_event(500, "InternalError") + "\n"))
@@ -258,7 +249,7 @@ async fn backoff_resets_after_two_healthy_minutes() {
 /// without relisting.
 #[tokio::test(start_paused = true)]
 async fn too_many_requests_on_watch_backs_off_without_relist() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![cm("a", "1")]),
         (true, 0) | (true, 1) | (true, 3) => status(429, "TooManyRequests", "slow down"),
         (true, 2) | (true, 4) => Reply::ConnRefused,
@@ -271,8 +262,6 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     fake.wait_requests(8).await;
     assert_eq!(fake.lists().len(), 1, "no relist on 429");
     let watches = fake.watches();
@@ -289,19 +278,22 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
 #[tokio::test(start_paused = true)]
 async fn internal_error_retry_budget() {
     for budget in [Duration::ZERO, Duration::from_secs(60)] {
-        let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-            (false, _) => list("1", "", vec![]),
-            (true, 0) => Reply::Stream(
-                vec![ev("ADDED", cm("a", "2")), error_event(500, "InternalError")],
-                End::Close,
-            ),
-            _ => hang(),
-        });
-        let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store).list_options(ListOptions {
-            max_internal_error_retry_duration: budget,
-            ..opts()
-        }));
+        let (fake, _store, run) = serve(
+            |f, s| {
+                builder(f, s).list_options(ListOptions {
+                    max_internal_error_retry_duration: budget,
+                    ..opts()
+                })
+            },
+            |r| match (r.is_watch(), r.nth) {
+                (false, _) => list("1", "", vec![]),
+                (true, 0) => Reply::Stream(
+                    vec![ev("ADDED", cm("a", "2")), error_event(500, "InternalError")],
+                    End::Close,
+                ),
+                _ => hang(),
+            },
+        );
         fake.wait_requests(if budget.is_zero() { 4 } else { 3 })
             .await;
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -329,29 +321,32 @@ async fn internal_error_retry_budget() {
 /// RV only on the first page.
 #[tokio::test(start_paused = true)]
 async fn page_size_and_continue() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list(
-            "10",
-            "c1",
-            (1..=4).map(|i| cm(&format!("o{i}"), "1")).collect(),
-        ),
-        (false, 1) => list(
-            "10",
-            "c2",
-            (5..=8).map(|i| cm(&format!("o{i}"), "1")).collect(),
-        ),
-        (false, 2) => list(
-            "10",
-            "",
-            (9..=10).map(|i| cm(&format!("o{i:02}"), "1")).collect(),
-        ),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        page_size: 4,
-        ..opts()
-    }));
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                page_size: 4,
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list(
+                "10",
+                "c1",
+                (1..=4).map(|i| cm(&format!("o{i}"), "1")).collect(),
+            ),
+            (false, 1) => list(
+                "10",
+                "c2",
+                (5..=8).map(|i| cm(&format!("o{i}"), "1")).collect(),
+            ),
+            (false, 2) => list(
+                "10",
+                "",
+                (9..=10).map(|i| cm(&format!("o{i:02}"), "1")).collect(),
+            ),
+            _ => hang(),
+        },
+    );
     let calls = store.wait_calls(1).await;
     let lists = fake.lists();
     assert_eq!(lists.len(), 3);
@@ -377,7 +372,7 @@ async fn page_size_and_continue() {
 #[tokio::test(start_paused = true)]
 async fn relist_paging_depends_on_the_first_list() {
     for paged_first in [false, true] {
-        let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        let (fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
             (false, 0) if paged_first => list("10", "c1", vec![cm("a", "1")]),
             (false, 0) => list("10", "", vec![cm("a", "1")]),
             (false, 1) if paged_first => list("10", "", vec![cm("b", "1")]),
@@ -385,8 +380,6 @@ async fn relist_paging_depends_on_the_first_list() {
             (false, _) => list("11", "", vec![]),
             _ => hang(),
         });
-        let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store));
         store.wait_calls(2).await;
         let relist = fake.lists().last().unwrap().clone();
         assert_eq!(relist.rv(), Some("10"));
@@ -404,14 +397,12 @@ async fn relist_paging_depends_on_the_first_list() {
 /// the relist is at the last synced RV.
 #[tokio::test(start_paused = true)]
 async fn relist_after_gone_uses_last_synced_rv() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "", vec![cm("a", "10")]),
         (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
         (false, 1) => list("11", "", vec![cm("a", "10"), cm("b", "11")]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(2).await;
     let rvs: Vec<_> = fake
         .lists()
@@ -446,27 +437,30 @@ fn held(store: &Store, ks: &[&str]) -> Vec<kcache_core::CachedObject<ConfigMap>>
 /// without a uid are the fresh objects.
 #[tokio::test(start_paused = true)]
 async fn relist_reuses_the_stores_objects_for_unchanged_items() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("10", "p2", vec![cmu("a", "ua", "1"), cmu("b", "ub", "2")]),
-        (false, 1) => list(
-            "10",
-            "",
-            vec![cmu("c", "uc", "3"), cmu("d", "ud", "4"), cm("e", "5")],
-        ),
-        (true, 0) => gone(),
-        (false, 2) => list("20", "p2", vec![cmu("a", "ua", "1"), cmu("b", "ub", "12")]),
-        (false, 3) => list(
-            "20",
-            "",
-            vec![cmu("c", "uc2", "3"), cmu("d", "ud", "4"), cm("e", "5")],
-        ),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        page_size: 2,
-        ..opts()
-    }));
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                page_size: 2,
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list("10", "p2", vec![cmu("a", "ua", "1"), cmu("b", "ub", "2")]),
+            (false, 1) => list(
+                "10",
+                "",
+                vec![cmu("c", "uc", "3"), cmu("d", "ud", "4"), cm("e", "5")],
+            ),
+            (true, 0) => gone(),
+            (false, 2) => list("20", "p2", vec![cmu("a", "ua", "1"), cmu("b", "ub", "12")]),
+            (false, 3) => list(
+                "20",
+                "",
+                vec![cmu("c", "uc2", "3"), cmu("d", "ud", "4"), cm("e", "5")],
+            ),
+            _ => hang(),
+        },
+    );
     store.wait_calls(1).await;
     let all = ["a", "b", "c", "d", "e"];
     let before = held(&store, &all);
@@ -491,15 +485,13 @@ async fn relist_reuses_the_stores_objects_for_unchanged_items() {
 /// expired too: list again at once at "" (consistent read, paged).
 #[tokio::test(start_paused = true)]
 async fn expired_exact_resource_version_lists_at_empty_rv() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "", vec![cm("a", "10")]),
         (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
         (false, 1) => gone(),
         (false, 2) => list("20", "", vec![cm("b", "20")]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(2).await;
     let lists = fake.lists();
     let rvs: Vec<_> = lists.iter().map(|l| l.rv()).collect();
@@ -513,19 +505,22 @@ async fn expired_exact_resource_version_lists_at_empty_rv() {
 /// one full list at the requested RV.
 #[tokio::test(start_paused = true)]
 async fn full_list_if_continue_expired() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("10", "", vec![cm("a", "1")]),
-        (true, 0) => gone(),
-        (false, 1) => list("10", "c1", vec![cm("a", "1")]),
-        (false, 2) => gone(),
-        (false, 3) => list("12", "", vec![cm("a", "1"), cm("b", "12")]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        page_size: 1,
-        ..opts()
-    }));
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                page_size: 1,
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list("10", "", vec![cm("a", "1")]),
+            (true, 0) => gone(),
+            (false, 1) => list("10", "c1", vec![cm("a", "1")]),
+            (false, 2) => gone(),
+            (false, 3) => list("12", "", vec![cm("a", "1"), cm("b", "12")]),
+            _ => hang(),
+        },
+    );
     store.wait_calls(2).await;
     let lists = fake.lists();
     assert_eq!(lists.len(), 4);
@@ -549,7 +544,7 @@ async fn full_list_if_continue_expired() {
 /// makes the reflector list at "".
 #[tokio::test(start_paused = true)]
 async fn too_large_resource_version_lists_at_empty_rv() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => too_large(),
         (false, 1) => list("10", "", vec![cm("a", "1")]),
         (true, 0) => gone(),
@@ -557,8 +552,6 @@ async fn too_large_resource_version_lists_at_empty_rv() {
         (false, 3) => list("20", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(2).await;
     let lists = fake.lists();
     let rvs: Vec<_> = lists.iter().map(|l| l.rv()).collect();
@@ -612,15 +605,13 @@ async fn watch_timeout_is_randomized() {
 async fn very_short_watch_relists_but_a_quiet_close_does_not() {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         (true, 0) => Reply::Stream(vec![], End::Close),
         (false, 1) => list("1", "", vec![]),
         (true, 1) => Reply::Channel(rx.lock().take().unwrap()),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     fake.wait_requests(4).await;
     assert_eq!(run.reasons(), [ErrorReason::VeryShortWatch]);
     let reqs = fake.requests();
@@ -644,16 +635,19 @@ async fn very_short_watch_relists_but_a_quiet_close_does_not() {
 /// default the limit is the requested server timeout plus a margin.
 #[tokio::test(start_paused = true)]
 async fn stalled_watch_is_abandoned_after_the_idle_limit() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("1", "", vec![]),
-        (true, 0) => Reply::Stream(vec![bookmark("5", false)], End::Hang),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        watch_idle_timeout: Some(Duration::from_secs(20)),
-        ..opts()
-    }));
+    let (fake, _store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                watch_idle_timeout: Some(Duration::from_secs(20)),
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list("1", "", vec![]),
+            (true, 0) => Reply::Stream(vec![bookmark("5", false)], End::Hang),
+            _ => hang(),
+        },
+    );
     let reqs = fake.wait_requests(3).await;
     assert!(
         reqs[2].is_watch(),
@@ -669,12 +663,10 @@ async fn stalled_watch_is_abandoned_after_the_idle_limit() {
     run.stop().await;
 
     // default: timeoutSeconds + 30 s
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let reqs = fake.wait_requests(3).await;
     let timeout: u64 = reqs[1].q("timeoutSeconds").unwrap().parse().unwrap();
     assert_eq!(
@@ -688,13 +680,11 @@ async fn stalled_watch_is_abandoned_after_the_idle_limit() {
 /// Bookmarks only move the RV (and reach `store.bookmark`).
 #[tokio::test(start_paused = true)]
 async fn bookmarks_move_the_resource_version_only() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         (true, 0) => Reply::Stream(vec![bookmark("7", false), bookmark("9", true)], End::Close),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let reqs = fake.wait_requests(3).await;
     assert_eq!(reqs[2].rv(), Some("9"));
     assert_eq!(
@@ -713,13 +703,11 @@ async fn bookmarks_move_the_resource_version_only() {
 async fn every_event_records_its_resource_version() {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (_fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "", vec![]),
         (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(1).await;
     assert_eq!(run.reflector.last_sync_resource_version(), "10");
     let events = [
@@ -739,12 +727,13 @@ async fn every_event_records_its_resource_version() {
 /// watching.
 #[tokio::test(start_paused = true)]
 async fn resync_period_calls_store_resync() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("1", "", vec![]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).resync_period(Duration::from_secs(30)));
+    let (_fake, store, run) = serve(
+        |f, s| builder(f, s).resync_period(Duration::from_secs(30)),
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list("1", "", vec![]),
+            _ => hang(),
+        },
+    );
     let t0 = tokio::time::Instant::now();
     let calls = store.wait_calls(4).await;
     assert_eq!(calls[1..], [Call::Resync, Call::Resync, Call::Resync]);
@@ -902,13 +891,11 @@ async fn framing_across_chunks_and_large_objects() {
             .map(Bytes::copy_from_slice),
     );
     let chunks = Mutex::new(Some(chunks));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (_fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         (true, 0) => Reply::Chunks(chunks.lock().take().unwrap(), End::Hang),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let calls = store.wait_calls(4).await;
     assert_eq!(calls[3], Call::Add("ns/big".into(), "4".into()));
     assert!(store.object("ns/big").unwrap().bytes().len() > 5 << 20);
@@ -919,16 +906,19 @@ async fn framing_across_chunks_and_large_objects() {
 /// `ObjectOptions` reach the cached objects (managedFields stripped).
 #[tokio::test(start_paused = true)]
 async fn object_options_pass_through() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("1", "", vec![cm("a", "1")]),
-        (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        object_options: ObjectOptions::new().strip_managed_fields(true),
-        ..opts()
-    }));
+    let (_fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                object_options: ObjectOptions::new().strip_managed_fields(true),
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list("1", "", vec![cm("a", "1")]),
+            (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
+            _ => hang(),
+        },
+    );
     store.wait_calls(2).await;
     for k in ["ns/a", "ns/b"] {
         let o = store.object(k).unwrap();
@@ -1019,12 +1009,10 @@ async fn forbidden_is_reported_and_backed_off() {
 /// stops on its future.
 #[tokio::test(start_paused = true)]
 async fn cancellation_leaves_nothing_behind() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     fake.wait_requests(2).await;
     assert_eq!(
         fake.live_streams.load(std::sync::atomic::Ordering::SeqCst),
@@ -1162,7 +1150,7 @@ fn is_watch_list(r: &Recorded) -> bool {
 /// end bookmark; the same stream then goes on. No list request at all.
 #[tokio::test(start_paused = true)]
 async fn watch_list_replaces_once_at_the_end_bookmark() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => Reply::Stream(
             vec![
                 ev("ADDED", cm("a", "2")),
@@ -1179,8 +1167,6 @@ async fn watch_list_replaces_once_at_the_end_bookmark() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     let calls = store.wait_calls(2).await;
     assert_eq!(
         calls,
@@ -1209,7 +1195,7 @@ async fn watch_list_replaces_once_at_the_end_bookmark() {
 /// clean buffer after a backoff step.
 #[tokio::test(start_paused = true)]
 async fn watch_list_closed_before_bookmark_is_retried() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => Reply::Stream(
             vec![ev("ADDED", cm("a", "2")), bookmark("2", false)],
             End::Close,
@@ -1220,8 +1206,6 @@ async fn watch_list_closed_before_bookmark_is_retried() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     let calls = store.wait_calls(1).await;
     assert_eq!(calls, [Call::Replace(keys(&["b"]), "3".into())]);
     let reqs = fake.requests();
@@ -1236,7 +1220,7 @@ async fn watch_list_closed_before_bookmark_is_retried() {
 /// reflector does not try streaming again.
 #[tokio::test(start_paused = true)]
 async fn watch_list_unsupported_falls_back_to_list_and_watch() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => status(
             422,
             "Invalid",
@@ -1247,8 +1231,6 @@ async fn watch_list_unsupported_falls_back_to_list_and_watch() {
         (false, 1) => list("6", "", vec![cm("a", "5")]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(2).await;
     let reqs = fake.wait_requests(5).await;
     assert!(is_watch_list(&reqs[0]));
@@ -1263,7 +1245,7 @@ async fn watch_list_unsupported_falls_back_to_list_and_watch() {
 /// streams again, from the last synced RV.
 #[tokio::test(start_paused = true)]
 async fn watch_list_other_error_falls_back_for_one_attempt() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => status(500, "InternalError", "boom"),
         (false, 0) => list("5", "", vec![cm("a", "5")]),
         (true, 1) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
@@ -1273,8 +1255,6 @@ async fn watch_list_other_error_falls_back_for_one_attempt() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(2).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 4);
@@ -1290,14 +1270,12 @@ async fn watch_list_other_error_falls_back_for_one_attempt() {
 /// 429 and connection refused retry the streaming list after a backoff.
 #[tokio::test(start_paused = true)]
 async fn watch_list_retries_on_too_many_requests() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => status(429, "TooManyRequests", "later"),
         (true, 1) => Reply::ConnRefused,
         (true, 2) => Reply::Stream(vec![bookmark("3", true)], End::Hang),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(1).await;
     let reqs = fake.requests();
     assert!(reqs.iter().all(is_watch_list));
@@ -1309,7 +1287,7 @@ async fn watch_list_retries_on_too_many_requests() {
 /// Expired during a streaming list: retried at once with RV "".
 #[tokio::test(start_paused = true)]
 async fn watch_list_expired_resets_the_resource_version() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => Reply::Stream(
             vec![
                 ev("ADDED", cm("a", "2")),
@@ -1325,8 +1303,6 @@ async fn watch_list_expired_resets_the_resource_version() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(2).await;
     let reqs = fake.requests();
     let rvs: Vec<_> = reqs
@@ -1353,38 +1329,41 @@ async fn watch_list_expired_resets_the_resource_version() {
 /// last event of a key decides.
 #[tokio::test(start_paused = true)]
 async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![
-                ev("ADDED", cmu("a", "ua", "2")),
-                ev("ADDED", cmu("b", "ub", "3")),
-                ev("ADDED", cmu("c", "uc", "4")),
-                ev("ADDED", cmu("d", "ud", "5")),
-                bookmark("5", true),
-                error_event(410, "Expired"),
-            ],
-            End::Close,
-        ),
-        (true, 1) => Reply::Stream(
-            vec![
-                ev("ADDED", cmu("a", "ua", "2")),
-                ev("ADDED", cmu("b", "ub", "6")),
-                ev("ADDED", cmu("c", "uc2", "4")),
-                // first a new version, then the held one again: reused
-                ev("ADDED", cmu("d", "ud", "7")),
-                ev("MODIFIED", cmu("d", "ud", "5")),
-                bookmark("7", true),
-            ],
-            End::Hang,
-        ),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        use_watch_list: true,
-        object_options: ObjectOptions::new().strip_managed_fields(true),
-        ..opts()
-    }));
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                use_watch_list: true,
+                object_options: ObjectOptions::new().strip_managed_fields(true),
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (true, 0) => Reply::Stream(
+                vec![
+                    ev("ADDED", cmu("a", "ua", "2")),
+                    ev("ADDED", cmu("b", "ub", "3")),
+                    ev("ADDED", cmu("c", "uc", "4")),
+                    ev("ADDED", cmu("d", "ud", "5")),
+                    bookmark("5", true),
+                    error_event(410, "Expired"),
+                ],
+                End::Close,
+            ),
+            (true, 1) => Reply::Stream(
+                vec![
+                    ev("ADDED", cmu("a", "ua", "2")),
+                    ev("ADDED", cmu("b", "ub", "6")),
+                    ev("ADDED", cmu("c", "uc2", "4")),
+                    // first a new version, then the held one again: reused
+                    ev("ADDED", cmu("d", "ud", "7")),
+                    ev("MODIFIED", cmu("d", "ud", "5")),
+                    bookmark("7", true),
+                ],
+                End::Hang,
+            ),
+            _ => hang(),
+        },
+    );
     store.wait_calls(1).await;
     let all = ["a", "b", "c", "d"];
     let before = held(&store, &all);
@@ -1406,15 +1385,13 @@ async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
 /// nothing, however long the stream stays open.
 #[tokio::test(start_paused = true)]
 async fn watch_list_without_end_bookmark_is_not_synced() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => Reply::Stream(
             vec![ev("ADDED", cm("a", "2")), bookmark("2", false)],
             End::Hang,
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(store.calls().is_empty());
     assert!(!run.reflector.has_synced());
@@ -1427,12 +1404,10 @@ async fn watch_list_without_end_bookmark_is_not_synced() {
 /// once; after the first ends, running again works.
 #[tokio::test(start_paused = true)]
 async fn a_second_concurrent_run_returns_at_once() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, _) => list("1", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     fake.wait_requests(2).await;
     tokio::time::timeout(
         Duration::from_secs(1),
@@ -1459,19 +1434,22 @@ async fn a_second_concurrent_run_returns_at_once() {
 async fn event_over_the_size_limit_relists() {
     let mut big = cm("big", "3");
     big["data"]["k"] = json!("x".repeat(4096));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (false, _) => list("1", "", vec![]),
-        (true, 0) => Reply::Stream(
-            vec![ev("ADDED", cm("a", "2")), ev("ADDED", big.clone())],
-            End::Hang,
-        ),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        max_event_size: 1024,
-        ..opts()
-    }));
+    let (fake, _store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                max_event_size: 1024,
+                ..opts()
+            })
+        },
+        move |r| match (r.is_watch(), r.nth) {
+            (false, _) => list("1", "", vec![]),
+            (true, 0) => Reply::Stream(
+                vec![ev("ADDED", cm("a", "2")), ev("ADDED", big.clone())],
+                End::Hang,
+            ),
+            _ => hang(),
+        },
+    );
     fake.wait_requests(4).await;
     assert_eq!(run.reasons(), [ErrorReason::EventTooLarge]);
     assert!(run.seen()[0].1.contains("max_event_size"));
@@ -1485,7 +1463,7 @@ async fn event_over_the_size_limit_relists() {
 /// arrives (client-go's propagateRVFromStart).
 #[tokio::test(start_paused = true)]
 async fn synthetic_added_events_do_not_move_the_rv() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("", "", vec![]),
         (true, 0) => Reply::Stream(
             vec![ev("ADDED", cm("a", "5")), ev("ADDED", cm("b", "3"))],
@@ -1501,8 +1479,6 @@ async fn synthetic_added_events_do_not_move_the_rv() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let reqs = fake.wait_requests(4).await;
     assert_eq!(reqs[1].rv().unwrap_or(""), "");
     assert_eq!(reqs[2].rv().unwrap_or(""), "");
@@ -1568,7 +1544,7 @@ async fn failing_resync_relists() {
 /// retried at once at "".
 #[tokio::test(start_paused = true)]
 async fn watch_list_too_large_on_open_retries_at_empty_rv() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => Reply::Stream(
             vec![bookmark("20", true), error_event(410, "Expired")],
             End::Close,
@@ -1577,8 +1553,6 @@ async fn watch_list_too_large_on_open_retries_at_empty_rv() {
         (true, 2) => Reply::Stream(vec![bookmark("21", true)], End::Hang),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(2).await;
     let reqs = fake.requests();
     let rvs: Vec<_> = reqs
@@ -1600,12 +1574,13 @@ async fn watch_list_too_large_on_open_retries_at_empty_rv() {
 async fn resume_watches_from_the_given_rv_without_listing() {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).resume_from("10"));
+    let (fake, store, run) = serve(
+        |f, s| builder(f, s).resume_from("10"),
+        move |r| match (r.is_watch(), r.nth) {
+            (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
+            _ => hang(),
+        },
+    );
     assert_eq!(run.reflector.last_sync_resource_version(), "10");
     let reqs = fake.wait_requests(1).await;
     assert!(reqs[0].is_watch());
@@ -1696,12 +1671,13 @@ async fn resume_expired_relists_and_the_list_syncs() {
 async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
     let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
     let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).resume_from("10"));
+    let (fake, _store, run) = serve(
+        |f, s| builder(f, s).resume_from("10"),
+        move |r| match (r.is_watch(), r.nth) {
+            (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
+            _ => hang(),
+        },
+    );
     fake.wait_requests(1).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!run.reflector.has_synced());
@@ -1713,18 +1689,17 @@ async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
     run.stop().await;
 
     // stalled: no byte until the idle limit
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(vec![], End::Hang),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(
-        builder(&fake, &store)
-            .resume_from("10")
-            .list_options(ListOptions {
+    let (fake, _store, run) = serve(
+        |f, s| {
+            builder(f, s).resume_from("10").list_options(ListOptions {
                 watch_idle_timeout: Some(Duration::from_secs(10)),
                 ..opts()
-            }),
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (true, 0) => Reply::Stream(vec![], End::Hang),
+            _ => hang(),
+        },
     );
     let reqs = fake.wait_requests(2).await;
     assert_eq!(run.reasons(), [ErrorReason::WatchStalled]);
@@ -1738,12 +1713,13 @@ async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
 /// Without `resume_from` nothing changes: an empty RV is ignored too.
 #[tokio::test(start_paused = true)]
 async fn resume_from_empty_rv_lists_as_usual() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("1", "", vec![]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).resume_from(""));
+    let (fake, _store, run) = serve(
+        |f, s| builder(f, s).resume_from(""),
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list("1", "", vec![]),
+            _ => hang(),
+        },
+    );
     let reqs = fake.wait_requests(2).await;
     assert!(!reqs[0].is_watch());
     assert_eq!(reqs[0].rv(), Some("0"));
@@ -1905,19 +1881,22 @@ async fn missing_response_headers_time_out() {
     run.stop().await;
 
     // a custom deadline
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => Reply::NoHeaders,
-        (false, _) => list("1", "", vec![]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        request_timeouts: RequestTimeouts {
-            response_headers: Duration::from_secs(5),
-            ..RequestTimeouts::default()
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                request_timeouts: RequestTimeouts {
+                    response_headers: Duration::from_secs(5),
+                    ..RequestTimeouts::default()
+                },
+                ..opts()
+            })
         },
-        ..opts()
-    }));
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => Reply::NoHeaders,
+            (false, _) => list("1", "", vec![]),
+            _ => hang(),
+        },
+    );
     store.wait_calls(1).await;
     assert_eq!(
         fake.lists()[1].at,
@@ -1985,28 +1964,31 @@ async fn list_page_over_the_byte_cap_fails_and_relists() {
 /// events replacing an object already buffered do not add up.
 #[tokio::test(start_paused = true)]
 async fn initial_events_over_the_byte_cap_fail_and_relist() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            (0..20)
-                .map(|i| ev("ADDED", cm(&format!("o{i}"), "2")))
-                .collect(),
-            End::Hang,
-        ),
-        (true, 1) => {
-            let mut lines: Vec<String> = (0..20)
-                .map(|i| ev("MODIFIED", cm("a", &format!("{}", i + 2))))
-                .collect();
-            lines.push(bookmark("30", true));
-            Reply::Stream(lines, End::Hang)
-        }
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).list_options(ListOptions {
-        use_watch_list: true,
-        max_initial_events_bytes: 2000,
-        ..opts()
-    }));
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                use_watch_list: true,
+                max_initial_events_bytes: 2000,
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (true, 0) => Reply::Stream(
+                (0..20)
+                    .map(|i| ev("ADDED", cm(&format!("o{i}"), "2")))
+                    .collect(),
+                End::Hang,
+            ),
+            (true, 1) => {
+                let mut lines: Vec<String> = (0..20)
+                    .map(|i| ev("MODIFIED", cm("a", &format!("{}", i + 2))))
+                    .collect();
+                lines.push(bookmark("30", true));
+                Reply::Stream(lines, End::Hang)
+            }
+            _ => hang(),
+        },
+    );
     let calls = store.wait_calls(1).await;
     assert_eq!(calls, [Call::Replace(keys(&["a"]), "30".into())]);
     assert_eq!(store.state()["ns/a"], "21");
@@ -2030,7 +2012,7 @@ async fn initial_events_over_the_byte_cap_fail_and_relist() {
 /// backoff schedule (it was 2,504 requests in 2 s).
 #[tokio::test(start_paused = true)]
 async fn streaming_list_410_backs_off() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         // synced at 5, then the watch expires
         (true, 0) => Reply::Stream(
             vec![bookmark("5", true), error_event(410, "Expired")],
@@ -2041,8 +2023,6 @@ async fn streaming_list_410_backs_off() {
         (true, _) => too_large(),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     let reqs = fake.wait_requests(9).await;
     let at: Vec<u64> = reqs[..9].iter().map(|r| r.at.as_millis() as u64).collect();
     // 0: synced; 800 ms: the relist at "5", at once again at ""; then
@@ -2076,14 +2056,15 @@ async fn resume_is_not_confirmed_by_an_early_eof() {
     let rx = Mutex::new(Some(rx));
     let (tx2, rx2) = mpsc::unbounded_channel::<Bytes>();
     let rx2 = Mutex::new(Some(rx2));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(vec![], End::ResetAfter(Duration::from_secs(1))),
-        (true, 1) => Reply::Channel(rx.lock().take().unwrap()),
-        (true, 2) => Reply::Channel(rx2.lock().take().unwrap()),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).resume_from("10"));
+    let (fake, _store, run) = serve(
+        |f, s| builder(f, s).resume_from("10"),
+        move |r| match (r.is_watch(), r.nth) {
+            (true, 0) => Reply::Stream(vec![], End::ResetAfter(Duration::from_secs(1))),
+            (true, 1) => Reply::Channel(rx.lock().take().unwrap()),
+            (true, 2) => Reply::Channel(rx2.lock().take().unwrap()),
+            _ => hang(),
+        },
+    );
     let reqs = fake.wait_requests(2).await;
     assert!(
         !run.reflector.has_synced(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{
-    Call, RecordingStore, Running, SeenError, meta_list, meta_reflector, no_jitter, opts,
+    Call, RecordingStore, Running, SeenError, meta_list, meta_reflector, no_jitter, opts, serve,
 };
 use fake::{End, Fake, Reply, bookmark, ev, hang, pb_cmu, pb_field, pb_list_body, status};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -70,7 +70,9 @@ fn shard_opts() -> ListOptions {
 }
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).list_options(shard_opts())
+    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
+        .list_options(shard_opts())
+        .backoff(no_jitter())
 }
 
 /// [`builder`] with streaming lists.
@@ -92,7 +94,7 @@ fn keys(ks: &[&str]) -> Vec<String> {
 #[tokio::test(start_paused = true)]
 async fn selector_is_sent_on_every_page_and_watch() {
     let sel = half();
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => page(
             "5",
             "c1",
@@ -104,8 +106,6 @@ async fn selector_is_sent_on_every_page_and_watch() {
         (true, 0) => Reply::Stream(vec![ev("ADDED", cmu("e", true, "6"))], End::Close),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let calls = store.wait_calls(2).await;
     assert_eq!(
         calls[..2],
@@ -136,15 +136,13 @@ async fn selector_is_sent_on_every_page_and_watch() {
     run.stop().await;
 
     // a streaming list carries it too
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => Reply::Stream(
             vec![ev("ADDED", cmu("a", true, "1")), bookmark("2", true)],
             End::Hang,
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(1).await;
     let w = &fake.watches()[0];
     assert_eq!(w.q("sendInitialEvents"), Some("true"));
@@ -159,7 +157,7 @@ async fn selector_is_sent_on_every_page_and_watch() {
 /// `Client`.
 #[tokio::test(start_paused = true)]
 async fn filters_on_the_client_without_shard_info() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (_fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => page(
             "5",
             "c1",
@@ -186,8 +184,6 @@ async fn filters_on_the_client_without_shard_info() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let calls = store.wait_calls(4).await;
     assert_eq!(
         calls,
@@ -218,7 +214,7 @@ async fn filters_on_the_client_without_shard_info() {
 #[tokio::test(start_paused = true)]
 async fn server_filtered_streams_are_not_filtered_twice() {
     // streaming list: only objects inside, no echo possible
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (_fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => Reply::Stream(
             vec![
                 ev("ADDED", cmu("a", true, "1")),
@@ -231,8 +227,6 @@ async fn server_filtered_streams_are_not_filtered_twice() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     let calls = store.wait_calls(2).await;
     assert_eq!(
         calls[..2],
@@ -279,20 +273,23 @@ async fn server_filtered_streams_are_not_filtered_twice() {
         (echo_pb(&inside), ShardFilterMode::Server, 0),
         (pb_list_body("7", "", &items), ShardFilterMode::Client, 1),
     ] {
-        let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-            (false, 0) => Reply::Typed(
-                200,
-                fake::PROTOBUF,
-                vec![bytes::Bytes::from(body.clone())],
-                End::Close,
-            ),
-            _ => hang(),
-        });
-        let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store).list_options(ListOptions {
-            wire_format: WireFormat::Auto,
-            ..shard_opts()
-        }));
+        let (_fake, store, run) = serve(
+            |f, s| {
+                builder(f, s).list_options(ListOptions {
+                    wire_format: WireFormat::Auto,
+                    ..shard_opts()
+                })
+            },
+            move |r| match (r.is_watch(), r.nth) {
+                (false, 0) => Reply::Typed(
+                    200,
+                    fake::PROTOBUF,
+                    vec![bytes::Bytes::from(body.clone())],
+                    End::Close,
+                ),
+                _ => hang(),
+            },
+        );
         let calls = store.wait_calls(1).await;
         assert_eq!(
             calls,
@@ -360,12 +357,15 @@ async fn rejected_selector_is_a_clear_error_retried_with_backoff() {
         )
     };
     for watch_list in [false, true] {
-        let fake = Fake::new(move |_| reject());
-        let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store).list_options(ListOptions {
-            use_watch_list: watch_list,
-            ..shard_opts()
-        }));
+        let (fake, _store, run) = serve(
+            |f, s| {
+                builder(f, s).list_options(ListOptions {
+                    use_watch_list: watch_list,
+                    ..shard_opts()
+                })
+            },
+            move |_| reject(),
+        );
         let reqs = fake.wait_requests(4).await;
         let gaps: Vec<u64> = reqs
             .windows(2)
@@ -396,12 +396,10 @@ async fn rejected_selector_is_a_clear_error_retried_with_backoff() {
 
     // rejected when opening the watch after a good list: a relist after a
     // backoff step, then the watch again
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, _) => page("5", "", None, vec![cmu("a", true, "1")]),
         (true, _) => reject(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let reqs = fake.wait_requests(6).await;
     let kinds: Vec<bool> = reqs.iter().map(|r| r.is_watch()).collect();
     assert_eq!(kinds[..6], [false, true, false, true, false, true]);

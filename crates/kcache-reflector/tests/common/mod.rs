@@ -10,6 +10,7 @@ use kcache_reflector::{
     BackoffConfig, BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder,
     ReflectorError,
 };
+use kcache_testing::fake::{Fake, Recorded, Reply};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -101,6 +102,19 @@ pub fn opts() -> ListOptions {
         use_watch_list: false,
         ..ListOptions::default()
     }
+}
+
+/// A scripted fake apiserver answering as `script` says, and the reflector
+/// `builder` makes for it over a new recording store, running: the start
+/// of every scripted test.
+pub fn serve<K: kube::Resource + 'static>(
+    builder: impl FnOnce(&Fake, &Arc<RecordingStore<K>>) -> ReflectorBuilder<K>,
+    script: impl FnMut(&Recorded) -> Reply + Send + 'static,
+) -> (Fake, Arc<RecordingStore<K>>, Running<K>) {
+    let fake = Fake::new(script);
+    let store = Arc::new(RecordingStore::default());
+    let run = start(builder(&fake, &store));
+    (fake, store, run)
 }
 
 /// A metadata-only ConfigMap.
