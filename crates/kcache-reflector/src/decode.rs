@@ -74,6 +74,7 @@ impl<K> fmt::Debug for WatchEvent<K> {
 /// }
 /// # Ok::<_, Box<dyn std::error::Error>>(())
 /// ```
+#[derive(Debug)]
 pub struct EventDecoder<K> {
     options: ObjectOptions,
     /// `options` with `copy_bytes`: list items are given as slices of the
@@ -82,15 +83,6 @@ pub struct EventDecoder<K> {
     kind: Option<String>,
     api_version: Option<String>,
     _k: std::marker::PhantomData<fn() -> K>,
-}
-
-impl<K> fmt::Debug for EventDecoder<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EventDecoder")
-            .field("kind", &self.kind)
-            .field("api_version", &self.api_version)
-            .finish()
-    }
 }
 
 #[derive(Deserialize)]

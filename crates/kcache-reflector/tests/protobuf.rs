@@ -41,6 +41,11 @@ fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
         .backoff(no_jitter())
 }
 
+/// [`builder`] without streaming lists: list + watch.
+fn list_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
+    builder(fake, store).list_options(opts())
+}
+
 fn keys(ks: &[&str]) -> Vec<String> {
     ks.iter().map(|k| format!("ns/{k}")).collect()
 }
@@ -183,36 +188,33 @@ async fn protobuf_watch_errors_and_bookmarks() {
 /// cut short inside an item fails as an invalid list.
 #[tokio::test(start_paused = true)]
 async fn protobuf_list_pages_items_and_errors() {
-    let (fake, store, run) = serve(
-        |f, s| builder(f, s).list_options(opts()),
-        |r| match (r.is_watch(), r.nth) {
-            (false, 0) => pb_list("10", "c1", &[pb_cm("a", "1"), pb_cm("b", "2")], 5),
-            (false, 1) => pb_list(
-                "10",
-                "",
-                &[
-                    pb_cm("c", "3"),
-                    nameless(),
-                    vec![0x0a, 0xff],
-                    pb_cm("d", "4"),
-                ],
-                3,
-            ),
-            (true, 0) => pb_status(410, "Expired", "too old resource version"),
-            (false, 2) => {
-                let body = pb_list_body("11", "", &[pb_cm("a", "5"), pb_cm("e", "11")]);
-                let cut = body.len() - 20;
-                Reply::Typed(
-                    200,
-                    fake::PROTOBUF,
-                    vec![Bytes::copy_from_slice(&body[..cut])],
-                    End::Close,
-                )
-            }
-            (false, 3) => pb_list("11", "", &[pb_cm("a", "5"), pb_cm("e", "11")], 1000),
-            _ => hang(),
-        },
-    );
+    let (fake, store, run) = serve(list_builder, |r| match (r.is_watch(), r.nth) {
+        (false, 0) => pb_list("10", "c1", &[pb_cm("a", "1"), pb_cm("b", "2")], 5),
+        (false, 1) => pb_list(
+            "10",
+            "",
+            &[
+                pb_cm("c", "3"),
+                nameless(),
+                vec![0x0a, 0xff],
+                pb_cm("d", "4"),
+            ],
+            3,
+        ),
+        (true, 0) => pb_status(410, "Expired", "too old resource version"),
+        (false, 2) => {
+            let body = pb_list_body("11", "", &[pb_cm("a", "5"), pb_cm("e", "11")]);
+            let cut = body.len() - 20;
+            Reply::Typed(
+                200,
+                fake::PROTOBUF,
+                vec![Bytes::copy_from_slice(&body[..cut])],
+                End::Close,
+            )
+        }
+        (false, 3) => pb_list("11", "", &[pb_cm("a", "5"), pb_cm("e", "11")], 1000),
+        _ => hang(),
+    });
     let calls = store.wait_calls(2).await;
     assert_eq!(
         calls,
@@ -305,14 +307,11 @@ async fn protobuf_list_byte_cap_and_stall() {
 #[tokio::test(start_paused = true)]
 async fn content_negotiation_per_resource() {
     // a built-in type answered in JSON
-    let (fake, store, run) = serve(
-        |f, s| builder(f, s).list_options(opts()),
-        |r| match (r.is_watch(), r.nth) {
-            (false, 0) => list("1", "", vec![cm("a", "1")]),
-            (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
-            _ => hang(),
-        },
-    );
+    let (fake, store, run) = serve(list_builder, |r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("1", "", vec![cm("a", "1")]),
+        (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
+        _ => hang(),
+    });
     store.wait_calls(2).await;
     assert!(run.reflector.asks_for_protobuf());
     let reqs = fake.requests();
