@@ -215,14 +215,12 @@ async fn protobuf_list_pages_items_and_errors() {
         (false, 3) => pb_list("11", "", &[pb_cm("a", "5"), pb_cm("e", "11")], 1000),
         _ => hang(),
     });
-    let calls = store.wait_calls(2).await;
-    assert_eq!(
-        calls,
-        [
+    store
+        .expect_calls(&[
             Call::Replace(keys(&["a", "b", "c", "d"]), "10".into()),
             Call::Replace(keys(&["a", "e"]), "11".into()),
-        ]
-    );
+        ])
+        .await;
     let lists = fake.lists();
     assert_eq!(lists[1].q("continue"), Some("c1"));
     assert_eq!(lists[2].rv(), Some("10"), "relist at the last RV");
@@ -290,8 +288,9 @@ async fn protobuf_list_byte_cap_and_stall() {
             _ => hang(),
         },
     );
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["a"]), "1".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["a"]), "1".into())])
+        .await;
     assert_eq!(
         run.reasons(),
         [ErrorReason::ListPageTooLarge, ErrorReason::Timeout]

@@ -118,8 +118,9 @@ async fn json_list_read_in_small_chunks() {
         (false, 1) => Reply::Chunks(chunks(good.clone()), End::Close),
         _ => hang(),
     });
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["a", "b", "c"]), "5".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["a", "b", "c"]), "5".into())])
+        .await;
     assert_eq!(run.reasons(), [ErrorReason::InvalidList]);
     let a = store.object("ns/a").unwrap();
     assert_eq!(a.bytes().as_ref(), cm("a", "1").to_string().as_bytes());
@@ -948,14 +949,12 @@ async fn store_errors_are_reported() {
         .fail_adds
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let run = start(builder(&fake, &store));
-    let calls = store.wait_calls(2).await;
-    assert_eq!(
-        calls,
-        [
+    store
+        .expect_calls(&[
             Call::Replace(keys(&["a"]), "1".into()),
-            Call::Update("ns/a".into(), "3".into())
-        ]
-    );
+            Call::Update("ns/a".into(), "3".into()),
+        ])
+        .await;
     assert_eq!(fake.lists().len(), 2);
     assert_eq!(fake.lists()[1].rv(), Some("0"), "never synced");
     assert_eq!(run.reasons(), [ErrorReason::Store, ErrorReason::Store]);
@@ -1167,14 +1166,12 @@ async fn watch_list_replaces_once_at_the_end_bookmark() {
         ),
         _ => hang(),
     });
-    let calls = store.wait_calls(2).await;
-    assert_eq!(
-        calls,
-        [
+    store
+        .expect_calls(&[
             Call::Replace(keys(&["a", "c"]), "7".into()),
-            Call::Add("ns/d".into(), "8".into())
-        ]
-    );
+            Call::Add("ns/d".into(), "8".into()),
+        ])
+        .await;
     assert_eq!(store.state()["ns/a"], "4");
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 1);
@@ -1206,8 +1203,9 @@ async fn watch_list_closed_before_bookmark_is_retried() {
         ),
         _ => hang(),
     });
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["b"]), "3".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["b"]), "3".into())])
+        .await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
     assert_eq!(gaps(&reqs), [800], "retried after a backoff step");
@@ -1642,8 +1640,9 @@ async fn resume_expired_relists_and_the_list_syncs() {
             .resume_from("10")
             .metrics(Arc::new(provider)),
     );
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["a", "c"]), "20".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["a", "c"]), "20".into())])
+        .await;
     assert!(run.reflector.has_synced());
     let lists = fake.lists();
     assert_eq!(lists.len(), 1);
@@ -1933,8 +1932,9 @@ async fn list_page_over_the_byte_cap_fails_and_relists() {
             })
             .metrics(Arc::new(provider)),
     );
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["a"]), "1".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["a"]), "1".into())])
+        .await;
     assert_eq!(gaps(&fake.lists()), [800, 1600], "backoff steps, no waits");
     assert_eq!(
         run.reasons(),
@@ -1989,8 +1989,9 @@ async fn initial_events_over_the_byte_cap_fail_and_relist() {
             _ => hang(),
         },
     );
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["a"]), "30".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["a"]), "30".into())])
+        .await;
     assert_eq!(store.state()["ns/a"], "21");
     let reqs = fake.requests();
     assert!(reqs.iter().all(is_watch_list), "no list: {reqs:?}");

@@ -208,6 +208,11 @@ impl<K> RecordingStore<K> {
         );
         calls
     }
+    /// Waits for as many calls as `want` has and asserts they are `want`
+    /// (and no more).
+    pub async fn expect_calls(&self, want: &[Call]) {
+        assert_eq!(self.wait_calls(want.len()).await, want);
+    }
     /// Waits until `pred` holds for the calls.
     pub async fn wait_until(&self, timeout: Duration, pred: impl Fn(&[Call]) -> bool) -> Vec<Call> {
         let mut rx = self.count.subscribe();
