@@ -68,9 +68,13 @@ fn same_as_json(store: &Store, name: &str, rv: &str) {
 /// (its type field claims more bytes than the frame has).
 fn malformed_frame() -> Vec<u8> {
     let ev = [0x0a, 0xff, 0xff, 0x03, b'A'];
-    let mut out = (ev.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(&ev);
-    out
+    frame(ev.len() as u32, &ev)
+}
+
+/// A watch frame by hand: the 4-byte big-endian length prefix `announced`
+/// (whatever `body`'s length), then `body`.
+fn frame(announced: u32, body: &[u8]) -> Vec<u8> {
+    [&announced.to_be_bytes()[..], body].concat()
 }
 
 /// A ConfigMap without a name (no key: not a usable object).
@@ -125,9 +129,7 @@ async fn protobuf_watch_errors_and_bookmarks() {
                     pb_ev("DELETED", &pb_cm("a", "7")),
                 ];
                 // a frame announcing 1 MiB: over the 4 KiB limit
-                let mut big = (1u32 << 20).to_be_bytes().to_vec();
-                big.extend_from_slice(&[0x0a; 64]);
-                frames.push(big);
+                frames.push(frame(1 << 20, &[0x0a; 64]));
                 pb_watch(frames, 0, End::Hang)
             }
             _ => hang(),
