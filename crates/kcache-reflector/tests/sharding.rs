@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{
     Call, RecordingStore, Running, SeenError, meta_list, meta_reflector, no_jitter, opts, serve,
+    streaming_list,
 };
 use fake::{End, Fake, Reply, bookmark, ev, hang, pb_cmu, pb_field, pb_list_body, status};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -137,10 +138,7 @@ async fn selector_is_sent_on_every_page_and_watch() {
 
     // a streaming list carries it too
     let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![ev("ADDED", cmu("a", true, "1")), bookmark("2", true)],
-            End::Hang,
-        ),
+        (true, 0) => streaming_list(vec![cmu("a", true, "1")], "2"),
         _ => hang(),
     });
     store.wait_calls(1).await;

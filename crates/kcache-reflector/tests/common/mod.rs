@@ -10,7 +10,7 @@ use kcache_reflector::{
     BackoffConfig, BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder,
     ReflectorError,
 };
-use kcache_testing::fake::{Fake, Recorded, Reply};
+use kcache_testing::fake::{End, Fake, Recorded, Reply, bookmark, ev};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -115,6 +115,14 @@ pub fn serve<K: kube::Resource + 'static>(
     let store = Arc::new(RecordingStore::default());
     let run = start(builder(&fake, &store));
     (fake, store, run)
+}
+
+/// A streaming list that delivers `objects` (as ADDED events) and its
+/// end bookmark at `rv`, then stays open.
+pub fn streaming_list(objects: Vec<serde_json::Value>, rv: &str) -> Reply {
+    let mut lines: Vec<String> = objects.into_iter().map(|o| ev("ADDED", o)).collect();
+    lines.push(bookmark(rv, true));
+    Reply::Stream(lines, End::Hang)
 }
 
 /// A metadata-only ConfigMap.
