@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter, opts, serve};
+use common::{
+    Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter, opts, serve, wl_opts,
+};
 use fake::{
     End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, hang, list, pb_bookmark, pb_cm,
     pb_cmu, pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
@@ -34,10 +36,7 @@ fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
     Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-        .list_options(ListOptions {
-            use_watch_list: true,
-            ..opts()
-        })
+        .list_options(wl_opts())
         .backoff(no_jitter())
 }
 
@@ -98,9 +97,8 @@ async fn protobuf_watch_errors_and_bookmarks() {
     let (fake, store, run) = serve(
         |f, s| {
             builder(f, s).list_options(ListOptions {
-                use_watch_list: true,
                 max_event_size: 4096,
-                ..opts()
+                ..wl_opts()
             })
         },
         |r| match (r.is_watch(), r.nth) {

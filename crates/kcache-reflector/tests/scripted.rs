@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore, no_jitter, opts, serve, start, streaming_list};
+use common::{
+    Call, RecordingStore, Running, expired, expiring_streaming_list, live_body, no_jitter, opts,
+    serve, start, streaming_list, wl_opts,
+};
 use fake::{
     End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, hang, list, list_json, status,
     too_large,
@@ -38,17 +41,20 @@ fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
 
 /// [`builder`] with a fixed page size.
 fn paged(page_size: u32) -> impl FnOnce(&Fake, &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    move |fake, store| {
-        builder(fake, store).list_options(ListOptions {
-            page_size,
-            ..opts()
-        })
-    }
+    with(ListOptions {
+        page_size,
+        ..opts()
+    })
 }
 
 /// The resourceVersion each request asked for (`""`: none).
 fn rvs(reqs: &[Recorded]) -> Vec<&str> {
     reqs.iter().map(|r| r.rv().unwrap_or("")).collect()
+}
+
+/// [`builder`] with `options` as its list options.
+fn with(options: ListOptions) -> impl FnOnce(&Fake, &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
+    move |fake, store| builder(fake, store).list_options(options)
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {
@@ -237,12 +243,11 @@ async fn backoff_resets_after_two_healthy_minutes() {
     run.stop().await;
 
     // the same, but the second failure comes 3 minutes after the first
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
+    let (tx, rx) = live_body();
     let (fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => Reply::ConnRefused,
         (false, 1) => list("1", "", vec![]),
-        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
+        (true, 0) => rx.take(),
         (true, 1) => status(500, "InternalError", "x"),
         (false, 2) => list("2", "", vec![]),
         _ => hang(),
@@ -296,12 +301,10 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
 async fn internal_error_retry_budget() {
     for budget in [Duration::ZERO, Duration::from_secs(60)] {
         let (fake, _store, run) = serve(
-            |f, s| {
-                builder(f, s).list_options(ListOptions {
-                    max_internal_error_retry_duration: budget,
-                    ..opts()
-                })
-            },
+            with(ListOptions {
+                max_internal_error_retry_duration: budget,
+                ..opts()
+            }),
             |r| match (r.is_watch(), r.nth) {
                 (false, _) => list("1", "", vec![]),
                 (true, 0) => Reply::Stream(
@@ -408,7 +411,7 @@ async fn relist_paging_depends_on_the_first_list() {
 async fn relist_after_gone_uses_last_synced_rv() {
     let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "", vec![cm("a", "10")]),
-        (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 0) => expired(),
         (false, 1) => list("11", "", vec![cm("a", "10"), cm("b", "11")]),
         _ => hang(),
     });
@@ -436,6 +439,15 @@ fn held(store: &Store, ks: &[&str]) -> Vec<kcache_core::CachedObject<ConfigMap>>
     ks.iter()
         .map(|k| store.object(&format!("ns/{k}")).expect("held"))
         .collect()
+}
+
+/// For each pair, whether `after` is the very object `before` was (the
+/// store kept it), not an equal copy.
+fn same_objects(
+    before: &[kcache_core::CachedObject<ConfigMap>],
+    after: &[kcache_core::CachedObject<ConfigMap>],
+) -> Vec<bool> {
+    before.iter().zip(after).map(|(b, a)| b.ptr_eq(a)).collect()
 }
 
 /// A relist (here after a 410, paged) hands `replace` the store's own
@@ -469,13 +481,11 @@ async fn relist_reuses_the_stores_objects_for_unchanged_items() {
     assert_eq!(calls[1], Call::Replace(keys(&all), "20".into()));
     assert_eq!(fake.lists().len(), 4, "two pages, twice");
     let after = held(&store, &all);
-    let reused: Vec<bool> = before
-        .iter()
-        .zip(&after)
-        .map(|(b, a)| b.ptr_eq(a))
-        .collect();
     // a, d unchanged; b new RV; c re-created; e has no uid
-    assert_eq!(reused, [true, false, false, true, false]);
+    assert_eq!(
+        same_objects(&before, &after),
+        [true, false, false, true, false]
+    );
     assert_eq!(after[1].resource_version(), Some("12"));
     assert_eq!(after[2].uid(), Some("uc2"));
     assert_eq!(run.reasons(), [ErrorReason::Expired]);
@@ -488,7 +498,7 @@ async fn relist_reuses_the_stores_objects_for_unchanged_items() {
 async fn expired_exact_resource_version_lists_at_empty_rv() {
     let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "", vec![cm("a", "10")]),
-        (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 0) => expired(),
         (false, 1) => gone(),
         (false, 2) => list("20", "", vec![cm("b", "20")]),
         _ => hang(),
@@ -596,13 +606,12 @@ async fn watch_timeout_is_randomized() {
 /// relist.
 #[tokio::test(start_paused = true)]
 async fn very_short_watch_relists_but_a_quiet_close_does_not() {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
+    let (tx, rx) = live_body();
     let (fake, _store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         (true, 0) => Reply::Stream(vec![], End::Close),
         (false, 1) => list("1", "", vec![]),
-        (true, 1) => Reply::Channel(rx.lock().take().unwrap()),
+        (true, 1) => rx.take(),
         _ => hang(),
     });
     fake.wait_requests(4).await;
@@ -629,12 +638,10 @@ async fn very_short_watch_relists_but_a_quiet_close_does_not() {
 #[tokio::test(start_paused = true)]
 async fn stalled_watch_is_abandoned_after_the_idle_limit() {
     let (fake, _store, run) = serve(
-        |f, s| {
-            builder(f, s).list_options(ListOptions {
-                watch_idle_timeout: Some(Duration::from_secs(20)),
-                ..opts()
-            })
-        },
+        with(ListOptions {
+            watch_idle_timeout: Some(Duration::from_secs(20)),
+            ..opts()
+        }),
         |r| match (r.is_watch(), r.nth) {
             (false, 0) => list("1", "", vec![]),
             (true, 0) => Reply::Stream(vec![bookmark("5", false)], End::Hang),
@@ -694,11 +701,10 @@ async fn bookmarks_move_the_resource_version_only() {
 /// TestReflectorResourceVersionUpdate: every event records its RV.
 #[tokio::test(start_paused = true)]
 async fn every_event_records_its_resource_version() {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
+    let (tx, rx) = live_body();
     let (_fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "", vec![]),
-        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
+        (true, 0) => rx.take(),
         _ => hang(),
     });
     store.wait_calls(1).await;
@@ -897,12 +903,10 @@ async fn framing_across_chunks_and_large_objects() {
 #[tokio::test(start_paused = true)]
 async fn object_options_pass_through() {
     let (_fake, store, run) = serve(
-        |f, s| {
-            builder(f, s).list_options(ListOptions {
-                object_options: ObjectOptions::new().strip_managed_fields(true),
-                ..opts()
-            })
-        },
+        with(ListOptions {
+            object_options: ObjectOptions::new().strip_managed_fields(true),
+            ..opts()
+        }),
         |r| match (r.is_watch(), r.nth) {
             (false, 0) => list("1", "", vec![cm("a", "1")]),
             (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
@@ -965,12 +969,7 @@ async fn forbidden_is_reported_and_backed_off() {
     let store = Arc::new(Store::default());
     // streaming list on: each attempt is a streaming list then a list
     let run = start(
-        Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).list_options(
-            ListOptions {
-                use_watch_list: true,
-                ..opts()
-            },
-        ),
+        Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).list_options(wl_opts()),
     );
     tokio::time::sleep(Duration::from_secs(60)).await;
     let lists = fake.lists();
@@ -1124,10 +1123,13 @@ async fn metadata_only() {
 // ---------------------------------------------------------------- streaming list (TestWatchList)
 
 fn wl_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    builder(fake, store).list_options(ListOptions {
-        use_watch_list: true,
-        ..opts()
-    })
+    builder(fake, store).list_options(wl_opts())
+}
+
+/// A streaming list that never sends its end bookmark (object `a` and a
+/// plain bookmark at RV "2"), then ends as `end` says.
+fn without_end_bookmark(end: End) -> Reply {
+    Reply::Stream(vec![ev("ADDED", cm("a", "2")), bookmark("2", false)], end)
 }
 
 fn is_watch_list(r: &Recorded) -> bool {
@@ -1182,10 +1184,7 @@ async fn watch_list_replaces_once_at_the_end_bookmark() {
 #[tokio::test(start_paused = true)]
 async fn watch_list_closed_before_bookmark_is_retried() {
     let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![ev("ADDED", cm("a", "2")), bookmark("2", false)],
-            End::Close,
-        ),
+        (true, 0) => without_end_bookmark(End::Close),
         (true, 1) => streaming_list(vec![cm("b", "3")], "3"),
         _ => hang(),
     });
@@ -1211,7 +1210,7 @@ async fn watch_list_unsupported_falls_back_to_list_and_watch() {
             "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch",
         ),
         (false, 0) => list("5", "", vec![cm("a", "5")]),
-        (true, 1) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 1) => expired(),
         (false, 1) => list("6", "", vec![cm("a", "5")]),
         _ => hang(),
     });
@@ -1232,7 +1231,7 @@ async fn watch_list_other_error_falls_back_for_one_attempt() {
     let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => status(500, "InternalError", "boom"),
         (false, 0) => list("5", "", vec![cm("a", "5")]),
-        (true, 1) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 1) => expired(),
         (true, 2) => streaming_list(vec![cm("b", "6")], "6"),
         _ => hang(),
     });
@@ -1269,15 +1268,8 @@ async fn watch_list_retries_on_too_many_requests() {
 #[tokio::test(start_paused = true)]
 async fn watch_list_expired_resets_the_resource_version() {
     let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![
-                ev("ADDED", cm("a", "2")),
-                bookmark("2", true),
-                error_event(410, "Expired"),
-            ],
-            End::Close,
-        ),
-        (true, 1) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 0) => expiring_streaming_list(vec![cm("a", "2")], "2"),
+        (true, 1) => expired(),
         (true, 2) => streaming_list(vec![cm("a", "9")], "9"),
         _ => hang(),
     });
@@ -1304,24 +1296,19 @@ async fn watch_list_expired_resets_the_resource_version() {
 #[tokio::test(start_paused = true)]
 async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
     let (fake, store, run) = serve(
-        |f, s| {
-            builder(f, s).list_options(ListOptions {
-                use_watch_list: true,
-                object_options: ObjectOptions::new().strip_managed_fields(true),
-                ..opts()
-            })
-        },
+        with(ListOptions {
+            object_options: ObjectOptions::new().strip_managed_fields(true),
+            ..wl_opts()
+        }),
         |r| match (r.is_watch(), r.nth) {
-            (true, 0) => Reply::Stream(
+            (true, 0) => expiring_streaming_list(
                 vec![
-                    ev("ADDED", cmu("a", "ua", "2")),
-                    ev("ADDED", cmu("b", "ub", "3")),
-                    ev("ADDED", cmu("c", "uc", "4")),
-                    ev("ADDED", cmu("d", "ud", "5")),
-                    bookmark("5", true),
-                    error_event(410, "Expired"),
+                    cmu("a", "ua", "2"),
+                    cmu("b", "ub", "3"),
+                    cmu("c", "uc", "4"),
+                    cmu("d", "ud", "5"),
                 ],
-                End::Close,
+                "5",
             ),
             (true, 1) => Reply::Stream(
                 vec![
@@ -1345,12 +1332,7 @@ async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
     let calls = store.wait_calls(2).await;
     assert_eq!(calls[1], Call::Replace(keys(&all), "7".into()));
     let after = held(&store, &all);
-    let reused: Vec<bool> = before
-        .iter()
-        .zip(&after)
-        .map(|(b, a)| b.ptr_eq(a))
-        .collect();
-    assert_eq!(reused, [true, false, false, true]);
+    assert_eq!(same_objects(&before, &after), [true, false, false, true]);
     assert!(fake.requests().iter().all(is_watch_list));
     run.stop().await;
 }
@@ -1360,10 +1342,7 @@ async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
 #[tokio::test(start_paused = true)]
 async fn watch_list_without_end_bookmark_is_not_synced() {
     let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![ev("ADDED", cm("a", "2")), bookmark("2", false)],
-            End::Hang,
-        ),
+        (true, 0) => without_end_bookmark(End::Hang),
         _ => hang(),
     });
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -1409,12 +1388,10 @@ async fn event_over_the_size_limit_relists() {
     let mut big = cm("big", "3");
     big["data"]["k"] = json!("x".repeat(4096));
     let (fake, _store, run) = serve(
-        |f, s| {
-            builder(f, s).list_options(ListOptions {
-                max_event_size: 1024,
-                ..opts()
-            })
-        },
+        with(ListOptions {
+            max_event_size: 1024,
+            ..opts()
+        }),
         move |r| match (r.is_watch(), r.nth) {
             (false, _) => list("1", "", vec![]),
             (true, 0) => Reply::Stream(
@@ -1519,10 +1496,7 @@ async fn failing_resync_relists() {
 #[tokio::test(start_paused = true)]
 async fn watch_list_too_large_on_open_retries_at_empty_rv() {
     let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![bookmark("20", true), error_event(410, "Expired")],
-            End::Close,
-        ),
+        (true, 0) => expiring_streaming_list(vec![], "20"),
         (true, 1) => too_large(),
         (true, 2) => streaming_list(vec![], "21"),
         _ => hang(),
@@ -1537,20 +1511,31 @@ async fn watch_list_too_large_on_open_retries_at_empty_rv() {
 
 // ---------------------------------------------------------------- resume (warm restart)
 
+/// A reflector resuming from RV "10" whose first watch streams what the
+/// test sends on the returned sender (every later request hangs).
+fn resume_on_live_watch() -> (
+    mpsc::UnboundedSender<Bytes>,
+    Fake,
+    Arc<Store>,
+    Running<ConfigMap>,
+) {
+    let (tx, rx) = live_body();
+    let (fake, store, run) = serve(
+        |f, s| builder(f, s).resume_from("10"),
+        move |r| match (r.is_watch(), r.nth) {
+            (true, 0) => rx.take(),
+            _ => hang(),
+        },
+    );
+    (tx, fake, store, run)
+}
+
 /// `resume_from`: no list; the first watch opens at the given RV with the
 /// short resume timeout; events reach the store; the reflector has synced
 /// only once a bookmark arrives; later watches use the normal timeout.
 #[tokio::test(start_paused = true)]
 async fn resume_watches_from_the_given_rv_without_listing() {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
-    let (fake, store, run) = serve(
-        |f, s| builder(f, s).resume_from("10"),
-        move |r| match (r.is_watch(), r.nth) {
-            (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
-            _ => hang(),
-        },
-    );
+    let (tx, fake, store, run) = resume_on_live_watch();
     assert_eq!(run.reflector.last_sync_resource_version(), "10");
     let reqs = fake.wait_requests(1).await;
     assert!(reqs[0].is_watch());
@@ -1603,7 +1588,7 @@ async fn resume_expired_relists_and_the_list_syncs() {
     let (fake, store, run) = serve(
         |f, s| builder(f, s).resume_from("10").metrics(metrics),
         |r| match (r.is_watch(), r.nth) {
-            (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+            (true, 0) => expired(),
             (false, 0) => list("20", "", vec![cm("a", "18"), cm("c", "19")]),
             _ => hang(),
         },
@@ -1635,15 +1620,7 @@ async fn resume_expired_relists_and_the_list_syncs() {
 /// bookmark confirms the resume; a stalled one does not.
 #[tokio::test(start_paused = true)]
 async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
-    let (fake, _store, run) = serve(
-        |f, s| builder(f, s).resume_from("10"),
-        move |r| match (r.is_watch(), r.nth) {
-            (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
-            _ => hang(),
-        },
-    );
+    let (tx, fake, _store, run) = resume_on_live_watch();
     fake.wait_requests(1).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!run.reflector.has_synced());
@@ -1722,11 +1699,10 @@ fn live(fake: &Fake) -> usize {
 async fn stalled_list_body_times_out_and_retries() {
     let body = list_json("1", "", vec![cm("a", "1")]);
     let half = Bytes::from(body[..body.len() / 2].to_owned());
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
+    let (tx, rx) = live_body();
     let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
         (false, 0) => Reply::Chunks(vec![half.clone()], End::Hang),
-        (false, 1) => Reply::Channel(rx.lock().take().unwrap()),
+        (false, 1) => rx.take(),
         (false, 2) => list("1", "", vec![cm("a", "1")]),
         _ => hang(),
     });
@@ -1757,23 +1733,23 @@ async fn stalled_list_body_times_out_and_retries() {
         "the whole-body limit, then a backoff step (back to 800 ms: the last one was 10 minutes ago)"
     );
     assert_eq!(run.reasons(), [ErrorReason::Timeout, ErrorReason::Timeout]);
-    let seen = run.seen();
-    assert!(
-        seen[0]
-            .1
-            .contains("timed out after 60s waiting for the next byte of the list body")
-            && seen[0].1.contains("RequestTimeouts::list_body_idle"),
-        "{}",
-        seen[0].1
-    );
-    assert!(
-        seen[1]
-            .1
-            .contains("timed out after 600s waiting for the end of the list body")
-            && seen[1].1.contains("RequestTimeouts::list_body`"),
-        "{}",
-        seen[1].1
-    );
+    // each error says what timed out and which setting to raise
+    let want = [
+        (
+            "timed out after 60s waiting for the next byte of the list body",
+            "RequestTimeouts::list_body_idle",
+        ),
+        (
+            "timed out after 600s waiting for the end of the list body",
+            "RequestTimeouts::list_body`",
+        ),
+    ];
+    for ((_, message), (what, setting)) in run.seen().iter().zip(want) {
+        assert!(
+            message.contains(what) && message.contains(setting),
+            "{message}"
+        );
+    }
     fake.wait_requests(4).await;
     assert_eq!(
         live(&fake),
@@ -1856,15 +1832,13 @@ async fn missing_response_headers_time_out() {
 
     // a custom deadline
     let (fake, store, run) = serve(
-        |f, s| {
-            builder(f, s).list_options(ListOptions {
-                request_timeouts: RequestTimeouts {
-                    response_headers: Duration::from_secs(5),
-                    ..RequestTimeouts::default()
-                },
-                ..opts()
-            })
-        },
+        with(ListOptions {
+            request_timeouts: RequestTimeouts {
+                response_headers: Duration::from_secs(5),
+                ..RequestTimeouts::default()
+            },
+            ..opts()
+        }),
         |r| match (r.is_watch(), r.nth) {
             (false, 0) => Reply::NoHeaders,
             (false, _) => list("1", "", vec![]),
@@ -1940,13 +1914,10 @@ async fn list_page_over_the_byte_cap_fails_and_relists() {
 #[tokio::test(start_paused = true)]
 async fn initial_events_over_the_byte_cap_fail_and_relist() {
     let (fake, store, run) = serve(
-        |f, s| {
-            builder(f, s).list_options(ListOptions {
-                use_watch_list: true,
-                max_initial_events_bytes: 2000,
-                ..opts()
-            })
-        },
+        with(ListOptions {
+            max_initial_events_bytes: 2000,
+            ..wl_opts()
+        }),
         |r| match (r.is_watch(), r.nth) {
             (true, 0) => Reply::Stream(
                 (0..20)
@@ -1990,11 +1961,8 @@ async fn initial_events_over_the_byte_cap_fail_and_relist() {
 async fn streaming_list_410_backs_off() {
     let (fake, _store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         // synced at 5, then the watch expires
-        (true, 0) => Reply::Stream(
-            vec![bookmark("5", true), error_event(410, "Expired")],
-            End::Close,
-        ),
-        (true, n) if n % 3 == 0 => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 0) => expiring_streaming_list(vec![], "5"),
+        (true, n) if n % 3 == 0 => expired(),
         (true, n) if n % 3 == 1 => gone(),
         (true, _) => too_large(),
         _ => hang(),
@@ -2027,16 +1995,14 @@ async fn streaming_list_410_backs_off() {
 /// timeout does not confirm either; one at the timeout does.
 #[tokio::test(start_paused = true)]
 async fn resume_is_not_confirmed_by_an_early_eof() {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
-    let (tx2, rx2) = mpsc::unbounded_channel::<Bytes>();
-    let rx2 = Mutex::new(Some(rx2));
+    let (tx, rx) = live_body();
+    let (tx2, rx2) = live_body();
     let (fake, _store, run) = serve(
         |f, s| builder(f, s).resume_from("10"),
         move |r| match (r.is_watch(), r.nth) {
             (true, 0) => Reply::Stream(vec![], End::ResetAfter(Duration::from_secs(1))),
-            (true, 1) => Reply::Channel(rx.lock().take().unwrap()),
-            (true, 2) => Reply::Channel(rx2.lock().take().unwrap()),
+            (true, 1) => rx.take(),
+            (true, 2) => rx2.take(),
             _ => hang(),
         },
     );

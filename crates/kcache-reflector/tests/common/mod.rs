@@ -5,13 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use kcache_core::{CachedObject, ObjectOrTombstone, ReflectorStore, StoreError};
 use kcache_reflector::{
     BackoffConfig, BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder,
     ReflectorError,
 };
-use kcache_testing::fake::{End, Fake, Recorded, Reply, bookmark, ev};
+use kcache_testing::fake::{End, Fake, Recorded, Reply, bookmark, error_event, ev};
 use parking_lot::Mutex;
+use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -104,6 +106,14 @@ pub fn opts() -> ListOptions {
     }
 }
 
+/// [`opts`] with streaming lists.
+pub fn wl_opts() -> ListOptions {
+    ListOptions {
+        use_watch_list: true,
+        ..opts()
+    }
+}
+
 /// A scripted fake apiserver answering as `script` says, and the reflector
 /// `builder` makes for it over a new recording store, running: the start
 /// of every scripted test.
@@ -117,12 +127,53 @@ pub fn serve<K: kube::Resource + 'static>(
     (fake, store, run)
 }
 
-/// A streaming list that delivers `objects` (as ADDED events) and its
-/// end bookmark at `rv`, then stays open.
-pub fn streaming_list(objects: Vec<serde_json::Value>, rv: &str) -> Reply {
+/// The initial events of a streaming list: `objects` as ADDED events,
+/// then the end bookmark at `rv`.
+pub fn initial_events(objects: Vec<serde_json::Value>, rv: &str) -> Vec<String> {
     let mut lines: Vec<String> = objects.into_iter().map(|o| ev("ADDED", o)).collect();
     lines.push(bookmark(rv, true));
-    Reply::Stream(lines, End::Hang)
+    lines
+}
+
+/// A streaming list that delivers `objects` and its end bookmark at `rv`,
+/// then stays open.
+pub fn streaming_list(objects: Vec<serde_json::Value>, rv: &str) -> Reply {
+    Reply::Stream(initial_events(objects, rv), End::Hang)
+}
+
+/// A streaming list that delivers `objects` and its end bookmark at `rv`,
+/// then expires (an ERROR event with a 410 Status) and ends.
+pub fn expiring_streaming_list(objects: Vec<serde_json::Value>, rv: &str) -> Reply {
+    let mut lines = initial_events(objects, rv);
+    lines.push(error_event(410, "Expired"));
+    Reply::Stream(lines, End::Close)
+}
+
+/// A watch that ends at once with a 410 `Expired` ERROR event.
+pub fn expired() -> Reply {
+    Reply::Stream(vec![error_event(410, "Expired")], End::Close)
+}
+
+/// A response body the test writes as it goes: the sender, and the reply
+/// streaming what is sent (the body ends when the sender is dropped).
+pub fn live_body() -> (mpsc::UnboundedSender<Bytes>, LiveBody) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (tx, LiveBody(Mutex::new(Some(rx))))
+}
+
+/// The reply side of [`live_body`], for the one request that gets it.
+pub struct LiveBody(Mutex<Option<mpsc::UnboundedReceiver<Bytes>>>);
+
+impl LiveBody {
+    /// The reply streaming the body (only once).
+    pub fn take(&self) -> Reply {
+        Reply::Channel(
+            self.0
+                .lock()
+                .take()
+                .expect("a live body answers one request"),
+        )
+    }
 }
 
 /// A metadata-only ConfigMap.
