@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{
-    Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter, opts, serve, wl_opts,
+    Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter, opts, serve,
+    widget_reflector, wl_opts,
 };
 use fake::{
     End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, hang, list, pb_bookmark, pb_cm,
@@ -21,7 +22,7 @@ use kcache_core::{Format, ObjectOptions};
 use kcache_reflector::{
     BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder, WireFormat,
 };
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::api::{ApiResource, DynamicObject};
 use serde_json::json;
 
 type Store = RecordingStore<ConfigMap>;
@@ -357,18 +358,11 @@ async fn content_negotiation_per_resource() {
         _ => hang(),
     }
     });
-    let store = Arc::new(RecordingStore::<DynamicObject>::default());
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
-        "widgets",
-    );
-    let run = start(
-        Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
-            .list_options(ListOptions {
-                use_watch_list: false,
-                ..ListOptions::default()
-            }),
-    );
+    let (store, builder) = widget_reflector(&fake.client);
+    let run = start(builder.list_options(ListOptions {
+        use_watch_list: false,
+        ..ListOptions::default()
+    }));
     store.wait_calls(1).await;
     fake.wait_requests(2).await;
     assert!(!run.reflector.asks_for_protobuf());

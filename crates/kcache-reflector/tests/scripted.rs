@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{
     Call, RecordingStore, Running, expired, expiring_streaming_list, live_body, no_jitter, opts,
-    serve, start, streaming_list, wl_opts,
+    serve, start, streaming_list, widget_reflector, wl_opts,
 };
 use fake::{
     End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, hang, list, list_json, status,
@@ -23,7 +23,6 @@ use kcache_reflector::{
     BackoffConfig, BadEventKind, ErrorReason, ListOptions, MetricsProvider,
     PrometheusMetricsProvider, Reflector, ReflectorBuilder, ReflectorError, RequestTimeouts,
 };
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
 use parking_lot::Mutex;
 use prometheus_client::registry::Registry;
@@ -1051,19 +1050,12 @@ async fn dynamic_object_with_selectors() {
         _ => hang(),
     }
     });
-    let store = Arc::new(RecordingStore::<DynamicObject>::default());
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
-        "widgets",
-    );
-    let run = start(
-        Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
-            .list_options(ListOptions {
-                label_selector: Some("app=x,tier in (a,b)".into()),
-                field_selector: Some("metadata.name!=z".into()),
-                ..opts()
-            }),
-    );
+    let (store, builder) = widget_reflector(&fake.client);
+    let run = start(builder.list_options(ListOptions {
+        label_selector: Some("app=x,tier in (a,b)".into()),
+        field_selector: Some("metadata.name!=z".into()),
+        ..opts()
+    }));
     store.wait_calls(2).await;
     let reqs = fake.requests();
     for r in &reqs {

@@ -12,6 +12,7 @@ use kcache_reflector::{
     ReflectorError,
 };
 use kcache_testing::fake::{End, Fake, Recorded, Reply, bookmark, error_event, ev};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::sync::watch;
@@ -186,6 +187,24 @@ pub fn meta_reflector(
 ) -> (Arc<RecordingStore<Meta>>, ReflectorBuilder<Meta>) {
     let store = Arc::new(RecordingStore::<Meta>::default());
     let builder = Reflector::<Meta>::builder(client.clone(), store.clone()).list_options(opts());
+    (store, builder)
+}
+
+/// A reflector of the custom resource `widgets.example.com/v1` as
+/// `DynamicObject`s on `client` (list options still default), and its
+/// recording store.
+pub fn widget_reflector(
+    client: &kube::Client,
+) -> (
+    Arc<RecordingStore<DynamicObject>>,
+    ReflectorBuilder<DynamicObject>,
+) {
+    let store = Arc::new(RecordingStore::<DynamicObject>::default());
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
+        "widgets",
+    );
+    let builder = Reflector::<DynamicObject>::builder_with(client.clone(), store.clone(), ar);
     (store, builder)
 }
 
