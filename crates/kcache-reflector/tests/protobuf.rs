@@ -10,15 +10,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{
-    Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter, opts, serve,
-    widget_reflector, wl_opts,
+    Call, RecordingStore, Running, cutting_managed_fields, meta_list, meta_reflector, no_jitter,
+    opts, serve, widget_reflector, wl_opts,
 };
 use fake::{
     End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, hang, list, pb_bookmark, pb_cm,
     pb_cmu, pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_core::{Format, ObjectOptions};
+use kcache_core::Format;
 use kcache_reflector::{
     BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder, WireFormat,
 };
@@ -402,10 +402,7 @@ async fn content_negotiation_per_resource() {
     let ar = ApiResource::erase::<ConfigMap>(&());
     let run = start(
         Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
-            .list_options(ListOptions {
-                object_options: ObjectOptions::new().strip_managed_fields(true),
-                ..opts()
-            }),
+            .list_options(cutting_managed_fields(opts())),
     );
     store.wait_calls(2).await;
     assert!(run.reflector.asks_for_protobuf());

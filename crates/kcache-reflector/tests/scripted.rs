@@ -10,15 +10,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{
-    Call, RecordingStore, Running, expired, expiring_streaming_list, live_body, no_jitter, opts,
-    serve, start, streaming_list, widget_reflector, wl_opts,
+    Call, RecordingStore, Running, cutting_managed_fields, expired, expiring_streaming_list,
+    live_body, no_jitter, opts, serve, start, streaming_list, widget_reflector, wl_opts,
 };
 use fake::{
     End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, hang, list, list_json, status,
     too_large,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_core::ObjectOptions;
 use kcache_reflector::{
     BackoffConfig, BadEventKind, ErrorReason, ListOptions, MetricsProvider,
     PrometheusMetricsProvider, Reflector, ReflectorBuilder, ReflectorError, RequestTimeouts,
@@ -901,17 +900,13 @@ async fn framing_across_chunks_and_large_objects() {
 /// `ObjectOptions` reach the cached objects (managedFields stripped).
 #[tokio::test(start_paused = true)]
 async fn object_options_pass_through() {
-    let (_fake, store, run) = serve(
-        with(ListOptions {
-            object_options: ObjectOptions::new().strip_managed_fields(true),
-            ..opts()
-        }),
-        |r| match (r.is_watch(), r.nth) {
+    let (_fake, store, run) = serve(with(cutting_managed_fields(opts())), |r| {
+        match (r.is_watch(), r.nth) {
             (false, 0) => list("1", "", vec![cm("a", "1")]),
             (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
             _ => hang(),
-        },
-    );
+        }
+    });
     store.wait_calls(2).await;
     for k in ["ns/a", "ns/b"] {
         let o = store.object(k).unwrap();
@@ -1287,12 +1282,8 @@ async fn watch_list_expired_resets_the_resource_version() {
 /// last event of a key decides.
 #[tokio::test(start_paused = true)]
 async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
-    let (fake, store, run) = serve(
-        with(ListOptions {
-            object_options: ObjectOptions::new().strip_managed_fields(true),
-            ..wl_opts()
-        }),
-        |r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(with(cutting_managed_fields(wl_opts())), |r| {
+        match (r.is_watch(), r.nth) {
             (true, 0) => expiring_streaming_list(
                 vec![
                     cmu("a", "ua", "2"),
@@ -1315,8 +1306,8 @@ async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
                 End::Hang,
             ),
             _ => hang(),
-        },
-    );
+        }
+    });
     store.wait_calls(1).await;
     let all = ["a", "b", "c", "d"];
     let before = held(&store, &all);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kcache_core::{CachedObject, ObjectOrTombstone, ReflectorStore, StoreError};
+use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, StoreError};
 use kcache_reflector::{
     BackoffConfig, BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder,
     ReflectorError,
@@ -112,6 +112,14 @@ pub fn wl_opts() -> ListOptions {
     ListOptions {
         use_watch_list: true,
         ..opts()
+    }
+}
+
+/// `options`, with managedFields cut from the cached objects.
+pub fn cutting_managed_fields(options: ListOptions) -> ListOptions {
+    ListOptions {
+        object_options: ObjectOptions::new().strip_managed_fields(true),
+        ..options
     }
 }
 
