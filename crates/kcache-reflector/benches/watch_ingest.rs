@@ -288,7 +288,10 @@ fn reflector_run(
             replay_client(chunks.to_vec()),
             sink.clone(),
         )
-        .use_watch_list(false)
+        .list_options(kcache_reflector::ListOptions {
+            use_watch_list: false,
+            ..Default::default()
+        })
         .build();
         reflector.run(done).await;
         sink.seen.load(std::sync::atomic::Ordering::Relaxed)

@@ -6,15 +6,15 @@ use std::collections::HashMap;
 use std::fmt;
 
 use bytes::Bytes;
-#[cfg(any(test, feature = "fuzzing"))]
-use kcache_core::protobuf::ListReader;
-use kcache_core::protobuf::{self as pb, ListItem, TypeMeta, WireError};
+use kcache_core::protobuf::{self as pb, ListItem, ListReader, TypeMeta, WireError};
 use kcache_core::{CachedObject, ObjectError, ObjectOptions};
 use serde::Deserialize;
 use serde_json::error::Category;
 use serde_json::value::RawValue;
 
-use crate::error::{ApiError, BadEvent, BadEventKind, INITIAL_EVENTS_END_ANNOTATION};
+use crate::error::{
+    ApiError, BadEvent, BadEventKind, INITIAL_EVENTS_END_ANNOTATION, ListBodyError,
+};
 use crate::split::JsonListReader;
 
 /// A watch bookmark: only moves the resource version.
@@ -74,6 +74,7 @@ impl<K> fmt::Debug for WatchEvent<K> {
 /// }
 /// # Ok::<_, Box<dyn std::error::Error>>(())
 /// ```
+#[derive(Debug)]
 pub struct EventDecoder<K> {
     options: ObjectOptions,
     /// `options` with `copy_bytes`: list items are given as slices of the
@@ -82,15 +83,6 @@ pub struct EventDecoder<K> {
     kind: Option<String>,
     api_version: Option<String>,
     _k: std::marker::PhantomData<fn() -> K>,
-}
-
-impl<K> fmt::Debug for EventDecoder<K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EventDecoder")
-            .field("kind", &self.kind)
-            .field("api_version", &self.api_version)
-            .finish()
-    }
 }
 
 #[derive(Deserialize)]
@@ -206,6 +198,27 @@ impl<K> ListPage<K> {
     }
 }
 
+/// What [`ListPage::same_content`] compares: each item's key and bytes,
+/// the number of skipped items, the resourceVersion and the continue token.
+#[cfg(any(test, feature = "fuzzing"))]
+pub type PageContent<'a> = (Vec<(&'a str, &'a Bytes)>, usize, &'a str, Option<&'a str>);
+
+#[cfg(any(test, feature = "fuzzing"))]
+impl<K> ListPage<K> {
+    /// What two reads of one list body (whole, or in chunks as the
+    /// reflector reads it while it arrives) must agree on: the items'
+    /// keys and bytes in order, how many items were skipped, the
+    /// resourceVersion and the continue token. For tests and fuzz checks.
+    pub fn same_content(&self) -> PageContent<'_> {
+        (
+            self.items.iter().map(|o| (o.key(), o.bytes())).collect(),
+            self.skipped.len(),
+            &self.resource_version,
+            self.continue_token.as_deref(),
+        )
+    }
+}
+
 impl<K> fmt::Debug for ListPage<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ListPage")
@@ -218,32 +231,72 @@ impl<K> fmt::Debug for ListPage<K> {
     }
 }
 
+/// A list page body parsed as it arrives, chunk by chunk, so that the
+/// body is never held whole (the apiserver sends a list at
+/// resourceVersion "0" as one body, whatever its size): [`JsonPage`] or
+/// [`ProtobufPage`]. The reflector reads every list page through one.
+pub(crate) trait PageParser<K> {
+    /// What a malformed body fails with (the source of a
+    /// [`ReflectorError::InvalidList`](crate::ReflectorError::InvalidList)).
+    type Error: Into<ListBodyError>;
+
+    /// Adds the next chunk of the body.
+    fn push(&mut self, chunk: Bytes);
+
+    /// The next item the chunks pushed so far complete that is an
+    /// object; items before it that are not usable objects are skipped
+    /// (returned by [`finish`](Self::finish)). `None` when more bytes are
+    /// needed; a syntax error fails the page.
+    fn next_object(
+        &mut self,
+        decoder: &EventDecoder<K>,
+    ) -> Result<Option<CachedObject<K>>, Self::Error>;
+
+    /// The end of the body: the page, with the items the envelope held
+    /// itself (not returned by [`next_object`](Self::next_object)), every
+    /// skipped item and the list's metadata.
+    fn finish(self, decoder: &EventDecoder<K>) -> Result<ListPage<K>, Self::Error>;
+
+    /// Parses the next chunk of the body, handing each object it completes
+    /// to `take` as soon as the object's last byte is in.
+    fn feed(
+        &mut self,
+        chunk: Bytes,
+        decoder: &EventDecoder<K>,
+        mut take: impl FnMut(CachedObject<K>),
+    ) -> Result<(), Self::Error> {
+        self.push(chunk);
+        while let Some(obj) = self.next_object(decoder)? {
+            take(obj);
+        }
+        Ok(())
+    }
+}
+
 /// A JSON list page read as it arrives: items cut by a
 /// [`JsonListReader`] and built (or skipped) one by one.
-pub(crate) struct JsonPage<K> {
+pub(crate) struct JsonPage {
     reader: JsonListReader,
-    items: Vec<CachedObject<K>>,
     skipped: Vec<BadEvent>,
 }
 
-impl<K> JsonPage<K> {
+impl JsonPage {
     pub(crate) fn new() -> Self {
         JsonPage {
             reader: JsonListReader::new(),
-            items: Vec::new(),
             skipped: Vec::new(),
         }
     }
+}
 
-    /// Adds the next chunk of the body.
-    pub(crate) fn push(&mut self, chunk: Bytes) {
+impl<K> PageParser<K> for JsonPage {
+    type Error = serde_json::Error;
+
+    fn push(&mut self, chunk: Bytes) {
         self.reader.push(chunk);
     }
 
-    /// The next item that was built, after the skipped ones before it;
-    /// `None` when more bytes are needed. The caller keeps the objects
-    /// ([`finish`](Self::finish) returns only what was not taken).
-    pub(crate) fn next(
+    fn next_object(
         &mut self,
         decoder: &EventDecoder<K>,
     ) -> Result<Option<CachedObject<K>>, serde_json::Error> {
@@ -256,27 +309,59 @@ impl<K> JsonPage<K> {
         Ok(None)
     }
 
-    #[cfg(any(test, feature = "fuzzing"))]
-    /// Keeps an object the caller does not take.
-    fn keep(&mut self, obj: CachedObject<K>) {
-        self.items.push(obj);
-    }
-
-    /// The end of the body: the page, with every object not taken by the
-    /// caller, the skipped items and the list's metadata.
-    pub(crate) fn finish(
-        self,
-        decoder: &EventDecoder<K>,
-    ) -> Result<ListPage<K>, serde_json::Error> {
+    fn finish(self, decoder: &EventDecoder<K>) -> Result<ListPage<K>, serde_json::Error> {
         let envelope = self.reader.finish()?;
         let mut page = decoder.json_list_end(envelope)?;
-        let mut items = self.items;
-        items.append(&mut page.items);
         let mut skipped = self.skipped;
         skipped.append(&mut page.skipped);
-        page.items = items;
         page.skipped = skipped;
         Ok(page)
+    }
+}
+
+/// A protobuf list page (the `k8s\0` magic and a `runtime.Unknown`
+/// holding e.g. a `PodList`) read as it arrives: items cut by a
+/// [`ListReader`] and built (or skipped) one by one. An item whose own
+/// bytes are not a usable object is skipped (its length prefix still says
+/// where the next item starts).
+#[derive(Default)]
+pub(crate) struct ProtobufPage {
+    reader: ListReader,
+    skipped: Vec<BadEvent>,
+}
+
+impl<K> PageParser<K> for ProtobufPage {
+    type Error = WireError;
+
+    fn push(&mut self, chunk: Bytes) {
+        self.reader.push(chunk);
+    }
+
+    fn next_object(
+        &mut self,
+        decoder: &EventDecoder<K>,
+    ) -> Result<Option<CachedObject<K>>, WireError> {
+        while let Some(item) = self.reader.next_item()? {
+            let Some(tm) = self.reader.item_type() else {
+                continue;
+            };
+            match decoder.decode_protobuf_item(item, tm) {
+                Ok(o) => return Ok(Some(o)),
+                Err(bad) => self.skipped.push(bad),
+            }
+        }
+        Ok(None)
+    }
+
+    fn finish(self, _: &EventDecoder<K>) -> Result<ListPage<K>, WireError> {
+        let summary = self.reader.finish()?;
+        Ok(ListPage {
+            items: Vec::new(),
+            resource_version: summary.resource_version,
+            continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
+            shard_selector: summary.shard_selector,
+            skipped: self.skipped,
+        })
     }
 }
 
@@ -614,27 +699,25 @@ impl<K> EventDecoder<K> {
     /// where the next item starts). The reflector reads list bodies with a
     /// [`ListReader`] as they arrive instead.
     pub fn decode_protobuf_list(&self, body: &Bytes) -> Result<ListPage<K>, WireError> {
-        let mut reader = ListReader::new();
-        reader.push(body.clone());
+        self.parse_chunks(ProtobufPage::default(), [body.clone()])
+    }
+
+    #[cfg(any(test, feature = "fuzzing"))]
+    /// The page `parser` makes of a body given in `chunks`, with the items
+    /// it completes as it goes followed by the ones the envelope held.
+    fn parse_chunks<P: PageParser<K>>(
+        &self,
+        mut parser: P,
+        chunks: impl IntoIterator<Item = Bytes>,
+    ) -> Result<ListPage<K>, P::Error> {
         let mut items = Vec::new();
-        let mut skipped = Vec::new();
-        while let Some(item) = reader.next_item()? {
-            let Some(tm) = reader.item_type() else {
-                continue;
-            };
-            match self.decode_protobuf_item(item, tm) {
-                Ok(o) => items.push(o),
-                Err(e) => skipped.push(e),
-            }
+        for chunk in chunks {
+            parser.feed(chunk, self, |o| items.push(o))?;
         }
-        let summary = reader.finish()?;
-        Ok(ListPage {
-            items,
-            resource_version: summary.resource_version,
-            continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
-            shard_selector: summary.shard_selector,
-            skipped,
-        })
+        let mut page = parser.finish(self)?;
+        items.append(&mut page.items);
+        page.items = items;
+        Ok(page)
     }
 
     /// One item cut by a [`JsonListReader`]: `Ok(Ok)` an object,
@@ -686,14 +769,7 @@ impl<K> EventDecoder<K> {
         &self,
         chunks: impl IntoIterator<Item = Bytes>,
     ) -> Result<ListPage<K>, serde_json::Error> {
-        let mut page = JsonPage::new();
-        for chunk in chunks {
-            page.push(chunk);
-            while let Some(obj) = page.next(self)? {
-                page.keep(obj);
-            }
-        }
-        page.finish(self)
+        self.parse_chunks(JsonPage::new(), chunks)
     }
 
     #[cfg(any(test, feature = "fuzzing"))]
@@ -912,18 +988,7 @@ mod tests {
         let chunked = d.decode_list_chunks(chunks);
         let show = || format!("{} in chunks of {size}", String::from_utf8_lossy(body));
         match (whole, chunked) {
-            (Ok(a), Ok(b)) => {
-                let items = |p: &ListPage<V>| {
-                    p.items
-                        .iter()
-                        .map(|o| (o.key().to_owned(), o.bytes().clone()))
-                        .collect::<Vec<_>>()
-                };
-                assert_eq!(items(&a), items(&b), "{}", show());
-                assert_eq!(a.skipped.len(), b.skipped.len(), "{}", show());
-                assert_eq!(a.resource_version, b.resource_version, "{}", show());
-                assert_eq!(a.continue_token, b.continue_token, "{}", show());
-            }
+            (Ok(a), Ok(b)) => assert_eq!(a.same_content(), b.same_content(), "{}", show()),
             (Err(_), Err(_)) => {}
             (a, b) => panic!("{}: whole {:?}, chunked {:?}", show(), a.is_ok(), b.is_ok()),
         }

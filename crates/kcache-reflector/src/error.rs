@@ -348,6 +348,18 @@ pub enum ListBodyError {
     Protobuf(WireError),
 }
 
+impl From<serde_json::Error> for ListBodyError {
+    fn from(e: serde_json::Error) -> Self {
+        ListBodyError::Json(e)
+    }
+}
+
+impl From<WireError> for ListBodyError {
+    fn from(e: WireError) -> Self {
+        ListBodyError::Protobuf(e)
+    }
+}
+
 /// An error a reflector reports to its watch-error handler.
 ///
 /// The reflector handles every error itself (relist, rewatch, backoff: see
@@ -490,7 +502,7 @@ pub enum ReflectorError {
     ListPageTooLarge {
         /// The resource.
         resource: String,
-        /// The cap ([`ReflectorBuilder::max_list_page_bytes`](crate::ReflectorBuilder::max_list_page_bytes)).
+        /// The cap ([`ListOptions::max_list_page_bytes`](crate::ListOptions::max_list_page_bytes)).
         limit: usize,
     },
     /// The objects a streaming list buffered before its initial-events-end
@@ -501,7 +513,7 @@ pub enum ReflectorError {
     InitialEventsTooLarge {
         /// The resource.
         resource: String,
-        /// The cap ([`ReflectorBuilder::max_initial_events_bytes`](crate::ReflectorBuilder::max_initial_events_bytes)).
+        /// The cap ([`ListOptions::max_initial_events_bytes`](crate::ListOptions::max_initial_events_bytes)).
         limit: usize,
     },
     /// The apiserver rejected the reflector's shard selector (`500 invalid

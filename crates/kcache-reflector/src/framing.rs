@@ -232,6 +232,13 @@ impl ProtobufFramer {
         }
     }
 
+    /// The frame length announced by the 4-byte big-endian prefix that
+    /// starts `prefix`, or `None` when it is over `max_frame`.
+    fn announced_len(&self, prefix: &[u8]) -> Option<usize> {
+        let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+        (len <= self.max_frame).then_some(len)
+    }
+
     /// The next complete frame (without its length prefix), or `None` when
     /// more bytes are needed.
     pub fn next_frame(&mut self) -> Result<Option<Bytes>, FrameTooLarge> {
@@ -241,15 +248,9 @@ impl ProtobufFramer {
                 self.current = Bytes::new();
                 return Ok(None);
             }
-            let len = u32::from_be_bytes([
-                self.current[0],
-                self.current[1],
-                self.current[2],
-                self.current[3],
-            ]) as usize;
-            if len > self.max_frame {
+            let Some(len) = self.announced_len(&self.current) else {
                 return Err(self.too_large());
-            }
+            };
             if self.current.len() < 4 + len {
                 self.pending.reserve(4 + len);
                 self.pending.extend_from_slice(&self.current);
@@ -273,15 +274,9 @@ impl ProtobufFramer {
                 return Ok(None);
             }
         }
-        let len = u32::from_be_bytes([
-            self.pending[0],
-            self.pending[1],
-            self.pending[2],
-            self.pending[3],
-        ]) as usize;
-        if len > self.max_frame {
+        let Some(len) = self.announced_len(&self.pending) else {
             return Err(self.too_large());
-        }
+        };
         let need = 4 + len - self.pending.len();
         let n = need.min(self.current.len());
         self.pending.reserve(need);

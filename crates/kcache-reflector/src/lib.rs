@@ -32,7 +32,7 @@
 //! with JSON as the fallback, as client-go's typed clients do (it costs
 //! the apiserver 2-3x less CPU than JSON); custom resources and
 //! metadata-only reflectors ask for JSON, and
-//! [`ReflectorBuilder::wire_format`]`(WireFormat::Json)` forces it. Each
+//! [`ListOptions::wire_format`] `= WireFormat::Json` forces it. Each
 //! response is read in the format its `Content-Type` names; a `406 Not
 //! Acceptable` to protobuf switches the reflector to JSON.
 //!
@@ -42,7 +42,7 @@
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, StoreError};
-//! use kcache_reflector::Reflector;
+//! use kcache_reflector::{ListOptions, Reflector};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! struct Printer;
@@ -71,9 +71,12 @@
 //! # async fn run() -> Result<(), kube::Error> {
 //! let client = kube::Client::try_default().await?;
 //! let reflector = Reflector::<ConfigMap>::builder(client, Arc::new(Printer))
-//!     .namespace("default")
-//!     .label_selector("app=web")
-//!     .object_options(ObjectOptions::new().strip_managed_fields(true))
+//!     .list_options(ListOptions {
+//!         namespace: Some("default".into()),
+//!         label_selector: Some("app=web".into()),
+//!         object_options: ObjectOptions::new().strip_managed_fields(true),
+//!         ..ListOptions::default()
+//!     })
 //!     // the error and its sources (kube's, the body's) on one line
 //!     .watch_error_handler(|e| eprintln!("reflector: {}", kcache_core::ErrorChain(e)))
 //!     .build();
@@ -108,8 +111,8 @@
 //!   InternalError re-watch, a streaming list refused at `""` or ended
 //!   before its end bookmark), so no failure becomes a hot loop.
 //! - **Deadlines and byte caps** ([`RequestTimeouts`],
-//!   [`ReflectorBuilder::max_list_page_bytes`],
-//!   [`ReflectorBuilder::max_initial_events_bytes`]): response headers of
+//!   [`ListOptions::max_list_page_bytes`],
+//!   [`ListOptions::max_initial_events_bytes`]): response headers of
 //!   every request (2 min), a LIST page body without a byte (1 min) and
 //!   in all (10 min); a LIST page body and a streaming list's buffered
 //!   initial events at most 2 GiB each. A miss is
@@ -117,7 +120,7 @@
 //!   [`ReflectorError::ListPageTooLarge`] /
 //!   [`ReflectorError::InitialEventsTooLarge`] (nothing more is read);
 //!   the reflector relists after a backoff step. The watch body keeps its
-//!   idle limit ([`ReflectorBuilder::watch_idle_timeout`]).
+//!   idle limit ([`ListOptions::watch_idle_timeout`]).
 //! - **Streaming list** (default on): a watch with `sendInitialEvents=true`
 //!   and `resourceVersionMatch=NotOlderThan`; initial events are buffered
 //!   and handed over as one `replace` at the `k8s.io/initial-events-end`
@@ -136,7 +139,7 @@
 //!   Server-provided text is cut in logs: an [`ApiError`] displays at most
 //!   [`MAX_DISPLAYED_MESSAGE`] bytes of its message (the field keeps it
 //!   whole), and a log line at most 2 KiB of an error.
-//! - **Server-side sharding** ([`ReflectorBuilder::shard_selector`],
+//! - **Server-side sharding** ([`ListOptions::shard_selector`],
 //!   KEP-5866): the `shardSelector` parameter on every LIST page,
 //!   streaming list and watch; every list item and watch event is also
 //!   checked on the client with the same hash, so the store holds exactly
@@ -175,7 +178,7 @@ mod wire_format;
 pub use backoff::BackoffConfig;
 #[cfg(feature = "fuzzing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
-pub use decode::{Bookmark, EventDecoder, ListPage, WatchEvent};
+pub use decode::{Bookmark, EventDecoder, ListPage, PageContent, WatchEvent};
 pub use error::{
     ApiError, BadEvent, BadEventKind, ErrorReason, INITIAL_EVENTS_END_ANNOTATION, ListBodyError,
     MAX_DISPLAYED_MESSAGE, Operation, ReflectorError, TimeoutPhase,

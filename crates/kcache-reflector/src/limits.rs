@@ -25,17 +25,17 @@ pub const DEFAULT_LIST_BODY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The default cap on one LIST page body and on a streaming list's buffered
 /// initial events: 2 GiB (see
-/// [`ReflectorBuilder::max_list_page_bytes`](crate::ReflectorBuilder::max_list_page_bytes)).
+/// [`ListOptions::max_list_page_bytes`](crate::ListOptions::max_list_page_bytes)).
 pub const DEFAULT_MAX_LIST_BYTES: usize = 2 << 30;
 
 /// Deadlines on the reflector's requests, set with
-/// [`ReflectorBuilder::request_timeouts`](crate::ReflectorBuilder::request_timeouts).
+/// [`ListOptions::request_timeouts`](crate::ListOptions::request_timeouts).
 ///
 /// A request that misses one fails with [`ReflectorError::Timeout`]
 /// (`reflector_errors_total{reason="timeout"}`) and is retried as client-go
 /// retries a failed request: a relist after a backoff step. The watch
 /// body keeps its own idle limit
-/// ([`ReflectorBuilder::watch_idle_timeout`](crate::ReflectorBuilder::watch_idle_timeout)).
+/// ([`ListOptions::watch_idle_timeout`](crate::ListOptions::watch_idle_timeout)).
 ///
 /// The defaults are above what a healthy apiserver with its default
 /// settings ever takes, so that only a stalled server or connection hits
@@ -51,14 +51,16 @@ pub const DEFAULT_MAX_LIST_BYTES: usize = 2 << 30;
 /// use std::time::Duration;
 /// use kcache_reflector::RequestTimeouts;
 ///
-/// let t = RequestTimeouts::default().response_headers(Duration::from_secs(300));
+/// let t = RequestTimeouts {
+///     response_headers: Duration::from_secs(300),
+///     ..RequestTimeouts::default()
+/// };
 /// assert_eq!(t.response_headers, Duration::from_secs(300));
 /// assert_eq!(t.list_body_idle, Duration::from_secs(60));
 /// ```
 ///
 /// [`ReflectorError::Timeout`]: crate::ReflectorError::Timeout
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct RequestTimeouts {
     /// From sending a request (a LIST page, a watch, a streaming list) to
     /// its response headers. Default: 2 minutes
@@ -80,26 +82,6 @@ impl Default for RequestTimeouts {
             list_body_idle: DEFAULT_LIST_BODY_IDLE_TIMEOUT,
             list_body: DEFAULT_LIST_BODY_TIMEOUT,
         }
-    }
-}
-
-impl RequestTimeouts {
-    /// Sets [`response_headers`](Self::response_headers).
-    pub fn response_headers(mut self, d: Duration) -> Self {
-        self.response_headers = d;
-        self
-    }
-
-    /// Sets [`list_body_idle`](Self::list_body_idle).
-    pub fn list_body_idle(mut self, d: Duration) -> Self {
-        self.list_body_idle = d;
-        self
-    }
-
-    /// Sets [`list_body`](Self::list_body).
-    pub fn list_body(mut self, d: Duration) -> Self {
-        self.list_body = d;
-        self
     }
 }
 

@@ -11,8 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
-use kcache_core::protobuf::{ListReader, WireError};
-use kcache_core::{CachedObject, ErrorChain, ObjectOptions, ReflectorStore, ShardSelector};
+use kcache_core::{CachedObject, ErrorChain, ReflectorStore, ShardSelector};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
 use kube::core::Request;
@@ -23,20 +22,17 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backoff::{Backoff, BackoffConfig};
-use crate::decode::{EventDecoder, JsonPage, WatchEvent};
-use crate::error::ListBodyError;
+use crate::decode::{EventDecoder, JsonPage, PageParser, ProtobufPage, WatchEvent};
 use crate::error::{
     ApiError, BadEvent, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError,
     TimeoutPhase, Truncated, is_probable_eof,
 };
-use crate::framing::{DEFAULT_MAX_FRAME, WatchFramer};
+use crate::framing::WatchFramer;
 use crate::limits::{BodyError, BodyLimits, RequestTimeouts, read_body_with, read_error_body};
 use crate::list_options::ListOptions;
 use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
 use crate::shard::{self, ShardFilterMode, Sharding};
-use crate::wire_format::{
-    ACCEPT_PROTOBUF_LIST, ACCEPT_PROTOBUF_WATCH, BodyFormat, WireFormat, wants_protobuf,
-};
+use crate::wire_format::{ACCEPT_PROTOBUF_LIST, ACCEPT_PROTOBUF_WATCH, BodyFormat, wants_protobuf};
 
 /// Called with every error the reflector meets (see [`ReflectorError`]).
 /// It must return quickly: it runs on the reflector's task.
@@ -50,7 +46,7 @@ pub const DEFAULT_PAGE_SIZE: u32 = 500;
 pub const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Added to a watch's requested server-side timeout to get the default
-/// client-side idle limit (see [`ReflectorBuilder::watch_idle_timeout`]).
+/// client-side idle limit (see [`ListOptions::watch_idle_timeout`]).
 pub const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(30);
 
 /// A watch that ends faster than this without any event is an error.
@@ -87,13 +83,10 @@ pub struct ReflectorBuilder<K: Resource> {
     dyntype: K::DynamicType,
     options: ListOptions,
     resync_period: Option<Duration>,
-    min_watch_timeout: Duration,
     backoff: BackoffConfig,
     name: Option<String>,
     handler: Option<WatchErrorHandler>,
     metrics: Arc<dyn MetricsProvider>,
-    max_internal_error_retry_duration: Duration,
-    max_event_size: usize,
     resume_from: Option<String>,
 }
 
@@ -113,49 +106,13 @@ impl<K: Resource> fmt::Debug for ReflectorBuilder<K> {
 }
 
 impl<K: Resource + 'static> ReflectorBuilder<K> {
-    /// Every list and watch setting at once (namespace, selectors, page
-    /// size, streaming lists, object options, idle timeout, request
-    /// deadlines, size caps, wire format, shard selector), replacing what
-    /// the single setters set: the one configuration an informer passes
+    /// Every list and watch setting (namespace, selectors, page size,
+    /// streaming lists, object options, watch timeouts, request deadlines,
+    /// size caps, wire format, shard selector; default:
+    /// [`ListOptions::default`]): the one configuration an informer passes
     /// down whole (as kube-runtime's `watcher::Config`).
     pub fn list_options(mut self, options: ListOptions) -> Self {
         self.options = options;
-        self
-    }
-
-    /// Only objects in this namespace (default: all namespaces).
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.options.namespace = Some(namespace.into());
-        self
-    }
-
-    /// A label selector (`app=web,tier in (a,b)`).
-    pub fn label_selector(mut self, selector: impl Into<String>) -> Self {
-        self.options.label_selector = Some(selector.into());
-        self
-    }
-
-    /// A field selector (`metadata.name=x`).
-    pub fn field_selector(mut self, selector: impl Into<String>) -> Self {
-        self.options.field_selector = Some(selector.into());
-        self
-    }
-
-    /// client-go's `WatchListPageSize`: a fixed page size for every list.
-    /// `0` (the default) applies client-go's rules: 500 for lists at
-    /// resourceVersion `"0"` or `""`, unpaged for lists at a specific
-    /// resourceVersion (served from the watch cache), 500 always once a
-    /// list at `"0"` came back paged.
-    pub fn page_size(mut self, page_size: u32) -> Self {
-        self.options.page_size = page_size;
-        self
-    }
-
-    /// Use streaming lists (`sendInitialEvents=true`) for the initial state
-    /// (default: `true`, as in client-go since 1.35). When the server does
-    /// not support them, the reflector falls back to list + watch.
-    pub fn use_watch_list(mut self, use_it: bool) -> Self {
-        self.options.use_watch_list = use_it;
         self
     }
 
@@ -166,35 +123,9 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         self
     }
 
-    /// Minimum server-side watch timeout; each watch asks for a random
-    /// timeout in `[min, 2 * min)`. client-go honours values above 5
-    /// minutes only; so does this (default: 5 minutes).
-    pub fn min_watch_timeout(mut self, min: Duration) -> Self {
-        self.min_watch_timeout = min.max(DEFAULT_MIN_WATCH_TIMEOUT);
-        self
-    }
-
-    /// Abandon a watch on which no byte has arrived for this long, and open
-    /// a new one from the last resourceVersion (a stalled connection: no
-    /// data, no FIN). Default: the watch's requested server-side timeout
-    /// plus [`WATCH_IDLE_MARGIN`], which a healthy server never exceeds.
-    /// With bookmarks flowing (about one a minute from the apiserver's
-    /// watch cache) a shorter limit, e.g. 2-3 minutes, detects stalls
-    /// sooner.
-    pub fn watch_idle_timeout(mut self, idle: Duration) -> Self {
-        self.options.watch_idle_timeout = Some(idle);
-        self
-    }
-
     /// Backoff settings (default: [`BackoffConfig::default`]).
     pub fn backoff(mut self, backoff: BackoffConfig) -> Self {
         self.backoff = backoff;
-        self
-    }
-
-    /// How objects are kept (e.g. strip `managedFields`).
-    pub fn object_options(mut self, options: ObjectOptions) -> Self {
-        self.options.object_options = options;
         self
     }
 
@@ -221,54 +152,6 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         self
     }
 
-    /// client-go's `MaxInternalErrorRetryDuration`: for how long a watch
-    /// ending with an `InternalError` is re-opened without a relist
-    /// (default: zero, i.e. relist at once).
-    pub fn max_internal_error_retry_duration(mut self, d: Duration) -> Self {
-        self.max_internal_error_retry_duration = d;
-        self
-    }
-
-    /// Largest accepted watch event, in bytes (default: 128 MiB).
-    pub fn max_event_size(mut self, bytes: usize) -> Self {
-        self.max_event_size = bytes.max(1);
-        self
-    }
-
-    /// Deadlines on response headers and LIST page bodies (default:
-    /// [`RequestTimeouts::default`]: 2 minutes for headers, 1 minute
-    /// without a byte of a list body, 10 minutes per list page). A request
-    /// that misses one fails with [`ReflectorError::Timeout`] and the
-    /// reflector relists after a backoff step.
-    pub fn request_timeouts(mut self, timeouts: RequestTimeouts) -> Self {
-        self.options.request_timeouts = timeouts;
-        self
-    }
-
-    /// Largest accepted LIST page body, in bytes (default: 2 GiB,
-    /// [`DEFAULT_MAX_LIST_BYTES`](crate::DEFAULT_MAX_LIST_BYTES)). The apiserver answers a list at
-    /// resourceVersion `"0"` (and a relist at an exact resourceVersion)
-    /// from its watch cache as **one** body whatever the page size:
-    /// 20,000 Pods made a 230 MB JSON body, so the default leaves room for
-    /// a collection about 9 times that size. A larger body fails with
-    /// [`ReflectorError::ListPageTooLarge`] as soon as the cap is passed
-    /// (nothing more is read) and the reflector relists after a backoff.
-    pub fn max_list_page_bytes(mut self, bytes: usize) -> Self {
-        self.options.max_list_page_bytes = bytes.max(1);
-        self
-    }
-
-    /// Largest total size, in bytes, of the objects a streaming list
-    /// buffers before its `initial-events-end` bookmark (default: 2 GiB,
-    /// [`DEFAULT_MAX_LIST_BYTES`](crate::DEFAULT_MAX_LIST_BYTES); the buffer is the whole collection, as
-    /// a list at `"0"` is). Passing it fails the streaming list with
-    /// [`ReflectorError::InitialEventsTooLarge`] at once (the buffer is
-    /// dropped) and the reflector relists after a backoff.
-    pub fn max_initial_events_bytes(mut self, bytes: usize) -> Self {
-        self.options.max_initial_events_bytes = bytes.max(1);
-        self
-    }
-
     /// Start from a known resourceVersion instead of listing (a warm
     /// restart): the store must already hold the state as of `rv`.
     ///
@@ -288,38 +171,6 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     pub fn resume_from(mut self, rv: impl Into<String>) -> Self {
         let rv = rv.into();
         self.resume_from = (!rv.is_empty()).then_some(rv);
-        self
-    }
-
-    /// The format to ask the apiserver for (default: [`WireFormat::Auto`]:
-    /// protobuf for built-in types, with JSON as the fallback; JSON for
-    /// custom resources and metadata-only reflectors).
-    /// [`WireFormat::Json`] asks for JSON always. Either way each response
-    /// is read in the format its `Content-Type` names.
-    pub fn wire_format(mut self, format: WireFormat) -> Self {
-        self.options.wire_format = format;
-        self
-    }
-
-    /// Server-side sharding (KEP-5866): list and watch only the objects
-    /// whose hashed field (`metadata.uid` or `metadata.namespace`) falls in
-    /// the selector's ranges.
-    ///
-    /// The selector goes as the `shardSelector` parameter on every LIST
-    /// page, streaming list and watch, and every list item and watch event
-    /// is checked on the client with the same hash, so the store holds
-    /// exactly the shard whether or not the apiserver filters (its feature
-    /// gate `ShardedListAndWatch` is alpha in Kubernetes 1.36+; without it
-    /// the apiserver ignores the parameter and serves everything).
-    /// [`Reflector::shard_filter_mode`] says which side filters; the mode is
-    /// logged (INFO) when first known and when it changes. A selector the
-    /// apiserver rejects fails each attempt with
-    /// [`ReflectorError::ShardSelectorRejected`] (retried with backoff).
-    ///
-    /// The selector is fixed for the reflector's life: to move to another
-    /// shard, stop the reflector and build a new one over a new store.
-    pub fn shard_selector(mut self, selector: ShardSelector) -> Self {
-        self.options.shard_selector = Some(selector);
         self
     }
 
@@ -374,12 +225,15 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             page_size: self.options.page_size,
             use_watch_list: self.options.use_watch_list,
             resync_period: self.resync_period,
-            min_watch_timeout: self.min_watch_timeout,
+            min_watch_timeout: self
+                .options
+                .min_watch_timeout
+                .max(DEFAULT_MIN_WATCH_TIMEOUT),
             watch_idle_timeout: self.options.watch_idle_timeout,
             backoff: self.backoff,
             handler: self.handler,
-            max_internal_error_retry_duration: self.max_internal_error_retry_duration,
-            max_event_size: self.max_event_size,
+            max_internal_error_retry_duration: self.options.max_internal_error_retry_duration,
+            max_event_size: self.options.max_event_size.max(1),
             timeouts: self.options.request_timeouts,
             max_list_page_bytes: self.options.max_list_page_bytes.max(1),
             max_initial_events_bytes: self.options.max_initial_events_bytes.max(1),
@@ -685,13 +539,10 @@ impl<K: Resource + 'static> Reflector<K> {
             dyntype,
             options: ListOptions::default(),
             resync_period: None,
-            min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
             backoff: BackoffConfig::default(),
             name: None,
             handler: None,
             metrics: Arc::new(NoopMetricsProvider),
-            max_internal_error_retry_duration: Duration::ZERO,
-            max_event_size: DEFAULT_MAX_FRAME,
             resume_from: None,
         }
     }
@@ -731,13 +582,14 @@ impl<K> Reflector<K> {
     }
 
     /// Whether the reflector asks for protobuf: a built-in type with
-    /// [`WireFormat::Auto`], until a server refused protobuf with `406 Not
-    /// Acceptable` (then JSON for the rest of its life).
+    /// [`WireFormat::Auto`](crate::WireFormat::Auto), until a server
+    /// refused protobuf with `406 Not Acceptable` (then JSON for the rest
+    /// of its life).
     pub fn asks_for_protobuf(&self) -> bool {
         self.protobuf.load(Ordering::Relaxed)
     }
 
-    /// The shard selector (see [`ReflectorBuilder::shard_selector`]).
+    /// The shard selector (see [`ListOptions::shard_selector`]).
     pub fn shard_selector(&self) -> Option<&ShardSelector> {
         self.sharding.as_ref().map(|s| &s.selector)
     }
@@ -1294,40 +1146,61 @@ impl<K> Reflector<K> {
         let stream = resp.into_body().into_data_stream();
         match format {
             BodyFormat::Protobuf => {
-                self.protobuf_list_page(content_length, stream, limits)
+                self.read_list_page(content_length, stream, limits, ProtobufPage::default())
                     .await
             }
-            BodyFormat::Json => self.json_list_page(content_length, stream, limits).await,
+            BodyFormat::Json => {
+                self.read_list_page(content_length, stream, limits, JsonPage::new())
+                    .await
+            }
         }
     }
 
-    /// One JSON list page, read as it arrives: each item is cut, built
-    /// and (when unchanged) swapped for the store's copy as soon as its
-    /// last byte is in; the envelope (everything but the items) is decoded
-    /// at the end. A syntax error anywhere fails the page, as it does for
-    /// [`EventDecoder::decode_list`] of the whole body.
-    async fn json_list_page(
+    /// Reads a list page body within `limits` with `parser` (JSON or
+    /// protobuf), as it arrives: each item is cut, built and (when
+    /// unchanged) swapped for the store's copy as soon as its last byte is
+    /// in (see [`keep`](Self::keep)), so the body is never held whole; the
+    /// envelope (everything but the items) is read at the end. A malformed
+    /// body anywhere fails the page as [`ReflectorError::InvalidList`],
+    /// any other body failure as a list body error.
+    async fn read_list_page<P: PageParser<K>>(
         &self,
         content_length: Option<u64>,
         stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
         limits: BodyLimits,
+        mut parser: P,
     ) -> Result<Page<K>, ReflectorError> {
-        let invalid = |e| ReflectorError::InvalidList {
+        let invalid = |e: P::Error| ReflectorError::InvalidList {
             resource: self.resource.clone(),
-            source: ListBodyError::Json(e),
+            source: e.into(),
         };
-        let mut page = JsonPage::new();
-        let feed = |chunk, acc: &mut PageItems<K>| -> Result<(), serde_json::Error> {
-            page.push(chunk);
-            while let Some(obj) = page.next(&self.decoder)? {
-                self.keep(acc, obj);
+        let mut acc = PageItems {
+            items: Vec::new(),
+            reused: 0,
+            dropped: 0,
+        };
+        let mut malformed = None;
+        let read = read_body_with(content_length, stream, limits, |chunk| {
+            match parser.feed(chunk, &self.decoder, |obj| self.keep(&mut acc, obj)) {
+                Ok(()) => true,
+                Err(e) => {
+                    malformed = Some(e);
+                    false
+                }
             }
-            Ok(())
-        };
-        let mut acc = self
-            .read_list_page(content_length, stream, limits, feed, invalid)
-            .await?;
-        let end = page.finish(&self.decoder).map_err(invalid)?;
+        })
+        .await;
+        match read {
+            Ok(()) => {}
+            Err(BodyError::Stopped) => {
+                return Err(match malformed {
+                    Some(e) => invalid(e),
+                    None => self.list_body_error(BodyError::Stopped),
+                });
+            }
+            Err(e) => return Err(self.list_body_error(e)),
+        }
+        let end = parser.finish(&self.decoder).map_err(invalid)?;
         // items the envelope held itself (not a literal "items" array)
         for obj in end.items {
             self.keep(&mut acc, obj);
@@ -1338,85 +1211,6 @@ impl<K> Reflector<K> {
             self.is_shard_echo(end.shard_selector.as_deref()),
             end.continue_token,
         ))
-    }
-
-    /// One protobuf list page, read as it arrives: each item is cut,
-    /// built and (when unchanged) swapped for the store's copy as soon as
-    /// its bytes are in, so the body is never held whole (the apiserver
-    /// sends a list at resourceVersion "0" as one body, whatever its size).
-    async fn protobuf_list_page(
-        &self,
-        content_length: Option<u64>,
-        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
-        limits: BodyLimits,
-    ) -> Result<Page<K>, ReflectorError> {
-        let invalid = |e| ReflectorError::InvalidList {
-            resource: self.resource.clone(),
-            source: ListBodyError::Protobuf(e),
-        };
-        let mut reader = ListReader::new();
-        let mut skipped = Vec::new();
-        let feed = |chunk, acc: &mut PageItems<K>| -> Result<(), WireError> {
-            reader.push(chunk);
-            while let Some(item) = reader.next_item()? {
-                let Some(tm) = reader.item_type() else {
-                    continue;
-                };
-                match self.decoder.decode_protobuf_item(item, tm) {
-                    Ok(obj) => self.keep(acc, obj),
-                    Err(bad) => skipped.push(bad),
-                }
-            }
-            Ok(())
-        };
-        let acc = self
-            .read_list_page(content_length, stream, limits, feed, invalid)
-            .await?;
-        let summary = reader.finish().map_err(invalid)?;
-        self.report_skipped(skipped);
-        Ok(acc.into_page(
-            summary.resource_version,
-            self.is_shard_echo(summary.shard_selector.as_deref()),
-            (!summary.continue_token.is_empty()).then_some(summary.continue_token),
-        ))
-    }
-
-    /// Reads a list page body within `limits`, handing each chunk to
-    /// `feed` (which parses it and [`keep`](Self::keep)s the items it
-    /// completes); a malformed body (`feed`'s error) fails the page as
-    /// `invalid` says, any other body failure as a list body error.
-    async fn read_list_page<E>(
-        &self,
-        content_length: Option<u64>,
-        stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
-        limits: BodyLimits,
-        mut feed: impl FnMut(Bytes, &mut PageItems<K>) -> Result<(), E>,
-        invalid: impl Fn(E) -> ReflectorError,
-    ) -> Result<PageItems<K>, ReflectorError> {
-        let mut acc = PageItems {
-            items: Vec::new(),
-            reused: 0,
-            dropped: 0,
-        };
-        let mut malformed = None;
-        let read = read_body_with(content_length, stream, limits, |chunk| {
-            match feed(chunk, &mut acc) {
-                Ok(()) => true,
-                Err(e) => {
-                    malformed = Some(e);
-                    false
-                }
-            }
-        })
-        .await;
-        match read {
-            Ok(()) => Ok(acc),
-            Err(BodyError::Stopped) => Err(match malformed {
-                Some(e) => invalid(e),
-                None => self.list_body_error(BodyError::Stopped),
-            }),
-            Err(e) => Err(self.list_body_error(e)),
-        }
     }
 
     /// Adds a list item to the page, unless it is outside the shard; an

@@ -5,7 +5,7 @@ use http::HeaderMap;
 use kcache_core::protobuf;
 
 /// The format a reflector asks the apiserver for (set with
-/// [`ReflectorBuilder::wire_format`](crate::ReflectorBuilder::wire_format)).
+/// [`ListOptions::wire_format`](crate::ListOptions::wire_format)).
 ///
 /// With [`Auto`](Self::Auto) (the default) the lists, watches and streaming
 /// lists of a built-in type (one the apiserver serves as protobuf: see

@@ -10,7 +10,7 @@ use common::{Call, RecordingStore, start};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcache_envtest::ControlPlane;
-use kcache_reflector::{ErrorReason, Reflector};
+use kcache_reflector::{ErrorReason, ListOptions, Reflector};
 use kcache_testing::builders::{config_map, crd};
 use kcache_testing::envtest::{
     TestNamespace, client_with_request_hook, create, namespace, recording_client,
@@ -21,6 +21,14 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::core::PartialObjectMeta;
 use serde_json::json;
+
+/// Only namespace `ns`, the rest default.
+fn in_ns(ns: &str) -> ListOptions {
+    ListOptions {
+        namespace: Some(ns.to_owned()),
+        ..ListOptions::default()
+    }
+}
 
 /// ConfigMaps through a streaming list: the reflector sent
 /// `sendInitialEvents=true&resourceVersionMatch=NotOlderThan`, got the
@@ -36,7 +44,8 @@ async fn config_maps_streaming_list_then_events_in_order() {
     }
     let (client, log) = recording_client(cp.config());
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
-    let run = start(Reflector::<ConfigMap>::builder(client, store.clone()).namespace(&ns));
+    let run =
+        start(Reflector::<ConfigMap>::builder(client, store.clone()).list_options(in_ns(&ns)));
     let calls = store.wait_calls(1).await;
     match &calls[0] {
         Call::Replace(keys, rv) => {
@@ -118,10 +127,11 @@ async fn config_maps_list_then_watch() {
     let (client, log) = recording_client(cp.config());
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let run = start(
-        Reflector::<ConfigMap>::builder(client, store.clone())
-            .namespace(&ns)
-            .use_watch_list(false)
-            .page_size(3),
+        Reflector::<ConfigMap>::builder(client, store.clone()).list_options(ListOptions {
+            use_watch_list: false,
+            page_size: 3,
+            ..in_ns(&ns)
+        }),
     );
     let calls = store.wait_calls(1).await;
     assert!(matches!(&calls[0], Call::Replace(k, _) if k.len() == 7));
@@ -157,9 +167,12 @@ async fn metadata_only_config_maps() {
     for streaming in [true, false] {
         let store = Arc::new(RecordingStore::<Meta>::default());
         let run = start(
-            Reflector::<Meta>::builder(cp.client().unwrap(), store.clone())
-                .namespace(&ns)
-                .use_watch_list(streaming),
+            Reflector::<Meta>::builder(cp.client().unwrap(), store.clone()).list_options(
+                ListOptions {
+                    use_watch_list: streaming,
+                    ..in_ns(&ns)
+                },
+            ),
         );
         let calls = store.wait_calls(1).await;
         assert!(
@@ -217,8 +230,10 @@ async fn custom_resource_as_dynamic_object() {
     let store = Arc::new(RecordingStore::<DynamicObject>::default());
     let run = start(
         Reflector::<DynamicObject>::builder_with(cp.client().unwrap(), store.clone(), ar.clone())
-            .namespace(&ns)
-            .label_selector("team=red"),
+            .list_options(ListOptions {
+                label_selector: Some("team=red".into()),
+                ..in_ns(&ns)
+            }),
     );
     let calls = store.wait_calls(1).await;
     assert_eq!(
@@ -252,7 +267,8 @@ async fn forbidden_user_is_reported_and_backed_off() {
     let TestNamespace { cp, ns, .. } = namespace("refl-rbac").await;
     let nobody = cp.client_for_user("nobody", &[]).await.unwrap();
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
-    let run = start(Reflector::<ConfigMap>::builder(nobody, store.clone()).namespace(&ns));
+    let run =
+        start(Reflector::<ConfigMap>::builder(nobody, store.clone()).list_options(in_ns(&ns)));
     tokio::time::sleep(Duration::from_secs(6)).await;
     let seen = run.seen();
     // backoff: attempts at ~0, ~0.8-1.6, ~2.4-4.8 (+ up to 6.4 more) s
@@ -338,9 +354,10 @@ async fn recovers_from_apiserver_restart_and_gone() {
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let (client, old_rv) = client_with_old_rv_switch(&cp);
     let run = start(
-        Reflector::<ConfigMap>::builder(client, store.clone())
-            .namespace(&ns)
-            .use_watch_list(false),
+        Reflector::<ConfigMap>::builder(client, store.clone()).list_options(ListOptions {
+            use_watch_list: false,
+            ..in_ns(&ns)
+        }),
     );
     store.wait_calls(1).await;
 

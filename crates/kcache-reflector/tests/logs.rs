@@ -9,7 +9,7 @@ use kcache_testing::logs::LogBuffer;
 
 use std::sync::Arc;
 
-use common::RecordingStore;
+use common::{RecordingStore, opts};
 use fake::{End, Fake, Reply, list};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_reflector::Reflector;
@@ -34,8 +34,7 @@ async fn watch_error_status_message_is_cut_in_logs() {
     let full = Arc::new(Mutex::new(0usize));
     let f2 = full.clone();
     let r = Reflector::<ConfigMap>::builder(fake.client.clone(), store)
-        .namespace("ns")
-        .use_watch_list(false)
+        .list_options(opts())
         .watch_error_handler(move |e| {
             if let Some(api) = e.api_error() {
                 *f2.lock() = api.message.len();

@@ -9,15 +9,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore, Running, meta_list, meta_reflector, no_jitter};
+use common::{
+    Call, RecordingStore, Running, cutting_managed_fields, meta_list, meta_reflector, no_jitter,
+    opts, serve, widget_reflector, wl_opts,
+};
 use fake::{
     End, Fake, PROTOBUF_WATCH, Recorded, Reply, bookmark, cm, ev, hang, list, pb_bookmark, pb_cm,
     pb_cmu, pb_error_event, pb_ev, pb_field, pb_list, pb_list_body, pb_status, pb_watch,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_core::{Format, ObjectOptions};
-use kcache_reflector::{BadEventKind, ErrorReason, Reflector, ReflectorBuilder, WireFormat};
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kcache_core::Format;
+use kcache_reflector::{
+    BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder, WireFormat,
+};
+use kube::api::{ApiResource, DynamicObject};
 use serde_json::json;
 
 type Store = RecordingStore<ConfigMap>;
@@ -31,7 +36,14 @@ fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
 }
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).namespace("ns")
+    Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
+        .list_options(wl_opts())
+        .backoff(no_jitter())
+}
+
+/// [`builder`] without streaming lists: list + watch.
+fn list_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
+    builder(fake, store).list_options(opts())
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {
@@ -56,9 +68,13 @@ fn same_as_json(store: &Store, name: &str, rv: &str) {
 /// (its type field claims more bytes than the frame has).
 fn malformed_frame() -> Vec<u8> {
     let ev = [0x0a, 0xff, 0xff, 0x03, b'A'];
-    let mut out = (ev.len() as u32).to_be_bytes().to_vec();
-    out.extend_from_slice(&ev);
-    out
+    frame(ev.len() as u32, &ev)
+}
+
+/// A watch frame by hand: the 4-byte big-endian length prefix `announced`
+/// (whatever `body`'s length), then `body`.
+fn frame(announced: u32, body: &[u8]) -> Vec<u8> {
+    [&announced.to_be_bytes()[..], body].concat()
 }
 
 /// A ConfigMap without a name (no key: not a usable object).
@@ -79,41 +95,45 @@ fn nameless() -> Vec<u8> {
 /// length prefix, a relist.
 #[tokio::test(start_paused = true)]
 async fn protobuf_watch_errors_and_bookmarks() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => pb_watch(
-            vec![
-                pb_ev("ADDED", &pb_cm("a", "1")),
-                pb_ev("ADDED", &pb_cm("b", "2")),
-                pb_bookmark("2", false),
-                pb_ev("MODIFIED", &pb_cm("a", "3")),
-                pb_bookmark("3", true),
-                malformed_frame(),
-                pb_ev("ADDED", &nameless()),
-                pb_ev("ADDED", &pb_cm("c", "4")),
-                pb_bookmark("5", false),
-                pb_error_event(410, "Expired"),
-            ],
-            7,
-            End::Hang,
-        ),
-        (true, 1) => {
-            let mut frames = vec![
-                pb_ev("ADDED", &pb_cm("a", "6")),
-                pb_ev("ADDED", &pb_cm("b", "2")),
-                pb_ev("ADDED", &pb_cm("c", "4")),
-                pb_bookmark("6", true),
-                pb_ev("DELETED", &pb_cm("a", "7")),
-            ];
-            // a frame announcing 1 MiB: over the 4 KiB limit
-            let mut big = (1u32 << 20).to_be_bytes().to_vec();
-            big.extend_from_slice(&[0x0a; 64]);
-            frames.push(big);
-            pb_watch(frames, 0, End::Hang)
-        }
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).max_event_size(4096));
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                max_event_size: 4096,
+                ..wl_opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (true, 0) => pb_watch(
+                vec![
+                    pb_ev("ADDED", &pb_cm("a", "1")),
+                    pb_ev("ADDED", &pb_cm("b", "2")),
+                    pb_bookmark("2", false),
+                    pb_ev("MODIFIED", &pb_cm("a", "3")),
+                    pb_bookmark("3", true),
+                    malformed_frame(),
+                    pb_ev("ADDED", &nameless()),
+                    pb_ev("ADDED", &pb_cm("c", "4")),
+                    pb_bookmark("5", false),
+                    pb_error_event(410, "Expired"),
+                ],
+                7,
+                End::Hang,
+            ),
+            (true, 1) => {
+                let mut frames = vec![
+                    pb_ev("ADDED", &pb_cm("a", "6")),
+                    pb_ev("ADDED", &pb_cm("b", "2")),
+                    pb_ev("ADDED", &pb_cm("c", "4")),
+                    pb_bookmark("6", true),
+                    pb_ev("DELETED", &pb_cm("a", "7")),
+                ];
+                // a frame announcing 1 MiB: over the 4 KiB limit
+                frames.push(frame(1 << 20, &[0x0a; 64]));
+                pb_watch(frames, 0, End::Hang)
+            }
+            _ => hang(),
+        },
+    );
     let calls = store
         .wait_until(Duration::from_secs(3600), |c| {
             c.iter().filter(|c| matches!(c, Call::Replace(..))).count() == 2
@@ -169,7 +189,7 @@ async fn protobuf_watch_errors_and_bookmarks() {
 /// cut short inside an item fails as an invalid list.
 #[tokio::test(start_paused = true)]
 async fn protobuf_list_pages_items_and_errors() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(list_builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => pb_list("10", "c1", &[pb_cm("a", "1"), pb_cm("b", "2")], 5),
         (false, 1) => pb_list(
             "10",
@@ -196,16 +216,12 @@ async fn protobuf_list_pages_items_and_errors() {
         (false, 3) => pb_list("11", "", &[pb_cm("a", "5"), pb_cm("e", "11")], 1000),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).use_watch_list(false));
-    let calls = store.wait_calls(2).await;
-    assert_eq!(
-        calls,
-        [
+    store
+        .expect_calls(&[
             Call::Replace(keys(&["a", "b", "c", "d"]), "10".into()),
             Call::Replace(keys(&["a", "e"]), "11".into()),
-        ]
-    );
+        ])
+        .await;
     let lists = fake.lists();
     assert_eq!(lists[1].q("continue"), Some("c1"));
     assert_eq!(lists[2].rv(), Some("10"), "relist at the last RV");
@@ -249,30 +265,33 @@ async fn protobuf_list_byte_cap_and_stall() {
     let items: Vec<Vec<u8>> = (0..40).map(|i| pb_cm(&format!("c{i}"), "1")).collect();
     let body = pb_list_body("1", "", &items);
     let total = body.len();
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (false, 0) => Reply::Typed(
-            200,
-            fake::PROTOBUF,
-            body.chunks(512).map(Bytes::copy_from_slice).collect(),
-            End::Hang,
-        ),
-        (false, 1) => Reply::Typed(
-            200,
-            fake::PROTOBUF,
-            vec![Bytes::copy_from_slice(&body[..100])],
-            End::Hang,
-        ),
-        (false, 2) => pb_list("1", "", &[pb_cm("a", "1")], 64),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(
-        builder(&fake, &store)
-            .use_watch_list(false)
-            .max_list_page_bytes(total - 1),
+    let (_fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                max_list_page_bytes: total - 1,
+                ..opts()
+            })
+        },
+        move |r| match (r.is_watch(), r.nth) {
+            (false, 0) => Reply::Typed(
+                200,
+                fake::PROTOBUF,
+                body.chunks(512).map(Bytes::copy_from_slice).collect(),
+                End::Hang,
+            ),
+            (false, 1) => Reply::Typed(
+                200,
+                fake::PROTOBUF,
+                vec![Bytes::copy_from_slice(&body[..100])],
+                End::Hang,
+            ),
+            (false, 2) => pb_list("1", "", &[pb_cm("a", "1")], 64),
+            _ => hang(),
+        },
     );
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["a"]), "1".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["a"]), "1".into())])
+        .await;
     assert_eq!(
         run.reasons(),
         [ErrorReason::ListPageTooLarge, ErrorReason::Timeout]
@@ -288,13 +307,11 @@ async fn protobuf_list_byte_cap_and_stall() {
 #[tokio::test(start_paused = true)]
 async fn content_negotiation_per_resource() {
     // a built-in type answered in JSON
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(list_builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![cm("a", "1")]),
         (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).use_watch_list(false));
     store.wait_calls(2).await;
     assert!(run.reflector.asks_for_protobuf());
     let reqs = fake.requests();
@@ -310,16 +327,18 @@ async fn content_negotiation_per_resource() {
     run.stop().await;
 
     // JSON forced: no protobuf asked, a protobuf answer is still read
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => pb_list("1", "", &[pb_cm("a", "1")], 100),
-        (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(
-        builder(&fake, &store)
-            .use_watch_list(false)
-            .wire_format(WireFormat::Json),
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).list_options(ListOptions {
+                wire_format: WireFormat::Json,
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => pb_list("1", "", &[pb_cm("a", "1")], 100),
+            (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
+            _ => hang(),
+        },
     );
     store.wait_calls(2).await;
     assert!(!run.reflector.asks_for_protobuf());
@@ -339,15 +358,11 @@ async fn content_negotiation_per_resource() {
         _ => hang(),
     }
     });
-    let store = Arc::new(RecordingStore::<DynamicObject>::default());
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
-        "widgets",
-    );
-    let run = start(
-        Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
-            .use_watch_list(false),
-    );
+    let (store, builder) = widget_reflector(&fake.client);
+    let run = start(builder.list_options(ListOptions {
+        use_watch_list: false,
+        ..ListOptions::default()
+    }));
     store.wait_calls(1).await;
     fake.wait_requests(2).await;
     assert!(!run.reflector.asks_for_protobuf());
@@ -387,9 +402,7 @@ async fn content_negotiation_per_resource() {
     let ar = ApiResource::erase::<ConfigMap>(&());
     let run = start(
         Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
-            .namespace("ns")
-            .use_watch_list(false)
-            .object_options(ObjectOptions::new().strip_managed_fields(true)),
+            .list_options(cutting_managed_fields(opts())),
     );
     store.wait_calls(2).await;
     assert!(run.reflector.asks_for_protobuf());
@@ -420,7 +433,7 @@ async fn content_negotiation_per_resource() {
 /// 406 is not an error of the reflector.
 #[tokio::test(start_paused = true)]
 async fn a_406_to_protobuf_falls_back_to_json() {
-    let fake = Fake::new(|r| {
+    let (fake, store, run) = serve(builder, |r| {
         if r.header("accept").is_some_and(|a| a.contains("protobuf")) {
             return Reply::Json(
                 406,
@@ -435,8 +448,6 @@ async fn a_406_to_protobuf_falls_back_to_json() {
             _ => hang(),
         }
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(1).await;
     assert_eq!(store.calls()[0], Call::Replace(keys(&["a"]), "1".into()));
     assert!(!run.reflector.asks_for_protobuf());

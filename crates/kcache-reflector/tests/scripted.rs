@@ -9,20 +9,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{Call, RecordingStore, no_jitter, start};
+use common::{
+    Call, RecordingStore, Running, cutting_managed_fields, expired, expiring_streaming_list,
+    live_body, no_jitter, opts, serve, start, streaming_list, widget_reflector, wl_opts,
+};
 use fake::{
     End, Fake, Recorded, Reply, bookmark, cm, error_event, ev, gone, hang, list, list_json, status,
     too_large,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_core::ObjectOptions;
 use kcache_reflector::{
-    BackoffConfig, BadEventKind, ErrorReason, PrometheusMetricsProvider, Reflector,
-    ReflectorBuilder, ReflectorError, RequestTimeouts,
+    BackoffConfig, BadEventKind, ErrorReason, ListOptions, MetricsProvider,
+    PrometheusMetricsProvider, Reflector, ReflectorBuilder, ReflectorError, RequestTimeouts,
 };
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
 use parking_lot::Mutex;
+use prometheus_client::registry::Registry;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -31,9 +33,26 @@ type Store = RecordingStore<ConfigMap>;
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
     Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-        .namespace("ns")
-        .use_watch_list(false)
+        .list_options(opts())
         .backoff(no_jitter())
+}
+
+/// [`builder`] with a fixed page size.
+fn paged(page_size: u32) -> impl FnOnce(&Fake, &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
+    with(ListOptions {
+        page_size,
+        ..opts()
+    })
+}
+
+/// The resourceVersion each request asked for (`""`: none).
+fn rvs(reqs: &[Recorded]) -> Vec<&str> {
+    reqs.iter().map(|r| r.rv().unwrap_or("")).collect()
+}
+
+/// [`builder`] with `options` as its list options.
+fn with(options: ListOptions) -> impl FnOnce(&Fake, &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
+    move |fake, store| builder(fake, store).list_options(options)
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {
@@ -56,7 +75,7 @@ fn gaps(rs: &[Recorded]) -> Vec<u64> {
 /// resumed from the last event's RV after a clean close, never a relist.
 #[tokio::test(start_paused = true)]
 async fn list_and_watch_resumes_from_last_resource_version() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![cm("a", "1")]),
         (true, 0) => Reply::Stream(
             vec![ev("ADDED", cm("b", "2")), ev("MODIFIED", cm("a", "3"))],
@@ -65,8 +84,6 @@ async fn list_and_watch_resumes_from_last_resource_version() {
         (true, 1) => Reply::Stream(vec![ev("DELETED", cm("b", "4"))], End::Close),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let calls = store.wait_calls(4).await;
     assert_eq!(
         calls,
@@ -116,15 +133,14 @@ async fn json_list_read_in_small_chunks() {
     };
     let good = list_json("5", "", vec![cm("a", "1"), cm("b", "2"), cm("c", "5")]);
     let bad = good.replace(r#""name":"b""#, r#""name":b""#);
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => Reply::Chunks(chunks(bad.clone()), End::Close),
         (false, 1) => Reply::Chunks(chunks(good.clone()), End::Close),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["a", "b", "c"]), "5".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["a", "b", "c"]), "5".into())])
+        .await;
     assert_eq!(run.reasons(), [ErrorReason::InvalidList]);
     let a = store.object("ns/a").unwrap();
     assert_eq!(a.bytes().as_ref(), cm("a", "1").to_string().as_bytes());
@@ -137,15 +153,13 @@ async fn json_list_read_in_small_chunks() {
 /// last synced RV, unpaged (watch cache).
 #[tokio::test(start_paused = true)]
 async fn list_and_watch_with_errors() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => status(500, "InternalError", "etcd is sad"),
         (false, 1) => list("1", "", vec![cm("a", "1")]),
         (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Error),
         (false, 2) => list("5", "", vec![cm("a", "1"), cm("b", "2"), cm("c", "5")]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(3).await;
     fake.wait_requests(5).await;
     let lists = fake.lists();
@@ -172,13 +186,11 @@ async fn list_and_watch_with_errors() {
 /// failed lists are spaced by 800 ms doubling, capped, then jittered.
 #[tokio::test(start_paused = true)]
 async fn init_conn_backoff_doubles() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, n) if n < 8 => Reply::ConnRefused,
         (false, _) => list("1", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(1).await;
     let lists = fake.lists();
     assert_eq!(lists.len(), 9);
@@ -191,17 +203,20 @@ async fn init_conn_backoff_doubles() {
     run.stop().await;
 
     // custom backoff (client-go: 10ms x2 cap 100ms), with jitter [d, 2d)
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, n) if n < 5 => Reply::ConnRefused,
-        (false, _) => list("1", "", vec![]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).backoff(BackoffConfig {
-        initial: Duration::from_millis(10),
-        cap: Duration::from_millis(100),
-        ..Default::default()
-    }));
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s).backoff(BackoffConfig {
+                initial: Duration::from_millis(10),
+                cap: Duration::from_millis(100),
+                ..Default::default()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (false, n) if n < 5 => Reply::ConnRefused,
+            (false, _) => list("1", "", vec![]),
+            _ => hang(),
+        },
+    );
     store.wait_calls(1).await;
     let g = gaps(&fake.lists());
     for (gap, d) in g.iter().zip([10u64, 20, 40, 80, 100]) {
@@ -214,32 +229,27 @@ async fn init_conn_backoff_doubles() {
 /// The backoff resets to its first step after 2 minutes without backoff.
 #[tokio::test(start_paused = true)]
 async fn backoff_resets_after_two_healthy_minutes() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) | (false, 1) | (false, 2) => Reply::ConnRefused,
         (false, _) => list("1", "", vec![]),
         // a healthy watch for 3 minutes, then the stream breaks
         (true, 0) => Reply::Stream(vec![], End::Hang),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(1).await;
     assert_eq!(gaps(&fake.lists()), [800, 1600, 3200]);
     run.stop().await;
 
     // the same, but the second failure comes 3 minutes after the first
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (tx, rx) = live_body();
+    let (fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => Reply::ConnRefused,
         (false, 1) => list("1", "", vec![]),
-        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
+        (true, 0) => rx.take(),
         (true, 1) => status(500, "InternalError", "x"),
         (false, 2) => list("2", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(1).await;
     tokio::time::sleep(Duration::from_secs(180)).await;
     tx.send(Bytes::from(error_event(500, "InternalError") + "\n"))
@@ -259,7 +269,7 @@ async fn backoff_resets_after_two_healthy_minutes() {
 /// without relisting.
 #[tokio::test(start_paused = true)]
 async fn too_many_requests_on_watch_backs_off_without_relist() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![cm("a", "1")]),
         (true, 0) | (true, 1) | (true, 3) => status(429, "TooManyRequests", "slow down"),
         (true, 2) | (true, 4) => Reply::ConnRefused,
@@ -272,8 +282,6 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     fake.wait_requests(8).await;
     assert_eq!(fake.lists().len(), 1, "no relist on 429");
     let watches = fake.watches();
@@ -290,16 +298,20 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
 #[tokio::test(start_paused = true)]
 async fn internal_error_retry_budget() {
     for budget in [Duration::ZERO, Duration::from_secs(60)] {
-        let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-            (false, _) => list("1", "", vec![]),
-            (true, 0) => Reply::Stream(
-                vec![ev("ADDED", cm("a", "2")), error_event(500, "InternalError")],
-                End::Close,
-            ),
-            _ => hang(),
-        });
-        let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store).max_internal_error_retry_duration(budget));
+        let (fake, _store, run) = serve(
+            with(ListOptions {
+                max_internal_error_retry_duration: budget,
+                ..opts()
+            }),
+            |r| match (r.is_watch(), r.nth) {
+                (false, _) => list("1", "", vec![]),
+                (true, 0) => Reply::Stream(
+                    vec![ev("ADDED", cm("a", "2")), error_event(500, "InternalError")],
+                    End::Close,
+                ),
+                _ => hang(),
+            },
+        );
         fake.wait_requests(if budget.is_zero() { 4 } else { 3 })
             .await;
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -327,7 +339,7 @@ async fn internal_error_retry_budget() {
 /// RV only on the first page.
 #[tokio::test(start_paused = true)]
 async fn page_size_and_continue() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(paged(4), |r| match (r.is_watch(), r.nth) {
         (false, 0) => list(
             "10",
             "c1",
@@ -345,8 +357,6 @@ async fn page_size_and_continue() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).page_size(4));
     let calls = store.wait_calls(1).await;
     let lists = fake.lists();
     assert_eq!(lists.len(), 3);
@@ -372,7 +382,7 @@ async fn page_size_and_continue() {
 #[tokio::test(start_paused = true)]
 async fn relist_paging_depends_on_the_first_list() {
     for paged_first in [false, true] {
-        let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+        let (fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
             (false, 0) if paged_first => list("10", "c1", vec![cm("a", "1")]),
             (false, 0) => list("10", "", vec![cm("a", "1")]),
             (false, 1) if paged_first => list("10", "", vec![cm("b", "1")]),
@@ -380,8 +390,6 @@ async fn relist_paging_depends_on_the_first_list() {
             (false, _) => list("11", "", vec![]),
             _ => hang(),
         });
-        let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store));
         store.wait_calls(2).await;
         let relist = fake.lists().last().unwrap().clone();
         assert_eq!(relist.rv(), Some("10"));
@@ -399,14 +407,12 @@ async fn relist_paging_depends_on_the_first_list() {
 /// the relist is at the last synced RV.
 #[tokio::test(start_paused = true)]
 async fn relist_after_gone_uses_last_synced_rv() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "", vec![cm("a", "10")]),
-        (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 0) => expired(),
         (false, 1) => list("11", "", vec![cm("a", "10"), cm("b", "11")]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(2).await;
     let rvs: Vec<_> = fake
         .lists()
@@ -433,6 +439,15 @@ fn held(store: &Store, ks: &[&str]) -> Vec<kcache_core::CachedObject<ConfigMap>>
         .collect()
 }
 
+/// For each pair, whether `after` is the very object `before` was (the
+/// store kept it), not an equal copy.
+fn same_objects(
+    before: &[kcache_core::CachedObject<ConfigMap>],
+    after: &[kcache_core::CachedObject<ConfigMap>],
+) -> Vec<bool> {
+    before.iter().zip(after).map(|(b, a)| b.ptr_eq(a)).collect()
+}
+
 /// A relist (here after a 410, paged) hands `replace` the store's own
 /// object for each unchanged item (same uid and resourceVersion), so the
 /// freshly decoded copy is dropped at once and the cache is not held
@@ -441,7 +456,7 @@ fn held(store: &Store, ks: &[&str]) -> Vec<kcache_core::CachedObject<ConfigMap>>
 /// without a uid are the fresh objects.
 #[tokio::test(start_paused = true)]
 async fn relist_reuses_the_stores_objects_for_unchanged_items() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(paged(2), |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "p2", vec![cmu("a", "ua", "1"), cmu("b", "ub", "2")]),
         (false, 1) => list(
             "10",
@@ -457,8 +472,6 @@ async fn relist_reuses_the_stores_objects_for_unchanged_items() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).page_size(2));
     store.wait_calls(1).await;
     let all = ["a", "b", "c", "d", "e"];
     let before = held(&store, &all);
@@ -466,13 +479,11 @@ async fn relist_reuses_the_stores_objects_for_unchanged_items() {
     assert_eq!(calls[1], Call::Replace(keys(&all), "20".into()));
     assert_eq!(fake.lists().len(), 4, "two pages, twice");
     let after = held(&store, &all);
-    let reused: Vec<bool> = before
-        .iter()
-        .zip(&after)
-        .map(|(b, a)| b.ptr_eq(a))
-        .collect();
     // a, d unchanged; b new RV; c re-created; e has no uid
-    assert_eq!(reused, [true, false, false, true, false]);
+    assert_eq!(
+        same_objects(&before, &after),
+        [true, false, false, true, false]
+    );
     assert_eq!(after[1].resource_version(), Some("12"));
     assert_eq!(after[2].uid(), Some("uc2"));
     assert_eq!(run.reasons(), [ErrorReason::Expired]);
@@ -483,15 +494,13 @@ async fn relist_reuses_the_stores_objects_for_unchanged_items() {
 /// expired too: list again at once at "" (consistent read, paged).
 #[tokio::test(start_paused = true)]
 async fn expired_exact_resource_version_lists_at_empty_rv() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "", vec![cm("a", "10")]),
-        (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 0) => expired(),
         (false, 1) => gone(),
         (false, 2) => list("20", "", vec![cm("b", "20")]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(2).await;
     let lists = fake.lists();
     let rvs: Vec<_> = lists.iter().map(|l| l.rv()).collect();
@@ -505,7 +514,7 @@ async fn expired_exact_resource_version_lists_at_empty_rv() {
 /// one full list at the requested RV.
 #[tokio::test(start_paused = true)]
 async fn full_list_if_continue_expired() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(paged(1), |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "", vec![cm("a", "1")]),
         (true, 0) => gone(),
         (false, 1) => list("10", "c1", vec![cm("a", "1")]),
@@ -513,8 +522,6 @@ async fn full_list_if_continue_expired() {
         (false, 3) => list("12", "", vec![cm("a", "1"), cm("b", "12")]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).page_size(1));
     store.wait_calls(2).await;
     let lists = fake.lists();
     assert_eq!(lists.len(), 4);
@@ -538,7 +545,7 @@ async fn full_list_if_continue_expired() {
 /// makes the reflector list at "".
 #[tokio::test(start_paused = true)]
 async fn too_large_resource_version_lists_at_empty_rv() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => too_large(),
         (false, 1) => list("10", "", vec![cm("a", "1")]),
         (true, 0) => gone(),
@@ -546,8 +553,6 @@ async fn too_large_resource_version_lists_at_empty_rv() {
         (false, 3) => list("20", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(2).await;
     let lists = fake.lists();
     let rvs: Vec<_> = lists.iter().map(|l| l.rv()).collect();
@@ -574,7 +579,10 @@ async fn watch_timeout_is_randomized() {
         let store = Arc::new(Store::default());
         let mut b = builder(&fake, &store);
         if let Some(m) = min {
-            b = b.min_watch_timeout(Duration::from_secs(m));
+            b = b.list_options(ListOptions {
+                min_watch_timeout: Duration::from_secs(m),
+                ..opts()
+            });
         }
         let run = start(b);
         fake.wait_requests(41).await;
@@ -596,17 +604,14 @@ async fn watch_timeout_is_randomized() {
 /// relist.
 #[tokio::test(start_paused = true)]
 async fn very_short_watch_relists_but_a_quiet_close_does_not() {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (tx, rx) = live_body();
+    let (fake, _store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         (true, 0) => Reply::Stream(vec![], End::Close),
         (false, 1) => list("1", "", vec![]),
-        (true, 1) => Reply::Channel(rx.lock().take().unwrap()),
+        (true, 1) => rx.take(),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     fake.wait_requests(4).await;
     assert_eq!(run.reasons(), [ErrorReason::VeryShortWatch]);
     let reqs = fake.requests();
@@ -630,13 +635,17 @@ async fn very_short_watch_relists_but_a_quiet_close_does_not() {
 /// default the limit is the requested server timeout plus a margin.
 #[tokio::test(start_paused = true)]
 async fn stalled_watch_is_abandoned_after_the_idle_limit() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("1", "", vec![]),
-        (true, 0) => Reply::Stream(vec![bookmark("5", false)], End::Hang),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).watch_idle_timeout(Duration::from_secs(20)));
+    let (fake, _store, run) = serve(
+        with(ListOptions {
+            watch_idle_timeout: Some(Duration::from_secs(20)),
+            ..opts()
+        }),
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list("1", "", vec![]),
+            (true, 0) => Reply::Stream(vec![bookmark("5", false)], End::Hang),
+            _ => hang(),
+        },
+    );
     let reqs = fake.wait_requests(3).await;
     assert!(
         reqs[2].is_watch(),
@@ -652,12 +661,10 @@ async fn stalled_watch_is_abandoned_after_the_idle_limit() {
     run.stop().await;
 
     // default: timeoutSeconds + 30 s
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let reqs = fake.wait_requests(3).await;
     let timeout: u64 = reqs[1].q("timeoutSeconds").unwrap().parse().unwrap();
     assert_eq!(
@@ -671,13 +678,11 @@ async fn stalled_watch_is_abandoned_after_the_idle_limit() {
 /// Bookmarks only move the RV (and reach `store.bookmark`).
 #[tokio::test(start_paused = true)]
 async fn bookmarks_move_the_resource_version_only() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         (true, 0) => Reply::Stream(vec![bookmark("7", false), bookmark("9", true)], End::Close),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let reqs = fake.wait_requests(3).await;
     assert_eq!(reqs[2].rv(), Some("9"));
     assert_eq!(
@@ -694,15 +699,12 @@ async fn bookmarks_move_the_resource_version_only() {
 /// TestReflectorResourceVersionUpdate: every event records its RV.
 #[tokio::test(start_paused = true)]
 async fn every_event_records_its_resource_version() {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (tx, rx) = live_body();
+    let (_fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("10", "", vec![]),
-        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
+        (true, 0) => rx.take(),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     store.wait_calls(1).await;
     assert_eq!(run.reflector.last_sync_resource_version(), "10");
     let events = [
@@ -722,12 +724,13 @@ async fn every_event_records_its_resource_version() {
 /// watching.
 #[tokio::test(start_paused = true)]
 async fn resync_period_calls_store_resync() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("1", "", vec![]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).resync_period(Duration::from_secs(30)));
+    let (_fake, store, run) = serve(
+        |f, s| builder(f, s).resync_period(Duration::from_secs(30)),
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list("1", "", vec![]),
+            _ => hang(),
+        },
+    );
     let t0 = tokio::time::Instant::now();
     let calls = store.wait_calls(4).await;
     assert_eq!(calls[1..], [Call::Resync, Call::Resync, Call::Resync]);
@@ -748,7 +751,11 @@ async fn resync_period_calls_store_resync() {
 /// Bad input is reported (handler + counter) and skipped; the watch goes on.
 #[tokio::test(start_paused = true)]
 async fn bad_events_are_reported_and_skipped() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (registry, metrics) = prometheus();
+    let (_fake, store, run) = serve(
+        |f, s| builder(f, s).name("cms").metrics(metrics),
+        |r| {
+            match (r.is_watch(), r.nth) {
         (false, 0) => list(
             "1",
             "",
@@ -773,14 +780,8 @@ async fn bad_events_are_reported_and_skipped() {
             End::Hang,
         ),
         _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let mut registry = prometheus_client::registry::Registry::default();
-    let provider = PrometheusMetricsProvider::new(&mut registry);
-    let run = start(
-        builder(&fake, &store)
-            .name("cms")
-            .metrics(Arc::new(provider)),
+    }
+        },
     );
     let calls = store.wait_calls(2).await;
     assert_eq!(calls[0], Call::Replace(keys(&["a"]), "1".into()));
@@ -792,8 +793,7 @@ async fn bad_events_are_reported_and_skipped() {
     assert!(seen[3].1.contains("unexpected kind"), "{}", seen[3].1);
     assert!(seen[4].1.contains("unknown event type"), "{}", seen[4].1);
     assert_eq!(run.reflector.last_sync_resource_version(), "5");
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let text = metrics_text(&registry);
     assert!(
         text.contains("reflector_errors_total{name=\"cms\",reason=\"bad_event\"} 6"),
         "{text}"
@@ -885,13 +885,11 @@ async fn framing_across_chunks_and_large_objects() {
             .map(Bytes::copy_from_slice),
     );
     let chunks = Mutex::new(Some(chunks));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (_fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         (true, 0) => Reply::Chunks(chunks.lock().take().unwrap(), End::Hang),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let calls = store.wait_calls(4).await;
     assert_eq!(calls[3], Call::Add("ns/big".into(), "4".into()));
     assert!(store.object("ns/big").unwrap().bytes().len() > 5 << 20);
@@ -902,15 +900,13 @@ async fn framing_across_chunks_and_large_objects() {
 /// `ObjectOptions` reach the cached objects (managedFields stripped).
 #[tokio::test(start_paused = true)]
 async fn object_options_pass_through() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("1", "", vec![cm("a", "1")]),
-        (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
-        _ => hang(),
+    let (_fake, store, run) = serve(with(cutting_managed_fields(opts())), |r| {
+        match (r.is_watch(), r.nth) {
+            (false, 0) => list("1", "", vec![cm("a", "1")]),
+            (true, 0) => Reply::Stream(vec![ev("ADDED", cm("b", "2"))], End::Hang),
+            _ => hang(),
+        }
     });
-    let store = Arc::new(Store::default());
-    let run = start(
-        builder(&fake, &store).object_options(ObjectOptions::new().strip_managed_fields(true)),
-    );
     store.wait_calls(2).await;
     for k in ["ns/a", "ns/b"] {
         let o = store.object(k).unwrap();
@@ -940,14 +936,12 @@ async fn store_errors_are_reported() {
         .fail_adds
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let run = start(builder(&fake, &store));
-    let calls = store.wait_calls(2).await;
-    assert_eq!(
-        calls,
-        [
+    store
+        .expect_calls(&[
             Call::Replace(keys(&["a"]), "1".into()),
-            Call::Update("ns/a".into(), "3".into())
-        ]
-    );
+            Call::Update("ns/a".into(), "3".into()),
+        ])
+        .await;
     assert_eq!(fake.lists().len(), 2);
     assert_eq!(fake.lists()[1].rv(), Some("0"), "never synced");
     assert_eq!(run.reasons(), [ErrorReason::Store, ErrorReason::Store]);
@@ -968,8 +962,9 @@ async fn forbidden_is_reported_and_backed_off() {
     });
     let store = Arc::new(Store::default());
     // streaming list on: each attempt is a streaming list then a list
-    let run =
-        start(Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).namespace("ns"));
+    let run = start(
+        Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).list_options(wl_opts()),
+    );
     tokio::time::sleep(Duration::from_secs(60)).await;
     let lists = fake.lists();
     assert!(
@@ -995,12 +990,10 @@ async fn forbidden_is_reported_and_backed_off() {
 /// stops on its future.
 #[tokio::test(start_paused = true)]
 async fn cancellation_leaves_nothing_behind() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("1", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     fake.wait_requests(2).await;
     assert_eq!(
         fake.live_streams.load(std::sync::atomic::Ordering::SeqCst),
@@ -1052,18 +1045,12 @@ async fn dynamic_object_with_selectors() {
         _ => hang(),
     }
     });
-    let store = Arc::new(RecordingStore::<DynamicObject>::default());
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
-        "widgets",
-    );
-    let run = start(
-        Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
-            .namespace("ns")
-            .label_selector("app=x,tier in (a,b)")
-            .field_selector("metadata.name!=z")
-            .use_watch_list(false),
-    );
+    let (store, builder) = widget_reflector(&fake.client);
+    let run = start(builder.list_options(ListOptions {
+        label_selector: Some("app=x,tier in (a,b)".into()),
+        field_selector: Some("metadata.name!=z".into()),
+        ..opts()
+    }));
     store.wait_calls(2).await;
     let reqs = fake.requests();
     for r in &reqs {
@@ -1098,11 +1085,8 @@ async fn metadata_only() {
     });
     type Meta = PartialObjectMeta<ConfigMap>;
     let store = Arc::new(RecordingStore::<Meta>::default());
-    let run = start(
-        Reflector::<Meta>::builder(fake.client.clone(), store.clone())
-            .namespace("ns")
-            .use_watch_list(false),
-    );
+    let run =
+        start(Reflector::<Meta>::builder(fake.client.clone(), store.clone()).list_options(opts()));
     store.wait_calls(2).await;
     let reqs = fake.requests();
     assert!(
@@ -1126,7 +1110,13 @@ async fn metadata_only() {
 // ---------------------------------------------------------------- streaming list (TestWatchList)
 
 fn wl_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    builder(fake, store).use_watch_list(true)
+    builder(fake, store).list_options(wl_opts())
+}
+
+/// A streaming list that never sends its end bookmark (object `a` and a
+/// plain bookmark at RV "2"), then ends as `end` says.
+fn without_end_bookmark(end: End) -> Reply {
+    Reply::Stream(vec![ev("ADDED", cm("a", "2")), bookmark("2", false)], end)
 }
 
 fn is_watch_list(r: &Recorded) -> bool {
@@ -1137,7 +1127,7 @@ fn is_watch_list(r: &Recorded) -> bool {
 /// end bookmark; the same stream then goes on. No list request at all.
 #[tokio::test(start_paused = true)]
 async fn watch_list_replaces_once_at_the_end_bookmark() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => Reply::Stream(
             vec![
                 ev("ADDED", cm("a", "2")),
@@ -1154,16 +1144,12 @@ async fn watch_list_replaces_once_at_the_end_bookmark() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
-    let calls = store.wait_calls(2).await;
-    assert_eq!(
-        calls,
-        [
+    store
+        .expect_calls(&[
             Call::Replace(keys(&["a", "c"]), "7".into()),
-            Call::Add("ns/d".into(), "8".into())
-        ]
-    );
+            Call::Add("ns/d".into(), "8".into()),
+        ])
+        .await;
     assert_eq!(store.state()["ns/a"], "4");
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 1);
@@ -1184,21 +1170,14 @@ async fn watch_list_replaces_once_at_the_end_bookmark() {
 /// clean buffer after a backoff step.
 #[tokio::test(start_paused = true)]
 async fn watch_list_closed_before_bookmark_is_retried() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![ev("ADDED", cm("a", "2")), bookmark("2", false)],
-            End::Close,
-        ),
-        (true, 1) => Reply::Stream(
-            vec![ev("ADDED", cm("b", "3")), bookmark("3", true)],
-            End::Hang,
-        ),
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
+        (true, 0) => without_end_bookmark(End::Close),
+        (true, 1) => streaming_list(vec![cm("b", "3")], "3"),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["b"]), "3".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["b"]), "3".into())])
+        .await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
     assert_eq!(gaps(&reqs), [800], "retried after a backoff step");
@@ -1211,19 +1190,17 @@ async fn watch_list_closed_before_bookmark_is_retried() {
 /// reflector does not try streaming again.
 #[tokio::test(start_paused = true)]
 async fn watch_list_unsupported_falls_back_to_list_and_watch() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => status(
             422,
             "Invalid",
             "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch",
         ),
         (false, 0) => list("5", "", vec![cm("a", "5")]),
-        (true, 1) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 1) => expired(),
         (false, 1) => list("6", "", vec![cm("a", "5")]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(2).await;
     let reqs = fake.wait_requests(5).await;
     assert!(is_watch_list(&reqs[0]));
@@ -1238,18 +1215,13 @@ async fn watch_list_unsupported_falls_back_to_list_and_watch() {
 /// streams again, from the last synced RV.
 #[tokio::test(start_paused = true)]
 async fn watch_list_other_error_falls_back_for_one_attempt() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => status(500, "InternalError", "boom"),
         (false, 0) => list("5", "", vec![cm("a", "5")]),
-        (true, 1) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
-        (true, 2) => Reply::Stream(
-            vec![ev("ADDED", cm("b", "6")), bookmark("6", true)],
-            End::Hang,
-        ),
+        (true, 1) => expired(),
+        (true, 2) => streaming_list(vec![cm("b", "6")], "6"),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(2).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 4);
@@ -1265,14 +1237,12 @@ async fn watch_list_other_error_falls_back_for_one_attempt() {
 /// 429 and connection refused retry the streaming list after a backoff.
 #[tokio::test(start_paused = true)]
 async fn watch_list_retries_on_too_many_requests() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => status(429, "TooManyRequests", "later"),
         (true, 1) => Reply::ConnRefused,
-        (true, 2) => Reply::Stream(vec![bookmark("3", true)], End::Hang),
+        (true, 2) => streaming_list(vec![], "3"),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(1).await;
     let reqs = fake.requests();
     assert!(reqs.iter().all(is_watch_list));
@@ -1284,31 +1254,15 @@ async fn watch_list_retries_on_too_many_requests() {
 /// Expired during a streaming list: retried at once with RV "".
 #[tokio::test(start_paused = true)]
 async fn watch_list_expired_resets_the_resource_version() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![
-                ev("ADDED", cm("a", "2")),
-                bookmark("2", true),
-                error_event(410, "Expired"),
-            ],
-            End::Close,
-        ),
-        (true, 1) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
-        (true, 2) => Reply::Stream(
-            vec![ev("ADDED", cm("a", "9")), bookmark("9", true)],
-            End::Hang,
-        ),
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
+        (true, 0) => expiring_streaming_list(vec![cm("a", "2")], "2"),
+        (true, 1) => expired(),
+        (true, 2) => streaming_list(vec![cm("a", "9")], "9"),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(2).await;
     let reqs = fake.requests();
-    let rvs: Vec<_> = reqs
-        .iter()
-        .map(|r| r.rv().unwrap_or("").to_owned())
-        .collect();
-    assert_eq!(rvs, ["", "2", ""]);
+    assert_eq!(rvs(&reqs), ["", "2", ""]);
     assert!(reqs.iter().all(is_watch_list));
     assert_eq!(reqs[2].at, reqs[1].at, "retried at once");
     assert_eq!(
@@ -1328,36 +1282,32 @@ async fn watch_list_expired_resets_the_resource_version() {
 /// last event of a key decides.
 #[tokio::test(start_paused = true)]
 async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![
-                ev("ADDED", cmu("a", "ua", "2")),
-                ev("ADDED", cmu("b", "ub", "3")),
-                ev("ADDED", cmu("c", "uc", "4")),
-                ev("ADDED", cmu("d", "ud", "5")),
-                bookmark("5", true),
-                error_event(410, "Expired"),
-            ],
-            End::Close,
-        ),
-        (true, 1) => Reply::Stream(
-            vec![
-                ev("ADDED", cmu("a", "ua", "2")),
-                ev("ADDED", cmu("b", "ub", "6")),
-                ev("ADDED", cmu("c", "uc2", "4")),
-                // first a new version, then the held one again: reused
-                ev("ADDED", cmu("d", "ud", "7")),
-                ev("MODIFIED", cmu("d", "ud", "5")),
-                bookmark("7", true),
-            ],
-            End::Hang,
-        ),
-        _ => hang(),
+    let (fake, store, run) = serve(with(cutting_managed_fields(wl_opts())), |r| {
+        match (r.is_watch(), r.nth) {
+            (true, 0) => expiring_streaming_list(
+                vec![
+                    cmu("a", "ua", "2"),
+                    cmu("b", "ub", "3"),
+                    cmu("c", "uc", "4"),
+                    cmu("d", "ud", "5"),
+                ],
+                "5",
+            ),
+            (true, 1) => Reply::Stream(
+                vec![
+                    ev("ADDED", cmu("a", "ua", "2")),
+                    ev("ADDED", cmu("b", "ub", "6")),
+                    ev("ADDED", cmu("c", "uc2", "4")),
+                    // first a new version, then the held one again: reused
+                    ev("ADDED", cmu("d", "ud", "7")),
+                    ev("MODIFIED", cmu("d", "ud", "5")),
+                    bookmark("7", true),
+                ],
+                End::Hang,
+            ),
+            _ => hang(),
+        }
     });
-    let store = Arc::new(Store::default());
-    let run = start(
-        wl_builder(&fake, &store).object_options(ObjectOptions::new().strip_managed_fields(true)),
-    );
     store.wait_calls(1).await;
     let all = ["a", "b", "c", "d"];
     let before = held(&store, &all);
@@ -1365,12 +1315,7 @@ async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
     let calls = store.wait_calls(2).await;
     assert_eq!(calls[1], Call::Replace(keys(&all), "7".into()));
     let after = held(&store, &all);
-    let reused: Vec<bool> = before
-        .iter()
-        .zip(&after)
-        .map(|(b, a)| b.ptr_eq(a))
-        .collect();
-    assert_eq!(reused, [true, false, false, true]);
+    assert_eq!(same_objects(&before, &after), [true, false, false, true]);
     assert!(fake.requests().iter().all(is_watch_list));
     run.stop().await;
 }
@@ -1379,15 +1324,10 @@ async fn watch_list_relist_reuses_the_stores_objects_for_unchanged_items() {
 /// nothing, however long the stream stays open.
 #[tokio::test(start_paused = true)]
 async fn watch_list_without_end_bookmark_is_not_synced() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![ev("ADDED", cm("a", "2")), bookmark("2", false)],
-            End::Hang,
-        ),
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
+        (true, 0) => without_end_bookmark(End::Hang),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(store.calls().is_empty());
     assert!(!run.reflector.has_synced());
@@ -1400,12 +1340,10 @@ async fn watch_list_without_end_bookmark_is_not_synced() {
 /// once; after the first ends, running again works.
 #[tokio::test(start_paused = true)]
 async fn a_second_concurrent_run_returns_at_once() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, _) => list("1", "", vec![]),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     fake.wait_requests(2).await;
     tokio::time::timeout(
         Duration::from_secs(1),
@@ -1432,16 +1370,20 @@ async fn a_second_concurrent_run_returns_at_once() {
 async fn event_over_the_size_limit_relists() {
     let mut big = cm("big", "3");
     big["data"]["k"] = json!("x".repeat(4096));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (false, _) => list("1", "", vec![]),
-        (true, 0) => Reply::Stream(
-            vec![ev("ADDED", cm("a", "2")), ev("ADDED", big.clone())],
-            End::Hang,
-        ),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).max_event_size(1024));
+    let (fake, _store, run) = serve(
+        with(ListOptions {
+            max_event_size: 1024,
+            ..opts()
+        }),
+        move |r| match (r.is_watch(), r.nth) {
+            (false, _) => list("1", "", vec![]),
+            (true, 0) => Reply::Stream(
+                vec![ev("ADDED", cm("a", "2")), ev("ADDED", big.clone())],
+                End::Hang,
+            ),
+            _ => hang(),
+        },
+    );
     fake.wait_requests(4).await;
     assert_eq!(run.reasons(), [ErrorReason::EventTooLarge]);
     assert!(run.seen()[0].1.contains("max_event_size"));
@@ -1455,7 +1397,7 @@ async fn event_over_the_size_limit_relists() {
 /// arrives (client-go's propagateRVFromStart).
 #[tokio::test(start_paused = true)]
 async fn synthetic_added_events_do_not_move_the_rv() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => list("", "", vec![]),
         (true, 0) => Reply::Stream(
             vec![ev("ADDED", cm("a", "5")), ev("ADDED", cm("b", "3"))],
@@ -1471,8 +1413,6 @@ async fn synthetic_added_events_do_not_move_the_rv() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let reqs = fake.wait_requests(4).await;
     assert_eq!(reqs[1].rv().unwrap_or(""), "");
     assert_eq!(reqs[2].rv().unwrap_or(""), "");
@@ -1522,8 +1462,7 @@ async fn failing_resync_relists() {
     let store = Arc::new(FailingResync(Store::default()));
     let run = start(
         Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-            .namespace("ns")
-            .use_watch_list(false)
+            .list_options(opts())
             .backoff(no_jitter())
             .resync_period(Duration::from_secs(30)),
     );
@@ -1539,24 +1478,15 @@ async fn failing_resync_relists() {
 /// retried at once at "".
 #[tokio::test(start_paused = true)]
 async fn watch_list_too_large_on_open_retries_at_empty_rv() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![bookmark("20", true), error_event(410, "Expired")],
-            End::Close,
-        ),
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
+        (true, 0) => expiring_streaming_list(vec![], "20"),
         (true, 1) => too_large(),
-        (true, 2) => Reply::Stream(vec![bookmark("21", true)], End::Hang),
+        (true, 2) => streaming_list(vec![], "21"),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     store.wait_calls(2).await;
     let reqs = fake.requests();
-    let rvs: Vec<_> = reqs
-        .iter()
-        .map(|r| r.rv().unwrap_or("").to_owned())
-        .collect();
-    assert_eq!(rvs, ["", "20", ""]);
+    assert_eq!(rvs(&reqs), ["", "20", ""]);
     assert!(reqs.iter().all(is_watch_list));
     assert!(fake.lists().is_empty());
     run.stop().await;
@@ -1564,19 +1494,31 @@ async fn watch_list_too_large_on_open_retries_at_empty_rv() {
 
 // ---------------------------------------------------------------- resume (warm restart)
 
+/// A reflector resuming from RV "10" whose first watch streams what the
+/// test sends on the returned sender (every later request hangs).
+fn resume_on_live_watch() -> (
+    mpsc::UnboundedSender<Bytes>,
+    Fake,
+    Arc<Store>,
+    Running<ConfigMap>,
+) {
+    let (tx, rx) = live_body();
+    let (fake, store, run) = serve(
+        |f, s| builder(f, s).resume_from("10"),
+        move |r| match (r.is_watch(), r.nth) {
+            (true, 0) => rx.take(),
+            _ => hang(),
+        },
+    );
+    (tx, fake, store, run)
+}
+
 /// `resume_from`: no list; the first watch opens at the given RV with the
 /// short resume timeout; events reach the store; the reflector has synced
 /// only once a bookmark arrives; later watches use the normal timeout.
 #[tokio::test(start_paused = true)]
 async fn resume_watches_from_the_given_rv_without_listing() {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).resume_from("10"));
+    let (tx, fake, store, run) = resume_on_live_watch();
     assert_eq!(run.reflector.last_sync_resource_version(), "10");
     let reqs = fake.wait_requests(1).await;
     assert!(reqs[0].is_watch());
@@ -1625,21 +1567,18 @@ async fn resume_watches_from_the_given_rv_without_listing() {
 /// reflector and counts as a relist.
 #[tokio::test(start_paused = true)]
 async fn resume_expired_relists_and_the_list_syncs() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
-        (false, 0) => list("20", "", vec![cm("a", "18"), cm("c", "19")]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let mut registry = prometheus_client::registry::Registry::default();
-    let provider = PrometheusMetricsProvider::new(&mut registry);
-    let run = start(
-        builder(&fake, &store)
-            .resume_from("10")
-            .metrics(Arc::new(provider)),
+    let (registry, metrics) = prometheus();
+    let (fake, store, run) = serve(
+        |f, s| builder(f, s).resume_from("10").metrics(metrics),
+        |r| match (r.is_watch(), r.nth) {
+            (true, 0) => expired(),
+            (false, 0) => list("20", "", vec![cm("a", "18"), cm("c", "19")]),
+            _ => hang(),
+        },
     );
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["a", "c"]), "20".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["a", "c"]), "20".into())])
+        .await;
     assert!(run.reflector.has_synced());
     let lists = fake.lists();
     assert_eq!(lists.len(), 1);
@@ -1652,8 +1591,7 @@ async fn resume_expired_relists_and_the_list_syncs() {
     assert_eq!(run.reasons(), [ErrorReason::Expired]);
     let reqs = fake.wait_requests(3).await;
     assert_eq!(reqs[2].rv(), Some("20"));
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let text = metrics_text(&registry);
     assert!(
         text.contains("reflector_relists_total{name=\"configmaps\"} 1"),
         "{text}"
@@ -1665,14 +1603,7 @@ async fn resume_expired_relists_and_the_list_syncs() {
 /// bookmark confirms the resume; a stalled one does not.
 #[tokio::test(start_paused = true)]
 async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Channel(rx.lock().take().unwrap()),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).resume_from("10"));
+    let (tx, fake, _store, run) = resume_on_live_watch();
     fake.wait_requests(1).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(!run.reflector.has_synced());
@@ -1684,15 +1615,17 @@ async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
     run.stop().await;
 
     // stalled: no byte until the idle limit
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(vec![], End::Hang),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(
-        builder(&fake, &store)
-            .resume_from("10")
-            .watch_idle_timeout(Duration::from_secs(10)),
+    let (fake, _store, run) = serve(
+        |f, s| {
+            builder(f, s).resume_from("10").list_options(ListOptions {
+                watch_idle_timeout: Some(Duration::from_secs(10)),
+                ..opts()
+            })
+        },
+        |r| match (r.is_watch(), r.nth) {
+            (true, 0) => Reply::Stream(vec![], End::Hang),
+            _ => hang(),
+        },
     );
     let reqs = fake.wait_requests(2).await;
     assert_eq!(run.reasons(), [ErrorReason::WatchStalled]);
@@ -1706,12 +1639,13 @@ async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
 /// Without `resume_from` nothing changes: an empty RV is ignored too.
 #[tokio::test(start_paused = true)]
 async fn resume_from_empty_rv_lists_as_usual() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => list("1", "", vec![]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).resume_from(""));
+    let (fake, _store, run) = serve(
+        |f, s| builder(f, s).resume_from(""),
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => list("1", "", vec![]),
+            _ => hang(),
+        },
+    );
     let reqs = fake.wait_requests(2).await;
     assert!(!reqs[0].is_watch());
     assert_eq!(reqs[0].rv(), Some("0"));
@@ -1721,7 +1655,15 @@ async fn resume_from_empty_rv_lists_as_usual() {
 
 // ---------------------------------------------------------------- deadlines, byte caps, backoff on every retry
 
-fn metrics_text(registry: &prometheus_client::registry::Registry) -> String {
+/// A Prometheus registry, and a metrics provider that registers in it.
+fn prometheus() -> (Registry, Arc<dyn MetricsProvider>) {
+    let mut registry = Registry::default();
+    let provider = PrometheusMetricsProvider::new(&mut registry);
+    (registry, Arc::new(provider))
+}
+
+/// The registry's metrics in the text format.
+fn metrics_text(registry: &Registry) -> String {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
     text
@@ -1740,11 +1682,10 @@ fn live(fake: &Fake) -> usize {
 async fn stalled_list_body_times_out_and_retries() {
     let body = list_json("1", "", vec![cm("a", "1")]);
     let half = Bytes::from(body[..body.len() / 2].to_owned());
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
+    let (tx, rx) = live_body();
     let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
         (false, 0) => Reply::Chunks(vec![half.clone()], End::Hang),
-        (false, 1) => Reply::Channel(rx.lock().take().unwrap()),
+        (false, 1) => rx.take(),
         (false, 2) => list("1", "", vec![cm("a", "1")]),
         _ => hang(),
     });
@@ -1775,23 +1716,23 @@ async fn stalled_list_body_times_out_and_retries() {
         "the whole-body limit, then a backoff step (back to 800 ms: the last one was 10 minutes ago)"
     );
     assert_eq!(run.reasons(), [ErrorReason::Timeout, ErrorReason::Timeout]);
-    let seen = run.seen();
-    assert!(
-        seen[0]
-            .1
-            .contains("timed out after 60s waiting for the next byte of the list body")
-            && seen[0].1.contains("RequestTimeouts::list_body_idle"),
-        "{}",
-        seen[0].1
-    );
-    assert!(
-        seen[1]
-            .1
-            .contains("timed out after 600s waiting for the end of the list body")
-            && seen[1].1.contains("RequestTimeouts::list_body`"),
-        "{}",
-        seen[1].1
-    );
+    // each error says what timed out and which setting to raise
+    let want = [
+        (
+            "timed out after 60s waiting for the next byte of the list body",
+            "RequestTimeouts::list_body_idle",
+        ),
+        (
+            "timed out after 600s waiting for the end of the list body",
+            "RequestTimeouts::list_body`",
+        ),
+    ];
+    for ((_, message), (what, setting)) in run.seen().iter().zip(want) {
+        assert!(
+            message.contains(what) && message.contains(setting),
+            "{message}"
+        );
+    }
     fake.wait_requests(4).await;
     assert_eq!(
         live(&fake),
@@ -1809,20 +1750,20 @@ async fn stalled_list_body_times_out_and_retries() {
 /// a backoff step.
 #[tokio::test(start_paused = true)]
 async fn missing_response_headers_time_out() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::NoHeaders,
-        (false, 0) => Reply::NoHeaders,
-        // a streaming list that the server closes after its end bookmark;
-        // the next watch gets no headers
-        (true, 1) => Reply::Stream(vec![bookmark("5", true)], End::Close),
-        (true, 2) => Reply::NoHeaders,
-        (true, 3) => Reply::Stream(vec![bookmark("6", true)], End::Hang),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let mut registry = prometheus_client::registry::Registry::default();
-    let provider = PrometheusMetricsProvider::new(&mut registry);
-    let run = start(wl_builder(&fake, &store).metrics(Arc::new(provider)));
+    let (registry, metrics) = prometheus();
+    let (fake, store, run) = serve(
+        |f, s| wl_builder(f, s).metrics(metrics),
+        |r| match (r.is_watch(), r.nth) {
+            (true, 0) => Reply::NoHeaders,
+            (false, 0) => Reply::NoHeaders,
+            // a streaming list that the server closes after its end bookmark;
+            // the next watch gets no headers
+            (true, 1) => Reply::Stream(vec![bookmark("5", true)], End::Close),
+            (true, 2) => Reply::NoHeaders,
+            (true, 3) => streaming_list(vec![], "6"),
+            _ => hang(),
+        },
+    );
     let calls = store.wait_calls(2).await;
     assert_eq!(
         calls,
@@ -1873,15 +1814,19 @@ async fn missing_response_headers_time_out() {
     run.stop().await;
 
     // a custom deadline
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (false, 0) => Reply::NoHeaders,
-        (false, _) => list("1", "", vec![]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(
-        builder(&fake, &store)
-            .request_timeouts(RequestTimeouts::default().response_headers(Duration::from_secs(5))),
+    let (fake, store, run) = serve(
+        with(ListOptions {
+            request_timeouts: RequestTimeouts {
+                response_headers: Duration::from_secs(5),
+                ..RequestTimeouts::default()
+            },
+            ..opts()
+        }),
+        |r| match (r.is_watch(), r.nth) {
+            (false, 0) => Reply::NoHeaders,
+            (false, _) => list("1", "", vec![]),
+            _ => hang(),
+        },
     );
     store.wait_calls(1).await;
     assert_eq!(
@@ -1898,26 +1843,30 @@ async fn missing_response_headers_time_out() {
 /// step each time, and a page under the cap is accepted.
 #[tokio::test(start_paused = true)]
 async fn list_page_over_the_byte_cap_fails_and_relists() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        // 2 x 3000 bytes, then the body hangs: only the cap can end it early
-        (false, 0) => Reply::Chunks(
-            vec![Bytes::from(vec![b' '; 3000]), Bytes::from(vec![b' '; 3000])],
-            End::Hang,
-        ),
-        (false, 1) => Reply::WithLength(10_000, vec![], End::Hang),
-        (false, 2) => list("1", "", vec![cm("a", "1")]),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let mut registry = prometheus_client::registry::Registry::default();
-    let provider = PrometheusMetricsProvider::new(&mut registry);
-    let run = start(
-        builder(&fake, &store)
-            .max_list_page_bytes(4096)
-            .metrics(Arc::new(provider)),
+    let (registry, metrics) = prometheus();
+    let (fake, store, run) = serve(
+        |f, s| {
+            builder(f, s)
+                .list_options(ListOptions {
+                    max_list_page_bytes: 4096,
+                    ..opts()
+                })
+                .metrics(metrics)
+        },
+        |r| match (r.is_watch(), r.nth) {
+            // 2 x 3000 bytes, then the body hangs: only the cap can end it early
+            (false, 0) => Reply::Chunks(
+                vec![Bytes::from(vec![b' '; 3000]), Bytes::from(vec![b' '; 3000])],
+                End::Hang,
+            ),
+            (false, 1) => Reply::WithLength(10_000, vec![], End::Hang),
+            (false, 2) => list("1", "", vec![cm("a", "1")]),
+            _ => hang(),
+        },
     );
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["a"]), "1".into())]);
+    store
+        .expect_calls(&[Call::Replace(keys(&["a"]), "1".into())])
+        .await;
     assert_eq!(gaps(&fake.lists()), [800, 1600], "backoff steps, no waits");
     assert_eq!(
         run.reasons(),
@@ -1947,26 +1896,31 @@ async fn list_page_over_the_byte_cap_fails_and_relists() {
 /// events replacing an object already buffered do not add up.
 #[tokio::test(start_paused = true)]
 async fn initial_events_over_the_byte_cap_fail_and_relist() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            (0..20)
-                .map(|i| ev("ADDED", cm(&format!("o{i}"), "2")))
-                .collect(),
-            End::Hang,
-        ),
-        (true, 1) => {
-            let mut lines: Vec<String> = (0..20)
-                .map(|i| ev("MODIFIED", cm("a", &format!("{}", i + 2))))
-                .collect();
-            lines.push(bookmark("30", true));
-            Reply::Stream(lines, End::Hang)
-        }
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store).max_initial_events_bytes(2000));
-    let calls = store.wait_calls(1).await;
-    assert_eq!(calls, [Call::Replace(keys(&["a"]), "30".into())]);
+    let (fake, store, run) = serve(
+        with(ListOptions {
+            max_initial_events_bytes: 2000,
+            ..wl_opts()
+        }),
+        |r| match (r.is_watch(), r.nth) {
+            (true, 0) => Reply::Stream(
+                (0..20)
+                    .map(|i| ev("ADDED", cm(&format!("o{i}"), "2")))
+                    .collect(),
+                End::Hang,
+            ),
+            (true, 1) => {
+                let mut lines: Vec<String> = (0..20)
+                    .map(|i| ev("MODIFIED", cm("a", &format!("{}", i + 2))))
+                    .collect();
+                lines.push(bookmark("30", true));
+                Reply::Stream(lines, End::Hang)
+            }
+            _ => hang(),
+        },
+    );
+    store
+        .expect_calls(&[Call::Replace(keys(&["a"]), "30".into())])
+        .await;
     assert_eq!(store.state()["ns/a"], "21");
     let reqs = fake.requests();
     assert!(reqs.iter().all(is_watch_list), "no list: {reqs:?}");
@@ -1988,19 +1942,14 @@ async fn initial_events_over_the_byte_cap_fail_and_relist() {
 /// backoff schedule (it was 2,504 requests in 2 s).
 #[tokio::test(start_paused = true)]
 async fn streaming_list_410_backs_off() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         // synced at 5, then the watch expires
-        (true, 0) => Reply::Stream(
-            vec![bookmark("5", true), error_event(410, "Expired")],
-            End::Close,
-        ),
-        (true, n) if n % 3 == 0 => Reply::Stream(vec![error_event(410, "Expired")], End::Close),
+        (true, 0) => expiring_streaming_list(vec![], "5"),
+        (true, n) if n % 3 == 0 => expired(),
         (true, n) if n % 3 == 1 => gone(),
         (true, _) => too_large(),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(wl_builder(&fake, &store));
     let reqs = fake.wait_requests(9).await;
     let at: Vec<u64> = reqs[..9].iter().map(|r| r.at.as_millis() as u64).collect();
     // 0: synced; 800 ms: the relist at "5", at once again at ""; then
@@ -2009,8 +1958,7 @@ async fn streaming_list_410_backs_off() {
         at,
         [0, 800, 800, 2_400, 5_600, 12_000, 24_800, 50_400, 80_400]
     );
-    let rvs: Vec<_> = reqs[..9].iter().map(|r| r.rv().unwrap_or("")).collect();
-    assert_eq!(rvs, ["", "5", "", "", "", "", "", "", ""]);
+    assert_eq!(rvs(&reqs[..9]), ["", "5", "", "", "", "", "", "", ""]);
     assert!(reqs.iter().all(is_watch_list));
     assert!(fake.lists().is_empty());
     // over a whole minute of virtual time
@@ -2030,18 +1978,17 @@ async fn streaming_list_410_backs_off() {
 /// timeout does not confirm either; one at the timeout does.
 #[tokio::test(start_paused = true)]
 async fn resume_is_not_confirmed_by_an_early_eof() {
-    let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-    let rx = Mutex::new(Some(rx));
-    let (tx2, rx2) = mpsc::unbounded_channel::<Bytes>();
-    let rx2 = Mutex::new(Some(rx2));
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(vec![], End::ResetAfter(Duration::from_secs(1))),
-        (true, 1) => Reply::Channel(rx.lock().take().unwrap()),
-        (true, 2) => Reply::Channel(rx2.lock().take().unwrap()),
-        _ => hang(),
-    });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).resume_from("10"));
+    let (tx, rx) = live_body();
+    let (tx2, rx2) = live_body();
+    let (fake, _store, run) = serve(
+        |f, s| builder(f, s).resume_from("10"),
+        move |r| match (r.is_watch(), r.nth) {
+            (true, 0) => Reply::Stream(vec![], End::ResetAfter(Duration::from_secs(1))),
+            (true, 1) => rx.take(),
+            (true, 2) => rx2.take(),
+            _ => hang(),
+        },
+    );
     let reqs = fake.wait_requests(2).await;
     assert!(
         !run.reflector.has_synced(),

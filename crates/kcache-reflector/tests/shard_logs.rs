@@ -8,11 +8,11 @@ use kcache_testing::logs::LogBuffer;
 
 use std::sync::Arc;
 
-use common::RecordingStore;
+use common::{RecordingStore, opts};
 use fake::{End, Fake, Reply, ev, gone};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{ShardField, ShardSelector};
-use kcache_reflector::{Reflector, ShardFilterMode, WireFormat};
+use kcache_reflector::{ListOptions, Reflector, ShardFilterMode, WireFormat};
 use serde_json::{Value, json};
 
 fn cm(name: &str, uid: &str, rv: &str) -> Value {
@@ -58,10 +58,11 @@ async fn the_shard_filter_mode_is_logged_once_per_change() {
     });
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let r = Reflector::<ConfigMap>::builder(fake.client.clone(), store)
-        .namespace("ns")
-        .use_watch_list(false)
-        .wire_format(WireFormat::Json)
-        .shard_selector(sel.clone())
+        .list_options(ListOptions {
+            wire_format: WireFormat::Json,
+            shard_selector: Some(sel.clone()),
+            ..opts()
+        })
         .build();
     let stop = async {
         fake.wait_requests(6).await;

@@ -9,11 +9,16 @@ use kcache_testing::fake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Call, RecordingStore, Running, SeenError, meta_list, meta_reflector, no_jitter};
+use common::{
+    Call, RecordingStore, Running, SeenError, meta_list, meta_reflector, no_jitter, opts, serve,
+    streaming_list,
+};
 use fake::{End, Fake, Reply, bookmark, ev, hang, pb_cmu, pb_field, pb_list_body, status};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{ShardField, ShardSelector};
-use kcache_reflector::{ErrorReason, Reflector, ReflectorBuilder, ShardFilterMode, WireFormat};
+use kcache_reflector::{
+    ErrorReason, ListOptions, Reflector, ReflectorBuilder, ShardFilterMode, WireFormat,
+};
 use serde_json::{Value, json};
 
 type Store = RecordingStore<ConfigMap>;
@@ -54,13 +59,29 @@ fn page(rv: &str, cont: &str, echo: Option<&ShardSelector>, items: Vec<Value>) -
     )
 }
 
+/// The options of [`builder`]: namespace `ns`, list + watch, JSON,
+/// pages of 2, the [`half`] shard.
+fn shard_opts() -> ListOptions {
+    ListOptions {
+        wire_format: WireFormat::Json,
+        page_size: 2,
+        shard_selector: Some(half()),
+        ..opts()
+    }
+}
+
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
     Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-        .namespace("ns")
-        .use_watch_list(false)
-        .wire_format(WireFormat::Json)
-        .page_size(2)
-        .shard_selector(half())
+        .list_options(shard_opts())
+        .backoff(no_jitter())
+}
+
+/// [`builder`] with streaming lists.
+fn wl_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
+    builder(fake, store).list_options(ListOptions {
+        use_watch_list: true,
+        ..shard_opts()
+    })
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {
@@ -74,7 +95,7 @@ fn keys(ks: &[&str]) -> Vec<String> {
 #[tokio::test(start_paused = true)]
 async fn selector_is_sent_on_every_page_and_watch() {
     let sel = half();
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (fake, store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, 0) => page(
             "5",
             "c1",
@@ -86,8 +107,6 @@ async fn selector_is_sent_on_every_page_and_watch() {
         (true, 0) => Reply::Stream(vec![ev("ADDED", cmu("e", true, "6"))], End::Close),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let calls = store.wait_calls(2).await;
     assert_eq!(
         calls[..2],
@@ -118,15 +137,10 @@ async fn selector_is_sent_on_every_page_and_watch() {
     run.stop().await;
 
     // a streaming list carries it too
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
-        (true, 0) => Reply::Stream(
-            vec![ev("ADDED", cmu("a", true, "1")), bookmark("2", true)],
-            End::Hang,
-        ),
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
+        (true, 0) => streaming_list(vec![cmu("a", true, "1")], "2"),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).use_watch_list(true));
     store.wait_calls(1).await;
     let w = &fake.watches()[0];
     assert_eq!(w.q("sendInitialEvents"), Some("true"));
@@ -141,7 +155,7 @@ async fn selector_is_sent_on_every_page_and_watch() {
 /// `Client`.
 #[tokio::test(start_paused = true)]
 async fn filters_on_the_client_without_shard_info() {
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (_fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
         (false, 0) => page(
             "5",
             "c1",
@@ -168,18 +182,14 @@ async fn filters_on_the_client_without_shard_info() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
-    let calls = store.wait_calls(4).await;
-    assert_eq!(
-        calls,
-        [
+    store
+        .expect_calls(&[
             Call::Replace(keys(&["in1", "in2"]), "5".into()),
             Call::Add("ns/in3".into(), "7".into()),
             Call::Update("ns/in1".into(), "9".into()),
             Call::Delete("ns/in2".into(), "11".into()),
-        ]
-    );
+        ])
+        .await;
     // the last event was dropped, but its resourceVersion counts
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(run.reflector.last_sync_resource_version(), "12");
@@ -200,7 +210,7 @@ async fn filters_on_the_client_without_shard_info() {
 #[tokio::test(start_paused = true)]
 async fn server_filtered_streams_are_not_filtered_twice() {
     // streaming list: only objects inside, no echo possible
-    let fake = Fake::new(|r| match (r.is_watch(), r.nth) {
+    let (_fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
         (true, 0) => Reply::Stream(
             vec![
                 ev("ADDED", cmu("a", true, "1")),
@@ -213,8 +223,6 @@ async fn server_filtered_streams_are_not_filtered_twice() {
         ),
         _ => hang(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store).use_watch_list(true));
     let calls = store.wait_calls(2).await;
     assert_eq!(
         calls[..2],
@@ -261,17 +269,23 @@ async fn server_filtered_streams_are_not_filtered_twice() {
         (echo_pb(&inside), ShardFilterMode::Server, 0),
         (pb_list_body("7", "", &items), ShardFilterMode::Client, 1),
     ] {
-        let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
-            (false, 0) => Reply::Typed(
-                200,
-                fake::PROTOBUF,
-                vec![bytes::Bytes::from(body.clone())],
-                End::Close,
-            ),
-            _ => hang(),
-        });
-        let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store).wire_format(WireFormat::Auto));
+        let (_fake, store, run) = serve(
+            |f, s| {
+                builder(f, s).list_options(ListOptions {
+                    wire_format: WireFormat::Auto,
+                    ..shard_opts()
+                })
+            },
+            move |r| match (r.is_watch(), r.nth) {
+                (false, 0) => Reply::Typed(
+                    200,
+                    fake::PROTOBUF,
+                    vec![bytes::Bytes::from(body.clone())],
+                    End::Close,
+                ),
+                _ => hang(),
+            },
+        );
         let calls = store.wait_calls(1).await;
         assert_eq!(
             calls,
@@ -307,9 +321,13 @@ async fn metadata_only_lists_are_filtered_on_the_client() {
             _ => hang(),
         });
         let (store, builder) = meta_reflector(&fake.client);
-        let run = start(builder.shard_selector(half()));
-        let calls = store.wait_calls(1).await;
-        assert_eq!(calls, [Call::Replace(keys(&["a", "b"]), "3".into())]);
+        let run = start(builder.list_options(ListOptions {
+            shard_selector: Some(half()),
+            ..opts()
+        }));
+        store
+            .expect_calls(&[Call::Replace(keys(&["a", "b"]), "3".into())])
+            .await;
         assert!(fake.lists()[0].q("shardSelector").is_some());
         let expect = if with_outside {
             ShardFilterMode::Client
@@ -336,9 +354,15 @@ async fn rejected_selector_is_a_clear_error_retried_with_backoff() {
         )
     };
     for watch_list in [false, true] {
-        let fake = Fake::new(move |_| reject());
-        let store = Arc::new(Store::default());
-        let run = start(builder(&fake, &store).use_watch_list(watch_list));
+        let (fake, _store, run) = serve(
+            |f, s| {
+                builder(f, s).list_options(ListOptions {
+                    use_watch_list: watch_list,
+                    ..shard_opts()
+                })
+            },
+            move |_| reject(),
+        );
         let reqs = fake.wait_requests(4).await;
         let gaps: Vec<u64> = reqs
             .windows(2)
@@ -369,12 +393,10 @@ async fn rejected_selector_is_a_clear_error_retried_with_backoff() {
 
     // rejected when opening the watch after a good list: a relist after a
     // backoff step, then the watch again
-    let fake = Fake::new(move |r| match (r.is_watch(), r.nth) {
+    let (fake, _store, run) = serve(builder, move |r| match (r.is_watch(), r.nth) {
         (false, _) => page("5", "", None, vec![cmu("a", true, "1")]),
         (true, _) => reject(),
     });
-    let store = Arc::new(Store::default());
-    let run = start(builder(&fake, &store));
     let reqs = fake.wait_requests(6).await;
     let kinds: Vec<bool> = reqs.iter().map(|r| r.is_watch()).collect();
     assert_eq!(kinds[..6], [false, true, false, true, false, true]);

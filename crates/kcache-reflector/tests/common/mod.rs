@@ -5,11 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kcache_core::{CachedObject, ObjectOrTombstone, ReflectorStore, StoreError};
+use bytes::Bytes;
+use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, StoreError};
 use kcache_reflector::{
-    BackoffConfig, BadEventKind, ErrorReason, Reflector, ReflectorBuilder, ReflectorError,
+    BackoffConfig, BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder,
+    ReflectorError,
 };
+use kcache_testing::fake::{End, Fake, Recorded, Reply, bookmark, error_event, ev};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use parking_lot::Mutex;
+use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -92,6 +97,94 @@ pub fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> 
     }
 }
 
+/// The tests' usual list options: namespace `ns`, list + watch (no
+/// streaming list).
+pub fn opts() -> ListOptions {
+    ListOptions {
+        namespace: Some("ns".into()),
+        use_watch_list: false,
+        ..ListOptions::default()
+    }
+}
+
+/// [`opts`] with streaming lists.
+pub fn wl_opts() -> ListOptions {
+    ListOptions {
+        use_watch_list: true,
+        ..opts()
+    }
+}
+
+/// `options`, with managedFields cut from the cached objects.
+pub fn cutting_managed_fields(options: ListOptions) -> ListOptions {
+    ListOptions {
+        object_options: ObjectOptions::new().strip_managed_fields(true),
+        ..options
+    }
+}
+
+/// A scripted fake apiserver answering as `script` says, and the reflector
+/// `builder` makes for it over a new recording store, running: the start
+/// of every scripted test.
+pub fn serve<K: kube::Resource + 'static>(
+    builder: impl FnOnce(&Fake, &Arc<RecordingStore<K>>) -> ReflectorBuilder<K>,
+    script: impl FnMut(&Recorded) -> Reply + Send + 'static,
+) -> (Fake, Arc<RecordingStore<K>>, Running<K>) {
+    let fake = Fake::new(script);
+    let store = Arc::new(RecordingStore::default());
+    let run = start(builder(&fake, &store));
+    (fake, store, run)
+}
+
+/// The initial events of a streaming list: `objects` as ADDED events,
+/// then the end bookmark at `rv`.
+pub fn initial_events(objects: Vec<serde_json::Value>, rv: &str) -> Vec<String> {
+    let mut lines: Vec<String> = objects.into_iter().map(|o| ev("ADDED", o)).collect();
+    lines.push(bookmark(rv, true));
+    lines
+}
+
+/// A streaming list that delivers `objects` and its end bookmark at `rv`,
+/// then stays open.
+pub fn streaming_list(objects: Vec<serde_json::Value>, rv: &str) -> Reply {
+    Reply::Stream(initial_events(objects, rv), End::Hang)
+}
+
+/// A streaming list that delivers `objects` and its end bookmark at `rv`,
+/// then expires (an ERROR event with a 410 Status) and ends.
+pub fn expiring_streaming_list(objects: Vec<serde_json::Value>, rv: &str) -> Reply {
+    let mut lines = initial_events(objects, rv);
+    lines.push(error_event(410, "Expired"));
+    Reply::Stream(lines, End::Close)
+}
+
+/// A watch that ends at once with a 410 `Expired` ERROR event.
+pub fn expired() -> Reply {
+    Reply::Stream(vec![error_event(410, "Expired")], End::Close)
+}
+
+/// A response body the test writes as it goes: the sender, and the reply
+/// streaming what is sent (the body ends when the sender is dropped).
+pub fn live_body() -> (mpsc::UnboundedSender<Bytes>, LiveBody) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (tx, LiveBody(Mutex::new(Some(rx))))
+}
+
+/// The reply side of [`live_body`], for the one request that gets it.
+pub struct LiveBody(Mutex<Option<mpsc::UnboundedReceiver<Bytes>>>);
+
+impl LiveBody {
+    /// The reply streaming the body (only once).
+    pub fn take(&self) -> Reply {
+        Reply::Channel(
+            self.0
+                .lock()
+                .take()
+                .expect("a live body answers one request"),
+        )
+    }
+}
+
 /// A metadata-only ConfigMap.
 pub type Meta = kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::ConfigMap>;
 
@@ -101,9 +194,25 @@ pub fn meta_reflector(
     client: &kube::Client,
 ) -> (Arc<RecordingStore<Meta>>, ReflectorBuilder<Meta>) {
     let store = Arc::new(RecordingStore::<Meta>::default());
-    let builder = Reflector::<Meta>::builder(client.clone(), store.clone())
-        .namespace("ns")
-        .use_watch_list(false);
+    let builder = Reflector::<Meta>::builder(client.clone(), store.clone()).list_options(opts());
+    (store, builder)
+}
+
+/// A reflector of the custom resource `widgets.example.com/v1` as
+/// `DynamicObject`s on `client` (list options still default), and its
+/// recording store.
+pub fn widget_reflector(
+    client: &kube::Client,
+) -> (
+    Arc<RecordingStore<DynamicObject>>,
+    ReflectorBuilder<DynamicObject>,
+) {
+    let store = Arc::new(RecordingStore::<DynamicObject>::default());
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
+        "widgets",
+    );
+    let builder = Reflector::<DynamicObject>::builder_with(client.clone(), store.clone(), ar);
     (store, builder)
 }
 
@@ -184,6 +293,11 @@ impl<K> RecordingStore<K> {
             "timed out waiting for {n} store calls; got {calls:#?}"
         );
         calls
+    }
+    /// Waits for as many calls as `want` has and asserts they are `want`
+    /// (and no more).
+    pub async fn expect_calls(&self, want: &[Call]) {
+        assert_eq!(self.wait_calls(want.len()).await, want);
     }
     /// Waits until `pred` holds for the calls.
     pub async fn wait_until(&self, timeout: Duration, pred: impl Fn(&[Call]) -> bool) -> Vec<Call> {
