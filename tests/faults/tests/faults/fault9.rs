@@ -1,57 +1,21 @@
 #![allow(clippy::disallowed_names)] // the custom resource is called Foo
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use kcache_controller::{Config, ControllerHandle};
 use kcache_envtest::proxy::FaultProxy;
 use kcache_envtest::{AuditPolicy, ControlPlane};
-use kcache_informer::SharedInformerFactory;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sample_controller::simulator::{self, build_simulator};
-use sample_controller::{FINALIZER, Foo, FooSpec, build_controller, crds, reconcile};
+use sample_controller::{
+    FINALIZER, Foo, FooSpec, LocalOptions, Observed, crds, observe, start_local,
+};
 
 use crate::support::{full, seed};
-
-struct Running {
-    factory: SharedInformerFactory,
-    handles: Vec<ControllerHandle>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    /// Deployments the controller's orphan sweeper deleted.
-    orphans_deleted: Arc<AtomicU64>,
-}
-
-fn start(client: &Client, ns: &str) -> Running {
-    let factory = SharedInformerFactory::builder(client.clone())
-        .namespace(ns)
-        .build();
-    let (controller, ctx) =
-        build_controller(&factory, client.clone(), Config::default().workers(4));
-    let (sim, sim_ctx) = build_simulator(&factory, client.clone());
-    let orphans_deleted = ctx.orphans_deleted.clone();
-    let handles = vec![controller.handle(), sim.handle()];
-    let tasks = vec![
-        tokio::spawn(async move { controller.run(reconcile, ctx).await.expect("controller") }),
-        tokio::spawn(async move {
-            sim.run(simulator::reconcile, sim_ctx)
-                .await
-                .expect("simulator")
-        }),
-    ];
-    Running {
-        factory,
-        handles,
-        tasks,
-        orphans_deleted,
-    }
-}
 
 #[derive(Default, Debug)]
 struct FooDriverReport {
@@ -115,20 +79,12 @@ async fn drive(api: Api<Foo>, seed: u64, ops: u64) -> FooDriverReport {
 /// its replicas) and no other Deployment exists; every deleted Foo is
 /// gone (its finalizer ran) and so is its Deployment.
 async fn state(client: &Client, ns: &str, deleted: &BTreeSet<String>) -> Result<usize, String> {
-    let foos: Api<Foo> = Api::namespaced(client.clone(), ns);
-    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let foo_list = foos
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let dep_list = deps
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut deps_by_name: BTreeMap<String, &Deployment> =
-        dep_list.items.iter().map(|d| (d.name_any(), d)).collect();
+    let Observed {
+        foos,
+        deployments: mut deps_by_name,
+    } = observe(client, ns).await.map_err(|e| e.to_string())?;
     let mut bad = Vec::new();
-    for f in &foo_list.items {
+    for f in &foos {
         let name = f.name_any();
         if deleted.contains(&name) || f.metadata.deletion_timestamp.is_some() {
             bad.push(format!(
@@ -157,7 +113,7 @@ async fn state(client: &Client, ns: &str, deleted: &BTreeSet<String>) -> Result<
         bad.push(format!("deployment {name} has no live Foo (leaked)"));
     }
     if bad.is_empty() {
-        Ok(foo_list.items.len())
+        Ok(foos.len())
     } else {
         bad.truncate(20);
         Err(bad.join("; "))
@@ -318,7 +274,14 @@ async fn sample_controller_under_churn() {
         .expect("namespace");
     let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
     let client = proxy.client(cp.config()).expect("client");
-    let running = start(&client, &ns);
+    let running = start_local(
+        &client,
+        &ns,
+        LocalOptions {
+            workers: 4,
+            ..LocalOptions::default()
+        },
+    );
     let direct = cp.client().expect("client");
     let driver = tokio::spawn(drive(Api::namespaced(direct.clone(), &ns), seed, ops));
 
@@ -385,7 +348,7 @@ async fn sample_controller_under_churn() {
         }
     };
     let converged = started.elapsed();
-    let swept = running.orphans_deleted.load(Ordering::Relaxed);
+    let swept = running.context.orphans_deleted.load(Ordering::Relaxed);
     let audit = cp.audit_log_path().expect("audit log");
     let live_foos: BTreeSet<String> = Api::<Foo>::namespaced(direct.clone(), &ns)
         .list(&ListParams::default())
@@ -427,14 +390,8 @@ async fn sample_controller_under_churn() {
         bypasses.len(),
         audit.display()
     );
-    for h in &running.handles {
-        h.stop();
-    }
-    for t in running.tasks {
-        tokio::time::timeout(Duration::from_secs(30), t)
-            .await
-            .expect("the controller stopped")
-            .expect("controller task");
-    }
-    running.factory.shutdown().await;
+    tokio::time::timeout(Duration::from_secs(60), running.stop())
+        .await
+        .expect("the controllers stopped within 60 s")
+        .expect("the controllers ran without a failure");
 }
