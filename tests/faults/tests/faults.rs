@@ -30,7 +30,7 @@ use kcache_informer::{ListOptions, SharedIndexInformer, wait_for_cache_sync};
 use kcache_testing::eventually;
 use kube::api::{Api, PostParams};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use support::*;
 
 /// Convergence bound after the driver stops: the reflector's backoff caps at
@@ -127,12 +127,8 @@ struct Run {
 impl Run {
     fn new(path: ListPath, test: &str) -> Run {
         let name = path.name(test);
-        let seed = seed(&name);
-        Run {
-            name,
-            seed,
-            rng: StdRng::seed_from_u64(seed),
-        }
+        let (seed, rng) = seeded(&name);
+        Run { name, seed, rng }
     }
 }
 

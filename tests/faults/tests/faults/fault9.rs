@@ -15,7 +15,7 @@ use sample_controller::{
     FINALIZER, Foo, FooSpec, LocalOptions, Observed, crds, observe, start_local,
 };
 
-use crate::support::{full, seed};
+use crate::support::{full, seeded};
 
 #[derive(Default, Debug)]
 struct FooDriverReport {
@@ -258,8 +258,7 @@ fn finalizer_bypasses(log: &Path, ns: &str, live: &BTreeSet<String>) -> Vec<Stri
 /// printed with the writes on it and its Deployment).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sample_controller_under_churn() {
-    let seed = seed("fault9::sample_controller_under_churn");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded("fault9::sample_controller_under_churn");
     let ops = if full() { 1000 } else { 200 };
     let cp = ControlPlane::builder()
         .audit_log(AuditPolicy::Writes)

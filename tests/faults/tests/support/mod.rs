@@ -40,6 +40,12 @@ pub fn seed(test: &str) -> u64 {
     seed
 }
 
+/// [`seed`], and an RNG seeded with it.
+pub fn seeded(test: &str) -> (u64, StdRng) {
+    let seed = seed(test);
+    (seed, StdRng::seed_from_u64(seed))
+}
+
 /// Whether the full (slower) form was asked for (`KCACHE_FAULT_FULL=1`).
 pub fn full() -> bool {
     std::env::var("KCACHE_FAULT_FULL").is_ok_and(|v| v == "1")
