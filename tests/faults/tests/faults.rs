@@ -29,8 +29,8 @@ use kcache_envtest::proxy::{FaultProxy, ProxyStats};
 use kcache_informer::{ListOptions, SharedIndexInformer, wait_for_cache_sync};
 use kcache_testing::eventually;
 use kube::api::{Api, PostParams};
-use rand::rngs::StdRng;
 use rand::Rng;
+use rand::rngs::StdRng;
 use support::*;
 
 /// Convergence bound after the driver stops: the reflector's backoff caps at

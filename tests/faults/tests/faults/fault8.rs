@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kcache_envtest::ControlPlane;
+use kcache_fault_suite::unix_nanos;
 use kcache_envtest::proxy::FaultProxy;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use rand::rngs::StdRng;
@@ -43,12 +44,6 @@ const RETRY_MS: u64 = 1000;
 /// latency on a loaded machine).
 fn takeover_bound() -> Duration {
     Duration::from_millis(LEASE_MS + 2 * RETRY_MS * 22 / 10) + Duration::from_secs(2)
-}
-
-fn unix_nanos() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
 }
 
 fn secs(nanos: u128) -> f64 {

@@ -9,69 +9,64 @@ use kcache_envtest::proxy::FaultProxy;
 use kcache_envtest::{AuditPolicy, ControlPlane};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use rand::Rng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use sample_controller::{
     FINALIZER, Foo, FooSpec, LocalOptions, Observed, crds, observe, start_local,
 };
 
-use crate::support::{full, seeded};
+use crate::support::{Churn, DriverReport, Mix, churn, full, seeded};
+use tokio_util::sync::CancellationToken;
 
-#[derive(Default, Debug)]
-struct FooDriverReport {
-    ok: u64,
-    failed: u64,
-    /// Foos whose delete was accepted.
-    deleted: BTreeSet<String>,
+/// The churn of Foos: each Foo's Deployment is `<foo>-dep`; an update
+/// changes the replicas.
+struct Foos(Api<Foo>);
+
+impl Churn for Foos {
+    async fn create(&self, name: &str, _: u64, rng: &mut StdRng) -> kube::Result<()> {
+        let spec = FooSpec {
+            deployment_name: format!("{name}-dep"),
+            replicas: Some(rng.random_range(1..4)),
+        };
+        let foo = Foo::new(name, spec);
+        self.0
+            .create(&PostParams::default(), &foo)
+            .await
+            .map(|_| ())
+    }
+    async fn update(&self, name: &str, _: u64, rng: &mut StdRng) -> kube::Result<()> {
+        let patch = serde_json::json!({ "spec": { "replicas": rng.random_range(1..6) } });
+        self.0
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+    }
+    async fn delete(&self, name: &str) -> kube::Result<()> {
+        self.0
+            .delete(name, &DeleteParams::default())
+            .await
+            .map(|_| ())
+    }
 }
 
-/// Creates, updates (replicas) and deletes Foos, seeded; names never
-/// reused; each Foo's Deployment is `<foo>-dep`.
-async fn drive(api: Api<Foo>, seed: u64, ops: u64) -> FooDriverReport {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut live: Vec<String> = Vec::new();
-    let mut next = 0u64;
-    let mut r = FooDriverReport::default();
-    for _ in 0..ops {
-        let roll: f64 = rng.random();
-        let res = if live.len() < 10 || roll < 0.4 {
-            let name = format!("foo{next}");
-            next += 1;
-            let foo = Foo::new(
-                &name,
-                FooSpec {
-                    deployment_name: format!("{name}-dep"),
-                    replicas: Some(rng.random_range(1..4)),
-                },
-            );
-            let res = api.create(&PostParams::default(), &foo).await;
-            if res.is_ok() {
-                live.push(name);
-            }
-            res.map(|_| ())
-        } else {
-            let idx = rng.random_range(0..live.len());
-            if roll < 0.75 {
-                let patch = serde_json::json!({ "spec": { "replicas": rng.random_range(1..6) } });
-                api.patch(&live[idx], &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(|_| ())
-            } else {
-                let name = live.swap_remove(idx);
-                let res = api.delete(&name, &DeleteParams::default()).await;
-                if res.is_ok() {
-                    r.deleted.insert(name);
-                }
-                res.map(|_| ())
-            }
-        };
-        match res {
-            Ok(()) => r.ok += 1,
-            Err(_) => r.failed += 1,
-        }
-        tokio::time::sleep(Duration::from_millis(rng.random_range(0..10))).await;
-    }
-    r
+/// Creates, updates (replicas) and deletes Foos `foo<n>`, seeded, with
+/// pauses of up to 9 ms.
+async fn drive(api: Api<Foo>, seed: u64, ops: u64) -> DriverReport {
+    let mix = Mix {
+        min_live: 10,
+        create: 0.4,
+    };
+    let pace = Duration::from_millis(9);
+    churn(
+        &Foos(api),
+        "foo",
+        mix,
+        seed,
+        ops,
+        pace,
+        &CancellationToken::new(),
+    )
+    .await
 }
 
 /// What the sample controller guarantees once quiet: every live Foo has
