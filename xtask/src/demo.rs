@@ -201,7 +201,7 @@ async fn demo(timeout: Duration) -> anyhow::Result<()> {
         "started foo-controller (owns Deployments, finalizer, events) and deployment-simulator; metrics on http://{metrics_addr}/metrics"
     ));
 
-    let health = running.controller.health();
+    let health = running.handle.health();
     wait_for("caches synced", timeout, || {
         let ready = health.readiness().0;
         async move { Ok(ready) }

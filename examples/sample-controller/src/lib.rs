@@ -27,7 +27,7 @@ pub mod simulator;
 
 pub use controller::{Context, Error, FINALIZER, build_controller, reconcile};
 pub use crd::{Foo, FooSpec, FooStatus};
-pub use local::{Local, LocalOptions, Observed, observe, start_local};
+pub use local::{LocalOptions, Observed, Running, observe, start_local};
 pub use replica::{Replica, ReplicaConfig, Sharding, counting_client, start_replica};
 
 /// The CRDs this crate defines, for `cargo xtask codegen` (file name,

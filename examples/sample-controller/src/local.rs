@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use k8s_openapi::api::apps::v1::Deployment;
-use kcache_controller::{Config, ControllerError, ControllerHandle, MetricsRegistry};
+use kcache_controller::{
+    Config, Controller, ControllerError, ControllerHandle, MetricsRegistry, Reconciler,
+};
 use kcache_informer::SharedInformerFactory;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
@@ -40,34 +42,77 @@ impl Default for LocalOptions {
     }
 }
 
-/// The Foo controller and the simulator, running (see [`start_local`]).
-pub struct Local {
-    /// The informer factory both share (caching without managedFields).
+/// Controllers running in this process on one informer factory: the Foo
+/// controller (from [`start_local`] or [`crate::start_replica`]) and, from
+/// [`start_local`], the Deployment simulator.
+pub struct Running {
+    /// The informer factory they share (unsharded informers live here).
     pub factory: SharedInformerFactory,
-    /// The Foo controller's handle (its health, its informers).
-    pub controller: ControllerHandle,
+    /// The Foo controller's handle: its health, its current informers
+    /// ([`ControllerHandle::informer`]).
+    pub handle: ControllerHandle,
     /// The Foo controller's reconcile context.
     pub context: Arc<Context>,
-    simulator: ControllerHandle,
-    tasks: Vec<(&'static str, JoinHandle<Result<(), ControllerError>>)>,
+    tasks: Vec<Task>,
 }
 
-impl std::fmt::Debug for Local {
+/// A controller's task.
+struct Task {
+    name: &'static str,
+    handle: ControllerHandle,
+    join: JoinHandle<Result<(), ControllerError>>,
+}
+
+impl std::fmt::Debug for Running {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Local").finish_non_exhaustive()
+        let names: Vec<&str> = self.tasks.iter().map(|t| t.name).collect();
+        f.debug_struct("Running")
+            .field("controllers", &names)
+            .finish_non_exhaustive()
     }
 }
 
-impl Local {
-    /// Stops both controllers (gracefully: running reconciles finish),
-    /// then the informers. Returns the first failure of either
-    /// controller (its `run` failed, or its task panicked).
+impl Running {
+    /// Spawns the Foo controller, reconciling with `reconciler`.
+    pub(crate) fn spawn<R>(
+        factory: SharedInformerFactory,
+        controller: Controller<Foo>,
+        context: Arc<Context>,
+        reconciler: R,
+    ) -> Running
+    where
+        R: Reconciler<Foo, Context>,
+    {
+        let handle = controller.handle();
+        let join = tokio::spawn(controller.run(reconciler, context.clone()));
+        let task = Task {
+            name: "foo controller",
+            handle: handle.clone(),
+            join,
+        };
+        Running {
+            factory,
+            handle,
+            context,
+            tasks: vec![task],
+        }
+    }
+
+    /// Whether the Foo controller's task ended.
+    pub fn finished(&self) -> bool {
+        self.tasks[0].join.is_finished()
+    }
+
+    /// Stops the controllers (gracefully: running reconciles finish), then
+    /// the informers. Returns the first failure of a controller (its `run`
+    /// failed, or its task panicked).
     pub async fn stop(self) -> anyhow::Result<()> {
-        self.controller.stop();
-        self.simulator.stop();
+        for task in &self.tasks {
+            task.handle.stop();
+        }
         let mut result = Ok(());
-        for (name, task) in self.tasks {
-            let ended = match task.await {
+        for Task { name, join, .. } in self.tasks {
+            let ended = match join.await {
                 Ok(run) => run.with_context(|| format!("the {name} failed")),
                 Err(e) => Err(e).with_context(|| format!("the {name} task")),
             };
@@ -82,8 +127,8 @@ impl Local {
 
 /// Starts the Foo controller ([`crate::reconcile`]) and the Deployment
 /// status simulator on `client`, watching `namespace` only, on one shared
-/// informer factory.
-pub fn start_local(client: &Client, namespace: &str, options: LocalOptions) -> Local {
+/// informer factory (caching without managedFields).
+pub fn start_local(client: &Client, namespace: &str, options: LocalOptions) -> Running {
     let mut builder = SharedInformerFactory::builder(client.clone())
         .namespace(namespace)
         .strip_managed_fields(true);
@@ -101,19 +146,13 @@ pub fn start_local(client: &Client, namespace: &str, options: LocalOptions) -> L
     if let Some(listener) = options.serve_metrics_on {
         controller = controller.serve_metrics_on(listener);
     }
-    let (handle, sim_handle) = (controller.handle(), sim.handle());
-    let foo_task = tokio::spawn(controller.run(crate::reconcile, context.clone()));
-    let sim_task = tokio::spawn(sim.run(simulator::reconcile, sim_ctx));
-    Local {
-        factory,
-        controller: handle,
-        context,
-        simulator: sim_handle,
-        tasks: vec![
-            ("foo controller", foo_task),
-            ("deployment simulator", sim_task),
-        ],
-    }
+    let mut running = Running::spawn(factory, controller, context, crate::reconcile);
+    running.tasks.push(Task {
+        name: "deployment simulator",
+        handle: sim.handle(),
+        join: tokio::spawn(sim.run(simulator::reconcile, sim_ctx)),
+    });
+    running
 }
 
 /// What a namespace holds, read from the apiserver (not a cache): for

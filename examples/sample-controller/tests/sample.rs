@@ -16,7 +16,7 @@ use k8s_openapi::api::events::v1::Event;
 use kcache_envtest::ControlPlane;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use sample_controller::{Foo, FooSpec, Local, LocalOptions, observe, start_local};
+use sample_controller::{Foo, FooSpec, LocalOptions, Running, observe, start_local};
 
 async fn setup(prefix: &str) -> (Client, String) {
     let cp = ControlPlane::shared().await.expect("control plane");
@@ -25,7 +25,7 @@ async fn setup(prefix: &str) -> (Client, String) {
     (cp.client().expect("client"), ns)
 }
 
-fn start(client: &Client, ns: &str, workers: usize) -> Local {
+fn start(client: &Client, ns: &str, workers: usize) -> Running {
     let options = LocalOptions {
         workers,
         ..LocalOptions::default()
