@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kcache_envtest::ControlPlane;
-use kcache_fault_suite::unix_nanos;
 use kcache_envtest::proxy::FaultProxy;
+use kcache_fault_suite::unix_nanos;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
