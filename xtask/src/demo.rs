@@ -13,13 +13,11 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
-use kcache_controller::{Config, ControllerHandle, MetricsRegistry};
+use kcache_controller::MetricsRegistry;
 use kcache_envtest::{Binaries, ControlPlane};
-use kcache_informer::SharedInformerFactory;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
-use sample_controller::simulator;
-use sample_controller::{Foo, FooSpec};
+use sample_controller::{Foo, FooSpec, LocalOptions, start_local};
 
 #[derive(Args)]
 pub struct DemoArgs {
@@ -94,54 +92,13 @@ async fn converged(
         && f.status.map(|s| s.available_replicas) == Some(replicas))
 }
 
-struct Running {
-    factory: SharedInformerFactory,
-    handles: Vec<ControllerHandle>,
-    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
-}
-
-fn start_controllers(
-    client: &Client,
-    ns: &str,
-    metrics: &MetricsRegistry,
-    listener: std::net::TcpListener,
-) -> Running {
-    let factory = SharedInformerFactory::builder(client.clone())
-        .namespace(ns)
-        .strip_managed_fields(true)
-        .reflector_metrics(metrics.reflector_provider())
-        .build();
-    let (controller, ctx) =
-        sample_controller::build_controller(&factory, client.clone(), Config::default().workers(2));
-    let controller = controller
-        .metrics(metrics.clone())
-        .serve_metrics_on(listener);
-    let (sim, sim_ctx) = simulator::build_simulator(&factory, client.clone());
-    let sim = sim.metrics(metrics.clone());
-    let handles = vec![controller.handle(), sim.handle()];
-    let tasks = vec![
-        tokio::spawn(async move {
-            controller
-                .run(sample_controller::reconcile, ctx)
-                .await
-                .context("foo controller")
-        }),
-        tokio::spawn(async move {
-            sim.run(simulator::reconcile, sim_ctx)
-                .await
-                .context("deployment simulator")
-        }),
-    ];
-    Running {
-        factory,
-        handles,
-        tasks,
-    }
-}
-
-fn table(headers: &[&str], rows: &[Vec<String>]) {
+/// Prints `title`, then `items` as a table: `headers`, then a row (its
+/// cells from `row`) an item.
+fn table<K>(title: &str, headers: &[&str], items: &[K], row: impl Fn(&K) -> Vec<String>) {
+    println!("\n{title}");
+    let rows: Vec<Vec<String>> = items.iter().map(row).collect();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
-    for row in rows {
+    for row in &rows {
         for (i, cell) in row.iter().enumerate() {
             widths[i] = widths[i].max(cell.chars().count());
         }
@@ -156,8 +113,58 @@ fn table(headers: &[&str], rows: &[Vec<String>]) {
     };
     line(headers.iter().map(|h| h.to_string()).collect());
     for row in rows {
-        line(row.clone());
+        line(row);
     }
+}
+
+fn foo_row(f: &Foo) -> Vec<String> {
+    vec![
+        f.name_any(),
+        f.spec.deployment_name.clone(),
+        f.spec.replicas.map_or("-".into(), |r| r.to_string()),
+        f.status
+            .as_ref()
+            .map_or("-".into(), |s| s.available_replicas.to_string()),
+    ]
+}
+
+fn deployment_row(d: &Deployment) -> Vec<String> {
+    let owner = d
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|o| o.iter().find(|r| r.controller == Some(true)))
+        .map_or("<none>".to_owned(), |r| format!("{}/{}", r.kind, r.name));
+    vec![
+        d.name_any(),
+        d.spec.replicas.map_or("-".into(), |r| r.to_string()),
+        d.status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .map_or("-".into(), |r| r.to_string()),
+        owner,
+    ]
+}
+
+fn event_row(e: &Event) -> Vec<String> {
+    let regarding = e
+        .regarding
+        .as_ref()
+        .map(|r| {
+            format!(
+                "{}/{}",
+                r.kind.clone().unwrap_or_default(),
+                r.name.clone().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    vec![
+        e.type_.clone().unwrap_or_default(),
+        e.reason.clone().unwrap_or_default(),
+        regarding,
+        e.series.as_ref().map_or(1, |s| s.count).to_string(),
+        e.note.clone().unwrap_or_default(),
+    ]
 }
 
 async fn demo(timeout: Duration) -> anyhow::Result<()> {
@@ -184,12 +191,17 @@ async fn demo(timeout: Duration) -> anyhow::Result<()> {
     let metrics = MetricsRegistry::new();
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let metrics_addr = listener.local_addr()?;
-    let running = start_controllers(&client, &ns, &metrics, listener);
+    let options = LocalOptions {
+        workers: 2,
+        metrics: Some(metrics.clone()),
+        serve_metrics_on: Some(listener),
+    };
+    let running = start_local(&client, &ns, options);
     clock.say(format!(
         "started foo-controller (owns Deployments, finalizer, events) and deployment-simulator; metrics on http://{metrics_addr}/metrics"
     ));
 
-    let health = running.handles[0].health();
+    let health = running.handle.health();
     wait_for("caches synced", timeout, || {
         let ready = health.readiness().0;
         async move { Ok(ready) }
@@ -269,81 +281,26 @@ async fn demo(timeout: Duration) -> anyhow::Result<()> {
     clock.say("  Foo delta: Warning ErrResourceExists; legacy-web left untouched, delta retried with backoff");
 
     // What the cluster holds now.
-    println!("\nFoos");
-    let foo_rows: Vec<Vec<String>> = foos
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .map(|f| {
-            vec![
-                f.name_any(),
-                f.spec.deployment_name.clone(),
-                f.spec.replicas.map_or("-".into(), |r| r.to_string()),
-                f.status
-                    .as_ref()
-                    .map_or("-".into(), |s| s.available_replicas.to_string()),
-            ]
-        })
-        .collect();
-    table(&["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE"], &foo_rows);
-
-    println!("\nDeployments");
-    let dep_rows: Vec<Vec<String>> = deps
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .map(|d| {
-            let owner = d
-                .metadata
-                .owner_references
-                .as_ref()
-                .and_then(|o| o.iter().find(|r| r.controller == Some(true)))
-                .map_or("<none>".to_owned(), |r| format!("{}/{}", r.kind, r.name));
-            vec![
-                d.name_any(),
-                d.spec.replicas.map_or("-".into(), |r| r.to_string()),
-                d.status
-                    .as_ref()
-                    .and_then(|s| s.available_replicas)
-                    .map_or("-".into(), |r| r.to_string()),
-                owner,
-            ]
-        })
-        .collect();
+    let now = sample_controller::observe(&client, &ns).await?;
+    let foo_headers = ["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE"];
+    table("Foos", &foo_headers, &now.foos, foo_row);
+    let deployments: Vec<Deployment> = now.deployments.into_values().collect();
+    let deployment_headers = ["NAME", "REPLICAS", "AVAILABLE", "CONTROLLED BY"];
     table(
-        &["NAME", "REPLICAS", "AVAILABLE", "CONTROLLED BY"],
-        &dep_rows,
+        "Deployments",
+        &deployment_headers,
+        &deployments,
+        deployment_row,
     );
-
-    println!("\nEvents (events.k8s.io/v1; repeats folded into a series)");
     let mut evs = events.list(&ListParams::default()).await?.items;
     evs.sort_by_key(|e| e.event_time.clone());
-    let ev_rows: Vec<Vec<String>> = evs
-        .iter()
-        .map(|e| {
-            let regarding = e
-                .regarding
-                .as_ref()
-                .map(|r| {
-                    format!(
-                        "{}/{}",
-                        r.kind.clone().unwrap_or_default(),
-                        r.name.clone().unwrap_or_default()
-                    )
-                })
-                .unwrap_or_default();
-            vec![
-                e.type_.clone().unwrap_or_default(),
-                e.reason.clone().unwrap_or_default(),
-                regarding,
-                e.series.as_ref().map_or(1, |s| s.count).to_string(),
-                e.note.clone().unwrap_or_default(),
-            ]
-        })
-        .collect();
-    table(&["TYPE", "REASON", "OBJECT", "COUNT", "NOTE"], &ev_rows);
+    let event_headers = ["TYPE", "REASON", "OBJECT", "COUNT", "NOTE"];
+    table(
+        "Events (events.k8s.io/v1; repeats folded into a series)",
+        &event_headers,
+        &evs,
+        event_row,
+    );
 
     println!("\nMetrics (excerpt of http://{metrics_addr}/metrics)");
     let text = metrics.encode();
@@ -360,13 +317,7 @@ async fn demo(timeout: Duration) -> anyhow::Result<()> {
     }
 
     println!();
-    for h in &running.handles {
-        h.stop();
-    }
-    for t in running.tasks {
-        t.await.context("controller task")??;
-    }
-    running.factory.shutdown().await;
+    running.stop().await?;
     clock.say("controllers stopped (graceful shutdown, queue drained, informers stopped)");
     drop(cp);
     clock.say("control plane stopped");

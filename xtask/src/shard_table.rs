@@ -117,9 +117,10 @@ pub fn replica(args: ReplicaArgs) -> anyhow::Result<()> {
                 .map(|s| s.members)
                 .unwrap_or_default();
             let switched = if sharded_informers {
-                !members.is_empty() && r.handle.shard_selector() == expected(&members, &r.identity)
+                !members.is_empty()
+                    && r.controller.handle.shard_selector() == expected(&members, &r.identity)
             } else {
-                r.handle.health().readiness().0
+                r.controller.handle.health().readiness().0
             };
             let report = Report {
                 members,

@@ -217,6 +217,57 @@ async fn events(admin: &Client, ns: &str, name: &str) -> Result<Vec<(String, i32
         .collect())
 }
 
+/// Ok once an event about Greeting `name` has `reason` and a series
+/// count of at least `count`.
+async fn has_event(
+    admin: &Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    count: i32,
+) -> Result<(), String> {
+    let events = events(admin, ns, name).await?;
+    events
+        .iter()
+        .any(|(r, c)| r == reason && *c >= count)
+        .then_some(())
+        .ok_or(format!("events {events:?}"))
+}
+
+/// Creates the Greeting `name` (the default greeting word) and waits
+/// until its ConfigMap says `Hello, world!` ([`synced`]).
+async fn create_synced(admin: &Client, ns: &str, name: &str) {
+    Api::<Greeting>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &greeting(name, None))
+        .await
+        .expect("create Greeting");
+    eventually_ok(
+        &format!("the ConfigMap of {name} says Hello"),
+        Duration::from_secs(90),
+        || synced(admin, ns, name, "Hello, world!"),
+    )
+    .await;
+}
+
+/// Deletes the Greeting `name`.
+async fn delete(greetings: &Api<Greeting>, name: &str) {
+    greetings
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete Greeting");
+}
+
+/// Ok once the Greeting `name` is gone.
+async fn gone(greetings: &Api<Greeting>, name: &str) -> Result<(), String> {
+    match greetings.get_opt(name).await.map_err(|e| e.to_string())? {
+        Some(g) => Err(format!(
+            "the Greeting is still there (finalizers {:?})",
+            g.finalizers()
+        )),
+        None => Ok(()),
+    }
+}
+
 /// (apiGroup, resource[/subresource], verb, code) of each request of the
 /// ServiceAccount in the audit log.
 fn audited(cp: &ControlPlane, user: &str) -> Vec<(String, String, String, i64)> {
@@ -313,14 +364,7 @@ async fn greeting_operator_runs_with_the_manifest_rbac() {
 
     // Create: the ConfigMap appears, controlled by the Greeting.
     let greetings: Api<Greeting> = Api::namespaced(admin.clone(), &ns);
-    greetings
-        .create(&PostParams::default(), &greeting("hi", None))
-        .await
-        .expect("create Greeting");
-    eventually_ok("the ConfigMap says Hello", Duration::from_secs(90), || {
-        synced(&admin, &ns, "hi", "Hello, world!")
-    })
-    .await;
+    create_synced(&admin, &ns, "hi").await;
 
     // Update: the ConfigMap follows; and back (the same event again: the
     // recorder folds it into a series with a patch).
@@ -340,23 +384,13 @@ async fn greeting_operator_runs_with_the_manifest_rbac() {
     eventually_ok(
         "Synced events, one a series of 2",
         Duration::from_secs(90),
-        || async {
-            let events = events(&admin, &ns, "hi").await?;
-            events
-                .iter()
-                .any(|(reason, count)| reason == "Synced" && *count >= 2)
-                .then_some(())
-                .ok_or(format!("events {events:?}"))
-        },
+        || has_event(&admin, &ns, "hi", "Synced", 2),
     )
     .await;
 
     // Delete: the finalizer's cleanup deletes the ConfigMap, then lets the
     // Greeting go.
-    greetings
-        .delete("hi", &DeleteParams::default())
-        .await
-        .expect("delete Greeting");
+    delete(&greetings, "hi").await;
     eventually_ok(
         "the Greeting and its ConfigMap are gone",
         Duration::from_secs(90),
@@ -370,35 +404,18 @@ async fn greeting_operator_runs_with_the_manifest_rbac() {
             {
                 return Err("the ConfigMap is still there".into());
             }
-            match greetings.get_opt("hi").await.map_err(|e| e.to_string())? {
-                Some(g) => Err(format!("the Greeting is still there: {:?}", g.finalizers())),
-                None => Ok(()),
-            }
+            gone(&greetings, "hi").await
         },
     )
     .await;
-    eventually_ok("a Deleted event", Duration::from_secs(90), || async {
-        let events = events(&admin, &ns, "hi").await?;
-        events
-            .iter()
-            .any(|(reason, _)| reason == "Deleted")
-            .then_some(())
-            .ok_or(format!("events {events:?}"))
+    eventually_ok("a Deleted event", Duration::from_secs(90), || {
+        has_event(&admin, &ns, "hi", "Deleted", 1)
     })
     .await;
 
     // Un-managing: the annotation makes the operator remove its finalizer
     // and let go; deleting the Greeting then runs no cleanup.
-    greetings
-        .create(&PostParams::default(), &greeting("bye", None))
-        .await
-        .expect("create Greeting");
-    eventually_ok(
-        "the second ConfigMap says Hello",
-        Duration::from_secs(90),
-        || synced(&admin, &ns, "bye", "Hello, world!"),
-    )
-    .await;
+    create_synced(&admin, &ns, "bye").await;
     let patch = serde_json::json!({ "metadata": { "annotations": { UNMANAGED: "true" } } });
     greetings
         .patch("bye", &PatchParams::default(), &Patch::Merge(&patch))
@@ -409,29 +426,18 @@ async fn greeting_operator_runs_with_the_manifest_rbac() {
         Duration::from_secs(90),
         || async {
             let g = greetings.get("bye").await.map_err(|e| e.to_string())?;
-            let events = events(&admin, &ns, "bye").await?;
-            (g.finalizers().is_empty() && events.iter().any(|(r, _)| r == "Unmanaged"))
-                .then_some(())
-                .ok_or(format!(
-                    "finalizers {:?}, events {events:?}",
-                    g.finalizers()
-                ))
+            if !g.finalizers().is_empty() {
+                return Err(format!("finalizers {:?}", g.finalizers()));
+            }
+            has_event(&admin, &ns, "bye", "Unmanaged", 1).await
         },
     )
     .await;
-    greetings
-        .delete("bye", &DeleteParams::default())
-        .await
-        .expect("delete Greeting");
+    delete(&greetings, "bye").await;
     eventually_ok(
         "the unmanaged Greeting is gone",
         Duration::from_secs(90),
-        || async {
-            match greetings.get_opt("bye").await.map_err(|e| e.to_string())? {
-                Some(_) => Err("still there".to_owned()),
-                None => Ok(()),
-            }
-        },
+        || gone(&greetings, "bye"),
     )
     .await;
     let left = Api::<ConfigMap>::namespaced(admin.clone(), &ns)

@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use kcache_controller::metrics::RestClientMetricsLayer;
-use kcache_controller::{Config, KubeLeaseLock, LeaderElectionConfig, MetricsRegistry, Request};
+use kcache_controller::{
+    Config, KubeLeaseLock, LeaderElectionConfig, LeaseTimings, MetricsRegistry, Request,
+};
 use kcache_informer::SharedInformerFactory;
 
 use crate::{Context, Foo, simulator};
@@ -36,19 +38,9 @@ pub struct Args {
     pub workers: usize,
     /// Serve `/metrics`, `/healthz`, `/readyz` here.
     pub metrics_addr: Option<SocketAddr>,
-    /// Run only while holding the Lease `sample-controller`.
-    pub leader_elect: bool,
-    /// The Lease's namespace (default `default`).
-    pub lease_namespace: String,
-    /// This replica's identity (default: `$HOSTNAME`, or a random one).
-    pub identity: Option<String>,
-    /// Lease duration, renew deadline, retry period (default: client-go's
-    /// 15 s, 10 s, 2 s).
-    pub lease_duration: Option<Duration>,
-    /// See [`Args::lease_duration`].
-    pub renew_deadline: Option<Duration>,
-    /// See [`Args::lease_duration`].
-    pub retry_period: Option<Duration>,
+    /// With `--leader-elect`: run only while holding the Lease
+    /// `sample-controller`, with these settings.
+    pub leader_election: Option<LeaderElectionArgs>,
     /// Also run the Deployment-status simulator.
     pub simulate: bool,
     /// `-h`/`--help` was given.
@@ -61,15 +53,43 @@ impl Default for Args {
             namespace: None,
             workers: 2,
             metrics_addr: None,
-            leader_elect: false,
-            lease_namespace: "default".into(),
-            identity: None,
-            lease_duration: None,
-            renew_deadline: None,
-            retry_period: None,
+            leader_election: None,
             simulate: false,
             help: false,
         }
+    }
+}
+
+/// The leader election settings of the command line.
+#[derive(Debug, Clone)]
+pub struct LeaderElectionArgs {
+    /// The Lease's namespace (default `default`).
+    pub lease_namespace: String,
+    /// This replica's identity (default: `$HOSTNAME`, or a random one).
+    pub identity: Option<String>,
+    /// Lease duration, renew deadline, retry period (default: client-go's
+    /// 15 s, 10 s, 2 s).
+    pub timings: LeaseTimings,
+}
+
+impl Default for LeaderElectionArgs {
+    fn default() -> Self {
+        LeaderElectionArgs {
+            lease_namespace: "default".into(),
+            identity: None,
+            timings: LeaseTimings::default(),
+        }
+    }
+}
+
+impl LeaderElectionArgs {
+    fn config(&self) -> LeaderElectionConfig {
+        let identity = self
+            .identity
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| format!("sample-controller-{:08x}", rand_id()));
+        LeaderElectionConfig::new(identity).timings(self.timings)
     }
 }
 
@@ -91,48 +111,29 @@ impl Args {
     /// Parses the arguments (without the program name).
     pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Args> {
         let mut a = Args::default();
+        // the leader election flags may come before `--leader-elect`
+        let (mut elect, mut le) = (false, LeaderElectionArgs::default());
         let mut it = args.into_iter();
         while let Some(arg) = it.next() {
             let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
+            let t = &mut le.timings;
             match arg.as_str() {
                 "--namespace" => a.namespace = Some(value("--namespace")?),
                 "--workers" => a.workers = value("--workers")?.parse()?,
                 "--metrics-addr" => a.metrics_addr = Some(value("--metrics-addr")?.parse()?),
-                "--leader-elect" => a.leader_elect = true,
-                "--lease-namespace" => a.lease_namespace = value("--lease-namespace")?,
-                "--identity" => a.identity = Some(value("--identity")?),
-                "--lease-duration" => {
-                    a.lease_duration = Some(duration(&value("--lease-duration")?)?);
-                }
-                "--renew-deadline" => {
-                    a.renew_deadline = Some(duration(&value("--renew-deadline")?)?);
-                }
-                "--retry-period" => a.retry_period = Some(duration(&value("--retry-period")?)?),
+                "--leader-elect" => elect = true,
+                "--lease-namespace" => le.lease_namespace = value("--lease-namespace")?,
+                "--identity" => le.identity = Some(value("--identity")?),
+                "--lease-duration" => t.lease_duration = duration(&value("--lease-duration")?)?,
+                "--renew-deadline" => t.renew_deadline = duration(&value("--renew-deadline")?)?,
+                "--retry-period" => t.retry_period = duration(&value("--retry-period")?)?,
                 "--simulate-deployments" => a.simulate = true,
                 "-h" | "--help" => a.help = true,
                 other => bail!("unknown argument {other:?} (see --help)"),
             }
         }
+        a.leader_election = elect.then_some(le);
         Ok(a)
-    }
-
-    fn leader_election_config(&self) -> LeaderElectionConfig {
-        let identity = self
-            .identity
-            .clone()
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_else(|| format!("sample-controller-{:08x}", rand_id()));
-        let mut config = LeaderElectionConfig::new(identity);
-        if let Some(d) = self.lease_duration {
-            config = config.lease_duration(d);
-        }
-        if let Some(d) = self.renew_deadline {
-            config = config.renew_deadline(d);
-        }
-        if let Some(d) = self.retry_period {
-            config = config.retry_period(d);
-        }
-        config
     }
 }
 
@@ -188,10 +189,10 @@ pub async fn run(args: Args, hooks: Hooks) -> anyhow::Result<()> {
     if let Some(addr) = args.metrics_addr {
         controller = controller.serve_metrics(addr);
     }
-    if args.leader_elect {
+    if let Some(le) = &args.leader_election {
         controller = controller.leader_election(
-            args.leader_election_config(),
-            KubeLeaseLock::new(client.clone(), &args.lease_namespace, "sample-controller"),
+            le.config(),
+            KubeLeaseLock::new(client.clone(), &le.lease_namespace, "sample-controller"),
         );
     }
     let sim = if args.simulate {
@@ -247,10 +248,10 @@ mod tests {
             .map(String::from),
         )
         .unwrap();
-        assert!(a.leader_elect);
-        assert_eq!(a.lease_duration, Some(Duration::from_secs(4)));
-        assert_eq!(a.renew_deadline, Some(Duration::from_secs(3)));
-        assert_eq!(a.retry_period, Some(Duration::from_millis(1500)));
+        let le = a.leader_election.expect("--leader-elect");
+        assert_eq!(le.timings.lease_duration, Duration::from_secs(4));
+        assert_eq!(le.timings.renew_deadline, Duration::from_secs(3));
+        assert_eq!(le.timings.retry_period, Duration::from_millis(1500));
         assert!(Args::parse(["--lease-duration", "soon"].map(String::from)).is_err());
         assert!(Args::parse(["--bogus"].map(String::from)).is_err());
     }

@@ -21,11 +21,13 @@
 pub mod cli;
 pub mod controller;
 pub mod crd;
+pub mod local;
 pub mod replica;
 pub mod simulator;
 
 pub use controller::{Context, Error, FINALIZER, build_controller, reconcile};
 pub use crd::{Foo, FooSpec, FooStatus};
+pub use local::{LocalOptions, Observed, Running, observe, start_local};
 pub use replica::{Replica, ReplicaConfig, Sharding, counting_client, start_replica};
 
 /// The CRDs this crate defines, for `cargo xtask codegen` (file name,

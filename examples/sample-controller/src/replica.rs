@@ -6,19 +6,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use anyhow::Context as _;
 use http_body_util::BodyExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use kcache_controller::lease::shard::Shard;
-use kcache_controller::{
-    Config, ControllerError, ControllerHandle, KubeMembershipStore, Reconciler, ShardConfig,
-    ShardField,
-};
+use kcache_controller::{Config, KubeMembershipStore, Reconciler, ShardConfig, ShardField};
 use kcache_informer::SharedInformerFactory;
 use kube::Client;
 use kube::client::{ClientBuilder, DynBody};
-use tokio::task::JoinHandle;
 
-use crate::{Context, Foo, build_controller};
+use crate::{Context, Foo, Running, build_controller};
 
 /// How a replica shares the Foos with the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,17 +79,11 @@ impl ReplicaConfig {
 pub struct Replica {
     /// Its identity.
     pub identity: String,
-    /// Its base informer factory (unsharded informers live here).
-    pub factory: SharedInformerFactory,
-    /// The controller's handle: its current informers
-    /// ([`ControllerHandle::informer`]).
-    pub handle: ControllerHandle,
     /// Its shard membership, when sharded.
     pub shard: Option<Shard>,
-    /// The reconcile context.
-    pub context: Arc<Context>,
+    /// Its controller: informer factory, handle, context.
+    pub controller: Running,
     bytes: Arc<AtomicU64>,
-    task: JoinHandle<Result<(), ControllerError>>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -110,29 +101,29 @@ impl Replica {
     }
     /// The keys of the Foos in its cache now.
     pub fn cached_foos(&self) -> Vec<String> {
-        self.handle.informer::<Foo>().indexer().list_keys()
+        self.controller
+            .handle
+            .informer::<Foo>()
+            .indexer()
+            .list_keys()
     }
     /// The keys of the Deployments in its cache now.
     pub fn cached_deployments(&self) -> Vec<String> {
-        self.handle.informer::<Deployment>().indexer().list_keys()
+        let deployments = self.controller.handle.informer::<Deployment>();
+        deployments.indexer().list_keys()
     }
     /// Whether the controller task ended.
     pub fn finished(&self) -> bool {
-        self.task.is_finished()
+        self.controller.finished()
     }
     /// Stops it (gracefully: running reconciles finish; its Lease is
-    /// released if `release_on_stop`) and returns how `run` ended.
-    pub async fn stop(self) -> Result<(), ControllerError> {
-        self.handle.stop();
-        let r = match self.task.await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(replica = %self.identity, error = %e, "the controller task failed");
-                Ok(())
-            }
-        };
-        self.factory.shutdown().await;
-        r
+    /// released if `release_on_stop`): [`Running::stop`].
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let identity = self.identity;
+        self.controller
+            .stop()
+            .await
+            .with_context(|| format!("replica {identity}"))
     }
 }
 
@@ -198,15 +189,10 @@ where
         }
     }
     let shard = controller.shard().cloned();
-    let handle = controller.handle();
-    let task = tokio::spawn(controller.run(reconciler, ctx.clone()));
     Ok(Replica {
         identity: config.identity,
-        factory,
-        handle,
         shard,
-        context: ctx,
+        controller: Running::spawn(factory, controller, ctx, reconciler),
         bytes,
-        task,
     })
 }

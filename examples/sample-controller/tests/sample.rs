@@ -13,14 +13,10 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
-use kcache_controller::{Config, ControllerHandle};
 use kcache_envtest::ControlPlane;
-use kcache_informer::SharedInformerFactory;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use sample_controller::simulator::{self, build_simulator};
-use sample_controller::{Foo, FooSpec, build_controller, reconcile};
-use tokio::task::JoinHandle;
+use sample_controller::{Foo, FooSpec, LocalOptions, Running, observe, start_local};
 
 async fn setup(prefix: &str) -> (Client, String) {
     let cp = ControlPlane::shared().await.expect("control plane");
@@ -29,45 +25,12 @@ async fn setup(prefix: &str) -> (Client, String) {
     (cp.client().expect("client"), ns)
 }
 
-struct Running {
-    factory: SharedInformerFactory,
-    handles: Vec<ControllerHandle>,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-impl Running {
-    async fn stop(self) {
-        for h in &self.handles {
-            h.stop();
-        }
-        for t in self.tasks {
-            t.await.expect("controller task");
-        }
-        self.factory.shutdown().await;
-    }
-}
-
 fn start(client: &Client, ns: &str, workers: usize) -> Running {
-    let factory = SharedInformerFactory::builder(client.clone())
-        .namespace(ns)
-        .build();
-    let (controller, ctx) =
-        build_controller(&factory, client.clone(), Config::default().workers(workers));
-    let (sim, sim_ctx) = build_simulator(&factory, client.clone());
-    let handles = vec![controller.handle(), sim.handle()];
-    let tasks = vec![
-        tokio::spawn(async move { controller.run(reconcile, ctx).await.expect("controller") }),
-        tokio::spawn(async move {
-            sim.run(simulator::reconcile, sim_ctx)
-                .await
-                .expect("simulator")
-        }),
-    ];
-    Running {
-        factory,
-        handles,
-        tasks,
-    }
+    let options = LocalOptions {
+        workers,
+        ..LocalOptions::default()
+    };
+    start_local(client, ns, options)
 }
 
 fn foo(name: &str, deployment: &str, replicas: i32) -> Foo {
@@ -98,26 +61,15 @@ where
 }
 
 async fn converged(client: &Client, ns: &str, want: &BTreeMap<String, i32>) -> Result<(), String> {
-    let foos: Api<Foo> = Api::namespaced(client.clone(), ns);
-    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let foo_list = foos
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let dep_list = deps
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let deps_by_name: BTreeMap<String, &Deployment> =
-        dep_list.items.iter().map(|d| (d.name_any(), d)).collect();
+    let now = observe(client, ns).await.map_err(|e| e.to_string())?;
     let mut bad = Vec::new();
     for (name, replicas) in want {
-        let Some(f) = foo_list.items.iter().find(|f| &f.name_any() == name) else {
+        let Some(f) = now.foos.iter().find(|f| &f.name_any() == name) else {
             bad.push(format!("{name}: no foo"));
             continue;
         };
         let dep_name = &f.spec.deployment_name;
-        match deps_by_name.get(dep_name) {
+        match now.deployments.get(dep_name) {
             None => bad.push(format!("{name}: no deployment")),
             Some(d) => {
                 if d.spec.replicas != Some(*replicas) {
@@ -170,7 +122,7 @@ async fn two_hundred_foos_converge() {
     })
     .await;
     eprintln!("200 foos converged in {:?}", started.elapsed());
-    running.stop().await;
+    running.stop().await.expect("the controllers stopped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,7 +180,7 @@ async fn replicas_update_propagates_and_delete_removes_the_deployment() {
     .await;
     // the other one is untouched
     assert!(deps.get_opt("a-deploy").await.unwrap().is_some());
-    running.stop().await;
+    running.stop().await.expect("the controllers stopped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,5 +224,5 @@ async fn a_deployment_it_does_not_own_gets_a_warning_event() {
     let d = deps.get("taken").await.unwrap();
     assert_eq!(d.spec.replicas, Some(1));
     assert!(d.metadata.owner_references.is_none());
-    running.stop().await;
+    running.stop().await.expect("the controllers stopped");
 }

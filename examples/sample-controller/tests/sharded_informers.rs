@@ -145,7 +145,7 @@ fn switched(replicas: &[&Replica], members: &[&str]) -> Result<(), String> {
             return Err(format!("{}: {st:?}", r.identity));
         }
         let want = expected_selector(members, &r.identity);
-        if r.handle.shard_selector().as_ref() != Some(&want) {
+        if r.controller.handle.shard_selector().as_ref() != Some(&want) {
             return Err(format!("{}: not switched to its ranges yet", r.identity));
         }
     }
@@ -161,7 +161,7 @@ fn ns_of(key: &str) -> &str {
 fn check_shares(replicas: &[&Replica], keys: &BTreeSet<String>) {
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     for r in replicas {
-        let selector = r.handle.shard_selector().expect("sharded");
+        let selector = r.controller.handle.shard_selector().expect("sharded");
         let foos = r.cached_foos();
         let deps = r.cached_deployments();
         for k in foos.iter().chain(deps.iter()) {
@@ -547,7 +547,8 @@ async fn sharded_ranges_hand_over_without_double_reconcile() {
     );
     for r in [&r1, &r2, &r4] {
         assert_eq!(
-            r.context
+            r.controller
+                .context
                 .orphans_deleted
                 .load(std::sync::atomic::Ordering::Relaxed),
             0,

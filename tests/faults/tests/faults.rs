@@ -29,8 +29,8 @@ use kcache_envtest::proxy::{FaultProxy, ProxyStats};
 use kcache_informer::{ListOptions, SharedIndexInformer, wait_for_cache_sync};
 use kcache_testing::eventually;
 use kube::api::{Api, PostParams};
+use rand::Rng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use support::*;
 
 /// Convergence bound after the driver stops: the reflector's backoff caps at
@@ -117,12 +117,58 @@ async fn prefill(api: &Api<ConfigMap>, n: usize, pad: usize) {
     }
 }
 
-/// A fresh namespace with [`PREFILL`] ConfigMaps, a fault proxy in front of
-/// `cp`'s apiserver, and a synced informer on that namespace through the
-/// proxy and an [`HttpFaults`] layer, on `path`, with a recorder and a
-/// watch-error counter.
+/// A scenario's name on its list path, its seed and an RNG from that seed.
+struct Run {
+    name: String,
+    seed: u64,
+    rng: StdRng,
+}
+
+impl Run {
+    fn new(path: ListPath, test: &str) -> Run {
+        let name = path.name(test);
+        let (seed, rng) = seeded(&name);
+        Run { name, seed, rng }
+    }
+}
+
+/// How [`Proxied::spawn`] sets a scenario up.
+#[derive(Clone, Copy, Debug)]
+struct Setup {
+    /// ConfigMaps created before the informer starts.
+    prefill: usize,
+    /// Their size in bytes.
+    pad: usize,
+    /// The reflector's idle limit for a silent watch (`None`: its default).
+    watch_idle: Option<Duration>,
+    /// The proxy's delay of every chunk from the start.
+    delay: Duration,
+    /// The proxy in HTTP mode (so that bytes can be injected into a
+    /// watch), and the informer on JSON (injections are JSON lines: the
+    /// proxy writes them at a line boundary, protobuf frames have none;
+    /// `protobuf_watch_errors_and_bookmarks` covers bad protobuf).
+    http_mode: bool,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            prefill: PREFILL,
+            pad: 64,
+            watch_idle: None,
+            delay: Duration::ZERO,
+            http_mode: false,
+        }
+    }
+}
+
+/// A fresh namespace with ConfigMaps in it ([`Setup::prefill`]), a fault
+/// proxy in front of `cp`'s apiserver, and an informer on that namespace
+/// through the proxy and an [`HttpFaults`] layer, on `path`, with a
+/// recorder and a watch-error counter.
 struct Proxied {
     ns: String,
+    path: ListPath,
     proxy: FaultProxy,
     http: HttpFaults,
     informer: SharedIndexInformer<ConfigMap>,
@@ -133,27 +179,46 @@ struct Proxied {
 }
 
 impl Proxied {
+    /// [`Proxied::spawn`] with the default [`Setup`], then waits until the
+    /// informer synced.
     async fn start(cp: &ControlPlane, ns_prefix: &str, path: ListPath) -> Proxied {
-        Proxied::start_with(cp, ns_prefix, path, None).await
+        Proxied::start_with(cp, ns_prefix, path, Setup::default()).await
     }
 
+    /// [`Proxied::spawn`], then waits until the informer synced.
     async fn start_with(
         cp: &ControlPlane,
         ns_prefix: &str,
         path: ListPath,
-        watch_idle: Option<Duration>,
+        setup: Setup,
     ) -> Proxied {
+        let p = Proxied::spawn(cp, ns_prefix, path, setup).await;
+        synced(&p.informer, Duration::from_secs(30)).await;
+        p
+    }
+
+    /// Sets up and starts the informer (not waiting for it to sync).
+    async fn spawn(cp: &ControlPlane, ns_prefix: &str, path: ListPath, setup: Setup) -> Proxied {
         let ns = cp.create_namespace(ns_prefix).await.expect("namespace");
-        prefill(&api(cp, &ns), PREFILL, 64).await;
-        let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
+        prefill(&api(cp, &ns), setup.prefill, setup.pad).await;
+        let proxy = if setup.http_mode {
+            FaultProxy::start_http(cp.config()).await
+        } else {
+            FaultProxy::for_url(&cp.server_url()).await
+        }
+        .expect("proxy");
+        proxy.delay(setup.delay);
         let http = HttpFaults::default();
         let mut options = path.options(&ns);
-        options.watch_idle_timeout = watch_idle;
-        let informer = SharedIndexInformer::<ConfigMap>::builder(
+        options.watch_idle_timeout = setup.watch_idle;
+        let mut builder = SharedIndexInformer::<ConfigMap>::builder(
             http.client(proxy.config(cp.config()).expect("config")),
         )
-        .list_options(options)
-        .build();
+        .list_options(options);
+        if setup.http_mode {
+            builder = builder.wire_format(kcache_informer::WireFormat::Json);
+        }
+        let informer = builder.build();
         let errors = ErrorCounts::default();
         informer
             .set_watch_error_handler(errors.handler())
@@ -161,9 +226,9 @@ impl Proxied {
         let rec = Recorder::default();
         informer.add_event_handler(rec.clone()).expect("handler");
         let (cancel, task) = spawn_informer(&informer);
-        synced(&informer, Duration::from_secs(30)).await;
         Proxied {
             ns,
+            path,
             proxy,
             http,
             informer,
@@ -172,24 +237,6 @@ impl Proxied {
             cancel,
             task,
         }
-    }
-
-    fn driver(
-        &self,
-        cp: &ControlPlane,
-        prefix: &str,
-        seed: u64,
-        ops: u64,
-        pace: Duration,
-    ) -> Driver {
-        Driver::start(
-            cp.client().expect("client"),
-            &self.ns,
-            prefix,
-            seed,
-            ops,
-            pace,
-        )
     }
 
     /// [`converge`]; on a failure, also prints what the proxy, the
@@ -212,14 +259,27 @@ impl Proxied {
         }
     }
 
-    /// Checks the list path taken and stops the informer.
-    async fn finish(self, path: ListPath) {
+    /// The proxy's counters now; asserts that `counter` shows the fault
+    /// bit (`what`: what it means if not).
+    fn bitten(&self, counter: fn(&ProxyStats) -> u64, what: &str) -> ProxyStats {
+        let stats = self.proxy.stats();
+        assert!(
+            counter(&stats) >= 1,
+            "{what}: the fault was not injected ({stats:?})"
+        );
+        stats
+    }
+
+    /// Reports the scenario's RESULT line ([`report`]), checks the list
+    /// path taken and stops the informer.
+    async fn finish(self, name: &str, injected: u64, done: &DriverReport, out: &Outcome) {
+        report(name, injected, done, out);
         eprintln!(
             "requests: {:?}; watch errors reported: {:?}",
             self.http.kinds(),
             self.errors.all()
         );
-        path.assert_taken(self.http.kinds());
+        self.path.assert_taken(self.http.kinds());
         stop_informer(self.cancel, self.task).await;
     }
 }
@@ -227,6 +287,11 @@ impl Proxied {
 /// A direct (unproxied) client's API for ConfigMaps in `ns`.
 fn api(cp: &ControlPlane, ns: &str) -> Api<ConfigMap> {
     Api::namespaced(cp.client().expect("client"), ns)
+}
+
+/// A [`Driver`] of ConfigMaps `<prefix><n>` in `ns`, on a direct client.
+fn churn(cp: &ControlPlane, ns: &str, prefix: &str, seed: u64, ops: u64, pace: Duration) -> Driver {
+    Driver::start(cp.client().expect("client"), ns, prefix, seed, ops, pace)
 }
 
 /// Keeps a fault on until the proxy's counters show it bit (`bit` on the
@@ -252,67 +317,89 @@ async fn until_bitten(
     }
 }
 
-/// Fault 1: every connection through the proxy is reset at random intervals
-/// while the driver runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connection_cuts() {
-    connection_cuts_on(ListPath::Streaming).await;
+/// The faults that run on both list paths, as a table. A row
+/// `test, test_paged => scenario(, args)` makes two tests: `test` runs
+/// `scenario(ListPath::Streaming, args)`, `test_paged` runs
+/// `scenario(ListPath::Paged, args)` (the paged LIST + watch path).
+macro_rules! on_both_list_paths {
+    ($($(#[doc = $doc:literal])* $test:ident, $paged:ident => $scenario:ident $(, $arg:expr)*;)*) => {$(
+        $(#[doc = $doc])*
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            $scenario(ListPath::Streaming $(, $arg)*).await;
+        }
+
+        #[doc = concat!("[`", stringify!($test), "`] on the paged LIST + watch path.")]
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $paged() {
+            $scenario(ListPath::Paged $(, $arg)*).await;
+        }
+    )*};
 }
 
-/// Fault 1 on the paged LIST + watch path.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connection_cuts_paged() {
-    connection_cuts_on(ListPath::Paged).await;
+on_both_list_paths! {
+    /// Fault 1: every connection through the proxy is reset at random
+    /// intervals while the driver runs.
+    connection_cuts, connection_cuts_paged => connection_cuts_on;
+    /// Fault 1, mixed: at random intervals, one of: reset every connection;
+    /// stall every connection for 0.5-2 s (then resume: the held bytes
+    /// flow); delay every chunk by 100 ms for 1 s; refuse new connections
+    /// and reset the open ones for 1 s. Each episode lasts until the
+    /// proxy's counters show that it bit (bounded), and every episode must
+    /// have bitten.
+    network_chaos, network_chaos_paged => network_chaos_on;
+    /// Fault 2: the apiserver is restarted (etcd kept) during the
+    /// informer's initial list (on the paged path: between its pages), then
+    /// again while the driver runs.
+    apiserver_restarts, apiserver_restarts_paged => apiserver_restarts_on;
+    /// Fault 4: a 429 storm from a client layer (every request answered
+    /// 429; the proxy cuts the open watch at the start so the reflector
+    /// must send new requests). The reflector must back off: few requests
+    /// during the storm, but more than one (it keeps retrying); then it
+    /// recovers.
+    http_429_storm, http_429_storm_paged => http_storm, 429;
+    /// Fault 4: a 500 storm, as [`http_429_storm`].
+    http_500_storm, http_500_storm_paged => http_storm, 500;
+    /// Fault 5: the watch connection is blackholed (no bytes, no FIN, no
+    /// RST) while new connections work. A watch silent for longer than its
+    /// idle limit (5 s here) must be abandoned, reported as
+    /// `watch_stalled`, and the informer must recover.
+    stalled_watch_is_abandoned, stalled_watch_is_abandoned_paged => stalled_watch_on;
+    /// Fault 3: while the informer is cut off (the proxy stops listening,
+    /// as an apiserver that is down: connections refused), objects are
+    /// created and deleted, the apiserver restarts (emptying its watch
+    /// cache) and etcd is compacted past the informer's resourceVersion:
+    /// the re-watch gets 410 Gone (asserted: counted by the watch-error
+    /// handler), the informer relists, and the deletes of the gap arrive
+    /// as tombstones.
+    compaction_while_disconnected, compaction_while_disconnected_paged => compaction_on;
 }
 
+/// The scenario of [`connection_cuts`].
 async fn connection_cuts_on(path: ListPath) {
-    let name = path.name("connection_cuts");
-    let seed = seed(&name);
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut run = Run::new(path, "connection_cuts");
     let (cuts, ops) = if full() { (15, 600) } else { (4, 200) };
     let cp = ControlPlane::shared().await.expect("control plane");
     let p = Proxied::start(cp, "fault-cuts", path).await;
 
-    let driver = p.driver(cp, "c", seed, ops, Duration::from_millis(20));
+    let driver = churn(cp, &p.ns, "c", run.seed, ops, Duration::from_millis(20));
     for _ in 0..cuts {
-        tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
+        tokio::time::sleep(Duration::from_millis(run.rng.random_range(300..1500))).await;
         p.proxy.cut_all();
     }
     let done = driver.stop().await;
     let out = p.converge(cp, &done).await;
-    let stats = p.proxy.stats();
-    assert!(
-        stats.cut >= 1,
-        "no connection was cut: the fault was not injected ({stats:?})"
-    );
+    let stats = p.bitten(|s| s.cut, "no connection was cut");
     assert!(
         !done.deleted.is_empty() && out.deletes > 0,
         "no delete exercised"
     );
-    report(&name, stats.cut, &done, &out);
-    p.finish(path).await;
+    p.finish(&run.name, stats.cut, &done, &out).await;
 }
 
-/// Fault 1, mixed: at random intervals, one of: reset every connection;
-/// stall every connection for 0.5-2 s (then resume: the held bytes flow);
-/// delay every chunk by 100 ms for 1 s; refuse new connections and reset
-/// the open ones for 1 s. Each episode lasts until the proxy's counters
-/// show that it bit (bounded), and every episode must have bitten.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn network_chaos() {
-    network_chaos_on(ListPath::Streaming).await;
-}
-
-/// Fault 1b on the paged LIST + watch path.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn network_chaos_paged() {
-    network_chaos_on(ListPath::Paged).await;
-}
-
+/// The scenario of [`network_chaos`].
 async fn network_chaos_on(path: ListPath) {
-    let name = path.name("network_chaos");
-    let seed = seed(&name);
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut run = Run::new(path, "network_chaos");
     let faults = if full() { 20 } else { 6 };
     let cp = ControlPlane::shared().await.expect("control plane");
     let p = Proxied::start(cp, "fault-chaos", path).await;
@@ -320,15 +407,15 @@ async fn network_chaos_on(path: ListPath) {
 
     // the driver runs until the faults are done: a stall or a delay bites
     // only while events flow
-    let driver = p.driver(cp, "c", seed, 100_000, Duration::from_millis(20));
+    let driver = churn(cp, &p.ns, "c", run.seed, 100_000, Duration::from_millis(20));
     const KINDS: [&str; 4] = ["cut", "stall", "delay", "refusal"];
     let (mut chosen, mut bitten) = ([0u64; 4], [0u64; 4]);
     // a fault is kept on until it bites: the reflector may be between
     // connections (backoff) when it starts
     let max = Duration::from_secs(5);
     for _ in 0..faults {
-        tokio::time::sleep(Duration::from_millis(rng.random_range(200..1000))).await;
-        let kind = rng.random_range(0..4usize);
+        tokio::time::sleep(Duration::from_millis(run.rng.random_range(200..1000))).await;
+        let kind = run.rng.random_range(0..4usize);
         chosen[kind] += 1;
         // a fault bites only where a connection is open: the reflector may
         // be in its backoff (which grows with every failure) between two
@@ -366,7 +453,7 @@ async fn network_chaos_on(path: ListPath) {
             }
             1 => {
                 proxy.stall(true);
-                let min = Duration::from_millis(rng.random_range(500..2000));
+                let min = Duration::from_millis(run.rng.random_range(500..2000));
                 let bit = until_bitten(proxy, before, min, max, |b, a| {
                     a.held_stalled > b.held_stalled
                 })
@@ -400,7 +487,8 @@ async fn network_chaos_on(path: ListPath) {
         .map(|k| format!("{} {}/{}", KINDS[k], bitten[k], chosen[k]))
         .collect();
     eprintln!(
-        "{name}: faults that bit / injected: {}; proxy {:?}",
+        "{}: faults that bit / injected: {}; proxy {:?}",
+        run.name,
         summary.join(", "),
         proxy.stats()
     );
@@ -411,22 +499,7 @@ async fn network_chaos_on(path: ListPath) {
     let done = driver.stop().await;
     let out = p.converge(cp, &done).await;
     assert!(out.deletes > 0, "no delete exercised");
-    report(&name, bitten.iter().sum(), &done, &out);
-    p.finish(path).await;
-}
-
-/// Fault 2: the apiserver is restarted (etcd kept) during the informer's
-/// initial list, then again while the driver runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn apiserver_restarts() {
-    apiserver_restarts_on(ListPath::Streaming).await;
-}
-
-/// Fault 2 on the paged LIST + watch path (the restart lands between the
-/// pages of the initial list).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn apiserver_restarts_paged() {
-    apiserver_restarts_on(ListPath::Paged).await;
+    p.finish(&run.name, bitten.iter().sum(), &done, &out).await;
 }
 
 /// Restarts the apiserver; returns 1 if a new apiserver process runs.
@@ -437,98 +510,51 @@ async fn restart(cp: &ControlPlane) -> u64 {
     u64::from(after.is_some() && after != before)
 }
 
+/// The scenario of [`apiserver_restarts`].
 async fn apiserver_restarts_on(path: ListPath) {
-    let name = path.name("apiserver_restarts");
-    let seed = seed(&name);
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut run = Run::new(path, "apiserver_restarts");
     let (restarts, ops) = if full() { (4, 600) } else { (2, 200) };
     let cp = ControlPlane::start().await.expect("control plane");
-    let ns = cp
-        .create_namespace("fault-restart")
-        .await
-        .expect("namespace");
-    prefill(&api(&cp, &ns), 150, 512).await;
     // slow every chunk down so the initial list is still in flight
-    let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
-    proxy.delay(Duration::from_millis(150));
-    let http = HttpFaults::default();
-    let informer = SharedIndexInformer::<ConfigMap>::builder(
-        http.client(proxy.config(cp.config()).expect("config")),
-    )
-    .list_options(path.options(&ns))
-    .build();
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).expect("handler");
-    let (cancel, task) = spawn_informer(&informer);
+    let setup = Setup {
+        prefill: 150,
+        pad: 512,
+        delay: Duration::from_millis(150),
+        ..Setup::default()
+    };
+    let p = Proxied::spawn(&cp, "fault-restart", path, setup).await;
     eventually("the informer connected", Duration::from_secs(10), || {
-        proxy.stats().accepted >= 1
+        p.proxy.stats().accepted >= 1
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
-        !informer.has_synced(),
+        !p.informer.has_synced(),
         "the initial list finished before the restart: the fault missed its window"
     );
     let mut restarted = restart(&cp).await;
-    proxy.delay(Duration::ZERO);
-    synced(&informer, Duration::from_secs(60)).await;
+    p.proxy.delay(Duration::ZERO);
+    synced(&p.informer, Duration::from_secs(60)).await;
 
-    let driver = Driver::start(
-        cp.client().expect("client"),
-        &ns,
-        "c",
-        seed,
-        ops,
-        Duration::from_millis(20),
-    );
+    let driver = churn(&cp, &p.ns, "c", run.seed, ops, Duration::from_millis(20));
     for _ in 0..restarts {
-        tokio::time::sleep(Duration::from_millis(rng.random_range(500..2000))).await;
+        tokio::time::sleep(Duration::from_millis(run.rng.random_range(500..2000))).await;
         restarted += restart(&cp).await;
     }
     let done = driver.finish().await;
-    let out = converge(&informer, &rec, &api(&cp, &ns), &done, CONVERGE).await;
+    let out = p.converge(&cp, &done).await;
     assert!(out.deletes > 0, "no delete exercised");
     assert_eq!(
         restarted,
         1 + restarts,
         "every restart must start a new apiserver process"
     );
-    report(&name, restarted, &done, &out);
-    eprintln!("requests: {:?}", http.kinds());
-    path.assert_taken(http.kinds());
-    stop_informer(cancel, task).await;
+    p.finish(&run.name, restarted, &done, &out).await;
 }
 
-/// Fault 4: a 429 storm from a client layer (every request answered 429;
-/// the proxy cuts the open watch at the start so the reflector must send
-/// new requests). The reflector must back off: few requests during the
-/// storm, but more than one (it keeps retrying); then it recovers.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_429_storm() {
-    http_storm(ListPath::Streaming, 429).await;
-}
-
-/// Fault 4: a 500 storm, as [`http_429_storm`].
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_500_storm() {
-    http_storm(ListPath::Streaming, 500).await;
-}
-
-/// Fault 4 (429) on the paged LIST + watch path.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_429_storm_paged() {
-    http_storm(ListPath::Paged, 429).await;
-}
-
-/// Fault 4 (500) on the paged LIST + watch path.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_500_storm_paged() {
-    http_storm(ListPath::Paged, 500).await;
-}
-
+/// The scenario of [`http_429_storm`] and [`http_500_storm`].
 async fn http_storm(path: ListPath, status: u16) {
-    let name = path.name(&format!("http_{status}_storm"));
-    let seed = seed(&name);
+    let run = Run::new(path, &format!("http_{status}_storm"));
     let storm = if full() {
         Duration::from_secs(20)
     } else {
@@ -538,7 +564,7 @@ async fn http_storm(path: ListPath, status: u16) {
     let p = Proxied::start(cp, "fault-storm", path).await;
     let faults = &p.http;
 
-    let driver = p.driver(cp, "c", seed, 10_000, Duration::from_millis(30));
+    let driver = churn(cp, &p.ns, "c", run.seed, 10_000, Duration::from_millis(30));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = faults.requests();
     faults.storm(status);
@@ -563,45 +589,28 @@ async fn http_storm(path: ListPath, status: u16) {
     );
     let done = driver.stop().await;
     let out = p.converge(cp, &done).await;
-    report(&name, injected, &done, &out);
-    p.finish(path).await;
+    p.finish(&run.name, injected, &done, &out).await;
 }
 
-/// Fault 5: the watch connection is blackholed (no bytes, no FIN, no RST)
-/// while new connections work. A watch silent for longer than its idle
-/// limit (5 s here) must be abandoned, reported as `watch_stalled`, and the
-/// informer must recover.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stalled_watch_is_abandoned() {
-    stalled_watch_on(ListPath::Streaming).await;
-}
-
-/// Fault 5 on the paged LIST + watch path.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stalled_watch_is_abandoned_paged() {
-    stalled_watch_on(ListPath::Paged).await;
-}
-
+/// The scenario of [`stalled_watch_is_abandoned`].
 async fn stalled_watch_on(path: ListPath) {
-    let name = path.name("stalled_watch_is_abandoned");
-    let seed = seed(&name);
+    let run = Run::new(path, "stalled_watch_is_abandoned");
     let cp = ControlPlane::shared().await.expect("control plane");
     // The reflector abandons a watch silent for longer than its idle limit
     // (default: the server-side timeout + 30 s, i.e. 5.5-10.5 min); a short
     // limit keeps the test quick.
-    let p = Proxied::start_with(cp, "fault-stall", path, Some(Duration::from_secs(5))).await;
+    let setup = Setup {
+        watch_idle: Some(Duration::from_secs(5)),
+        ..Setup::default()
+    };
+    let p = Proxied::start_with(cp, "fault-stall", path, setup).await;
     let accepted = p.proxy.stats().accepted;
     p.proxy.blackhole_open();
-    let done = p
-        .driver(cp, "c", seed, 100, Duration::from_millis(10))
+    let done = churn(cp, &p.ns, "c", run.seed, 100, Duration::from_millis(10))
         .finish()
         .await;
     let out = p.converge(cp, &done).await;
-    let stats = p.proxy.stats();
-    assert!(
-        stats.held_blackholed >= 1,
-        "the blackhole held nothing: the fault was not injected ({stats:?})"
-    );
+    let stats = p.bitten(|s| s.held_blackholed, "the blackhole held nothing");
     assert!(
         stats.accepted > accepted,
         "no new connection after the blackhole"
@@ -612,39 +621,21 @@ async fn stalled_watch_on(path: ListPath) {
         "the stall was never detected (no watch_stalled report): {:?}",
         p.errors.all()
     );
-    eprintln!("{name}: stalls detected {stalls}");
-    report(&name, stats.held_blackholed, &done, &out);
-    p.finish(path).await;
+    eprintln!("{}: stalls detected {stalls}", run.name);
+    p.finish(&run.name, stats.held_blackholed, &done, &out)
+        .await;
 }
 
-/// Fault 3: while the informer is cut off (the proxy stops listening, as
-/// an apiserver that is down: connections refused), objects are created and
-/// deleted, the apiserver restarts (emptying its watch cache) and etcd is
-/// compacted past the informer's resourceVersion: the re-watch gets
-/// 410 Gone (asserted: counted by the watch-error handler), the informer
-/// relists, and the deletes of the gap arrive as tombstones.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_while_disconnected() {
-    compaction_on(ListPath::Streaming).await;
-}
-
-/// Fault 3 on the paged LIST + watch path.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_while_disconnected_paged() {
-    compaction_on(ListPath::Paged).await;
-}
-
+/// The scenario of [`compaction_while_disconnected`].
 async fn compaction_on(path: ListPath) {
-    let name = path.name("compaction_while_disconnected");
-    let seed = seed(&name);
+    let run = Run::new(path, "compaction_while_disconnected");
     let ops = if full() { 400 } else { 150 };
     let cp = ControlPlane::start().await.expect("control plane");
     let p = Proxied::start(&cp, "fault-compact", path).await;
     let api = api(&cp, &p.ns);
 
     // phase 1: connected churn, so the informer knows some keys
-    let before = p
-        .driver(&cp, "before", seed, ops / 2, Duration::ZERO)
+    let before = churn(&cp, &p.ns, "before", run.seed, ops / 2, Duration::ZERO)
         .finish()
         .await;
     converge(&p.informer, &p.rec, &api, &before, CONVERGE).await;
@@ -680,10 +671,16 @@ async fn compaction_on(path: ListPath) {
             gap_deleted.insert(key.clone());
         }
     }
-    let during = p
-        .driver(&cp, "gap", seed ^ 0x5eed, ops / 2, Duration::ZERO)
-        .finish()
-        .await;
+    let during = churn(
+        &cp,
+        &p.ns,
+        "gap",
+        run.seed ^ 0x5eed,
+        ops / 2,
+        Duration::ZERO,
+    )
+    .finish()
+    .await;
     let expired_before = p.errors.get("expired");
     cp.restart_apiserver().await.expect("restart");
     let compacted = cp.compact_etcd().await.expect("compact");
@@ -713,9 +710,8 @@ async fn compaction_on(path: ListPath) {
         );
     }
     assert!(!gap_deleted.is_empty(), "no delete during the gap");
-    eprintln!("{name}: 410 Gone answers {gone}");
-    report(&name, gone, &done, &out);
-    p.finish(path).await;
+    eprintln!("{}: 410 Gone answers {gone}", run.name);
+    p.finish(&run.name, gone, &done, &out).await;
 }
 
 /// A watch event line (newline-terminated).
@@ -736,31 +732,16 @@ fn frame(v: serde_json::Value) -> Vec<u8> {
 /// reflector re-lists); the informer keeps going and nothing else is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_watch_frames() {
-    let seed = seed("malformed_watch_frames");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut run = Run::new(ListPath::Streaming, "malformed_watch_frames");
     let (rounds, ops) = if full() { (6, 600) } else { (2, 200) };
     let cp = ControlPlane::shared().await.expect("control plane");
-    let ns = cp
-        .create_namespace("fault-malformed")
-        .await
-        .expect("namespace");
-    let proxy = FaultProxy::start_http(cp.config()).await.expect("proxy");
-    let informer =
-        SharedIndexInformer::<ConfigMap>::builder(proxy.client(cp.config()).expect("client"))
-            // the injections are JSON lines: the proxy writes them at a
-            // line boundary of a JSON watch (protobuf frames have none;
-            // `protobuf_watch_errors_and_bookmarks` covers bad protobuf)
-            .wire_format(kcache_informer::WireFormat::Json)
-            .namespace(&ns)
-            .build();
-    let errors = ErrorCounts::default();
-    informer
-        .set_watch_error_handler(errors.handler())
-        .expect("error handler");
-    let rec = Recorder::default();
-    informer.add_event_handler(rec.clone()).expect("handler");
-    let (cancel, task) = spawn_informer(&informer);
-    synced(&informer, Duration::from_secs(30)).await;
+    let setup = Setup {
+        prefill: 0,
+        http_mode: true,
+        ..Setup::default()
+    };
+    let p = Proxied::start_with(cp, "fault-malformed", ListPath::Streaming, setup).await;
+    let (ns, proxy, errors) = (&p.ns, &p.proxy, &p.errors);
 
     let path = format!("/api/v1/namespaces/{ns}/configmaps");
     let meta =
@@ -815,23 +796,16 @@ async fn malformed_watch_frames() {
         ),
     ];
 
-    let driver = Driver::start(
-        cp.client().expect("client"),
-        &ns,
-        "c",
-        seed,
-        ops,
-        Duration::from_millis(20),
-    );
+    let driver = churn(cp, ns, "c", run.seed, ops, Duration::from_millis(20));
     let mut injected = 0u64;
     for _ in 0..rounds {
         // a seeded order, one at a time, between the driver's events
         let mut order: Vec<usize> = (0..bad.len()).collect();
         for i in (1..order.len()).rev() {
-            order.swap(i, rng.random_range(0..=i));
+            order.swap(i, run.rng.random_range(0..=i));
         }
         for i in order {
-            tokio::time::sleep(Duration::from_millis(rng.random_range(20..200))).await;
+            tokio::time::sleep(Duration::from_millis(run.rng.random_range(20..200))).await;
             assert!(proxy.inject_watch(&path, bad[i].1.clone()));
             injected += 1;
         }
@@ -884,8 +858,7 @@ async fn malformed_watch_frames() {
         );
     }
     let done = driver.stop().await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
-    let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
+    let out = p.converge(cp, &done).await;
     // measured by the proxy: what was really written into the watches
     let written = proxy.stats().injected;
     assert_eq!(written, injected, "every injection was written once");
@@ -904,16 +877,11 @@ async fn malformed_watch_frames() {
     ] {
         let key = format!("{ns}/{name}");
         assert!(
-            rec.all().iter().all(|e| e.key != key),
+            p.rec.all().iter().all(|e| e.key != key),
             "the handler was notified about the injected {key}"
         );
     }
-    eprintln!(
-        "malformed_watch_frames: watch errors reported {:?}",
-        errors.all()
-    );
-    report("malformed_watch_frames", written, &done, &out);
-    stop_informer(cancel, task).await;
+    p.finish(&run.name, written, &done, &out).await;
 }
 
 /// A handler that records every notification, then panics on some (chosen
@@ -1056,17 +1024,10 @@ async fn handler_panics_and_blocks() {
     let (cancel, task) = spawn_informer(&informer);
     synced(&informer, Duration::from_secs(30)).await;
 
-    let done = Driver::start(
-        cp.client().expect("client"),
-        &ns,
-        "c",
-        seed,
-        ops,
-        Duration::from_millis(10),
-    )
-    .finish()
-    .await;
-    let api: Api<ConfigMap> = Api::namespaced(cp.client().expect("client"), &ns);
+    let done = churn(cp, &ns, "c", seed, ops, Duration::from_millis(10))
+        .finish()
+        .await;
+    let api = api(cp, &ns);
     let out = converge(&informer, &rec, &api, &done, CONVERGE).await;
     let blocked_backlog = blocking_reg.backlog();
     let blocked_seen = blocking_rec.all().len();

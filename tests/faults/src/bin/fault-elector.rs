@@ -22,28 +22,14 @@
 //! a candidate acting without leading. After a loss it stands by again with
 //! the same identity.
 
-use std::io::Write as _;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use kcache_controller::lease::{KubeLeaseLock, LeaderCallbacks};
 use kcache_controller::{LeaderElectionConfig, LeaderElector};
+use kcache_fault_suite::StampLog;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
-
-type Log = Arc<Mutex<std::fs::File>>;
-
-fn note(log: &Log, what: &str) {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let line = format!("{what} {nanos}\n");
-    let mut f = log
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    // one write per line, unbuffered: a SIGKILL loses nothing written
-    let _ = f.write_all(line.as_bytes());
-}
 
 fn ms(arg: Option<String>) -> Result<Duration, String> {
     arg.and_then(|a| a.parse().ok())
@@ -71,14 +57,8 @@ async fn main() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     config.cluster_url = server.parse().map_err(|e| format!("{e}"))?;
     let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
-    let log: Log = Arc::new(Mutex::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| e.to_string())?,
-    ));
-    note(&log, "start");
+    let log = StampLog::open(&log_path).map_err(|e| e.to_string())?;
+    log.note("start", "");
     let lock = Arc::new(KubeLeaseLock::new(client, &namespace, &lease));
     let config = LeaderElectionConfig::new(identity)
         .lease_duration(lease_duration)
@@ -101,7 +81,7 @@ async fn main() -> Result<(), String> {
                 LeaderCallbacks {
                     on_started_leading: Box::new(move |token| {
                         let acts = tokio::spawn(async move {
-                            note(&acting, "lead");
+                            acting.note("lead", "");
                             loop {
                                 // The token is cancelled by the elector's
                                 // own task, which may run after this one
@@ -112,10 +92,10 @@ async fn main() -> Result<(), String> {
                                     tokio::time::Instant::now() + margin < expiry
                                 });
                                 if token.is_cancelled() || !in_time {
-                                    note(&acting, "stop");
+                                    acting.note("stop", "");
                                     return;
                                 }
-                                note(&acting, "act");
+                                acting.note("act", "");
                                 tokio::select! {
                                     _ = token.cancelled() => {}
                                     _ = tokio::time::sleep(Duration::from_millis(20)) => {}
@@ -140,7 +120,7 @@ async fn main() -> Result<(), String> {
             let _ = tokio::time::timeout(Duration::from_secs(1), acts).await;
         }
         if lost {
-            note(&log, "lost");
+            log.note("lost", "");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -15,71 +15,27 @@
 //!   first.
 
 use std::future::Future;
-use std::io::Write as _;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
+use kcache_fault_suite::{StampLog, unix_nanos};
 use kube::client::{Body, ClientBuilder};
 use sample_controller::cli::{self, Args, Hooks};
 
-type Log = Arc<Mutex<std::fs::File>>;
-
-/// A client layer that logs every write request but the Lease's.
-#[derive(Clone)]
-struct ActLog(Log);
-
-impl<S> tower::Layer<S> for ActLog {
-    type Service = ActLogService<S>;
-    fn layer(&self, inner: S) -> Self::Service {
-        ActLogService {
-            inner,
-            log: self.0.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-struct ActLogService<S> {
-    inner: S,
-    log: Log,
-}
-
-impl<S> tower::Service<http::Request<Body>> for ActLogService<S>
-where
-    S: tower::Service<http::Request<Body>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let method = req.method();
-        let path = req.uri().path();
-        let write = !matches!(
-            *method,
-            http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
-        );
-        // the Lease's create (POST .../leases) and updates (.../leases/<name>)
-        let lease = path.contains("/leases/") || path.ends_with("/leases");
-        if write && !lease {
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let line = format!("act {nanos} {method} {path}\n");
-            let mut f = self
-                .log
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            // one write per line, unbuffered: a SIGKILL loses nothing written
-            let _ = f.write_all(line.as_bytes());
-        }
-        self.inner.call(req)
+/// Appends a write request the controller sends (but the Lease's) to
+/// `log` as `act <unix nanos> <method> <path>`.
+fn log_act(log: &StampLog, req: &http::Request<Body>) {
+    let method = req.method();
+    let path = req.uri().path();
+    let write = !matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    );
+    // the Lease's create (POST .../leases) and updates (.../leases/<name>)
+    let lease = path.contains("/leases/") || path.ends_with("/leases");
+    if write && !lease {
+        log.note("act", &format!("{method} {path}"));
     }
 }
 
@@ -93,15 +49,15 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let mut hooks = Hooks::default();
     if let Some(path) = std::env::var_os("KCACHE_FAULT_ACT_LOG") {
-        let log: Log = Arc::new(Mutex::new(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?,
-        ));
+        let log = StampLog::open(path)?;
+        // a client layer that logs each request as it is sent
+        let act_log = tower::util::MapRequestLayer::new(move |req: http::Request<Body>| {
+            log_act(&log, &req);
+            req
+        });
         hooks.client = Some(Box::new(move |config| {
             Ok(ClientBuilder::try_from(config)?
-                .with_layer(&ActLog(log))
+                .with_layer(&act_log)
                 .build())
         }));
     }
@@ -123,10 +79,6 @@ async fn main() -> anyhow::Result<()> {
 fn random() -> u64 {
     use std::hash::{BuildHasher as _, Hasher as _};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
+    h.write_u128(unix_nanos());
     h.finish()
 }

@@ -20,16 +20,18 @@
 //!   stamped when sent), while a driver keeps changing Foos.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kcache_envtest::ControlPlane;
 use kcache_envtest::proxy::FaultProxy;
+use kcache_fault_suite::unix_nanos;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::support::{full, seed};
+use crate::support::{full, seeded};
 
 /// Lease duration, renew deadline and retry period of every candidate:
 /// valid by client-go's rules with a margin of one retry period.
@@ -42,12 +44,6 @@ const RETRY_MS: u64 = 1000;
 /// latency on a loaded machine).
 fn takeover_bound() -> Duration {
     Duration::from_millis(LEASE_MS + 2 * RETRY_MS * 22 / 10) + Duration::from_secs(2)
-}
-
-fn unix_nanos() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
 }
 
 fn secs(nanos: u128) -> f64 {
@@ -229,6 +225,20 @@ impl Fault {
     }
 }
 
+/// Whether `done` holds within `limit` (checked every `step`).
+async fn poll_until(limit: Duration, step: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        tokio::time::sleep(step).await;
+    }
+}
+
 /// Injects `fault` on `c`; returns whether it measurably bit (the process
 /// died of the signal, or is stopped, or the proxy refused, cut or held
 /// something).
@@ -244,43 +254,31 @@ async fn inject(c: &mut Candidate, fault: Fault) -> bool {
         Fault::PartitionRefuse => {
             c.proxy.refuse(true);
             c.proxy.cut_all();
-            let start = Instant::now();
-            loop {
-                let s = c.proxy.stats();
-                if s.refused > before.refused || s.cut > before.cut {
-                    return true;
-                }
-                if start.elapsed() > Duration::from_millis(RETRY_MS * 3) {
-                    return false;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            poll_until(
+                Duration::from_millis(RETRY_MS * 3),
+                Duration::from_millis(20),
+                || {
+                    let s = c.proxy.stats();
+                    s.refused > before.refused || s.cut > before.cut
+                },
+            )
+            .await
         }
         Fault::PartitionStall => {
             c.proxy.stall(true);
-            let start = Instant::now();
-            loop {
-                if c.proxy.stats().held_stalled > before.held_stalled {
-                    return true;
-                }
-                if start.elapsed() > Duration::from_millis(RETRY_MS * 3) {
-                    return false;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            poll_until(
+                Duration::from_millis(RETRY_MS * 3),
+                Duration::from_millis(20),
+                || c.proxy.stats().held_stalled > before.held_stalled,
+            )
+            .await
         }
         Fault::Pause => {
             send_signal(pid, "STOP");
-            let start = Instant::now();
-            loop {
-                if proc_state(pid) == Some('T') {
-                    return true;
-                }
-                if start.elapsed() > Duration::from_secs(2) {
-                    return false;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            poll_until(Duration::from_secs(2), Duration::from_millis(5), || {
+                proc_state(pid) == Some('T')
+            })
+            .await
         }
         Fault::Terminate => {
             send_signal(pid, "TERM");
@@ -317,13 +315,265 @@ async fn leader_index(
     }
 }
 
-async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
-    leases
-        .get(name)
+/// The acting candidate once leadership settled (within 10 s); asserts
+/// that it holds the Lease `lease_name`.
+async fn settled_leader(
+    candidates: &[Candidate],
+    acting: &dyn Fn(&Candidate) -> bool,
+    leases: &Api<Lease>,
+    lease_name: &str,
+) -> usize {
+    let i = leader_index(candidates, acting, Duration::from_secs(10), None).await;
+    let holder = leases
+        .get(lease_name)
         .await
         .ok()
         .and_then(|l| l.spec)
-        .and_then(|s| s.holder_identity)
+        .and_then(|s| s.holder_identity);
+    assert_eq!(
+        holder.as_deref(),
+        Some(candidates[i].identity.as_str()),
+        "the acting candidate holds the Lease"
+    );
+    i
+}
+
+/// The two kinds of candidate processes (see the module docs).
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// `fault-elector`, a bare leader elector.
+    Elector,
+    /// `fault-sample-controller`, the sample controller's command line.
+    SampleController,
+}
+
+impl Kind {
+    fn program(self) -> &'static str {
+        match self {
+            Kind::Elector => env!("CARGO_BIN_EXE_fault-elector"),
+            Kind::SampleController => env!("CARGO_BIN_EXE_fault-sample-controller"),
+        }
+    }
+
+    /// The candidates' identities: `<prefix><n>`.
+    fn prefix(self) -> &'static str {
+        match self {
+            Kind::Elector => "cand-",
+            Kind::SampleController => "ctl-",
+        }
+    }
+
+    /// The name of the log directory's test.
+    fn test(self) -> &'static str {
+        match self {
+            Kind::Elector => "leader",
+            Kind::SampleController => "leader-sample",
+        }
+    }
+}
+
+/// Starts candidate processes of a [`Kind`], `<prefix>0`, `<prefix>1`,
+/// ..., each behind a new proxy of `cp`, each logging to
+/// `<dir>/<identity>.log` in a fresh `dir`. `args` adds a candidate's
+/// arguments and environment to its command: (the command, its identity,
+/// its proxy, its log).
+struct Spawner<'a, F> {
+    cp: &'a ControlPlane,
+    kind: Kind,
+    dir: PathBuf,
+    next: usize,
+    args: F,
+}
+
+impl<'a, F: Fn(&mut Command, &str, &FaultProxy, &Path)> Spawner<'a, F> {
+    fn new(cp: &'a ControlPlane, kind: Kind, seed: u64, args: F) -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "kcache-fault-{}-{}-{seed}",
+            kind.test(),
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("log dir");
+        Spawner {
+            cp,
+            kind,
+            dir,
+            next: 0,
+            args,
+        }
+    }
+
+    /// Starts the next candidate.
+    async fn spawn(&mut self) -> Candidate {
+        let identity = format!("{}{}", self.kind.prefix(), self.next);
+        self.next += 1;
+        let proxy = FaultProxy::for_url(&self.cp.server_url())
+            .await
+            .expect("proxy");
+        let log = self.dir.join(format!("{identity}.log"));
+        let program = self.kind.program();
+        let mut command = Command::new(program);
+        command.stdout(std::process::Stdio::null());
+        (self.args)(&mut command, &identity, &proxy, &log);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+        Candidate {
+            identity,
+            log,
+            proxy,
+            child,
+        }
+    }
+
+    /// Starts 3 candidates.
+    async fn spawn_three(&mut self) -> Vec<Candidate> {
+        let mut candidates = Vec::new();
+        for _ in 0..3 {
+            candidates.push(self.spawn().await);
+        }
+        candidates
+    }
+}
+
+/// The fault plan: `first` in a seeded order, then seeded picks of
+/// `kinds` up to `rounds` faults.
+fn plan(rng: &mut StdRng, mut first: Vec<Fault>, kinds: &[Fault], rounds: usize) -> Vec<Fault> {
+    for k in (1..first.len()).rev() {
+        first.swap(k, rng.random_range(0..=k));
+    }
+    while first.len() < rounds {
+        first.push(kinds[rng.random_range(0..kinds.len())]);
+    }
+    first
+}
+
+/// The rounds of a test: each a fault on the leader and the takeover that
+/// follows, bounded by [`takeover_bound`].
+struct Rounds {
+    bound: Duration,
+    takeovers: Vec<Duration>,
+    labels: Vec<&'static str>,
+}
+
+impl Rounds {
+    fn new() -> Rounds {
+        Rounds {
+            bound: takeover_bound(),
+            takeovers: Vec::new(),
+            labels: Vec::new(),
+        }
+    }
+
+    /// After 1.5-3 s more of leadership, injects `fault` on the leader
+    /// `candidates[i]` (asserting that it bit), waits for another
+    /// candidate to act and checks that its first act (`first_act`) came
+    /// within the bound. Returns when the fault was injected.
+    async fn fault(
+        &mut self,
+        rng: &mut StdRng,
+        candidates: &mut [Candidate],
+        i: usize,
+        fault: Fault,
+        acting: &dyn Fn(&Candidate) -> bool,
+        first_act: &dyn Fn(&Candidate) -> u128,
+    ) -> u128 {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1500..3000))).await;
+        let old = candidates[i].identity.clone();
+        let t0 = unix_nanos();
+        assert!(
+            inject(&mut candidates[i], fault).await,
+            "{}: the fault did not bite",
+            fault.label()
+        );
+        let bound = self.bound;
+        let j = leader_index(
+            candidates,
+            acting,
+            bound + Duration::from_secs(5),
+            Some(&old),
+        )
+        .await;
+        let new = &candidates[j];
+        let takeover = Duration::from_nanos(first_act(new).saturating_sub(t0) as u64);
+        eprintln!(
+            "round {}: {} of {old}: {} acts {:.2}s later",
+            self.labels.len(),
+            fault.label(),
+            new.identity,
+            takeover.as_secs_f64()
+        );
+        assert!(
+            takeover <= bound,
+            "{}: takeover took {takeover:?} (bound {bound:?})",
+            fault.label()
+        );
+        self.takeovers.push(takeover);
+        self.labels.push(fault.label());
+        t0
+    }
+
+    /// `faults injected N (labels)`, for the RESULT line.
+    fn injected(&self) -> String {
+        format!(
+            "faults injected {} ({})",
+            self.labels.len(),
+            self.labels.join(", ")
+        )
+    }
+
+    /// `takeover max Xs (bound Ys)`, for the RESULT line.
+    fn takeover(&self) -> String {
+        let max = self.takeovers.iter().max().copied().unwrap_or_default();
+        format!(
+            "takeover max {:.2}s (bound {:.1}s)",
+            max.as_secs_f64(),
+            self.bound.as_secs_f64()
+        )
+    }
+}
+
+/// The `<identity>.log` files in `dir`: (identity, path).
+fn logs(dir: &Path) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("log dir").flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        let identity = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.push((identity, path));
+    }
+    out
+}
+
+/// The final checks of a test: no violation (overlapping `terms`
+/// included), and more terms (`what`) than `faults`; then removes the
+/// logs in `dir`. Returns the smallest gap between two leaders' acts.
+fn check_terms(
+    terms: &mut [Term],
+    mut violations: Vec<String>,
+    faults: usize,
+    dir: &Path,
+    what: &str,
+) -> u128 {
+    let min_gap = overlaps(terms, &mut violations);
+    assert!(
+        violations.is_empty(),
+        "{} violations (logs in {}):\n{}",
+        violations.len(),
+        dir.display(),
+        violations.join("\n")
+    );
+    assert!(
+        terms.len() > faults,
+        "{} {what} for {faults} faults",
+        terms.len()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    min_gap
 }
 
 /// Fault 8: `fault-elector` candidates (3 at a time). Each round, seeded
@@ -339,121 +589,61 @@ async fn lease_holder(leases: &Api<Lease>, name: &str) -> Option<String> {
 /// retry period.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_election_kill_and_partition() {
-    let seed = seed("fault8::leader_election_kill_and_partition");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded("fault8::leader_election_kill_and_partition");
     let rounds = if full() { 9 } else { 3 };
-    let bound = takeover_bound();
     let cp = ControlPlane::shared().await.expect("control plane");
     let ns = cp
         .create_namespace("fault-leader")
         .await
         .expect("namespace");
-    let dir =
-        std::env::temp_dir().join(format!("kcache-fault-leader-{}-{seed}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("log dir");
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
     let lease_name = "fault-leader";
-    let spawn = |identity: String| {
-        let dir = dir.clone();
-        let kubeconfig = kubeconfig.clone();
-        let ns = ns.clone();
-        async move {
-            let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
-            let log = dir.join(format!("{identity}.log"));
-            let child = std::process::Command::new(env!("CARGO_BIN_EXE_fault-elector"))
-                .arg(&kubeconfig)
-                .arg(proxy.url())
-                .arg(&ns)
-                .arg(lease_name)
-                .arg(&identity)
-                .arg(&log)
-                .args([
-                    LEASE_MS.to_string(),
-                    RENEW_MS.to_string(),
-                    RETRY_MS.to_string(),
-                ])
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("spawn fault-elector");
-            Candidate {
-                identity,
-                log,
-                proxy,
-                child,
-            }
-        }
-    };
-    let mut candidates = Vec::new();
-    let mut next_id = 0;
-    for _ in 0..3 {
-        candidates.push(spawn(format!("cand-{next_id}")).await);
-        next_id += 1;
-    }
+    let mut spawner = Spawner::new(cp, Kind::Elector, seed, |command, identity, proxy, log| {
+        command
+            .arg(&kubeconfig)
+            .arg(proxy.url())
+            .arg(&ns)
+            .arg(lease_name)
+            .arg(identity)
+            .arg(log)
+            .args([
+                LEASE_MS.to_string(),
+                RENEW_MS.to_string(),
+                RETRY_MS.to_string(),
+            ]);
+    });
+    let mut candidates = spawner.spawn_three().await;
     let leases: Api<Lease> = Api::namespaced(cp.client().expect("client"), &ns);
-    let acting = |c: &Candidate| {
+    let last_term = |c: &Candidate| {
         terms_of(&c.identity, &c.log)
             .unwrap_or_else(|e| panic!("{e}"))
             .last()
-            .is_some_and(|t| unix_nanos().saturating_sub(t.last_act) < 200_000_000)
+            .cloned()
     };
+    let acting = |c: &Candidate| {
+        last_term(c).is_some_and(|t| unix_nanos().saturating_sub(t.last_act) < 200_000_000)
+    };
+    let first_act = |c: &Candidate| last_term(c).map_or(0, |t| t.first_act);
     let mut i = leader_index(&candidates, &acting, Duration::from_secs(30), None).await;
-    let mut takeovers = Vec::new();
-    let mut labels = Vec::new();
-    let mut bitten = 0u64;
+    let mut rounds_done = Rounds::new();
     let mut violations = Vec::new();
     // every kind once, in a seeded order, then seeded picks
-    let mut plan = vec![Fault::Kill, Fault::Pause, Fault::PartitionStall];
-    for k in (1..plan.len()).rev() {
-        plan.swap(k, rng.random_range(0..=k));
-    }
+    let first = vec![Fault::Kill, Fault::Pause, Fault::PartitionStall];
     let kinds = [
         Fault::Kill,
         Fault::PartitionRefuse,
         Fault::PartitionStall,
         Fault::Pause,
     ];
-    while plan.len() < rounds {
-        plan.push(kinds[rng.random_range(0..kinds.len())]);
-    }
-    for (round, &fault) in plan.iter().enumerate() {
-        // let the leader renew a few times first
-        tokio::time::sleep(Duration::from_millis(rng.random_range(1500..3000))).await;
-        let old = candidates[i].identity.clone();
-        let t0 = unix_nanos();
-        let bit = inject(&mut candidates[i], fault).await;
-        assert!(bit, "{}: the fault did not bite", fault.label());
-        bitten += 1;
-        let j = leader_index(
-            &candidates,
-            &acting,
-            bound + Duration::from_secs(5),
-            Some(&old),
-        )
-        .await;
-        let new = &candidates[j];
-        let first = terms_of(&new.identity, &new.log)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .last()
-            .map_or(0, |t| t.first_act);
-        let takeover = Duration::from_nanos(first.saturating_sub(t0) as u64);
-        eprintln!(
-            "round {round}: {} of {old}: {} acts {:.2}s later",
-            fault.label(),
-            new.identity,
-            takeover.as_secs_f64()
-        );
-        assert!(
-            takeover <= bound,
-            "{}: takeover took {takeover:?} (bound {bound:?})",
-            fault.label()
-        );
-        takeovers.push(takeover);
-        labels.push(fault.label());
+    let plan = plan(&mut rng, first, &kinds, rounds);
+    for &fault in &plan {
+        let t0 = rounds_done
+            .fault(&mut rng, &mut candidates, i, fault, &acting, &first_act)
+            .await;
         match fault {
             Fault::Kill => {
                 candidates.remove(i);
-                candidates.push(spawn(format!("cand-{next_id}")).await);
-                next_id += 1;
+                candidates.push(spawner.spawn().await);
             }
             Fault::Pause => {
                 // the new leader acts for a while, then the old one resumes
@@ -485,51 +675,24 @@ async fn leader_election_kill_and_partition() {
                 p.cut_all();
             }
         }
-        i = leader_index(&candidates, &acting, Duration::from_secs(10), None).await;
-        assert_eq!(
-            lease_holder(&leases, lease_name).await.as_deref(),
-            Some(candidates[i].identity.as_str()),
-            "the acting candidate holds the Lease"
-        );
+        i = settled_leader(&candidates, &acting, &leases, lease_name).await;
     }
     // the healed and resumed ex-leaders stand by for a while without acting
     tokio::time::sleep(Duration::from_secs(3)).await;
     drop(candidates);
     // every log written so far, killed candidates' included
     let mut terms: Vec<Term> = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("log dir").flatten() {
-        let path = entry.path();
-        let identity = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    for (identity, path) in logs(&spawner.dir) {
         terms.extend(terms_of(&identity, &path).unwrap_or_else(|e| panic!("{e}")));
     }
-    let min_gap = overlaps(&mut terms, &mut violations);
-    assert!(
-        violations.is_empty(),
-        "{} violations (logs in {}):\n{}",
-        violations.len(),
-        dir.display(),
-        violations.join("\n")
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        terms.len() > plan.len(),
-        "{} terms for {} faults",
-        terms.len(),
-        plan.len()
-    );
-    let max = takeovers.iter().max().copied().unwrap_or_default();
+    let min_gap = check_terms(&mut terms, violations, plan.len(), &spawner.dir, "terms");
     eprintln!(
-        "RESULT leader_election_kill_and_partition: faults injected {bitten} ({}), terms {}, \
-         acts outside a term 0, overlapping terms 0, smallest gap between two leaders' acts \
-         {:.2}s, takeover max {:.2}s (bound {:.1}s)",
-        labels.join(", "),
+        "RESULT leader_election_kill_and_partition: {}, terms {}, acts outside a term 0, \
+         overlapping terms 0, smallest gap between two leaders' acts {:.2}s, {}",
+        rounds_done.injected(),
         terms.len(),
         secs(min_gap),
-        max.as_secs_f64(),
-        bound.as_secs_f64()
+        rounds_done.takeover()
     );
 }
 
@@ -551,9 +714,7 @@ async fn leader_election_kill_and_partition() {
 /// SIGCONT; after each fault a new leader acts within [`takeover_bound`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_election_sample_controller() {
-    let seed = seed("fault8::leader_election_sample_controller");
-    let mut rng = StdRng::seed_from_u64(seed);
-    let bound = takeover_bound();
+    let (seed, mut rng) = seeded("fault8::leader_election_sample_controller");
     let cp = ControlPlane::shared().await.expect("control plane");
     let crds: Vec<_> = sample_controller::crds()
         .into_iter()
@@ -564,47 +725,26 @@ async fn leader_election_sample_controller() {
         .create_namespace("fault-leader-sample")
         .await
         .expect("namespace");
-    let dir = std::env::temp_dir().join(format!(
-        "kcache-fault-leader-sample-{}-{seed}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).expect("log dir");
     let admin = std::fs::read_to_string(cp.kubeconfig_path()).expect("kubeconfig");
-    let spawn = |identity: String| {
-        let dir = dir.clone();
-        let ns = ns.clone();
-        let admin = admin.clone();
-        async move {
-            let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
-            // the admin kubeconfig, pointed at this candidate's proxy
-            let kubeconfig = dir.join(format!("{identity}.kubeconfig"));
-            std::fs::write(&kubeconfig, admin.replace(&cp.server_url(), &proxy.url()))
-                .expect("kubeconfig");
-            let log = dir.join(format!("{identity}.log"));
-            let stderr =
-                std::fs::File::create(dir.join(format!("{identity}.stderr"))).expect("stderr file");
-            let child = std::process::Command::new(env!("CARGO_BIN_EXE_fault-sample-controller"))
-                .args(["--namespace", &ns, "--workers", "2", "--leader-elect"])
-                .args(["--lease-namespace", &ns, "--identity", &identity])
-                .args(["--lease-duration", &format!("{LEASE_MS}ms")])
-                .args(["--renew-deadline", &format!("{RENEW_MS}ms")])
-                .args(["--retry-period", &format!("{RETRY_MS}ms")])
-                .env("KUBECONFIG", &kubeconfig)
-                .env("KCACHE_FAULT_ACT_LOG", &log)
-                .env("KCACHE_FAULT_RECONCILE_DELAY_MS", "0-2500")
-                .env("RUST_LOG", "info")
-                .stdout(std::process::Stdio::null())
-                .stderr(stderr)
-                .spawn()
-                .expect("spawn fault-sample-controller");
-            Candidate {
-                identity,
-                log,
-                proxy,
-                child,
-            }
-        }
-    };
+    let kind = Kind::SampleController;
+    let mut spawner = Spawner::new(cp, kind, seed, |command, identity, proxy, log| {
+        // the admin kubeconfig, pointed at this candidate's proxy
+        let kubeconfig = log.with_extension("kubeconfig");
+        std::fs::write(&kubeconfig, admin.replace(&cp.server_url(), &proxy.url()))
+            .expect("kubeconfig");
+        let stderr = std::fs::File::create(log.with_extension("stderr")).expect("stderr file");
+        command
+            .args(["--namespace", &ns, "--workers", "2", "--leader-elect"])
+            .args(["--lease-namespace", &ns, "--identity", identity])
+            .args(["--lease-duration", &format!("{LEASE_MS}ms")])
+            .args(["--renew-deadline", &format!("{RENEW_MS}ms")])
+            .args(["--retry-period", &format!("{RETRY_MS}ms")])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("KCACHE_FAULT_ACT_LOG", log)
+            .env("KCACHE_FAULT_RECONCILE_DELAY_MS", "0-2500")
+            .env("RUST_LOG", "info")
+            .stderr(stderr);
+    });
 
     // a few Foos, then a steady stream of changes
     let foos: Api<sample_controller::Foo> = Api::namespaced(cp.client().expect("client"), &ns);
@@ -643,61 +783,26 @@ async fn leader_election_sample_controller() {
         }
     });
 
-    let mut candidates = Vec::new();
-    let mut next_id = 0;
-    for _ in 0..3 {
-        candidates.push(spawn(format!("ctl-{next_id}")).await);
-        next_id += 1;
-    }
+    let mut candidates = spawner.spawn_three().await;
     let leases: Api<Lease> = Api::namespaced(cp.client().expect("client"), &ns);
     let acting = |c: &Candidate| {
         acts_of(&c.log)
             .last()
             .is_some_and(|(ts, _)| unix_nanos().saturating_sub(*ts) < 2_600_000_000)
     };
+    let first_act = |c: &Candidate| acts_of(&c.log).first().map_or(0, |(ts, _)| *ts);
     let mut i = leader_index(&candidates, &acting, Duration::from_secs(60), None).await;
-    let mut plan = vec![Fault::Pause, Fault::PartitionStall, Fault::Terminate];
+    let mut first = vec![Fault::Pause, Fault::PartitionStall, Fault::Terminate];
     if full() {
-        plan.extend([Fault::Kill, Fault::Pause, Fault::Terminate]);
+        first.extend([Fault::Kill, Fault::Pause, Fault::Terminate]);
     }
-    for k in (1..plan.len()).rev() {
-        plan.swap(k, rng.random_range(0..=k));
-    }
-    let mut takeovers = Vec::new();
-    let mut labels = Vec::new();
+    let plan = plan(&mut rng, first, &[], 0);
+    let mut rounds_done = Rounds::new();
     let mut violations = Vec::new();
-    for (round, &fault) in plan.iter().enumerate() {
-        tokio::time::sleep(Duration::from_millis(rng.random_range(1500..3000))).await;
-        let old = candidates[i].identity.clone();
-        let t0 = unix_nanos();
-        assert!(
-            inject(&mut candidates[i], fault).await,
-            "{}: the fault did not bite",
-            fault.label()
-        );
-        let j = leader_index(
-            &candidates,
-            &acting,
-            bound + Duration::from_secs(5),
-            Some(&old),
-        )
-        .await;
-        let new = &candidates[j];
-        let first = acts_of(&new.log).first().map_or(0, |(ts, _)| *ts);
-        let takeover = Duration::from_nanos(first.saturating_sub(t0) as u64);
-        eprintln!(
-            "round {round}: {} of {old}: {} acts {:.2}s later",
-            fault.label(),
-            new.identity,
-            takeover.as_secs_f64()
-        );
-        assert!(
-            takeover <= bound,
-            "{}: takeover took {takeover:?} (bound {bound:?})",
-            fault.label()
-        );
-        takeovers.push(takeover);
-        labels.push(fault.label());
+    for &fault in &plan {
+        rounds_done
+            .fault(&mut rng, &mut candidates, i, fault, &acting, &first_act)
+            .await;
         if fault == Fault::Pause {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let t_cont = unix_nanos();
@@ -709,9 +814,10 @@ async fn leader_election_sample_controller() {
                 .collect();
             if !late.is_empty() {
                 violations.push(format!(
-                    "{old}: the paused leader sent {} writes after it resumed (SIGCONT), \
+                    "{}: the paused leader sent {} writes after it resumed (SIGCONT), \
                      having lost its lease while stopped; it must find its renew deadline \
                      passed before acting: {:?}",
+                    candidates[i].identity,
                     late.len(),
                     &late[..late.len().min(5)]
                 ));
@@ -726,14 +832,8 @@ async fn leader_election_sample_controller() {
             tokio::time::sleep(Duration::from_secs(40)).await;
             drop(gone);
         });
-        candidates.push(spawn(format!("ctl-{next_id}")).await);
-        next_id += 1;
-        i = leader_index(&candidates, &acting, Duration::from_secs(10), None).await;
-        assert_eq!(
-            lease_holder(&leases, "sample-controller").await.as_deref(),
-            Some(candidates[i].identity.as_str()),
-            "the acting candidate holds the Lease"
-        );
+        candidates.push(spawner.spawn().await);
+        i = settled_leader(&candidates, &acting, &leases, "sample-controller").await;
     }
     stop_driver.cancel();
     let changes = driver.await.expect("driver");
@@ -743,15 +843,7 @@ async fn leader_election_sample_controller() {
     // lease): its acts form one term
     let mut terms = Vec::new();
     let mut acts = 0;
-    for entry in std::fs::read_dir(&dir).expect("log dir").flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "log") {
-            continue;
-        }
-        let identity = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    for (identity, path) in logs(&spawner.dir) {
         let a = acts_of(&path);
         acts += a.len();
         if let (Some(first), Some(last)) = (a.first(), a.last()) {
@@ -762,31 +854,14 @@ async fn leader_election_sample_controller() {
             });
         }
     }
-    let min_gap = overlaps(&mut terms, &mut violations);
-    assert!(
-        violations.is_empty(),
-        "{} violations (logs in {}):\n{}",
-        violations.len(),
-        dir.display(),
-        violations.join("\n")
-    );
-    assert!(
-        terms.len() > plan.len(),
-        "{} leaders for {} faults",
-        terms.len(),
-        plan.len()
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    let max = takeovers.iter().max().copied().unwrap_or_default();
+    let min_gap = check_terms(&mut terms, violations, plan.len(), &spawner.dir, "leaders");
     eprintln!(
-        "RESULT leader_election_sample_controller: faults injected {} ({}), Foo changes \
-         {changes}, writes {acts} by {} leaders, overlapping leaders 0, smallest gap between \
-         two leaders' writes {:.2}s, takeover max {:.2}s (bound {:.1}s)",
-        labels.len(),
-        labels.join(", "),
+        "RESULT leader_election_sample_controller: {}, Foo changes {changes}, writes {acts} \
+         by {} leaders, overlapping leaders 0, smallest gap between two leaders' writes \
+         {:.2}s, {}",
+        rounds_done.injected(),
         terms.len(),
         secs(min_gap),
-        max.as_secs_f64(),
-        bound.as_secs_f64()
+        rounds_done.takeover()
     );
 }

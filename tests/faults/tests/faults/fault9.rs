@@ -1,113 +1,72 @@
 #![allow(clippy::disallowed_names)] // the custom resource is called Foo
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
-use kcache_controller::{Config, ControllerHandle};
 use kcache_envtest::proxy::FaultProxy;
 use kcache_envtest::{AuditPolicy, ControlPlane};
-use kcache_informer::SharedInformerFactory;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use rand::Rng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-use sample_controller::simulator::{self, build_simulator};
-use sample_controller::{FINALIZER, Foo, FooSpec, build_controller, crds, reconcile};
+use sample_controller::{
+    FINALIZER, Foo, FooSpec, LocalOptions, Observed, crds, observe, start_local,
+};
 
-use crate::support::{full, seed};
+use crate::support::{Churn, DriverReport, Mix, churn, full, seeded};
+use tokio_util::sync::CancellationToken;
 
-struct Running {
-    factory: SharedInformerFactory,
-    handles: Vec<ControllerHandle>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    /// Deployments the controller's orphan sweeper deleted.
-    orphans_deleted: Arc<AtomicU64>,
-}
+/// The churn of Foos: each Foo's Deployment is `<foo>-dep`; an update
+/// changes the replicas.
+struct Foos(Api<Foo>);
 
-fn start(client: &Client, ns: &str) -> Running {
-    let factory = SharedInformerFactory::builder(client.clone())
-        .namespace(ns)
-        .build();
-    let (controller, ctx) =
-        build_controller(&factory, client.clone(), Config::default().workers(4));
-    let (sim, sim_ctx) = build_simulator(&factory, client.clone());
-    let orphans_deleted = ctx.orphans_deleted.clone();
-    let handles = vec![controller.handle(), sim.handle()];
-    let tasks = vec![
-        tokio::spawn(async move { controller.run(reconcile, ctx).await.expect("controller") }),
-        tokio::spawn(async move {
-            sim.run(simulator::reconcile, sim_ctx)
-                .await
-                .expect("simulator")
-        }),
-    ];
-    Running {
-        factory,
-        handles,
-        tasks,
-        orphans_deleted,
-    }
-}
-
-#[derive(Default, Debug)]
-struct FooDriverReport {
-    ok: u64,
-    failed: u64,
-    /// Foos whose delete was accepted.
-    deleted: BTreeSet<String>,
-}
-
-/// Creates, updates (replicas) and deletes Foos, seeded; names never
-/// reused; each Foo's Deployment is `<foo>-dep`.
-async fn drive(api: Api<Foo>, seed: u64, ops: u64) -> FooDriverReport {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut live: Vec<String> = Vec::new();
-    let mut next = 0u64;
-    let mut r = FooDriverReport::default();
-    for _ in 0..ops {
-        let roll: f64 = rng.random();
-        let res = if live.len() < 10 || roll < 0.4 {
-            let name = format!("foo{next}");
-            next += 1;
-            let foo = Foo::new(
-                &name,
-                FooSpec {
-                    deployment_name: format!("{name}-dep"),
-                    replicas: Some(rng.random_range(1..4)),
-                },
-            );
-            let res = api.create(&PostParams::default(), &foo).await;
-            if res.is_ok() {
-                live.push(name);
-            }
-            res.map(|_| ())
-        } else {
-            let idx = rng.random_range(0..live.len());
-            if roll < 0.75 {
-                let patch = serde_json::json!({ "spec": { "replicas": rng.random_range(1..6) } });
-                api.patch(&live[idx], &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map(|_| ())
-            } else {
-                let name = live.swap_remove(idx);
-                let res = api.delete(&name, &DeleteParams::default()).await;
-                if res.is_ok() {
-                    r.deleted.insert(name);
-                }
-                res.map(|_| ())
-            }
+impl Churn for Foos {
+    async fn create(&self, name: &str, _: u64, rng: &mut StdRng) -> kube::Result<()> {
+        let spec = FooSpec {
+            deployment_name: format!("{name}-dep"),
+            replicas: Some(rng.random_range(1..4)),
         };
-        match res {
-            Ok(()) => r.ok += 1,
-            Err(_) => r.failed += 1,
-        }
-        tokio::time::sleep(Duration::from_millis(rng.random_range(0..10))).await;
+        let foo = Foo::new(name, spec);
+        self.0
+            .create(&PostParams::default(), &foo)
+            .await
+            .map(|_| ())
     }
-    r
+    async fn update(&self, name: &str, _: u64, rng: &mut StdRng) -> kube::Result<()> {
+        let patch = serde_json::json!({ "spec": { "replicas": rng.random_range(1..6) } });
+        self.0
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+    }
+    async fn delete(&self, name: &str) -> kube::Result<()> {
+        self.0
+            .delete(name, &DeleteParams::default())
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Creates, updates (replicas) and deletes Foos `foo<n>`, seeded, with
+/// pauses of up to 9 ms.
+async fn drive(api: Api<Foo>, seed: u64, ops: u64) -> DriverReport {
+    let mix = Mix {
+        min_live: 10,
+        create: 0.4,
+    };
+    let pace = Duration::from_millis(9);
+    churn(
+        &Foos(api),
+        "foo",
+        mix,
+        seed,
+        ops,
+        pace,
+        &CancellationToken::new(),
+    )
+    .await
 }
 
 /// What the sample controller guarantees once quiet: every live Foo has
@@ -115,20 +74,12 @@ async fn drive(api: Api<Foo>, seed: u64, ops: u64) -> FooDriverReport {
 /// its replicas) and no other Deployment exists; every deleted Foo is
 /// gone (its finalizer ran) and so is its Deployment.
 async fn state(client: &Client, ns: &str, deleted: &BTreeSet<String>) -> Result<usize, String> {
-    let foos: Api<Foo> = Api::namespaced(client.clone(), ns);
-    let deps: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let foo_list = foos
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let dep_list = deps
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut deps_by_name: BTreeMap<String, &Deployment> =
-        dep_list.items.iter().map(|d| (d.name_any(), d)).collect();
+    let Observed {
+        foos,
+        deployments: mut deps_by_name,
+    } = observe(client, ns).await.map_err(|e| e.to_string())?;
     let mut bad = Vec::new();
-    for f in &foo_list.items {
+    for f in &foos {
         let name = f.name_any();
         if deleted.contains(&name) || f.metadata.deletion_timestamp.is_some() {
             bad.push(format!(
@@ -157,7 +108,7 @@ async fn state(client: &Client, ns: &str, deleted: &BTreeSet<String>) -> Result<
         bad.push(format!("deployment {name} has no live Foo (leaked)"));
     }
     if bad.is_empty() {
-        Ok(foo_list.items.len())
+        Ok(foos.len())
     } else {
         bad.truncate(20);
         Err(bad.join("; "))
@@ -302,8 +253,7 @@ fn finalizer_bypasses(log: &Path, ns: &str, live: &BTreeSet<String>) -> Vec<Stri
 /// printed with the writes on it and its Deployment).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sample_controller_under_churn() {
-    let seed = seed("fault9::sample_controller_under_churn");
-    let mut rng = StdRng::seed_from_u64(seed);
+    let (seed, mut rng) = seeded("fault9::sample_controller_under_churn");
     let ops = if full() { 1000 } else { 200 };
     let cp = ControlPlane::builder()
         .audit_log(AuditPolicy::Writes)
@@ -318,7 +268,14 @@ async fn sample_controller_under_churn() {
         .expect("namespace");
     let proxy = FaultProxy::for_url(&cp.server_url()).await.expect("proxy");
     let client = proxy.client(cp.config()).expect("client");
-    let running = start(&client, &ns);
+    let running = start_local(
+        &client,
+        &ns,
+        LocalOptions {
+            workers: 4,
+            ..LocalOptions::default()
+        },
+    );
     let direct = cp.client().expect("client");
     let driver = tokio::spawn(drive(Api::namespaced(direct.clone(), &ns), seed, ops));
 
@@ -385,7 +342,7 @@ async fn sample_controller_under_churn() {
         }
     };
     let converged = started.elapsed();
-    let swept = running.orphans_deleted.load(Ordering::Relaxed);
+    let swept = running.context.orphans_deleted.load(Ordering::Relaxed);
     let audit = cp.audit_log_path().expect("audit log");
     let live_foos: BTreeSet<String> = Api::<Foo>::namespaced(direct.clone(), &ns)
         .list(&ListParams::default())
@@ -427,14 +384,8 @@ async fn sample_controller_under_churn() {
         bypasses.len(),
         audit.display()
     );
-    for h in &running.handles {
-        h.stop();
-    }
-    for t in running.tasks {
-        tokio::time::timeout(Duration::from_secs(30), t)
-            .await
-            .expect("the controller stopped")
-            .expect("controller task");
-    }
-    running.factory.shutdown().await;
+    tokio::time::timeout(Duration::from_secs(60), running.stop())
+        .await
+        .expect("the controllers stopped within 60 s")
+        .expect("the controllers ran without a failure");
 }

@@ -40,6 +40,12 @@ pub fn seed(test: &str) -> u64 {
     seed
 }
 
+/// [`seed`], and an RNG seeded with it.
+pub fn seeded(test: &str) -> (u64, StdRng) {
+    let seed = seed(test);
+    (seed, StdRng::seed_from_u64(seed))
+}
+
 /// Whether the full (slower) form was asked for (`KCACHE_FAULT_FULL=1`).
 pub fn full() -> bool {
     std::env::var("KCACHE_FAULT_FULL").is_ok_and(|v| v == "1")
@@ -186,6 +192,83 @@ async fn drive(
     pace: Duration,
     stop: CancellationToken,
 ) -> DriverReport {
+    let mix = Mix {
+        min_live: 5,
+        create: 0.35,
+    };
+    let mut report = churn(&api, &prefix, mix, seed, ops, pace, &stop).await;
+    // keys, not names
+    report.deleted = report
+        .deleted
+        .iter()
+        .map(|name| format!("{ns}/{name}"))
+        .collect();
+    report
+}
+
+/// The operations of a churn driver on one kind of object.
+pub trait Churn {
+    /// Creates the object `name` (in operation `i`).
+    fn create(
+        &self,
+        name: &str,
+        i: u64,
+        rng: &mut StdRng,
+    ) -> impl Future<Output = kube::Result<()>> + Send;
+    /// Changes the object `name` (in operation `i`).
+    fn update(
+        &self,
+        name: &str,
+        i: u64,
+        rng: &mut StdRng,
+    ) -> impl Future<Output = kube::Result<()>> + Send;
+    /// Deletes the object `name`.
+    fn delete(&self, name: &str) -> impl Future<Output = kube::Result<()>> + Send;
+}
+
+impl Churn for Api<ConfigMap> {
+    async fn create(&self, name: &str, i: u64, _: &mut StdRng) -> kube::Result<()> {
+        let cm = config_map(name).data("v", &i.to_string()).build();
+        Api::create(self, &PostParams::default(), &cm)
+            .await
+            .map(|_| ())
+    }
+    async fn update(&self, name: &str, i: u64, _: &mut StdRng) -> kube::Result<()> {
+        let patch = Patch::Merge(json!({ "data": { "v": i.to_string() } }));
+        Api::patch(self, name, &PatchParams::default(), &patch)
+            .await
+            .map(|_| ())
+    }
+    async fn delete(&self, name: &str) -> kube::Result<()> {
+        Api::delete(self, name, &DeleteParams::default())
+            .await
+            .map(|_| ())
+    }
+}
+
+/// How a churn driver picks its operations.
+#[derive(Clone, Copy, Debug)]
+pub struct Mix {
+    /// While fewer objects live, it creates.
+    pub min_live: usize,
+    /// Otherwise it creates with this probability, updates up to 0.75
+    /// and deletes above.
+    pub create: f64,
+}
+
+/// Attempts `ops` seeded operations on `target` until `stop` is
+/// cancelled, each followed by a pause of 0 to `pace` (none if zero).
+/// Objects are named `<prefix><n>`; names are never reused, so a deleted
+/// object never comes back. The report's `deleted` holds names.
+pub async fn churn<C: Churn>(
+    target: &C,
+    prefix: &str,
+    mix: Mix,
+    seed: u64,
+    ops: u64,
+    pace: Duration,
+    stop: &CancellationToken,
+) -> DriverReport {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut live: Vec<String> = Vec::new();
     let mut next = 0u64;
@@ -195,38 +278,27 @@ async fn drive(
             break;
         }
         let roll: f64 = rng.random();
-        let res = if live.len() < 5 || roll < 0.35 {
+        let res = if live.len() < mix.min_live || roll < mix.create {
             let name = format!("{prefix}{next}");
             next += 1;
-            let r = api
-                .create(
-                    &PostParams::default(),
-                    &config_map(&name).data("v", &i.to_string()).build(),
-                )
-                .await;
+            let r = target.create(&name, i, &mut rng).await;
             if r.is_ok() {
                 live.push(name);
             }
-            r.map(|_| ())
+            r
         } else {
             let idx = rng.random_range(0..live.len());
             if roll < 0.75 {
-                api.patch(
-                    &live[idx],
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({ "data": { "v": i.to_string() } })),
-                )
-                .await
-                .map(|_| ())
+                target.update(&live[idx], i, &mut rng).await
             } else {
                 let name = live.swap_remove(idx);
-                let r = api.delete(&name, &DeleteParams::default()).await;
+                let r = target.delete(&name).await;
                 // a failed delete may still have happened: the final LIST
                 // is the truth; only successful deletes are listed here
                 if r.is_ok() {
-                    report.deleted.insert(format!("{ns}/{name}"));
+                    report.deleted.insert(name);
                 }
-                r.map(|_| ())
+                r
             }
         };
         match res {
