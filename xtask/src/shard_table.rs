@@ -66,17 +66,6 @@ struct Report {
     hwm_kib: u64,
 }
 
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn expected(members: &[String], me: &str) -> Option<ShardSelector> {
     let slots = ShardSlots::new(SHARD_SLOTS).ok()?;
     let view = View::new(members.iter().cloned());
@@ -128,7 +117,7 @@ pub fn replica(args: ReplicaArgs) -> anyhow::Result<()> {
                 foos: r.cached_foos().len(),
                 deployments: r.cached_deployments().len(),
                 bytes: r.bytes_received(),
-                hwm_kib: peak_rss_kib(),
+                hwm_kib: kcache_testing::proc_status_kib("VmHWM"),
             };
             println!("{}", serde_json::to_string(&report)?);
             tokio::select! {

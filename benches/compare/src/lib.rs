@@ -607,12 +607,4 @@ impl Report {
 }
 
 /// A field of `/proc/self/status` (`VmHWM`, `VmRSS`), in KiB; 0 if unknown.
-pub fn proc_status_kb(field: &str) -> u64 {
-    let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
-        return 0;
-    };
-    s.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
+pub use kcache_testing::proc_status_kib as proc_status_kb;

@@ -11,6 +11,7 @@
 //! - [`state`]: key -> resourceVersion maps of a server and a cache.
 //! - [`raw_http`]: one plain HTTP request, for kcache's own endpoints.
 //! - [`yaml_documents`]: the documents of a manifest file.
+//! - [`proc_status_kib`]: this process's RSS or peak RSS (`/proc/self/status`).
 //!
 //! It sits low in the dependency graph (kcache-core and kcache-envtest
 //! only), so the tests of every crate can use it without a cycle.
@@ -46,6 +47,24 @@ pub mod state;
 pub use eventually::{count_reaches, eventually, eventually_async, eventually_ok};
 
 use serde::Deserialize as _;
+
+/// A field of this process's `/proc/self/status` (`VmRSS`: resident set
+/// now, `VmHWM`: peak), in KiB; 0 where unknown (not Linux, no such field).
+///
+/// ```
+/// let rss = kcache_testing::proc_status_kib("VmRSS");
+/// assert!(cfg!(not(target_os = "linux")) || rss > 0);
+/// assert_eq!(kcache_testing::proc_status_kib("NoSuchField"), 0);
+/// ```
+pub fn proc_status_kib(field: &str) -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
 
 /// The documents of a multi-document YAML file (manifests), as JSON
 /// values, empty documents skipped. Panics naming the file if it cannot be

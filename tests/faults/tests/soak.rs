@@ -43,15 +43,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 }
 
 fn rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
+    kcache_testing::proc_status_kib("VmRSS") as f64 / 1024.0
 }
 
 /// Least-squares slope of (minutes, MB).
