@@ -16,14 +16,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::{StreamExt as _, TryStreamExt as _};
-use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{
     ListOptions, ShardField, ShardFilterMode, ShardSelector, SharedIndexInformer,
 };
+use kcache_testing::envtest::counting_client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::client::{ClientBuilder, DynBody};
 use kube::{Client, ResourceExt as _};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -51,29 +50,6 @@ impl Obj {
             _ => &self.namespace,
         }
     }
-}
-
-/// A client that counts the response body bytes it receives.
-fn counting_client(cp: &ControlPlane) -> (Client, Arc<AtomicU64>) {
-    let bytes = Arc::new(AtomicU64::new(0));
-    let b2 = bytes.clone();
-    let client = ClientBuilder::try_from(cp.config())
-        .unwrap()
-        .with_layer(&tower::util::MapResponseLayer::new(
-            move |resp: http::Response<Box<DynBody>>| {
-                let b3 = b2.clone();
-                resp.map(move |body| {
-                    Box::new(body.map_frame(move |f| {
-                        if let Some(d) = f.data_ref() {
-                            b3.fetch_add(d.len() as u64, Ordering::Relaxed);
-                        }
-                        f
-                    })) as Box<DynBody>
-                })
-            },
-        ))
-        .build();
-    (client, bytes)
 }
 
 /// The `i`-th namespace. The number comes first: FNV-1a carries a name's
@@ -151,7 +127,7 @@ impl Member {
         selector: Option<ShardSelector>,
         use_watch_list: bool,
     ) -> Member {
-        let (client, bytes) = counting_client(cp);
+        let (client, bytes) = counting_client(cp.config()).expect("a counting client");
         let informer = SharedIndexInformer::<ConfigMap>::builder(client)
             .list_options(ListOptions {
                 label_selector: Some(format!("{LABEL}={run}")),

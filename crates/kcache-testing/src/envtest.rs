@@ -6,10 +6,13 @@
 //! and returns an admin client: the set-up every envtest test starts with.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use http_body_util::BodyExt as _;
 
 use kcache_envtest::ControlPlane;
 use kube::Client;
-use kube::client::ClientBuilder;
+use kube::client::{ClientBuilder, DynBody};
 use parking_lot::Mutex;
 
 /// A fresh namespace on the shared control plane.
@@ -79,6 +82,29 @@ pub fn client_with_request_hook(
             },
         ))
         .build()
+}
+
+/// A client for `config` that counts the response body bytes it receives
+/// (what a sharded replica's share of the traffic is measured in).
+pub fn counting_client(config: kube::Config) -> Result<(Client, Arc<AtomicU64>), kube::Error> {
+    let bytes = Arc::new(AtomicU64::new(0));
+    let counter = bytes.clone();
+    let client = ClientBuilder::try_from(config)?
+        .with_layer(&tower::util::MapResponseLayer::new(
+            move |resp: http::Response<Box<DynBody>>| {
+                let counter = counter.clone();
+                resp.map(move |body| {
+                    Box::new(body.map_frame(move |f| {
+                        if let Some(d) = f.data_ref() {
+                            counter.fetch_add(d.len() as u64, Ordering::Relaxed);
+                        }
+                        f
+                    })) as Box<DynBody>
+                })
+            },
+        ))
+        .build();
+    Ok((client, bytes))
 }
 
 /// A client for `config` that records every request it sends (`METHOD URI`).

@@ -7,13 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use http_body_util::BodyExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use kcache_controller::lease::shard::Shard;
 use kcache_controller::{Config, KubeMembershipStore, Reconciler, ShardConfig, ShardField};
 use kcache_informer::SharedInformerFactory;
-use kube::Client;
-use kube::client::{ClientBuilder, DynBody};
 
 use crate::{Context, Foo, Running, build_controller};
 
@@ -127,27 +124,8 @@ impl Replica {
     }
 }
 
-/// A client for `config` that counts the response body bytes it receives.
-pub fn counting_client(config: kube::Config) -> Result<(Client, Arc<AtomicU64>), kube::Error> {
-    let bytes = Arc::new(AtomicU64::new(0));
-    let counter = bytes.clone();
-    let client = ClientBuilder::try_from(config)?
-        .with_layer(&tower::util::MapResponseLayer::new(
-            move |resp: http::Response<Box<DynBody>>| {
-                let counter = counter.clone();
-                resp.map(move |body| {
-                    Box::new(body.map_frame(move |f| {
-                        if let Some(d) = f.data_ref() {
-                            counter.fetch_add(d.len() as u64, Ordering::Relaxed);
-                        }
-                        f
-                    })) as Box<DynBody>
-                })
-            },
-        ))
-        .build();
-    Ok((client, bytes))
-}
+/// A client that counts the response body bytes it receives (kcache-testing's).
+pub use kcache_testing::envtest::counting_client;
 
 /// Starts a replica of the Foo controller on `kube_config` (its own
 /// client, counting bytes), reconciling with `reconciler` (e.g.
