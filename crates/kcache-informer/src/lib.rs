@@ -103,6 +103,7 @@
 // badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod background_compression;
 mod error;
 mod factory;
 #[cfg(feature = "fuzzing")]
@@ -117,6 +118,7 @@ mod processor;
 mod prometheus;
 pub mod snapshot;
 
+pub use background_compression::{BackgroundCompression, BackgroundCompressionStats};
 pub use error::InformerError;
 pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};
 pub use handler::{FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs};
