@@ -58,6 +58,16 @@
 //! `PrometheusMetricsProvider` and re-exports the reflector's as
 //! `PrometheusReflectorMetricsProvider`.
 //!
+//! # Background compression
+//!
+//! By default an informer keeps objects as received while they change,
+//! and LZ4-compresses those not written for 30 s in a background task
+//! (the hot set stays plain, the quiet bulk takes about a third of the
+//! memory); readers see the same values and handlers no event. Tune it or
+//! turn it off with [`BackgroundCompression`] on the builder or the
+//! factory; [`SharedIndexInformer::background_compression_stats`] reports
+//! its work. See [`background_compression`].
+//!
 //! # Warm restarts
 //!
 //! With [`SnapshotOptions`], an informer persists its cache (every few
