@@ -7,6 +7,7 @@
 //! then counts `--expect-updates` updates, speaking the line protocol of
 //! [`kcache_bench_compare::real`].
 
+use std::alloc::System;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -16,10 +17,25 @@ use k8s_openapi::api::core::v1::Pod;
 use kcache_bench_compare::real::{
     Meter, SyncArgs, emit, stop_requested, unix_micros, write_watch_log,
 };
-use kcache_bench_compare::{END_MARKER, Report, proc_status_kb};
+use kcache_bench_compare::{END_MARKER, Report, proc_cpu_secs, proc_status_kb};
 use kcache_core::{Compression, ObjectOptions};
-use kcache_informer::{ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer};
+use kcache_informer::{
+    BackgroundCompression, ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer,
+};
 use kcache_workqueue::WorkQueue;
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+
+/// Counts heap bytes live: the steady memory by the allocator's numbers,
+/// next to RSS (which also holds freed pages the allocator keeps).
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Heap bytes allocated and not yet freed.
+fn heap_live_bytes() -> u64 {
+    let s = GLOBAL.stats();
+    (s.bytes_allocated + s.bytes_reallocated.max(0) as usize)
+        .saturating_sub(s.bytes_deallocated + (-s.bytes_reallocated.min(0)) as usize) as u64
+}
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -63,6 +79,14 @@ struct Args {
     /// Milliseconds to wait before reading the steady-state RSS.
     #[arg(long, default_value_t = 1000)]
     settle_ms: u64,
+    /// Background compression of quiet objects (the informer default: on).
+    #[arg(long, value_enum, default_value = "on")]
+    background_compression: OnOff,
+    /// With background compression on and `--settle-ms` above 0: first
+    /// wait its quiet time x 1.25 and one more round over the cache (every
+    /// object of the list is then compressed), then settle and sample.
+    #[arg(long)]
+    wait_compressed: bool,
     /// Workqueue: number of distinct keys.
     #[arg(long, default_value_t = 1_000_000)]
     keys: usize,
@@ -79,6 +103,15 @@ struct Args {
     /// or `json`.
     #[arg(long, value_enum, default_value = "auto")]
     wire_format: WireFormat,
+}
+
+/// `on` or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -117,6 +150,10 @@ fn pod_informer(
     wire_format::apply(&mut opts, args.wire_format);
     SharedIndexInformer::<Pod>::builder(client)
         .list_options(opts)
+        .background_compression(match args.background_compression {
+            OnOff::On => BackgroundCompression::default(),
+            OnOff::Off => BackgroundCompression::off(),
+        })
         .build()
 }
 
@@ -146,6 +183,7 @@ impl Run {
 async fn ingest(args: &Args) -> anyhow::Result<Report> {
     let client = kube::Client::try_default().await?;
     let baseline = proc_status_kb("VmRSS");
+    let baseline_heap = heap_live_bytes();
     let informer = pod_informer(client, args, false);
     let events = Arc::new(AtomicU64::new(0));
     let end = Arc::new(Notify::new());
@@ -169,9 +207,28 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
     let run = Run::start(&informer);
     end.notified().await;
     let secs = start.elapsed().as_secs_f64();
+    let cpu_secs = proc_cpu_secs();
     let n = events.load(Ordering::Relaxed);
+    let waited = Instant::now();
+    let bg = informer.background_compression().clone();
+    if args.wait_compressed && bg.is_enabled() && args.settle_ms > 0 {
+        wait_compressed(&informer, &bg).await;
+    }
+    let waited_secs = waited.elapsed().as_secs_f64();
     let settle = Duration::from_millis(args.settle_ms);
     let mut report = Report::ingest("kcache", n, secs, baseline, settle).await;
+    report.heap_live_bytes = heap_live_bytes();
+    report.baseline_heap_bytes = baseline_heap;
+    report.cpu_secs = cpu_secs;
+    report.cpu_total_secs = proc_cpu_secs();
+    report.waited_secs = waited_secs;
+    report.background_compression = bg.is_enabled();
+    let stats = informer.background_compression_stats();
+    report.bg_compressed = stats.compressed;
+    report.bg_bytes_before = stats.bytes_before;
+    report.bg_bytes_after = stats.bytes_after;
+    report.bg_busy_secs = stats.busy.as_secs_f64();
+    report.decompressions = kcache_core::decompressions();
     report.cached = informer.indexer().len();
     report.object_heap_bytes = informer
         .indexer()
@@ -181,6 +238,24 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
         .sum();
     run.stop().await;
     Ok(report)
+}
+
+/// Waits background compression's quiet time x 1.25 after the last
+/// write (the end marker), then until one more round over the cache has
+/// ended: every object of the list has then been compressed (or kept
+/// plain for lack of gain). Bounded: at most 4 more quiet times.
+async fn wait_compressed(informer: &SharedIndexInformer<Pod>, bg: &BackgroundCompression) {
+    tokio::time::sleep(bg.quiet() * 5 / 4).await;
+    let rounds = informer.background_compression_stats().rounds;
+    let deadline = Instant::now() + bg.quiet() * 4;
+    while informer.background_compression_stats().rounds == rounds && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "kcache-client: waited for background compression (quiet {:?}): {:?}",
+        bg.quiet(),
+        informer.background_compression_stats()
+    );
 }
 
 /// Scenario `sync` against the real apiserver: see the module doc.
