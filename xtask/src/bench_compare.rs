@@ -1064,6 +1064,12 @@ fn background_compression_summary(
     let rss = |r: &Report| per_pod_kib(r, s.pods);
     let heap =
         |r: &Report| r.heap_live_bytes.saturating_sub(r.baseline_heap_bytes) as f64 / pods / 1024.0;
+    // what kcache receives (the replay server serves protobuf, as the
+    // apiserver does), with managedFields
+    let proto_kib = res.server["avg_pod_bytes_protobuf"]
+        .as_f64()
+        .unwrap_or(f64::NAN)
+        / 1024.0;
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -1072,8 +1078,8 @@ fn background_compression_summary(
          heap = live bytes by the kcache client's counting allocator, less those before the informer started):\n",
         kc(&res.memory, &|r| r.waited_secs)
     );
-    t.push_str("| per cached Pod | default (on) | off | on / off | on / client-go RSS | on / JSON received |\n");
-    t.push_str("|---|---:|---:|---:|---:|---:|\n");
+    t.push_str("| per cached Pod | default (on) | off | on / off | on / client-go RSS | on / the Pod's JSON | on / protobuf received |\n");
+    t.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
     for (name, on, off, go, json) in [
         (
             "(b) RSS",
@@ -1108,10 +1114,11 @@ fn background_compression_summary(
         let (a, b) = (kc(on, f), kc(off, f));
         let _ = writeln!(
             t,
-            "| {name} | {a:.2} KiB | {b:.2} KiB | {} | {} | {} |",
+            "| {name} | {a:.2} KiB | {b:.2} KiB | {} | {} | {} | {} |",
             ratio(a, b),
             ratio(a, go),
-            ratio(a, json)
+            ratio(a, json),
+            ratio(a, proto_kib)
         );
     }
     let rate = |r: &Report| r.events_per_sec;
@@ -1126,14 +1133,14 @@ fn background_compression_summary(
     let (ca, cb) = (kc(&res.ingest, &cpu_us), kc(&res.ingest_bg_off, &cpu_us));
     let _ = writeln!(
         t,
-        "| (a) ingest, events/s | {}/s | {}/s | {} | | |",
+        "| (a) ingest, events/s | {}/s | {}/s | {} | | | |",
         fmt_rate(ra),
         fmt_rate(rb),
         ratio(ra, rb)
     );
     let _ = writeln!(
         t,
-        "| (a) client CPU per event (start to end marker) | {ca:.2} µs | {cb:.2} µs | {} | | |",
+        "| (a) client CPU per event (start to end marker) | {ca:.2} µs | {cb:.2} µs | {} | | | |",
         ratio(ca, cb)
     );
     let compressed = kc(&res.memory, &|r| r.bg_compressed as f64);

@@ -24,20 +24,21 @@ use kcache_informer::{
 };
 use kcache_workqueue::WorkQueue;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// Counts heap bytes live: the steady memory by the allocator's numbers,
 /// next to RSS (which also holds freed pages the allocator keeps).
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
-/// Heap bytes allocated and not yet freed.
+/// Heap bytes allocated and not yet freed (`stats_alloc` counts a
+/// realloc's growth in `bytes_allocated` and its shrink in
+/// `bytes_deallocated` already).
 fn heap_live_bytes() -> u64 {
     let s = GLOBAL.stats();
-    (s.bytes_allocated + s.bytes_reallocated.max(0) as usize)
-        .saturating_sub(s.bytes_deallocated + (-s.bytes_reallocated.min(0)) as usize) as u64
+    s.bytes_allocated.saturating_sub(s.bytes_deallocated) as u64
 }
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 /// `--wire-format`: what the informer asks the apiserver for.
 mod wire_format {
