@@ -106,6 +106,24 @@ struct Report {
     cached: usize,
     #[serde(default)]
     object_heap_bytes: u64,
+    /// kcache: heap bytes live at the steady sample (counting allocator).
+    #[serde(default)]
+    heap_live_bytes: u64,
+    /// kcache: heap bytes live before the informer started.
+    #[serde(default)]
+    baseline_heap_bytes: u64,
+    /// kcache: CPU seconds from start to the end marker.
+    #[serde(default)]
+    cpu_secs: f64,
+    /// kcache: seconds waited for background compression before sampling.
+    #[serde(default)]
+    waited_secs: f64,
+    /// kcache: objects compressed in the background before the sample.
+    #[serde(default)]
+    bg_compressed: u64,
+    /// kcache: time background compression spent, seconds.
+    #[serde(default)]
+    bg_busy_secs: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -311,6 +329,11 @@ struct Results {
     /// kcache only, with its opt-in LZ4-compressed cache.
     memory_compressed: Vec<Report>,
     memory_compressed_stripped: Vec<Report>,
+    /// kcache only, with background compression off (the default runs,
+    /// in `ingest` and `memory`, have it on).
+    ingest_bg_off: Vec<Report>,
+    memory_bg_off: Vec<Report>,
+    memory_bg_off_stripped: Vec<Report>,
     relist: Vec<Report>,
     workqueue_1: Vec<Report>,
     workqueue_8: Vec<Report>,
@@ -392,7 +415,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         ..Results::default()
     };
     let total =
-        1 + 3 * s.reps + 3 * 3 * s.mem_reps + 2 * s.mem_reps + 2 * 2 * s.reps + 2 * s.mem_reps;
+        1 + 4 * s.reps + 3 * 3 * s.mem_reps + 2 * 2 * s.mem_reps + 2 * 2 * s.reps + 2 * s.mem_reps;
     let mut p = Progress {
         done: 0,
         total,
@@ -442,6 +465,17 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
                 p.tick(&format!("(a) ingest {} #{}", c.name(), rep + 1), &r, "");
                 res.ingest.push(r);
             }
+            // the same kcache build with background compression off
+            let mut cmd = bins.command(Impl::Kcache);
+            cmd.env("KUBECONFIG", &server.kubeconfig).args([
+                "--settle-ms",
+                "0",
+                "--background-compression",
+                "off",
+            ]);
+            let r = run_client(cmd, s.timeout, &log)?;
+            p.tick(&format!("(a) ingest kcache bg off #{}", rep + 1), &r, "");
+            res.ingest_bg_off.push(r);
         }
     }
     // (b) steady-state memory, without and with the transform.
@@ -454,6 +488,12 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
                     cmd.env("KUBECONFIG", &server.kubeconfig);
                     if strip {
                         cmd.arg(flag(c, "strip-managed-fields", None));
+                    }
+                    if c == Impl::Kcache {
+                        // the default settings' steady memory: sampled once
+                        // background compression has compressed the quiet
+                        // objects (its quiet time x 1.25 and one round)
+                        cmd.arg("--wait-compressed");
                     }
                     let r = run_client(cmd, s.timeout, &log)?;
                     let per = per_pod_kib(&r, s.pods);
@@ -470,9 +510,33 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
                         res.memory.push(r);
                     }
                 }
+                // kcache again with background compression off
+                let mut cmd = bins.command(Impl::Kcache);
+                cmd.env("KUBECONFIG", &server.kubeconfig)
+                    .args(["--background-compression", "off"]);
+                if strip {
+                    cmd.arg("--strip-managed-fields");
+                }
+                let r = run_client(cmd, s.timeout, &log)?;
+                let per = per_pod_kib(&r, s.pods);
+                let what = format!(
+                    "(b) memory{} kcache bg off #{}",
+                    if strip { " stripped" } else { "" },
+                    rep + 1
+                );
+                p.tick(&what, &r, &format!("  {per:.2} KiB/Pod"));
+                if strip {
+                    res.memory_bg_off_stripped.push(r);
+                } else {
+                    res.memory_bg_off.push(r);
+                }
                 // kcache again with its opt-in compressed cache
                 let mut cmd = bins.command(Impl::Kcache);
-                cmd.env("KUBECONFIG", &server.kubeconfig).arg("--compress");
+                cmd.env("KUBECONFIG", &server.kubeconfig).args([
+                    "--compress",
+                    "--background-compression",
+                    "off",
+                ]);
                 if strip {
                     cmd.arg("--strip-managed-fields");
                 }
@@ -849,7 +913,10 @@ fn markdown(res: &Results, s: &Settings) -> String {
             .collect()
     };
     let per_pod_rows = [
-        ("(b) steady RSS per cached Pod", res.memory.clone()),
+        (
+            "(b) steady RSS per cached Pod (kcache: default, background compression, sampled after its quiet time)",
+            res.memory.clone(),
+        ),
         (
             "(b) same, managedFields stripped",
             res.memory_stripped.clone(),
@@ -867,6 +934,19 @@ fn markdown(res: &Results, s: &Settings) -> String {
         let per_pod = |r: &Report| per_pod_kib(r, pods);
         row(&mut t, name, &runs, &per_pod, &kibf, "≤ 0.25x both")
     });
+    for (name, runs) in [
+        (
+            "(b) kcache with background compression off",
+            with_compressed(&res.memory_bg_off, &res.memory),
+        ),
+        (
+            "(b) same, managedFields stripped",
+            with_compressed(&res.memory_bg_off_stripped, &res.memory_stripped),
+        ),
+    ] {
+        let per_pod = |r: &Report| per_pod_kib(r, pods);
+        row(&mut t, name, &runs, &per_pod, &kibf, "");
+    }
     // the medians per client, as in the rows
     let steady = row(
         &mut t,
@@ -925,6 +1005,13 @@ fn markdown(res: &Results, s: &Settings) -> String {
         heap / json_kib,
         heap_stripped / json_stripped_kib
     );
+    t.push_str(&background_compression_summary(
+        res,
+        s,
+        json_kib,
+        json_stripped_kib,
+        [b[2], bs[2]],
+    ));
     let c = &res.ceiling;
     let _ = writeln!(
         t,
@@ -957,6 +1044,119 @@ fn markdown(res: &Results, s: &Settings) -> String {
         let _ = write!(t, " {k}: {v};");
     }
     t.push('\n');
+    t
+}
+
+/// Issue 20's figures for background compression: kcache's default
+/// (on) against the same build with it off, per cached Pod by RSS and by
+/// the allocator's count of live heap bytes, against client-go and the
+/// JSON received; ingest rate and CPU per event, on and off.
+fn background_compression_summary(
+    res: &Results,
+    s: &Settings,
+    json_kib: f64,
+    json_stripped_kib: f64,
+    client_go_kib: [f64; 2],
+) -> String {
+    let pods = s.pods.max(1) as f64;
+    let kc = |runs: &[Report], f: &dyn Fn(&Report) -> f64| {
+        median(
+            runs.iter()
+                .filter(|r| r.client == "kcache")
+                .map(f)
+                .collect(),
+        )
+    };
+    let rss = |r: &Report| per_pod_kib(r, s.pods);
+    let heap =
+        |r: &Report| r.heap_live_bytes.saturating_sub(r.baseline_heap_bytes) as f64 / pods / 1024.0;
+    // what kcache receives (the replay server serves protobuf, as the
+    // apiserver does), with managedFields
+    let proto_kib = res.server["avg_pod_bytes_protobuf"]
+        .as_f64()
+        .unwrap_or(f64::NAN)
+        / 1024.0;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "\nBackground compression (issue 20; kcache's default: objects quiet for 30 s are LZ4-compressed; \
+         the default runs of (b) wait its quiet time x 1.25 and one round, median {:.0} s, before the steady sample; \
+         heap = live bytes by the kcache client's counting allocator, less those before the informer started):\n",
+        kc(&res.memory, &|r| r.waited_secs)
+    );
+    t.push_str("| per cached Pod | default (on) | off | on / off | on / client-go RSS | on / the Pod's JSON | on / protobuf received |\n");
+    t.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+    for (name, on, off, go, json) in [
+        (
+            "(b) RSS",
+            &res.memory,
+            &res.memory_bg_off,
+            client_go_kib[0],
+            json_kib,
+        ),
+        (
+            "(b) heap (allocator)",
+            &res.memory,
+            &res.memory_bg_off,
+            client_go_kib[0],
+            json_kib,
+        ),
+        (
+            "(b) RSS, managedFields stripped",
+            &res.memory_stripped,
+            &res.memory_bg_off_stripped,
+            client_go_kib[1],
+            json_stripped_kib,
+        ),
+        (
+            "(b) heap (allocator), stripped",
+            &res.memory_stripped,
+            &res.memory_bg_off_stripped,
+            client_go_kib[1],
+            json_stripped_kib,
+        ),
+    ] {
+        let f: &dyn Fn(&Report) -> f64 = if name.contains("heap") { &heap } else { &rss };
+        let (a, b) = (kc(on, f), kc(off, f));
+        let _ = writeln!(
+            t,
+            "| {name} | {a:.2} KiB | {b:.2} KiB | {} | {} | {} | {} |",
+            ratio(a, b),
+            ratio(a, go),
+            ratio(a, json),
+            ratio(a, proto_kib)
+        );
+    }
+    let rate = |r: &Report| r.events_per_sec;
+    let cpu_us = |r: &Report| {
+        if r.events > 0 && r.cpu_secs > 0.0 {
+            r.cpu_secs / r.events as f64 * 1e6
+        } else {
+            f64::NAN
+        }
+    };
+    let (ra, rb) = (kc(&res.ingest, &rate), kc(&res.ingest_bg_off, &rate));
+    let (ca, cb) = (kc(&res.ingest, &cpu_us), kc(&res.ingest_bg_off, &cpu_us));
+    let _ = writeln!(
+        t,
+        "| (a) ingest, events/s | {}/s | {}/s | {} | | | |",
+        fmt_rate(ra),
+        fmt_rate(rb),
+        ratio(ra, rb)
+    );
+    let _ = writeln!(
+        t,
+        "| (a) client CPU per event (start to end marker) | {ca:.2} µs | {cb:.2} µs | {} | | | |",
+        ratio(ca, cb)
+    );
+    let compressed = kc(&res.memory, &|r| r.bg_compressed as f64);
+    let busy = kc(&res.memory, &|r| r.bg_busy_secs);
+    let _ = writeln!(
+        t,
+        "\nBackground compression's work in (b): {compressed:.0} objects compressed in {:.0} ms ({:.2} µs per object, on a runtime thread, after ingest).",
+        busy * 1e3,
+        busy / compressed.max(1.0) * 1e6
+    );
     t
 }
 
@@ -1149,6 +1349,7 @@ mod tests {
             baseline_rss_kb: 1024,
             cached: 10,
             object_heap_bytes: 10 * 4096,
+            ..Report::default()
         };
         let runs: Vec<Report> = CLIENTS.iter().map(|&c| mk(c, 100.0)).collect();
         let res = Results {

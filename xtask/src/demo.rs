@@ -316,6 +316,26 @@ async fn demo(timeout: Duration) -> anyhow::Result<()> {
         }
     }
 
+    // issue 20: what background compression did, and how often anything
+    // (handlers, reconcilers, listers) had to decompress an object
+    let (foos, deployments) = (
+        running.factory.informer::<Foo>(),
+        running.factory.informer::<Deployment>(),
+    );
+    let (f, d) = (
+        foos.background_compression_stats(),
+        deployments.background_compression_stats(),
+    );
+    println!(
+        "\nBackground compression (quiet for {:?}): Foos {} of {} cached objects compressed, Deployments {} of {}; decompressions by handlers and reconcilers: {}",
+        foos.background_compression().quiet(),
+        f.compressed,
+        foos.indexer().len(),
+        d.compressed,
+        deployments.indexer().len(),
+        kcache_core::decompressions()
+    );
+
     println!();
     running.stop().await?;
     clock.say("controllers stopped (graceful shutdown, queue drained, informers stopped)");

@@ -577,6 +577,44 @@ pub struct Report {
     /// (kcache only: `CachedObject::heap_size`), 0 if unknown.
     #[serde(default)]
     pub object_heap_bytes: u64,
+    /// Heap bytes live (allocated and not freed) when the steady RSS was
+    /// read, by the client's counting global allocator (kcache only), 0 if
+    /// unknown.
+    #[serde(default)]
+    pub heap_live_bytes: u64,
+    /// Heap bytes live before the informer started (kcache only).
+    #[serde(default)]
+    pub baseline_heap_bytes: u64,
+    /// CPU time (user + system) of the client from start to the end
+    /// marker, seconds (kcache only), 0 if unknown.
+    #[serde(default)]
+    pub cpu_secs: f64,
+    /// CPU time when the steady RSS was read (after any wait), seconds.
+    #[serde(default)]
+    pub cpu_total_secs: f64,
+    /// Seconds waited after the end marker for background compression
+    /// (its quiet time and one round), before the steady sample.
+    #[serde(default)]
+    pub waited_secs: f64,
+    /// Whether background compression was on (kcache only).
+    #[serde(default)]
+    pub background_compression: bool,
+    /// Objects background compression compressed before the steady sample.
+    #[serde(default)]
+    pub bg_compressed: u64,
+    /// Their stored bytes before and after compression.
+    #[serde(default)]
+    pub bg_bytes_before: u64,
+    /// See `bg_bytes_before`.
+    #[serde(default)]
+    pub bg_bytes_after: u64,
+    /// Time background compression spent compressing, seconds.
+    #[serde(default)]
+    pub bg_busy_secs: f64,
+    /// Decompressions of compressed objects in the process
+    /// (`kcache_core::decompressions`).
+    #[serde(default)]
+    pub decompressions: u64,
 }
 
 impl Report {
@@ -604,6 +642,22 @@ impl Report {
             ..Report::default()
         }
     }
+}
+
+/// CPU time (user + system) of this process so far, seconds, from
+/// `/proc/self/stat` (in USER_HZ, 100 per second on Linux); 0 if unknown.
+pub fn proc_cpu_secs() -> f64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // fields after the command name (which may hold spaces) in parentheses
+    let Some(rest) = s.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) as f64 / 100.0
 }
 
 /// A field of `/proc/self/status` (`VmHWM`, `VmRSS`), in KiB; 0 if unknown.

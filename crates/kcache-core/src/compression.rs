@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -19,6 +20,42 @@ use crate::object::ObjectError;
 
 /// JSON shorter than this is never compressed (nor used as a dictionary).
 const MIN_COMPRESS_LEN: usize = 64;
+
+/// Compressed objects decompressed so far, by every thread.
+static DECOMPRESSIONS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times a compressed [`CachedObject`](crate::CachedObject) has
+/// been decompressed in this process (by a [`decode`](crate::CachedObject::decode),
+/// [`json`](crate::CachedObject::json), [`encoded`](crate::CachedObject::encoded),
+/// a comparison of a compressed with a plain object...), by every thread,
+/// since the process started.
+///
+/// One relaxed atomic increment per decompression: read it before and
+/// after a piece of work to see how often handlers, listers or reconcilers
+/// paid for a decompression (see the informer's background compression).
+pub fn decompressions() -> u64 {
+    DECOMPRESSIONS.load(Ordering::Relaxed)
+}
+
+/// Compresses `bytes` against `dict` when it saves space (the compressed
+/// form is at most 7/8 of the input); `None` otherwise.
+pub(crate) fn compress_with(dict: &CompressionDictionary, bytes: &[u8]) -> Option<Payload> {
+    if bytes.len() < MIN_COMPRESS_LEN {
+        return None;
+    }
+    let len = u32::try_from(bytes.len()).ok()?;
+    // Never panics: the output buffer is sized for the worst case and the
+    // dictionary is at most the 64 KiB window.
+    let data = lz4_flex::block::compress_with_dict(bytes, dict.as_bytes());
+    if data.len() > bytes.len() - bytes.len() / 8 {
+        return None;
+    }
+    Some(Payload::Lz4(Lz4Payload {
+        data: Bytes::from(data.into_boxed_slice()),
+        len,
+        dict: dict.clone(),
+    }))
+}
 
 /// A dictionary for LZ4 compression: a sample of JSON that compressed objects
 /// refer back into.
@@ -140,21 +177,10 @@ impl Compression {
         if json.len() < MIN_COMPRESS_LEN {
             return None;
         }
-        let len = u32::try_from(json.len()).ok()?;
         let dict = state
             .dictionary
             .get_or_init(|| CompressionDictionary::new(json));
-        // Never panics: the output buffer is sized for the worst case and
-        // the dictionary is at most the 64 KiB window.
-        let data = lz4_flex::block::compress_with_dict(json, dict.as_bytes());
-        if data.len() > json.len() - json.len() / 8 {
-            return None;
-        }
-        Some(Payload::Lz4(Lz4Payload {
-            data: Bytes::from(data.into_boxed_slice()),
-            len,
-            dict: dict.clone(),
-        }))
+        compress_with(dict, json)
     }
 }
 
@@ -280,6 +306,7 @@ impl Payload {
 
 impl Lz4Payload {
     fn decompress_into(&self, out: &mut Vec<u8>) -> Result<(), ObjectError> {
+        DECOMPRESSIONS.fetch_add(1, Ordering::Relaxed);
         let len = self.len as usize;
         out.clear();
         out.resize(len, 0);

@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use kcache_core::{
     BoxError, CachedObject, KeyError, KeyFunc, KeyListerGetter, ObjectOrTombstone, ReflectorStore,
@@ -40,6 +41,37 @@ type Values = Box<[Box<[String]>]>;
 struct Entry<K> {
     obj: CachedObject<K>,
     values: Values,
+    /// The store's [epoch](Indexer::epoch) when `obj` was written, or
+    /// [`SETTLED`].
+    epoch: u32,
+}
+
+/// The epoch of an entry that background compression need not look at
+/// again: its object is compressed, or does not shrink.
+const SETTLED: u32 = u32::MAX;
+
+/// What [`Indexer::quiet_objects`] found in one bounded scan.
+#[derive(Debug)]
+pub struct QuietScan<K> {
+    /// The quiet objects found, with the keys they are stored under.
+    pub objects: Vec<(Arc<str>, CachedObject<K>)>,
+    /// Where the next scan of this round starts; `None` once the scan
+    /// reached the end of the store.
+    pub next: Option<usize>,
+}
+
+/// One object to swap for its twin in [`Indexer::swap_if_same`].
+#[derive(Debug)]
+pub struct Swap<K> {
+    /// The key the object is stored under (as [`QuietScan`] gives it).
+    pub key: Arc<str>,
+    /// The object the store must still hold under `key`: the very same
+    /// allocation ([`CachedObject::ptr_eq`]), not merely an equal object.
+    pub expected: CachedObject<K>,
+    /// What replaces it: an object with the same key, metadata and bytes
+    /// (e.g. [`CachedObject::compressed_with`]); `None` leaves `expected`
+    /// in place and marks it settled (not worth compressing).
+    pub twin: Option<CachedObject<K>>,
 }
 
 struct Slot<K> {
@@ -107,12 +139,21 @@ impl<K> State<K> {
 
     /// Inserts or replaces `key`, returning the entry it replaced (for the
     /// caller to drop after releasing the lock).
-    fn put(&mut self, key: &str, obj: CachedObject<K>, values: Values) -> Option<Entry<K>> {
+    fn put(
+        &mut self,
+        key: &str,
+        obj: CachedObject<K>,
+        values: Values,
+        epoch: u32,
+    ) -> Option<Entry<K>> {
         let State { items, slots, .. } = self;
-        let (arc_key, old_values) = match items.get_key_value(key) {
-            Some((k, e)) => (k.clone(), Some(&e.values)),
-            None => (Arc::from(key), None),
+        let (arc_key, old_values, epoch) = match items.get_key_value(key) {
+            // the same object again (a resync): it was not changed
+            Some((k, e)) if e.obj.ptr_eq(&obj) => (k.clone(), Some(&e.values), e.epoch),
+            Some((k, e)) => (k.clone(), Some(&e.values), epoch),
+            None => (Arc::from(key), None, epoch),
         };
+        let epoch = if obj.is_compressed() { SETTLED } else { epoch };
         for (i, slot) in slots.iter_mut().enumerate() {
             let new_vals = &values[i];
             let old_vals: &[String] = old_values.map_or(&[], |v| &v[i]);
@@ -137,7 +178,7 @@ impl<K> State<K> {
                 }
             }
         }
-        items.insert(arc_key, Entry { obj, values })
+        items.insert(arc_key, Entry { obj, values, epoch })
     }
 
     fn remove(&mut self, key: &str) -> Option<Entry<K>> {
@@ -228,6 +269,8 @@ fn store_err(e: IndexError) -> StoreError {
 pub struct Indexer<K> {
     state: RwLock<State<K>>,
     key_func: Arc<dyn KeyFunc<K>>,
+    /// Stamped on every object written (see [`Indexer::epoch`]).
+    epoch: AtomicU32,
 }
 
 impl<K: 'static> Default for Indexer<K> {
@@ -254,6 +297,7 @@ impl<K> Indexer<K> {
         Indexer {
             state: RwLock::new(State::empty(defs)),
             key_func,
+            epoch: AtomicU32::new(0),
         }
     }
 
@@ -274,7 +318,7 @@ impl<K> Indexer<K> {
         let values = st.compute(&obj, &key).map_err(store_err)?;
         let mut st = RwLockUpgradableReadGuard::upgrade(st);
         st.set_rv(&obj);
-        let old = st.put(&key, obj, values);
+        let old = st.put(&key, obj, values, self.epoch());
         drop(st);
         drop(old);
         Ok(())
@@ -348,10 +392,16 @@ impl<K> Indexer<K> {
         let st = self.state.upgradable_read();
         let mut next = State::empty(st.defs());
         next.items.reserve(items.len());
+        let epoch = self.epoch();
         for obj in items {
             let key = self.key_func.key(&obj)?;
             let values = next.compute(&obj, &key).map_err(store_err)?;
-            next.put(&key, obj, values);
+            let epoch = match st.items.get(key.as_str()) {
+                // unchanged by the relist: as quiet as before
+                Some(e) if e.obj.ptr_eq(&obj) => e.epoch,
+                _ => epoch,
+            };
+            next.put(&key, obj, values, epoch);
         }
         next.rv = resource_version.into();
         let mut st = RwLockUpgradableReadGuard::upgrade(st);
@@ -461,13 +511,102 @@ impl<K> Indexer<K> {
             for slot in &next.slots[old_len..] {
                 values.push(compute_one(slot, &e.obj, key)?);
             }
-            next.put(key, e.obj.clone(), values.into());
+            next.put(key, e.obj.clone(), values.into(), e.epoch);
         }
         let mut st = RwLockUpgradableReadGuard::upgrade(cur);
         let old = std::mem::replace(&mut *st, next);
         drop(st);
         drop(old);
         Ok(())
+    }
+
+    /// The store's write epoch: a counter that only
+    /// [`advance_epoch`](Self::advance_epoch) moves (nothing else does), stamped
+    /// on every object written (added, updated, replaced) so that
+    /// [`quiet_objects`](Self::quiet_objects) can find the objects not
+    /// written since a given epoch. An informer's background compression
+    /// advances it on each of its ticks; without one it stays 0.
+    pub fn epoch(&self) -> u32 {
+        self.epoch.load(Ordering::Relaxed)
+    }
+
+    /// Moves the [epoch](Self::epoch) on by one and returns the new value
+    /// (it stops short of `u32::MAX`: at one tick a second, in 136 years).
+    pub fn advance_epoch(&self) -> u32 {
+        let next = self.epoch().saturating_add(1).min(SETTLED - 1);
+        self.epoch.store(next, Ordering::Relaxed);
+        next
+    }
+
+    /// Up to `max_scan` stored objects, from position `from` of the
+    /// store's (unspecified, but stable while nothing is added or removed)
+    /// order, and of those the plain objects last written at or before
+    /// epoch `written_by` (not compressed, not marked settled by
+    /// [`swap_if_same`](Self::swap_if_same)). Holds the read lock for that
+    /// one bounded scan; a round over the store is a series of scans
+    /// following [`QuietScan::next`]. Writes between two scans may make a
+    /// round skip or repeat a few objects: the next round finds them.
+    pub fn quiet_objects(&self, written_by: u32, from: usize, max_scan: usize) -> QuietScan<K> {
+        let st = self.state.read();
+        let mut objects = Vec::new();
+        let mut scanned = 0;
+        for (k, e) in st.items.iter().skip(from).take(max_scan) {
+            scanned += 1;
+            if e.epoch <= written_by {
+                objects.push((k.clone(), e.obj.clone()));
+            }
+        }
+        let end = from + scanned;
+        QuietScan {
+            objects,
+            next: (scanned == max_scan && end < st.items.len()).then_some(end),
+        }
+    }
+
+    /// Swaps each object for its twin, atomically for readers, where the
+    /// store still holds that very object (pointer equality) under its
+    /// key; an object written meanwhile (or deleted) is left alone, so a
+    /// stale twin never replaces a newer object. The index values are kept
+    /// as they are (a twin has the same metadata and bytes, so every index
+    /// function gives the same values), the resource version does not
+    /// change, and nothing is notified: handlers see no event. Each
+    /// swapped, or marked settled (`twin: None`), object is never returned
+    /// by [`quiet_objects`](Self::quiet_objects) again until it is written.
+    ///
+    /// Takes the write lock once for the whole batch (a few hundred
+    /// pointer swaps); the replaced objects are dropped after it is
+    /// released. Returns, for each swap in order, whether the store still
+    /// held `expected` (and now holds the twin, or marked it settled).
+    pub fn swap_if_same(&self, swaps: Vec<Swap<K>>) -> Vec<bool> {
+        let mut replaced = Vec::with_capacity(swaps.len());
+        let mut applied = Vec::with_capacity(swaps.len());
+        {
+            let mut st = self.state.write();
+            for swap in &swaps {
+                if let Some(twin) = &swap.twin
+                    && twin.key() != swap.expected.key()
+                {
+                    // not a twin: never stored under another's key
+                    applied.push(false);
+                    continue;
+                }
+                let held = match st.items.get_mut(&*swap.key) {
+                    Some(e) if e.obj.ptr_eq(&swap.expected) => e,
+                    _ => {
+                        applied.push(false);
+                        continue;
+                    }
+                };
+                held.epoch = SETTLED;
+                if let Some(twin) = &swap.twin {
+                    replaced.push(std::mem::replace(&mut held.obj, twin.clone()));
+                }
+                applied.push(true);
+            }
+        }
+        drop(replaced);
+        drop(swaps);
+        applied
     }
 
     /// Records a watch bookmark's resource version.

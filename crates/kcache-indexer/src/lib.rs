@@ -37,5 +37,5 @@ pub use index::{
     IndexFunc, Indexers, NAMESPACE_INDEX, field_index_func, label_index_func,
     meta_namespace_index_func, owner_uid_index_func,
 };
-pub use indexer::{IndexError, Indexer};
+pub use indexer::{IndexError, Indexer, QuietScan, Swap};
 pub use lister::{GetError, Lister, NamespacedLister, NotFound, list_all, list_all_by_namespace};

@@ -16,6 +16,7 @@ use crate::error::InformerError;
 use kcache_deltafifo::TransformFunc;
 use kcache_reflector::ListOptions;
 
+use crate::background_compression::BackgroundCompression;
 use crate::informer::{DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, SharedIndexInformer};
 use crate::metrics::{MetricsProvider, ReflectorMetricsProvider};
 use crate::snapshot::SnapshotOptions;
@@ -103,6 +104,7 @@ struct Config {
     /// Resources named with `skip_snapshot_for*`: never persisted.
     snapshot_skipped: HashSet<Gvr>,
     handler_shutdown_timeout: Duration,
+    background_compression: BackgroundCompression,
 }
 
 impl Config {
@@ -309,6 +311,13 @@ impl SharedInformerFactoryBuilder {
         self.config.handler_shutdown_timeout = timeout;
         self
     }
+    /// How every informer compresses its quiet objects in the background
+    /// (see [`SharedIndexInformerBuilder::background_compression`](crate::SharedIndexInformerBuilder::background_compression);
+    /// default on, [`BackgroundCompression::off`] to keep objects as received).
+    pub fn background_compression(mut self, config: BackgroundCompression) -> Self {
+        self.config.background_compression = config;
+        self
+    }
     /// Builds the factory.
     pub fn build(self) -> SharedInformerFactory {
         SharedInformerFactory {
@@ -347,6 +356,7 @@ impl SharedInformerFactory {
                 snapshot_named: HashSet::new(),
                 snapshot_skipped: HashSet::new(),
                 handler_shutdown_timeout: DEFAULT_HANDLER_SHUTDOWN_TIMEOUT,
+                background_compression: BackgroundCompression::default(),
             },
         }
     }
@@ -440,7 +450,8 @@ impl SharedInformerFactory {
             SharedIndexInformer::<K>::builder_with(self.inner.client.clone(), dyntype)
                 .list_options(options)
                 .resync_period(resync)
-                .handler_shutdown_timeout(cfg.handler_shutdown_timeout);
+                .handler_shutdown_timeout(cfg.handler_shutdown_timeout)
+                .background_compression(cfg.background_compression.clone());
         if let Some(m) = &cfg.reflector_metrics {
             builder = builder.reflector_metrics(m.clone());
         }

@@ -22,6 +22,9 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::background_compression::{
+    BackgroundCompression, BackgroundCompressionStats, Compactor, Counters,
+};
 use crate::error::InformerError;
 use crate::handler::ResourceEventHandler;
 use crate::listener::{Listener, Notification, SyncedFn};
@@ -115,6 +118,10 @@ pub(crate) struct Inner<K: Resource> {
     pub(crate) snapshot_status: Mutex<SnapshotStatus>,
     /// The last error the reflector reported, as text.
     last_error: Arc<Mutex<Option<String>>>,
+    /// How quiet objects are compressed in the background.
+    background_compression: BackgroundCompression,
+    /// What the compactor has done.
+    compaction: Arc<Counters>,
 }
 
 /// One reflector, one FIFO, one indexer, any number of handlers: client-go's
@@ -156,6 +163,7 @@ pub struct SharedIndexInformerBuilder<K: Resource> {
     metrics: Option<Arc<dyn MetricsProvider>>,
     snapshot: Option<SnapshotOptions>,
     handler_shutdown_timeout: Duration,
+    background_compression: BackgroundCompression,
 }
 
 impl<K: Resource + 'static> SharedIndexInformerBuilder<K>
@@ -260,6 +268,15 @@ where
         self
     }
 
+    /// How quiet objects are compressed in the background: on by default
+    /// ([`BackgroundCompression::default`]: objects not written for 30 s
+    /// are kept LZ4-compressed), [`BackgroundCompression::off`] to keep
+    /// every object as received.
+    pub fn background_compression(mut self, config: BackgroundCompression) -> Self {
+        self.background_compression = config;
+        self
+    }
+
     /// Builds the informer (nothing runs until [`SharedIndexInformer::run`]).
     pub fn build(self) -> SharedIndexInformer<K> {
         let mut indexers = self.indexers;
@@ -311,6 +328,8 @@ where
                 current: AtomicBool::new(true),
                 snapshot_status: Mutex::new(SnapshotStatus::default()),
                 last_error: Arc::new(Mutex::new(None)),
+                background_compression: self.background_compression,
+                compaction: Arc::default(),
             }),
         }
     }
@@ -344,6 +363,7 @@ where
             metrics: None,
             snapshot: None,
             handler_shutdown_timeout: DEFAULT_HANDLER_SHUTDOWN_TIMEOUT,
+            background_compression: BackgroundCompression::default(),
         }
     }
 
@@ -355,6 +375,18 @@ where
     /// The cache.
     pub fn indexer(&self) -> &Arc<Indexer<K>> {
         &self.inner.indexer
+    }
+
+    /// The background compression settings (see
+    /// [`SharedIndexInformerBuilder::background_compression`]).
+    pub fn background_compression(&self) -> &BackgroundCompression {
+        &self.inner.background_compression
+    }
+
+    /// What background compression has done so far: objects compressed,
+    /// bytes before and after, time spent (all zero when it is off).
+    pub fn background_compression_stats(&self) -> BackgroundCompressionStats {
+        self.inner.compaction.snapshot()
     }
 
     /// A lister over the cache.
@@ -685,16 +717,41 @@ where
             let token = cancel.child_token();
             tokio::spawn(async move { reflector.run(token).await })
         };
+        let compactor = self.start_compactor(&cancel);
         let mut state = LoopState::new(started_at, warm, writer.as_ref());
         self.process_loop(&cancel, &run, writer.as_ref(), &mut state)
             .await;
         run.queue.close();
         let _ = reflector_task.await;
+        if let Some((token, task)) = compactor {
+            token.cancel();
+            let _ = task.await;
+        }
         self.finish_snapshots(&run, writer.as_ref(), state.write_task)
             .await;
         self.stop_listeners().await;
         tracing::debug!(informer = %self.inner.name, "informer stopped");
         Ok(())
+    }
+
+    /// Spawns the background compactor (unless it is off), stopped by the
+    /// returned token or by `cancel`.
+    fn start_compactor(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Option<(CancellationToken, JoinHandle<()>)> {
+        let config = self.inner.background_compression.clone();
+        if !config.is_enabled() {
+            return None;
+        }
+        let token = cancel.child_token();
+        let compactor = Compactor::new(
+            config,
+            self.inner.indexer.clone(),
+            self.inner.compaction.clone(),
+        );
+        let task = tokio::spawn(compactor.run(token.clone()));
+        Some((token, task))
     }
 
     /// Pops the queue into the indexer and the handlers until `cancel` or

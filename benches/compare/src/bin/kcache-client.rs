@@ -7,6 +7,7 @@
 //! then counts `--expect-updates` updates, speaking the line protocol of
 //! [`kcache_bench_compare::real`].
 
+use std::alloc::System;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -16,15 +17,31 @@ use k8s_openapi::api::core::v1::Pod;
 use kcache_bench_compare::real::{
     Meter, SyncArgs, emit, stop_requested, unix_micros, write_watch_log,
 };
-use kcache_bench_compare::{END_MARKER, Report, proc_status_kb};
+use kcache_bench_compare::{END_MARKER, Report, proc_cpu_secs, proc_status_kb};
 use kcache_core::{Compression, ObjectOptions};
-use kcache_informer::{ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer};
+use kcache_informer::{
+    BackgroundCompression, ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer,
+};
+use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// Scenario (d)'s driver, shared with kcache-workqueue's `scenario_d` bench.
 #[path = "../../../../crates/kcache-workqueue/benches/support/scenario_d.rs"]
 mod scenario_d;
+
+/// Counts heap bytes live: the steady memory by the allocator's numbers,
+/// next to RSS (which also holds freed pages the allocator keeps).
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Heap bytes allocated and not yet freed (`stats_alloc` counts a
+/// realloc's growth in `bytes_allocated` and its shrink in
+/// `bytes_deallocated` already).
+fn heap_live_bytes() -> u64 {
+    let s = GLOBAL.stats();
+    s.bytes_allocated.saturating_sub(s.bytes_deallocated) as u64
+}
 
 /// `--wire-format`: what the informer asks the apiserver for.
 mod wire_format {
@@ -66,6 +83,14 @@ struct Args {
     /// Milliseconds to wait before reading the steady-state RSS.
     #[arg(long, default_value_t = 1000)]
     settle_ms: u64,
+    /// Background compression of quiet objects (the informer default: on).
+    #[arg(long, value_enum, default_value = "on")]
+    background_compression: OnOff,
+    /// With background compression on and `--settle-ms` above 0: first
+    /// wait its quiet time x 1.25 and one more round over the cache (every
+    /// object of the list is then compressed), then settle and sample.
+    #[arg(long)]
+    wait_compressed: bool,
     /// Workqueue: number of distinct keys.
     #[arg(long, default_value_t = 1_000_000)]
     keys: usize,
@@ -82,6 +107,15 @@ struct Args {
     /// or `json`.
     #[arg(long, value_enum, default_value = "auto")]
     wire_format: WireFormat,
+}
+
+/// `on` or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -120,6 +154,10 @@ fn pod_informer(
     wire_format::apply(&mut opts, args.wire_format);
     SharedIndexInformer::<Pod>::builder(client)
         .list_options(opts)
+        .background_compression(match args.background_compression {
+            OnOff::On => BackgroundCompression::default(),
+            OnOff::Off => BackgroundCompression::off(),
+        })
         .build()
 }
 
@@ -148,6 +186,7 @@ impl Run {
 async fn ingest(args: &Args) -> anyhow::Result<Report> {
     let client = kube::Client::try_default().await?;
     let baseline = proc_status_kb("VmRSS");
+    let baseline_heap = heap_live_bytes();
     let informer = pod_informer(client, args, false);
     let events = Arc::new(AtomicU64::new(0));
     let end = Arc::new(Notify::new());
@@ -171,9 +210,28 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
     let run = Run::start(&informer);
     end.notified().await;
     let secs = start.elapsed().as_secs_f64();
+    let cpu_secs = proc_cpu_secs();
     let n = events.load(Ordering::Relaxed);
+    let waited = Instant::now();
+    let bg = informer.background_compression().clone();
+    if args.wait_compressed && bg.is_enabled() && args.settle_ms > 0 {
+        wait_compressed(&informer, &bg).await;
+    }
+    let waited_secs = waited.elapsed().as_secs_f64();
     let settle = Duration::from_millis(args.settle_ms);
     let mut report = Report::ingest("kcache", n, secs, baseline, settle).await;
+    report.heap_live_bytes = heap_live_bytes();
+    report.baseline_heap_bytes = baseline_heap;
+    report.cpu_secs = cpu_secs;
+    report.cpu_total_secs = proc_cpu_secs();
+    report.waited_secs = waited_secs;
+    report.background_compression = bg.is_enabled();
+    let stats = informer.background_compression_stats();
+    report.bg_compressed = stats.compressed;
+    report.bg_bytes_before = stats.bytes_before;
+    report.bg_bytes_after = stats.bytes_after;
+    report.bg_busy_secs = stats.busy.as_secs_f64();
+    report.decompressions = kcache_core::decompressions();
     report.cached = informer.indexer().len();
     report.object_heap_bytes = informer
         .indexer()
@@ -183,6 +241,24 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
         .sum();
     run.stop().await;
     Ok(report)
+}
+
+/// Waits background compression's quiet time x 1.25 after the last
+/// write (the end marker), then until one more round over the cache has
+/// ended: every object of the list has then been compressed (or kept
+/// plain for lack of gain). Bounded: at most 4 more quiet times.
+async fn wait_compressed(informer: &SharedIndexInformer<Pod>, bg: &BackgroundCompression) {
+    tokio::time::sleep(bg.quiet() * 5 / 4).await;
+    let rounds = informer.background_compression_stats().rounds;
+    let deadline = Instant::now() + bg.quiet() * 4;
+    while informer.background_compression_stats().rounds == rounds && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "kcache-client: waited for background compression (quiet {:?}): {:?}",
+        bg.quiet(),
+        informer.background_compression_stats()
+    );
 }
 
 /// Scenario `sync` against the real apiserver: see the module doc.
