@@ -173,6 +173,70 @@ impl Bins {
     }
 }
 
+/// One client run of scenario (b): which client, its extra flags, and
+/// where its reports go (`strip`: the managedFields-stripped round).
+struct MemoryRun {
+    client: Impl,
+    name: &'static str,
+    args: &'static [&'static str],
+    results: fn(&mut Results, bool) -> &mut Vec<Report>,
+}
+
+/// Scenario (b)'s runs: the three clients with their default settings
+/// (kcache's steady memory sampled once background compression has
+/// compressed the quiet objects: its quiet time x 1.25 and one round),
+/// then kcache with background compression off, then kcache with its
+/// opt-in compressed-at-ingest cache.
+fn memory_runs() -> Vec<MemoryRun> {
+    fn clients(res: &mut Results, strip: bool) -> &mut Vec<Report> {
+        if strip {
+            &mut res.memory_stripped
+        } else {
+            &mut res.memory
+        }
+    }
+    fn bg_off(res: &mut Results, strip: bool) -> &mut Vec<Report> {
+        if strip {
+            &mut res.memory_bg_off_stripped
+        } else {
+            &mut res.memory_bg_off
+        }
+    }
+    fn lz4(res: &mut Results, strip: bool) -> &mut Vec<Report> {
+        if strip {
+            &mut res.memory_compressed_stripped
+        } else {
+            &mut res.memory_compressed
+        }
+    }
+    let mut runs: Vec<MemoryRun> = CLIENTS
+        .iter()
+        .map(|&client| MemoryRun {
+            client,
+            name: client.name(),
+            args: if client == Impl::Kcache {
+                &["--wait-compressed"]
+            } else {
+                &[]
+            },
+            results: clients,
+        })
+        .collect();
+    runs.push(MemoryRun {
+        client: Impl::Kcache,
+        name: "kcache bg off",
+        args: &["--background-compression", "off"],
+        results: bg_off,
+    });
+    runs.push(MemoryRun {
+        client: Impl::Kcache,
+        name: "kcache LZ4",
+        args: &["--compress", "--background-compression", "off"],
+        results: lz4,
+    });
+    runs
+}
+
 /// A flag in the syntax of each client (Go's `flag` takes `-name=value`).
 fn flag(client: Impl, name: &str, value: Option<&str>) -> String {
     let dash = if client == Impl::ClientGo { "-" } else { "--" };
@@ -483,75 +547,22 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         let server = Server::start(&bins, &out, s.pods, 0, false)?;
         for strip in [false, true] {
             for rep in 0..s.mem_reps {
-                for c in CLIENTS {
-                    let mut cmd = bins.command(c);
-                    cmd.env("KUBECONFIG", &server.kubeconfig);
+                for run in memory_runs() {
+                    let mut cmd = bins.command(run.client);
+                    cmd.env("KUBECONFIG", &server.kubeconfig).args(run.args);
                     if strip {
-                        cmd.arg(flag(c, "strip-managed-fields", None));
-                    }
-                    if c == Impl::Kcache {
-                        // the default settings' steady memory: sampled once
-                        // background compression has compressed the quiet
-                        // objects (its quiet time x 1.25 and one round)
-                        cmd.arg("--wait-compressed");
+                        cmd.arg(flag(run.client, "strip-managed-fields", None));
                     }
                     let r = run_client(cmd, s.timeout, &log)?;
                     let per = per_pod_kib(&r, s.pods);
                     let what = format!(
                         "(b) memory{} {} #{}",
                         if strip { " stripped" } else { "" },
-                        c.name(),
+                        run.name,
                         rep + 1
                     );
                     p.tick(&what, &r, &format!("  {per:.2} KiB/Pod"));
-                    if strip {
-                        res.memory_stripped.push(r);
-                    } else {
-                        res.memory.push(r);
-                    }
-                }
-                // kcache again with background compression off
-                let mut cmd = bins.command(Impl::Kcache);
-                cmd.env("KUBECONFIG", &server.kubeconfig)
-                    .args(["--background-compression", "off"]);
-                if strip {
-                    cmd.arg("--strip-managed-fields");
-                }
-                let r = run_client(cmd, s.timeout, &log)?;
-                let per = per_pod_kib(&r, s.pods);
-                let what = format!(
-                    "(b) memory{} kcache bg off #{}",
-                    if strip { " stripped" } else { "" },
-                    rep + 1
-                );
-                p.tick(&what, &r, &format!("  {per:.2} KiB/Pod"));
-                if strip {
-                    res.memory_bg_off_stripped.push(r);
-                } else {
-                    res.memory_bg_off.push(r);
-                }
-                // kcache again with its opt-in compressed cache
-                let mut cmd = bins.command(Impl::Kcache);
-                cmd.env("KUBECONFIG", &server.kubeconfig).args([
-                    "--compress",
-                    "--background-compression",
-                    "off",
-                ]);
-                if strip {
-                    cmd.arg("--strip-managed-fields");
-                }
-                let r = run_client(cmd, s.timeout, &log)?;
-                let per = per_pod_kib(&r, s.pods);
-                let what = format!(
-                    "(b) memory{} kcache LZ4 #{}",
-                    if strip { " stripped" } else { "" },
-                    rep + 1
-                );
-                p.tick(&what, &r, &format!("  {per:.2} KiB/Pod"));
-                if strip {
-                    res.memory_compressed_stripped.push(r);
-                } else {
-                    res.memory_compressed.push(r);
+                    (run.results)(&mut res, strip).push(r);
                 }
             }
         }
@@ -839,6 +850,12 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
+/// A mean object size the replay server reported (`avg_pod_bytes...`), in
+/// KiB; NaN if it did not.
+fn server_kib(res: &Results, field: &str) -> f64 {
+    res.server[field].as_f64().unwrap_or(f64::NAN) / 1024.0
+}
+
 fn cell(v: f64, fmt: impl Fn(f64) -> String) -> String {
     if v.is_finite() { fmt(v) } else { "n/a".into() }
 }
@@ -847,11 +864,8 @@ fn markdown(res: &Results, s: &Settings) -> String {
     let mib = |kb: u64| kb as f64 / 1024.0;
     let pods = s.pods;
     let ev = |r: &Report| r.events_per_sec;
-    let json_kib = res.server["avg_pod_bytes"].as_f64().unwrap_or(f64::NAN) / 1024.0;
-    let json_stripped_kib = res.server["avg_pod_bytes_stripped"]
-        .as_f64()
-        .unwrap_or(f64::NAN)
-        / 1024.0;
+    let json_kib = server_kib(res, "avg_pod_bytes");
+    let json_stripped_kib = server_kib(res, "avg_pod_bytes_stripped");
     let mut t = String::new();
     let _ = writeln!(
         t,
@@ -1072,10 +1086,7 @@ fn background_compression_summary(
         |r: &Report| r.heap_live_bytes.saturating_sub(r.baseline_heap_bytes) as f64 / pods / 1024.0;
     // what kcache receives (the replay server serves protobuf, as the
     // apiserver does), with managedFields
-    let proto_kib = res.server["avg_pod_bytes_protobuf"]
-        .as_f64()
-        .unwrap_or(f64::NAN)
-        / 1024.0;
+    let proto_kib = server_kib(res, "avg_pod_bytes_protobuf");
     let mut t = String::new();
     let _ = writeln!(
         t,
