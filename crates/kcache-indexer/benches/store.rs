@@ -1,8 +1,7 @@
-//! Indexer benchmarks, and issue 17's comparison of the shipped indexer
-//! (`rwlock_hashmap`: one `parking_lot::RwLock` around `HashMap`s) with the
-//! stack it replaced (`dashmap_stack`: DashMap items and index maps, a writer
-//! mutex and `RwLock<Arc<State>>`, kept bench-only in
-//! `support/dashmap_stack.rs`).
+//! Indexer benchmarks (`rwlock_hashmap`: the shipped indexer, one
+//! `parking_lot::RwLock` around `HashMap`s). Issue 17 compared it here with
+//! the DashMap stack it replaced; that stack stayed bench-only until commit
+//! 68790e6 (docs/indexer.md has the figures and how to rerun them).
 //!
 //! Each store holds N objects (10k and 100k) with a namespace index (N/100
 //! namespaces, 100 objects each) and a label index (`app`, 100 values, N/100
@@ -23,13 +22,7 @@
 //! Run (results in docs/indexer.md):
 //! `cargo bench -p kcache-indexer --bench store -- --warm-up-time 1 --measurement-time 2`
 //!
-//! * `INDEXER_BENCH_FIRST=dashmap_stack` (default `rwlock_hashmap`) picks the
-//!   implementation measured first in every group: alternate between runs on
-//!   a loaded machine.
 //! * `INDEXER_BENCH_SIZES=10000` (default `10000,100000`).
-
-#[path = "support/dashmap_stack.rs"]
-mod dashmap_stack;
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -52,7 +45,8 @@ const LABEL_INDEX: &str = "app";
 const LABEL_VALUES: usize = 100;
 const PER_NAMESPACE: usize = 100;
 
-/// What the benchmark needs of an indexer, implemented by both.
+/// What the benchmark needs of an indexer (the groups are generic over it,
+/// so that another implementation can be measured beside it).
 trait Bench: Send + Sync + Sized + 'static {
     const NAME: &'static str;
     fn build() -> Self;
@@ -113,7 +107,6 @@ macro_rules! impl_bench {
 }
 
 impl_bench!(Indexer<Value>, "rwlock_hashmap");
-impl_bench!(dashmap_stack::Indexer<Value>, "dashmap_stack");
 
 /// The objects of one size: `v1` and `v2` differ in the `app` label only.
 struct Data {
@@ -163,33 +156,17 @@ impl Data {
     }
 }
 
-/// The two stores of one size, filled with `v1`.
-struct Stores {
-    stack: Arc<dashmap_stack::Indexer<Value>>,
-    plain: Arc<Indexer<Value>>,
-}
-
 fn filled<S: Bench>(d: &Data) -> Arc<S> {
     let s = S::build();
     s.replace(d.v1.clone());
     Arc::new(s)
 }
 
-fn stack_first() -> bool {
-    std::env::var("INDEXER_BENCH_FIRST").is_ok_and(|v| v == "dashmap_stack")
-}
-
-/// Runs `$f` on both stores in one group, in the order `INDEXER_BENCH_FIRST` picks.
-macro_rules! both {
+/// Runs `$f` on the store in a group named `$group` and the size.
+macro_rules! bench {
     ($c:expr, $group:expr, $d:expr, $st:expr, $f:ident $(, $arg:expr)*) => {{
         let mut g = $c.benchmark_group(format!("{}_{}", $group, $d.label()));
-        if stack_first() {
-            $f(&mut g, $d, &$st.stack $(, $arg)*);
-            $f(&mut g, $d, &$st.plain $(, $arg)*);
-        } else {
-            $f(&mut g, $d, &$st.plain $(, $arg)*);
-            $f(&mut g, $d, &$st.stack $(, $arg)*);
-        }
+        $f(&mut g, $d, &$st $(, $arg)*);
         g.finish();
     }};
 }
@@ -440,43 +417,40 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     for n in sizes() {
         let d = Data::new(n);
-        let st = Stores {
-            stack: filled(&d),
-            plain: filled(&d),
-        };
+        let st: Arc<Indexer<Value>> = filled(&d);
         let d = &d;
 
-        both!(c, "read_get_by_key", d, st, get_by_key);
-        both!(c, "read_list", d, st, list);
-        both!(c, "read_list_keys", d, st, list_keys);
-        both!(c, "read_by_index_namespace", d, st, by_index_namespace);
-        both!(c, "read_by_index_label", d, st, by_index_label);
-        both!(c, "read_index_keys_namespace", d, st, index_keys_namespace);
+        bench!(c, "read_get_by_key", d, st, get_by_key);
+        bench!(c, "read_list", d, st, list);
+        bench!(c, "read_list_keys", d, st, list_keys);
+        bench!(c, "read_by_index_namespace", d, st, by_index_namespace);
+        bench!(c, "read_by_index_label", d, st, by_index_label);
+        bench!(c, "read_index_keys_namespace", d, st, index_keys_namespace);
 
-        both!(c, "write_add_all", d, st, add_all);
-        both!(
+        bench!(c, "write_add_all", d, st, add_all);
+        bench!(
             c,
             "write_update_all_same_values",
             d,
             st,
             update_all_same_values
         );
-        both!(
+        bench!(
             c,
             "write_update_all_moving_label",
             d,
             st,
             update_all_moving_label
         );
-        both!(c, "write_delete_all", d, st, delete_all);
-        both!(c, "write_replace_all", d, st, replace_all);
+        bench!(c, "write_delete_all", d, st, delete_all);
+        bench!(c, "write_replace_all", d, st, replace_all);
 
         for (readers, read, tag) in [
             (1, Read::Point, "1w1r_point"),
             (4, Read::Point, "1w4r_point"),
             (4, Read::List, "1w4r_list"),
         ] {
-            both!(
+            bench!(
                 c,
                 format!("mixed_{tag}_writer"),
                 d,
@@ -485,7 +459,7 @@ fn main() {
                 readers,
                 read
             );
-            both!(
+            bench!(
                 c,
                 format!("mixed_{tag}_reader"),
                 d,
@@ -500,7 +474,7 @@ fn main() {
         // every ~100 µs (the sleep's granularity makes it 5-10k updates/s).
         for (readers, tag) in [(1, "1w1r_point_paced"), (4, "1w4r_point_paced")] {
             let pace = Some(Duration::from_micros(100));
-            both!(
+            bench!(
                 c,
                 format!("mixed_{tag}_reader"),
                 d,
