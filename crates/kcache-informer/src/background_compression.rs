@@ -43,7 +43,7 @@ const MIN_SAMPLE_LEN: usize = 256;
 /// 30 s; compressed between 1x and 1.25x that time after its last write)
 /// is kept LZ4-compressed against a dictionary shared by the informer's
 /// objects: on realistic Pods, about a third of the memory of the plain
-/// object (see docs/memory.md). Keys, metadata, labels, indexes and field
+/// object (see [the informer guide](https://github.com/kcache/kcache/blob/main/docs/informer.md#background-compression-a-small-cache-by-default)). Keys, metadata, labels, indexes and field
 /// paths cost nothing more; each [`decode`](CachedObject::decode) or
 /// [`json`](CachedObject::json) of a compressed object first decompresses
 /// it (about 1-2 µs for a Pod, next to 25-30 µs of serde decode into a
