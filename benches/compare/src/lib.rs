@@ -647,17 +647,7 @@ impl Report {
 /// CPU time (user + system) of this process so far, seconds, from
 /// `/proc/self/stat` (in USER_HZ, 100 per second on Linux); 0 if unknown.
 pub fn proc_cpu_secs() -> f64 {
-    let Ok(s) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // fields after the command name (which may hold spaces) in parentheses
-    let Some(rest) = s.rsplit_once(')').map(|(_, r)| r) else {
-        return 0.0;
-    };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 here
-    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    (ticks(11) + ticks(12)) as f64 / 100.0
+    real::proc_cpu_ticks("self").unwrap_or(0) as f64 / 100.0
 }
 
 /// A field of `/proc/self/status` (`VmHWM`, `VmRSS`), in KiB; 0 if unknown.
