@@ -16,6 +16,13 @@
 //!   response to the client's handler seeing it, and the client's CPU per
 //!   update.
 //!
+//! - steady memory (issue 20): one more paged sync per client, after
+//!   which kcache waits for background compression (its quiet time x 1.25
+//!   and one round) before the steady sample; RSS per Pod for every client
+//!   and, for kcache, the heap per Pod by its allocator's count.
+//!
+//! kcache also runs with background compression off, in the sync table and
+//! the memory table, as the reference for what compression costs and saves.
 //! What each client requested is read back from the audit log. Prints the
 //! tables (medians), writes `real.md` and `real.json` under
 //! `target/bench-compare/`, and with `--write-docs` the tables into
@@ -49,6 +56,8 @@ pub struct RealSettings {
     pub update_rate: f64,
     /// Runs of each client under the update load.
     pub update_reps: usize,
+    /// Runs of each client in the steady-memory step.
+    pub mem_reps: usize,
     /// `--quick`.
     pub quick: bool,
     /// Milliseconds a client waits after its last phase before reading its
@@ -65,6 +74,9 @@ pub enum RealClient {
     KcacheProtobuf,
     /// kcache with JSON forced (`--wire-format json`).
     KcacheJson,
+    /// kcache asking for protobuf, background compression off (the
+    /// reference for what compression costs and saves).
+    KcacheProtobufBgOff,
     /// client-go's generated clientset and shared informer factory, default
     /// configuration (protobuf preferred).
     ClientGo,
@@ -72,7 +84,8 @@ pub enum RealClient {
     KubeRuntime,
 }
 
-/// Every client, in the order of the table and of the runs.
+/// The clients of the update load, in the order of the table and of the
+/// runs.
 pub const REAL_CLIENTS: [RealClient; 4] = [
     RealClient::KcacheProtobuf,
     RealClient::KcacheJson,
@@ -80,12 +93,34 @@ pub const REAL_CLIENTS: [RealClient; 4] = [
     RealClient::KubeRuntime,
 ];
 
+/// The clients of the sync and memory steps: [`REAL_CLIENTS`] and kcache
+/// with background compression off.
+pub const SYNC_CLIENTS: [RealClient; 5] = [
+    RealClient::KcacheProtobuf,
+    RealClient::KcacheProtobufBgOff,
+    RealClient::KcacheJson,
+    RealClient::ClientGo,
+    RealClient::KubeRuntime,
+];
+
+/// What one client run does after its sync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Load {
+    /// Nothing: stop, settle, sample.
+    Sync,
+    /// The update load, then stop.
+    Updates,
+    /// kcache waits for background compression, then settle and sample.
+    Memory,
+}
+
 impl RealClient {
     /// The row label.
     pub fn label(self) -> &'static str {
         match self {
             RealClient::KcacheProtobuf => "kcache (protobuf)",
             RealClient::KcacheJson => "kcache (JSON forced)",
+            RealClient::KcacheProtobufBgOff => "kcache (protobuf, background compression off)",
             RealClient::ClientGo => "client-go 0.37 (default: protobuf)",
             RealClient::KubeRuntime => "kube-runtime 5 (JSON)",
         }
@@ -93,15 +128,20 @@ impl RealClient {
 
     fn command(self, bins: &Bins, mode: Mode) -> Command {
         let mut cmd = match self {
-            RealClient::KcacheProtobuf | RealClient::KcacheJson => {
+            RealClient::KcacheProtobuf
+            | RealClient::KcacheJson
+            | RealClient::KcacheProtobufBgOff => {
                 let mut c = Command::new(bins.release.join("kcache-client"));
-                let wf = if self == RealClient::KcacheProtobuf {
-                    "auto"
-                } else {
+                let wf = if self == RealClient::KcacheJson {
                     "json"
+                } else {
+                    "auto"
                 };
                 c.args(["--scenario", "sync", "--wire-format", wf]);
                 c.args(["--mode", mode.name()]);
+                if self == RealClient::KcacheProtobufBgOff {
+                    c.args(["--background-compression", "off"]);
+                }
                 c
             }
             RealClient::KubeRuntime => {
@@ -188,6 +228,15 @@ pub struct Phase {
     /// Objects in the cache.
     #[serde(default)]
     pub cached: u64,
+    /// kcache: heap bytes live now (its counting allocator).
+    #[serde(default)]
+    pub heap_live_bytes: u64,
+    /// kcache: heap bytes live before the informer started.
+    #[serde(default)]
+    pub baseline_heap_bytes: u64,
+    /// kcache: seconds waited for background compression before `done`.
+    #[serde(default)]
+    pub waited_secs: f64,
     /// client-go: its requests with Accept and the response Content-Type.
     #[serde(default)]
     pub requests: Vec<String>,
@@ -239,6 +288,9 @@ pub struct RealResults {
     pub syncs: Vec<SyncRun>,
     /// Update-load runs.
     pub updates: Vec<SyncRun>,
+    /// Steady-memory runs (paged sync; kcache waits for background
+    /// compression).
+    pub memory: Vec<SyncRun>,
     /// Seconds of the whole run (load included).
     pub total_secs: f64,
 }
@@ -316,7 +368,9 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
         probe.idle.1 * 100.0
     );
 
-    let total = 2 * s.reps * REAL_CLIENTS.len() + s.update_reps * REAL_CLIENTS.len();
+    let total = 2 * s.reps * SYNC_CLIENTS.len()
+        + s.update_reps * REAL_CLIENTS.len()
+        + s.mem_reps * SYNC_CLIENTS.len();
     let mut done = 0usize;
     let t0 = Instant::now();
     let ctx = RunCtx {
@@ -330,9 +384,9 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
     };
     for mode in [Mode::Paged, Mode::Streaming] {
         for rep in 0..s.reps {
-            for c in REAL_CLIENTS {
+            for c in SYNC_CLIENTS {
                 done += 1;
-                let r = ctx.run_one(c, mode, false)?;
+                let r = ctx.run_one(c, mode, Load::Sync)?;
                 eprintln!(
                     "[{done:>2}/{total}] {:>4.0}s  {:<9} {:<36} #{}: {}",
                     t0.elapsed().as_secs_f64(),
@@ -348,7 +402,7 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
     for rep in 0..s.update_reps {
         for c in REAL_CLIENTS {
             done += 1;
-            let r = ctx.run_one(c, Mode::Paged, true)?;
+            let r = ctx.run_one(c, Mode::Paged, Load::Updates)?;
             let l = lag_stats(&r.lags_us);
             eprintln!(
                 "[{done:>2}/{total}] {:>4.0}s  updates   {:<36} #{}: seen {}/{} lag p50 {:.1} ms p99 {:.1} ms",
@@ -361,6 +415,27 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
                 l.p99_ms
             );
             res.updates.push(r);
+        }
+    }
+    for rep in 0..s.mem_reps {
+        for c in SYNC_CLIENTS {
+            done += 1;
+            let r = ctx.run_one(c, Mode::Paged, Load::Memory)?;
+            let n = s.pods.max(1) as f64;
+            eprintln!(
+                "[{done:>2}/{total}] {:>4.0}s  memory    {:<36} #{}: steady RSS {:.2} KiB/Pod, heap {:.2} KiB/Pod (waited {:.0}s)",
+                t0.elapsed().as_secs_f64(),
+                c.label(),
+                rep + 1,
+                r.done.rss_kb.saturating_sub(r.done.baseline_rss_kb) as f64 / n,
+                r.done
+                    .heap_live_bytes
+                    .saturating_sub(r.done.baseline_heap_bytes) as f64
+                    / 1024.0
+                    / n,
+                r.done.waited_secs
+            );
+            res.memory.push(r);
         }
     }
     drop(cp);
@@ -494,13 +569,18 @@ struct RunCtx<'a> {
 
 impl RunCtx<'_> {
     /// One client run: sync (and the update load when `updates`).
-    fn run_one(&self, c: RealClient, mode: Mode, updates: bool) -> anyhow::Result<SyncRun> {
+    fn run_one(&self, c: RealClient, mode: Mode, load: Load) -> anyhow::Result<SyncRun> {
         let s = self.s;
+        let updates = load == Load::Updates;
         let timeout = Duration::from_secs(if s.quick { 180 } else { 900 });
         let mut cmd = c.command(self.bins, mode);
         cmd.env("KUBECONFIG", self.kubeconfig)
             .arg(c.flag("expect", &s.pods.to_string()))
             .arg(c.flag("settle-ms", &s.settle_ms.to_string()));
+        if load == Load::Memory && c != RealClient::ClientGo && c != RealClient::KubeRuntime {
+            // a no-op with background compression off
+            cmd.arg("--wait-compressed");
+        }
         let watch_log = self.out.join("real-watch-client.log");
         let driver_log = self.out.join("real-watch-driver.log");
         if updates {
@@ -856,7 +936,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
         } else {
             "streaming list"
         };
-        for c in REAL_CLIENTS {
+        for c in SYNC_CLIENTS {
             match row(res, c, mode, s) {
                 Some(r) => {
                     let _ = writeln!(
@@ -955,6 +1035,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
             );
         }
     }
+    memory_tables(&mut t, res, s);
     // What each client asked for, from the apiserver's audit log (first run).
     t.push_str("\nWhat each client requested (the apiserver's audit log, first run of each):\n\n");
     t.push_str("| client | paged | streaming |\n|---|---|---|\n");
@@ -998,6 +1079,127 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
     t
 }
 
+/// Medians of one client's steady-memory runs, per Pod: RSS, heap
+/// (kcache only), bytes received.
+#[derive(Debug, Clone, Copy)]
+struct MemRow {
+    rss_kib: f64,
+    heap_kib: f64,
+    rx_kib: f64,
+    waited_secs: f64,
+}
+
+fn mem_row(res: &RealResults, c: RealClient, s: &RealSettings) -> Option<MemRow> {
+    let runs: Vec<&SyncRun> = res.memory.iter().filter(|r| r.client == c).collect();
+    if runs.is_empty() {
+        return None;
+    }
+    let n = s.pods.max(1) as f64;
+    let m = |f: &dyn Fn(&SyncRun) -> f64| median(runs.iter().map(|r| f(r)).collect());
+    Some(MemRow {
+        rss_kib: m(&|r| r.done.rss_kb.saturating_sub(r.done.baseline_rss_kb) as f64 / n),
+        heap_kib: m(&|r| {
+            if r.done.heap_live_bytes == 0 {
+                f64::NAN
+            } else {
+                r.done
+                    .heap_live_bytes
+                    .saturating_sub(r.done.baseline_heap_bytes) as f64
+                    / 1024.0
+                    / n
+            }
+        }),
+        rx_kib: m(&|r| r.rx_bytes.map_or(f64::NAN, |b| b as f64 / 1024.0 / n)),
+        waited_secs: m(&|r| r.done.waited_secs),
+    })
+}
+
+/// The steady-memory table and kcache's background compression on / off.
+fn memory_tables(t: &mut String, res: &RealResults, s: &RealSettings) {
+    if !res.memory.is_empty() {
+        let _ = writeln!(
+            t,
+            concat!(
+                "\nSteady memory (issue 20): a paged sync of {} Pods, then kcache waits for background ",
+                "compression (its quiet time x 1.25 and one round), then each client settles {} ms ",
+                "(client-go after `runtime.GC()` and `debug.FreeOSMemory()`) and reads its RSS; minus ",
+                "the RSS before the informer started, per Pod. kcache's heap is its counting allocator's ",
+                "live bytes (same baseline). Bytes received: the client's TLS sockets over the sync. ",
+                "{} run(s) per client, medians.\n"
+            ),
+            s.pods, s.settle_ms, s.mem_reps
+        );
+        t.push_str("| steady memory per Pod | RSS | heap (allocator) | RSS / client-go RSS | heap / client-go RSS | heap / bytes received | waited |\n");
+        t.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
+        let go = mem_row(res, RealClient::ClientGo, s);
+        let go_rss = go.map_or(f64::NAN, |g| g.rss_kib);
+        for c in SYNC_CLIENTS {
+            let Some(r) = mem_row(res, c, s) else {
+                let _ = writeln!(t, "| {} | not run | | | | | |", c.label());
+                continue;
+            };
+            let kib = |v: f64| {
+                if v.is_finite() {
+                    format!("{v:.2} KiB")
+                } else {
+                    "n/a".into()
+                }
+            };
+            let _ = writeln!(
+                t,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                c.label(),
+                kib(r.rss_kib),
+                kib(r.heap_kib),
+                ratio(r.rss_kib, go_rss),
+                ratio(r.heap_kib, go_rss),
+                ratio(r.heap_kib, r.rx_kib),
+                if r.waited_secs > 0.0 {
+                    format!("{:.0} s", r.waited_secs)
+                } else {
+                    "-".into()
+                }
+            );
+        }
+    }
+    // background compression on / off, same build, same runs' medians
+    let mut lines = String::new();
+    for mode in [Mode::Paged, Mode::Streaming] {
+        let (Some(on), Some(off)) = (
+            row(res, RealClient::KcacheProtobuf, mode, s),
+            row(res, RealClient::KcacheProtobufBgOff, mode, s),
+        ) else {
+            continue;
+        };
+        let _ = writeln!(
+            lines,
+            "| {} sync | {} | {} | {} | |",
+            mode.name(),
+            ratio(on.objects_per_sec, off.objects_per_sec),
+            ratio(on.client_us, off.client_us),
+            ratio(on.peak_mib, off.peak_mib)
+        );
+    }
+    if let (Some(on), Some(off)) = (
+        mem_row(res, RealClient::KcacheProtobuf, s),
+        mem_row(res, RealClient::KcacheProtobufBgOff, s),
+    ) {
+        let _ = writeln!(
+            lines,
+            "| steady memory | | | | RSS {} , heap {} |",
+            ratio(on.rss_kib, off.rss_kib),
+            ratio(on.heap_kib, off.heap_kib)
+        );
+    }
+    if !lines.is_empty() {
+        t.push_str("\nkcache (protobuf), background compression on (the default) / off, same build (goal: objects/s and CPU within 5%):\n\n");
+        t.push_str(
+            "| on / off | objects/s | client CPU / object | peak RSS | steady memory |\n|---|---:|---:|---:|---:|\n",
+        );
+        t.push_str(&lines);
+    }
+}
+
 const BEGIN: &str = "<!-- bench-compare-real:begin -->";
 const END: &str = "<!-- bench-compare-real:end -->";
 
@@ -1019,6 +1221,7 @@ mod tests {
             updates: 10,
             update_rate: 5.0,
             update_reps: 1,
+            mem_reps: 1,
             quick: true,
             settle_ms: 0,
             clk_tck: 100.0,
@@ -1049,6 +1252,56 @@ mod tests {
             lags_us: Vec::new(),
             updates_sent: 0,
         }
+    }
+
+    /// The steady-memory table: per Pod, less the baselines; kcache's heap
+    /// against client-go's RSS and its own bytes received; on / off.
+    #[test]
+    fn memory_table_reports_per_pod_ratios_and_on_off() {
+        let s = settings();
+        let mut res = RealResults::default();
+        let mem = |c: RealClient, rss_kb: u64, heap: u64| {
+            let mut r = run(c, Mode::Paged, 0.5, 10, 102_400);
+            r.done.baseline_rss_kb = 10_000;
+            r.done.rss_kb = 10_000 + rss_kb;
+            r.done.baseline_heap_bytes = if heap > 0 { 1 << 20 } else { 0 };
+            r.done.heap_live_bytes = if heap > 0 { (1 << 20) + heap } else { 0 };
+            r.done.waited_secs = 38.0;
+            r.rx_bytes = Some(1000 * 4096);
+            r
+        };
+        // per Pod (N = 1000): kcache RSS 2 KiB, heap 1 KiB; off 4 KiB RSS,
+        // 3 KiB heap; client-go 8 KiB RSS
+        res.memory
+            .push(mem(RealClient::KcacheProtobuf, 2000, 1000 * 1024));
+        res.memory
+            .push(mem(RealClient::KcacheProtobufBgOff, 4000, 3000 * 1024));
+        res.memory.push(mem(RealClient::ClientGo, 8000, 0));
+        for c in [RealClient::KcacheProtobuf, RealClient::KcacheProtobufBgOff] {
+            res.syncs.push(run(c, Mode::Paged, 0.5, 10, 102_400));
+        }
+        let md = markdown(&res, &s);
+        assert!(
+            md.contains(
+                "| kcache (protobuf) | 2.00 KiB | 1.00 KiB | 0.25x | 0.12x | 0.25x | 38 s |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| client-go 0.37 (default: protobuf) | 8.00 KiB | n/a | 1.00x | n/a | n/a | 38 s |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| kube-runtime 5 (JSON) | not run |"), "{md}");
+        assert!(
+            md.contains("| paged sync | 1.00x | 1.00x | 1.00x | |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| steady memory | | | | RSS 0.50x , heap 0.33x |"),
+            "{md}"
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::events::v1::Event;
 use kcache_controller::MetricsRegistry;
 use kcache_envtest::{Binaries, ControlPlane};
+use kcache_informer::BackgroundCompression;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use sample_controller::{Foo, FooSpec, LocalOptions, start_local};
@@ -167,6 +168,11 @@ fn event_row(e: &Event) -> Vec<String> {
     ]
 }
 
+/// The demo's background-compression quiet time: short, so that the demo
+/// shows objects compressed (and decompressed by a reconcile) within its
+/// run; informers default to 30 s.
+const DEMO_QUIET: Duration = Duration::from_secs(2);
+
 async fn demo(timeout: Duration) -> anyhow::Result<()> {
     let clock = Clock(Instant::now());
     println!("kcache demo: k8s.io/sample-controller, ported to kcache, on a local control plane\n");
@@ -195,6 +201,9 @@ async fn demo(timeout: Duration) -> anyhow::Result<()> {
         workers: 2,
         metrics: Some(metrics.clone()),
         serve_metrics_on: Some(listener),
+        // 2 s instead of the default 30 s, to show background compression
+        // within the demo's run
+        background_compression: BackgroundCompression::default().quiet_for(DEMO_QUIET),
     };
     let running = start_local(&client, &ns, options);
     clock.say(format!(
@@ -280,6 +289,41 @@ async fn demo(timeout: Duration) -> anyhow::Result<()> {
     .await?;
     clock.say("  Foo delta: Warning ErrResourceExists; legacy-web left untouched, delta retried with backoff");
 
+    // issue 20: the quiet objects are compressed in the background; a
+    // reconcile that reads one (the owned Deployment, from the lister)
+    // decompresses it first.
+    let (foo_informer, dep_informer) = (
+        running.factory.informer::<Foo>(),
+        running.factory.informer::<Deployment>(),
+    );
+    wait_for("quiet objects compressed", timeout, || {
+        let stats = dep_informer.background_compression_stats();
+        async move { Ok(stats.compressed > 0) }
+    })
+    .await?;
+    clock.say(format!(
+        "objects quiet for {DEMO_QUIET:?} compressed in the background: Foos {}, Deployments {}",
+        foo_informer.background_compression_stats().compressed,
+        dep_informer.background_compression_stats().compressed
+    ));
+    let (decodes, decompressions) = (kcache_core::decodes(), kcache_core::decompressions());
+    foos.patch(
+        "alpha",
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!({"spec": {"replicas": 2}})),
+    )
+    .await?;
+    clock.say("scaled Foo alpha to 2 replicas");
+    wait_for("Foo alpha scaled", timeout, || {
+        converged(&foos, &deps, "alpha", 2)
+    })
+    .await?;
+    clock.say(format!(
+        "  Foo alpha: Deployment alpha-web scaled to 2; meanwhile handlers and reconcilers made {} typed decodes, and {} compressed objects were decompressed (about 1 µs each, next to 20-40 µs of decode)",
+        kcache_core::decodes() - decodes,
+        kcache_core::decompressions() - decompressions
+    ));
+
     // What the cluster holds now.
     let now = sample_controller::observe(&client, &ns).await?;
     let foo_headers = ["NAME", "DEPLOYMENT", "REPLICAS", "AVAILABLE"];
@@ -327,12 +371,24 @@ async fn demo(timeout: Duration) -> anyhow::Result<()> {
         deployments.background_compression_stats(),
     );
     println!(
-        "\nBackground compression (quiet for {:?}): Foos {} of {} cached objects compressed, Deployments {} of {}; decompressions by handlers and reconcilers: {}",
+        "\nBackground compression (quiet for {:?}; the default is 30 s): Foos {} of {} cached objects compressed, Deployments {} of {} (now compressed: {}, {}); over the whole run, {} typed decodes by handlers and reconcilers, {} decompressions",
         foos.background_compression().quiet(),
         f.compressed,
         foos.indexer().len(),
         d.compressed,
         deployments.indexer().len(),
+        foos.indexer()
+            .list()
+            .iter()
+            .filter(|o| o.is_compressed())
+            .count(),
+        deployments
+            .indexer()
+            .list()
+            .iter()
+            .filter(|o| o.is_compressed())
+            .count(),
+        kcache_core::decodes(),
         kcache_core::decompressions()
     );
 

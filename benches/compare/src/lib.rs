@@ -247,6 +247,10 @@ pub struct ServerOptions {
     /// How long a watch is held open after its last event (the client
     /// normally hangs up first).
     pub hold: Option<Duration>,
+    /// With `gone_once`: hold the refused watch open (no events) this long
+    /// before its 410, so that the relist finds a cache that has settled
+    /// (kcache's background compression has run); `None`: at once.
+    pub gone_after: Option<Duration>,
 }
 
 struct Shared {
@@ -365,6 +369,10 @@ async fn connection(sock: TcpStream, shared: &Shared) -> io::Result<()> {
         writer.write_all(head).await?;
         let nth = shared.watches.fetch_add(1, Ordering::SeqCst);
         if shared.opts.gone_once && nth.is_multiple_of(2) {
+            if let Some(after) = shared.opts.gone_after {
+                writer.flush().await?;
+                tokio::time::sleep(after).await;
+            }
             let message = "too old resource version (replay server: forced once)";
             let ev = if pb.is_some() {
                 pb_frame("ERROR", &pb_status_body(410, "Expired", message))
@@ -615,6 +623,15 @@ pub struct Report {
     /// (`kcache_core::decompressions`).
     #[serde(default)]
     pub decompressions: u64,
+    /// kcache `--reset-peak-when-compressed`: seconds from the start to
+    /// the reset of the peak RSS (`VmHWM`), 0 if it was not reset; the peak
+    /// then covers only what came after (the relist of (c')).
+    #[serde(default)]
+    pub peak_reset_secs: f64,
+    /// Updates the handler had seen when the peak was reset: 0 means the
+    /// relist (whose objects arrive as updates) came after the reset.
+    #[serde(default)]
+    pub updates_at_peak_reset: u64,
 }
 
 impl Report {

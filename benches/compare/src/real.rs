@@ -170,6 +170,16 @@ pub struct Phase {
     pub read_bytes: u64,
     /// Objects in the cache.
     pub cached: u64,
+    /// kcache only: heap bytes live now (its counting allocator).
+    #[serde(default)]
+    pub heap_live_bytes: u64,
+    /// kcache only: heap bytes live before the informer started.
+    #[serde(default)]
+    pub baseline_heap_bytes: u64,
+    /// kcache only: seconds waited for background compression before
+    /// `done` (`--wait-compressed`).
+    #[serde(default)]
+    pub waited_secs: f64,
     /// client-go only: the requests it made, `VERB path?query accept=... -> content-type`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub requests: Vec<String>,
@@ -260,6 +270,9 @@ impl Meter {
             baseline_rss_kb: self.baseline_rss_kb,
             read_bytes: now.read_bytes.saturating_sub(self.at_start.read_bytes),
             cached,
+            heap_live_bytes: 0,
+            baseline_heap_bytes: 0,
+            waited_secs: 0.0,
             requests: Vec::new(),
         }
     }

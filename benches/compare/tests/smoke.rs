@@ -14,6 +14,7 @@ async fn start(n: usize, m: usize, gone_once: bool) -> Client {
     let opts = ServerOptions {
         gone_once,
         hold: Some(std::time::Duration::from_secs(5)),
+        gone_after: None,
     };
     tokio::spawn(serve(listener, generate(n, m), opts));
     let dir = tempfile::tempdir().unwrap();
@@ -102,6 +103,7 @@ async fn protobuf_is_served_to_clients_that_accept_it() {
     let addr = listener.local_addr().unwrap();
     let opts = ServerOptions {
         gone_once: false,
+        gone_after: None,
         hold: Some(std::time::Duration::from_millis(200)),
     };
     tokio::spawn(serve(listener, data, opts));

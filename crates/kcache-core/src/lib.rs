@@ -59,7 +59,7 @@ mod string_map;
 pub mod sync;
 mod tombstone;
 
-pub use compression::{Compression, CompressionDictionary, decompressions};
+pub use compression::{Compression, CompressionDictionary, decodes, decompressions};
 pub use error_chain::ErrorChain;
 pub use key::{
     BoxError, KeyError, KeyFunc, deletion_handling_key, deletion_handling_meta_namespace_key,

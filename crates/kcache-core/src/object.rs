@@ -1055,6 +1055,7 @@ impl<K: DeserializeOwned> CachedObject<K> {
     /// apiserver's JSON of the same object gives. A protobuf decode error
     /// is carried as a custom `serde_json::Error` in [`DecodeError`].
     pub fn decode(&self) -> Result<K, DecodeError> {
+        crate::compression::count_decode();
         let decoded = match self.inner.proto {
             None => self
                 .inner

@@ -113,6 +113,7 @@
 // badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod allocator;
 pub mod background_compression;
 mod error;
 mod factory;

@@ -130,6 +130,8 @@ async fn quiet_objects_are_compressed_after_the_quiet_time_and_not_before() {
     assert!(stats.bytes_after < stats.bytes_before, "{stats:?}");
     assert!(stats.rounds >= 1);
     assert!(stats.dictionary_bytes > 0);
+    // 19 small objects free far less than a megabyte: no release yet
+    assert_eq!(stats.memory_releases, 0, "{stats:?}");
 
     // handlers: 20 initial adds and the hot object's updates, nothing else
     // Handlers run on the listeners' own threads, in real time, while the
@@ -184,6 +186,48 @@ async fn off_switch_means_no_object_is_ever_compressed() {
     assert_eq!(informer.background_compression_stats(), Default::default());
     assert_eq!(informer.indexer().epoch(), 0, "no compactor ticked");
     factory.shutdown().await;
+}
+
+/// Once compression has replaced a megabyte of plain objects, the
+/// compactor hands the freed memory back to the system (once per round
+/// that crosses the mark, not per object); `release_freed_memory(false)`
+/// compresses the same objects and never releases.
+#[tokio::test(start_paused = true)]
+async fn freed_memory_is_released_after_a_megabyte_is_replaced() {
+    for release in [true, false] {
+        let api = FakeApi::new();
+        // 400 objects of about 5 KiB: about 2 MiB plain
+        for i in 0..400 {
+            api.create("ns", &format!("cm-{i:03}"), &data(i).repeat(25));
+        }
+        let quiet = Duration::from_secs(4);
+        let informer = api
+            .informer()
+            .background_compression(
+                BackgroundCompression::default()
+                    .quiet_for(quiet)
+                    .release_freed_memory(release),
+            )
+            .build();
+        assert_eq!(
+            informer.background_compression().releases_freed_memory(),
+            release
+        );
+        let (cancel, task) = spawn_run(&informer);
+        eventually("synced", Duration::from_secs(5), || informer.has_synced()).await;
+        tokio::time::sleep(quiet * 3).await;
+        let stats = informer.background_compression_stats();
+        assert_eq!(stats.compressed, 400, "{stats:?}");
+        let freed = stats.bytes_before - stats.bytes_after;
+        assert!(freed >= 1 << 20, "{stats:?}");
+        let expected = if release { 1 } else { 0 };
+        assert_eq!(
+            stats.memory_releases, expected,
+            "release={release}: {stats:?}"
+        );
+        cancel.cancel();
+        task.await.unwrap().unwrap();
+    }
 }
 
 /// A protobuf ConfigMap with a long data value.

@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kcache_controller::{
     Config, Controller, ControllerError, ControllerHandle, MetricsRegistry, Reconciler,
 };
-use kcache_informer::SharedInformerFactory;
+use kcache_informer::{BackgroundCompression, SharedInformerFactory};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use tokio::task::JoinHandle;
@@ -29,6 +29,9 @@ pub struct LocalOptions {
     /// Serve the Foo controller's `/metrics`, `/healthz` and `/readyz`
     /// on this listener.
     pub serve_metrics_on: Option<std::net::TcpListener>,
+    /// The informers' background compression (default: on, quiet 30 s;
+    /// the demo shortens the quiet time to show it within its run).
+    pub background_compression: BackgroundCompression,
 }
 
 impl Default for LocalOptions {
@@ -38,6 +41,7 @@ impl Default for LocalOptions {
             workers: 2,
             metrics: None,
             serve_metrics_on: None,
+            background_compression: BackgroundCompression::default(),
         }
     }
 }
@@ -131,7 +135,8 @@ impl Running {
 pub fn start_local(client: &Client, namespace: &str, options: LocalOptions) -> Running {
     let mut builder = SharedInformerFactory::builder(client.clone())
         .namespace(namespace)
-        .strip_managed_fields(true);
+        .strip_managed_fields(true)
+        .background_compression(options.background_compression.clone());
     if let Some(metrics) = &options.metrics {
         builder = builder.reflector_metrics(metrics.reflector_provider());
     }

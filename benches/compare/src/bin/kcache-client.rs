@@ -91,6 +91,12 @@ struct Args {
     /// object of the list is then compressed), then settle and sample.
     #[arg(long)]
     wait_compressed: bool,
+    /// Scenario (c') (a relist of a settled cache): once synced, wait for
+    /// background compression as `--wait-compressed` does, then reset the
+    /// peak RSS (`VmHWM`, through `/proc/self/clear_refs`), so that the
+    /// peak reported covers the relist that comes after.
+    #[arg(long)]
+    reset_peak_when_compressed: bool,
     /// Workqueue: number of distinct keys.
     #[arg(long, default_value_t = 1_000_000)]
     keys: usize,
@@ -190,7 +196,9 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
     let informer = pod_informer(client, args, false);
     let events = Arc::new(AtomicU64::new(0));
     let end = Arc::new(Notify::new());
+    let updates = Arc::new(AtomicU64::new(0));
     let (a, u, d, end_a) = (events.clone(), events.clone(), events.clone(), end.clone());
+    let updates_u = updates.clone();
     informer.add_event_handler(
         ResourceEventHandlerFuncs::new()
             .add_func(move |obj, _| {
@@ -201,6 +209,7 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
             })
             .update_func(move |_, _| {
                 u.fetch_add(1, Ordering::Relaxed);
+                updates_u.fetch_add(1, Ordering::Relaxed);
             })
             .delete_func(move |_| {
                 d.fetch_add(1, Ordering::Relaxed);
@@ -208,6 +217,9 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
     )?;
     let start = Instant::now();
     let run = Run::start(&informer);
+    let peak_reset = args
+        .reset_peak_when_compressed
+        .then(|| tokio::spawn(reset_peak_when_compressed(informer.clone(), updates, start)));
     end.notified().await;
     let secs = start.elapsed().as_secs_f64();
     let cpu_secs = proc_cpu_secs();
@@ -232,6 +244,16 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
     report.bg_bytes_after = stats.bytes_after;
     report.bg_busy_secs = stats.busy.as_secs_f64();
     report.decompressions = kcache_core::decompressions();
+    if let Some(reset) = peak_reset {
+        if reset.is_finished() {
+            if let Ok((secs, updates)) = reset.await {
+                report.peak_reset_secs = secs;
+                report.updates_at_peak_reset = updates;
+            }
+        } else {
+            reset.abort();
+        }
+    }
     report.cached = informer.indexer().len();
     report.object_heap_bytes = informer
         .indexer()
@@ -259,6 +281,29 @@ async fn wait_compressed(informer: &SharedIndexInformer<Pod>, bg: &BackgroundCom
         bg.quiet(),
         informer.background_compression_stats()
     );
+}
+
+/// `--reset-peak-when-compressed`: once synced and compressed, resets the
+/// process's peak RSS (writes `5` to `/proc/self/clear_refs`); returns the
+/// seconds since `start` and the updates the handler had seen then.
+async fn reset_peak_when_compressed(
+    informer: SharedIndexInformer<Pod>,
+    updates: Arc<AtomicU64>,
+    start: Instant,
+) -> (f64, u64) {
+    while !informer.has_synced() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let bg = informer.background_compression().clone();
+    if bg.is_enabled() {
+        wait_compressed(&informer, &bg).await;
+    }
+    let seen = updates.load(Ordering::Relaxed);
+    if let Err(e) = std::fs::write("/proc/self/clear_refs", "5") {
+        eprintln!("kcache-client: cannot reset the peak RSS: {e}");
+        return (0.0, seen);
+    }
+    (start.elapsed().as_secs_f64(), seen)
 }
 
 /// Scenario `sync` against the real apiserver: see the module doc.
@@ -293,6 +338,7 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
     )?;
     let stop = stop_requested();
     tokio::pin!(stop);
+    let baseline_heap = heap_live_bytes();
     let meter = Meter::start();
     let run = Run::start(&informer);
     synced.notified().await;
@@ -311,9 +357,19 @@ async fn sync(args: &Args) -> anyhow::Result<()> {
     if !stopped {
         stop.await;
     }
+    let waited = Instant::now();
+    let bg = informer.background_compression().clone();
+    if args.wait_compressed && bg.is_enabled() {
+        wait_compressed(&informer, &bg).await;
+    }
+    let waited_secs = waited.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
     let n = seen.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
-    emit(&meter.phase("done", "kcache", n, informer.indexer().len() as u64));
+    let mut done = meter.phase("done", "kcache", n, informer.indexer().len() as u64);
+    done.heap_live_bytes = heap_live_bytes();
+    done.baseline_heap_bytes = baseline_heap;
+    done.waited_secs = waited_secs;
+    emit(&done);
     if let Some(path) = &args.sync.watch_log {
         let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
         write_watch_log(path, &seen)?;

@@ -14,6 +14,10 @@ struct Args {
     /// Answer the first watch of each client run with 410 Gone (forces a relist).
     #[arg(long)]
     gone_once: bool,
+    /// With `--gone-once`: hold the refused watch open this many
+    /// milliseconds before its 410 (a relist of a settled cache).
+    #[arg(long)]
+    gone_after_ms: Option<u64>,
     /// Port on 127.0.0.1 (0: any free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
@@ -43,6 +47,7 @@ async fn main() -> anyhow::Result<()> {
     let opts = ServerOptions {
         gone_once: args.gone_once,
         hold: None,
+        gone_after: args.gone_after_ms.map(std::time::Duration::from_millis),
     };
     serve(listener, data, opts).await?;
     Ok(())
