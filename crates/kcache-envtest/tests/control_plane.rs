@@ -204,8 +204,16 @@ async fn apiserver_restart_keeps_data_and_ends_open_watches() {
             .unwrap(),
         rv
     );
+    // The restarted apiserver's watch cache starts at the current revision,
+    // so the pre-restart `rv` may already be 410 Gone (the apiserver writes
+    // its own objects while starting): watch from a fresh list's version.
+    let listed = api.list(&ListParams::default()).await.unwrap();
+    let now_rv = listed
+        .metadata
+        .resource_version
+        .expect("a list carries a resourceVersion");
     let mut watch = api
-        .watch(&WatchParams::default(), &rv)
+        .watch(&WatchParams::default(), &now_rv)
         .await
         .unwrap()
         .boxed();
