@@ -7,8 +7,9 @@ use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::hash::{BuildHasher, Hash};
+use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -31,6 +32,15 @@ impl<T> Mutex<T> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The lock if it is free now.
+    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, T>> {
+        match self.0.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 }
 use tokio::sync::Notify;
@@ -385,33 +395,72 @@ impl<T: QueueItem> Queues<T> {
     }
 }
 
-/// Plain adds (no delay, priority 0) waiting to be applied to the queue.
+/// Plain adds (no delay, priority 0) and deferred `done` calls waiting to
+/// be applied to the queue.
 ///
 /// An add of a queue without metrics only pushes its item here, under a
 /// lock of its own held for a push: the adding thread never takes the
 /// queue's lock nor touches the item table, the slots or the ready queue,
-/// which stay in the cache of the workers' threads. Whoever next takes the
-/// queue's lock applies the inbox first, in order (see
-/// [`State::apply_inbox`]), so every call sees every add that returned
-/// before it began.
+/// which stay in the cache of the workers' threads. A `done` that finds the
+/// queue's lock taken (another worker is getting an item) leaves its call
+/// here instead of waiting for the lock (see [`WorkQueue::done`]). Whoever
+/// next takes the queue's lock applies the inbox first, in the order of
+/// the calls (see [`State::apply_inbox`]), so every call sees every add and
+/// `done` that returned before it began.
 struct Inbox<T> {
-    items: Mutex<Vec<T>>,
+    items: Mutex<InboxCalls<T>>,
     /// Whether `items` is not empty, written under its lock: a reader with
     /// nothing to apply (most `done` calls) looks at this flag instead of
     /// taking the lock, so it reads the adder's line instead of writing it.
     /// An add that happened before the read is seen.
     pending: AtomicBool,
+    /// Whether a deferred `done` waits in `items`, written under its lock.
+    /// Whoever releases the queue's lock looks at it afterwards (see
+    /// [`Inner::after_unlock`]): a deferred `done` is applied even if no
+    /// other call comes (it may hand out an item added again while it was
+    /// processed, or end a drain).
+    dones_pending: AtomicBool,
     /// Set while a getter is parked and no getter woken for ready items has
     /// run yet: an add must then wake one (through the queue's lock). Kept
     /// up to date under the queue's lock by [`State::publish`].
     wake_needed: AtomicBool,
 }
 
+/// The calls waiting in an [`Inbox`].
+struct InboxCalls<T> {
+    adds: Vec<T>,
+    /// In the order of the calls; each knows how many of `adds` came
+    /// before it.
+    dones: Vec<DeferredDone<T>>,
+}
+
+impl<T> InboxCalls<T> {
+    fn is_empty(&self) -> bool {
+        self.adds.is_empty() && self.dones.is_empty()
+    }
+}
+
+/// A `done` call that found the queue's lock taken.
+struct DeferredDone<T> {
+    item: T,
+    /// How many adds of the inbox were pushed before this call.
+    after_adds: usize,
+    /// The calling thread's [`HANDED_OUT`] hints for this queue.
+    hints: Hints,
+    /// When the call was made, for the work-duration metric (queues with
+    /// metrics only).
+    at: Option<Instant>,
+}
+
 impl<T> Inbox<T> {
     fn new() -> Self {
         Self {
-            items: Mutex::new(Vec::new()),
+            items: Mutex::new(InboxCalls {
+                adds: Vec::new(),
+                dones: Vec::new(),
+            }),
             pending: AtomicBool::new(false),
+            dones_pending: AtomicBool::new(false),
             wake_needed: AtomicBool::new(false),
         }
     }
@@ -423,12 +472,28 @@ impl<T> Inbox<T> {
             if items.is_empty() {
                 self.pending.store(true, Ordering::Release);
             }
-            items.push(item);
+            items.adds.push(item);
         }
         // Ordered after the push by the inbox lock: a getter that set the
         // flag before its last look at the inbox (under the same lock) is
         // seen here, or that look saw this item (see `State::publish`).
         self.wake_needed.load(Ordering::Relaxed)
+    }
+
+    /// Pushes a deferred `done` of `item`.
+    fn push_done(&self, item: T, hints: Hints, at: Option<Instant>) {
+        let mut items = self.items.lock();
+        if items.is_empty() {
+            self.pending.store(true, Ordering::Release);
+        }
+        let after_adds = items.adds.len();
+        items.dones.push(DeferredDone {
+            item,
+            after_adds,
+            hints,
+            at,
+        });
+        self.dones_pending.store(true, Ordering::Relaxed);
     }
 }
 
@@ -461,12 +526,34 @@ fn remember_handed_out(queue: usize, idx: SlotIdx) {
     });
 }
 
-fn handed_out_hints(queue: usize) -> impl Iterator<Item = SlotIdx> {
-    let (hints, _) = HANDED_OUT.with(Cell::get);
-    hints
-        .into_iter()
-        .filter(move |&(q, _)| q == queue)
-        .map(|(_, idx)| idx)
+/// The slots of the items handed out by `queue` on this thread lately
+/// (see [`HANDED_OUT`]).
+#[derive(Debug, Clone, Copy)]
+struct Hints {
+    slots: [SlotIdx; HANDED_OUT_HINTS],
+    len: usize,
+}
+
+impl Hints {
+    /// This thread's hints for `queue`.
+    fn of(queue: usize) -> Self {
+        let (handed_out, _) = HANDED_OUT.with(Cell::get);
+        let mut hints = Hints {
+            slots: [0; HANDED_OUT_HINTS],
+            len: 0,
+        };
+        for (q, idx) in handed_out {
+            if q == queue {
+                hints.slots[hints.len] = idx;
+                hints.len += 1;
+            }
+        }
+        hints
+    }
+
+    fn iter(&self) -> impl Iterator<Item = SlotIdx> + '_ {
+        self.slots[..self.len].iter().copied()
+    }
 }
 
 struct State<T> {
@@ -477,8 +564,12 @@ struct State<T> {
     waiters: Waiters,
     shutting_down: bool,
     drain: bool,
-    /// The inbox's previous buffer, swapped in for the next batch.
+    /// The inbox's previous buffers, swapped in for the next batch.
     spare: Vec<T>,
+    spare_dones: Vec<DeferredDone<T>>,
+    /// A `done` left the queue drained while it shuts down with drain:
+    /// `shut_down_with_drain` is to be woken once the lock is released.
+    drained_signal: bool,
     /// The tags of an inbox batch (kept for its capacity).
     tags: Vec<u32>,
     /// Table entries of freed slots not yet removed: `done` frees a slot it
@@ -536,18 +627,25 @@ impl<T: QueueItem> State<T> {
     /// [`Inbox::pending`] first: the inbox's lock orders this look after
     /// the caller's earlier writes (see [`publish`](Self::publish)).
     fn apply_inbox_locked(&mut self, inbox: &Inbox<T>) -> Wake {
-        let mut batch = {
+        let (mut batch, mut dones) = {
             let mut items = inbox.items.lock();
             if items.is_empty() {
                 return Wake::Nobody;
             }
             inbox.pending.store(false, Ordering::Relaxed);
-            std::mem::replace(&mut *items, std::mem::take(&mut self.spare))
+            inbox.dones_pending.store(false, Ordering::Relaxed);
+            (
+                std::mem::replace(&mut items.adds, std::mem::take(&mut self.spare)),
+                std::mem::replace(&mut items.dones, std::mem::take(&mut self.spare_dones)),
+            )
         };
         let mut wake = Wake::Nobody;
         if self.shutting_down {
+            // Adds that raced with shutdown are ignored; the dones count.
             batch.clear();
-        } else {
+        }
+        let mut dones_iter = dones.drain(..).peekable();
+        if !batch.is_empty() {
             let now = Instant::now();
             // Items whose time came go first: ready queues are FIFO.
             if !self.q.delayed.is_empty() {
@@ -561,6 +659,9 @@ impl<T: QueueItem> State<T> {
             tags.clear();
             tags.extend(batch.iter().map(|item| tag_of(&self.hasher, item)));
             for (i, item) in batch.drain(..).enumerate() {
+                while let Some(done) = dones_iter.next_if(|d| d.after_adds <= i) {
+                    wake = wake.max(self.apply_deferred_done(done));
+                }
                 if i % GROUP == 0 {
                     let group = &tags[i..tags.len().min(i + GROUP)];
                     self.items.warm(group.iter().copied());
@@ -569,8 +670,19 @@ impl<T: QueueItem> State<T> {
             }
             self.tags = tags;
         }
+        for done in dones_iter {
+            wake = wake.max(self.apply_deferred_done(done));
+        }
         self.spare = batch;
+        self.spare_dones = dones;
         wake
+    }
+
+    /// Applies a `done` left in the inbox.
+    fn apply_deferred_done(&mut self, done: DeferredDone<T>) -> Wake {
+        let at = done.at;
+        self.done(&done.item, done.hints, || at.unwrap_or_else(Instant::now))
+            .0
     }
 
     /// The queue ran dry (a getter parks): gives back the room a burst of
@@ -593,6 +705,9 @@ impl<T: QueueItem> State<T> {
         q.ready.shrink_to(IDLE_KEEP_CAPACITY);
         if self.spare.capacity() > IDLE_KEEP_CAPACITY {
             self.spare = Vec::new();
+        }
+        if self.spare_dones.capacity() > IDLE_KEEP_CAPACITY {
+            self.spare_dones = Vec::new();
         }
         if self.tags.capacity() > IDLE_KEEP_CAPACITY {
             self.tags = Vec::new();
@@ -667,10 +782,11 @@ impl<T: QueueItem> State<T> {
         Some((item, idx))
     }
 
-    /// Marks `item` as processed; returns whom to wake and the item's copy
-    /// if the queue released it (to drop once the lock is released).
-    fn done(&mut self, item: &T, queue: usize) -> (Wake, Option<T>) {
-        let hinted = handed_out_hints(queue).find(|&idx| {
+    /// Marks `item` as processed (`hints`: slots it may be in; `now`: the
+    /// time for the metrics); returns whom to wake and the item's copy if
+    /// the queue released it (to drop once the lock is released).
+    fn done(&mut self, item: &T, hints: Hints, now: impl FnOnce() -> Instant) -> (Wake, Option<T>) {
+        let hinted = hints.iter().find(|&idx| {
             self.q
                 .slots
                 .get(idx as usize)
@@ -698,7 +814,7 @@ impl<T: QueueItem> State<T> {
             let parked = slot.place == Place::Parked;
             q.processing -= 1;
             if let Some(m) = &mut q.metrics {
-                m.done(item, Instant::now());
+                m.done(item, now());
             }
             if parked {
                 q.parked -= 1;
@@ -706,6 +822,10 @@ impl<T: QueueItem> State<T> {
                 wake = Wake::One;
             }
         }
+        if self.shutting_down && self.drained() {
+            self.drained_signal = true;
+        }
+        let q = &mut self.q;
         let slot = &q.slots[idx as usize];
         if slot.place == Place::Nowhere && !slot.processing {
             match pos {
@@ -759,10 +879,54 @@ impl<T: QueueItem> State<T> {
     }
 }
 
+/// The queue's lock, held (see [`Inner::lock`]). Releasing it wakes
+/// `shut_down_with_drain` if a `done` drained the queue, then applies the
+/// `done` calls deferred while it was held ([`Inner::after_unlock`]).
+struct Locked<'a, T: QueueItem> {
+    inner: &'a Inner<T>,
+    /// Always `Some` until dropped.
+    st: Option<std::sync::MutexGuard<'a, State<T>>>,
+}
+
+impl<T: QueueItem> Deref for Locked<'_, T> {
+    type Target = State<T>;
+
+    fn deref(&self) -> &State<T> {
+        match &self.st {
+            Some(st) => st,
+            None => unreachable!("the guard is held until dropped"),
+        }
+    }
+}
+
+impl<T: QueueItem> DerefMut for Locked<'_, T> {
+    fn deref_mut(&mut self) -> &mut State<T> {
+        match &mut self.st {
+            Some(st) => st,
+            None => unreachable!("the guard is held until dropped"),
+        }
+    }
+}
+
+impl<T: QueueItem> Drop for Locked<'_, T> {
+    fn drop(&mut self) {
+        let Some(mut st) = self.st.take() else {
+            return;
+        };
+        let drained = std::mem::take(&mut st.drained_signal);
+        drop(st);
+        if drained {
+            self.inner.drained.notify_waiters();
+        }
+        self.inner.after_unlock();
+    }
+}
+
 struct Inner<T> {
     state: Mutex<State<T>>,
-    /// Plain adds not yet applied; used only by queues without metrics
-    /// (`use_inbox`), whose adds need no timestamp of their own.
+    /// Calls not yet applied: plain adds of queues without metrics
+    /// (`use_inbox`: their adds need no timestamp of their own), and `done`
+    /// calls that found the lock taken (all queues).
     inbox: Inbox<T>,
     use_inbox: bool,
     /// Mirrors `State::shutting_down` for lock-free checks.
@@ -790,13 +954,49 @@ impl<T: QueueItem> Inner<T> {
         std::ptr::from_ref(self).addr()
     }
 
-    /// Applies the inbox's adds (first thing under the lock, so that each
-    /// call sees the adds that returned before it).
+    /// Takes the queue's lock; releasing it runs
+    /// [`after_unlock`](Self::after_unlock).
+    fn lock(&self) -> Locked<'_, T> {
+        Locked {
+            inner: self,
+            st: Some(self.state.lock()),
+        }
+    }
+
+    /// Applies the calls waiting in the inbox: adds, and `done` calls that
+    /// found the lock taken (first thing under the lock, so that each call
+    /// sees the calls that returned before it).
     fn apply_inbox(&self, st: &mut State<T>) -> Wake {
-        if self.use_inbox {
-            st.apply_inbox(&self.inbox)
-        } else {
-            Wake::Nobody
+        st.apply_inbox(&self.inbox)
+    }
+
+    /// Run by every holder of the lock once it released it, and by a `done`
+    /// that deferred itself: applies the deferred `done` calls waiting in
+    /// the inbox, unless the lock is taken again (its holder then does it
+    /// when it releases the lock).
+    ///
+    /// No deferred `done` is left behind: a `done` sets
+    /// [`Inbox::dones_pending`], then (after a full fence) tries the lock;
+    /// a holder releases the lock, then (after a full fence) reads the
+    /// flag. Of two such threads at least one sees the other's write: the
+    /// `done`'s try finds the lock free, or the holder finds the flag set.
+    fn after_unlock(&self) {
+        loop {
+            fence(Ordering::SeqCst);
+            if !self.inbox.dones_pending.load(Ordering::Relaxed) {
+                return;
+            }
+            let Some(mut st) = self.state.try_lock() else {
+                return;
+            };
+            let wake = st.apply_inbox_locked(&self.inbox);
+            let wakeups = self.wakeups(&mut st, wake);
+            let drained = std::mem::take(&mut st.drained_signal);
+            drop(st);
+            wakeups.wake();
+            if drained {
+                self.drained.notify_waiters();
+            }
         }
     }
 
@@ -818,7 +1018,7 @@ impl<T: QueueItem> Inner<T> {
     /// and wake one.
     fn wake_parked(&self) {
         let wakeups = {
-            let mut st = self.state.lock();
+            let mut st = self.lock();
             let wake = self.apply_inbox(&mut st);
             self.wakeups(&mut st, wake)
         };
@@ -828,7 +1028,7 @@ impl<T: QueueItem> Inner<T> {
     /// The metrics updater's tick; false once the queue shuts down.
     fn metrics_tick(&self) -> bool {
         let wakeups = {
-            let mut st = self.state.lock();
+            let mut st = self.lock();
             if st.shutting_down {
                 return false;
             }
@@ -859,7 +1059,7 @@ impl<T: QueueItem> Getter<'_, T> {
     fn poll_get(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let inner = self.inner;
         loop {
-            let mut st = inner.state.lock();
+            let mut st = inner.lock();
             if let Some(id) = self.id {
                 // A wake this getter received is consumed here: if it leaves
                 // items ready, it wakes the next getter below.
@@ -947,7 +1147,7 @@ impl<T: QueueItem> Drop for Getter<'_, T> {
             return;
         };
         let wakeups = {
-            let mut st = self.inner.state.lock();
+            let mut st = self.inner.lock();
             let woken = st.waiters.running(id);
             st.waiters.leave(id);
             let wake = if woken && !st.q.ready.is_empty() {
@@ -979,7 +1179,7 @@ impl<T> Clone for WorkQueue<T> {
 
 impl<T: QueueItem> fmt::Debug for WorkQueue<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let st = self.inner.state.lock();
+        let st = self.inner.lock();
         f.debug_struct("WorkQueue")
             .field("name", &self.inner.name)
             .field("ready", &st.q.ready.len())
@@ -1108,26 +1308,33 @@ impl<T: QueueItem> WorkQueue<T> {
     /// processed, it is now handed out again.
     pub fn done(&self, item: &T) {
         let inner = &*self.inner;
+        let Some(guard) = inner.state.try_lock() else {
+            // The lock is taken (by the adder or another worker): rather
+            // than wait for it (and hand it back and forth between the
+            // threads), leave the call in the inbox; the holder applies it
+            // when it releases the lock, before anything else sees the queue.
+            let at = (!inner.use_inbox).then(Instant::now);
+            inner
+                .inbox
+                .push_done(item.clone(), Hints::of(inner.id()), at);
+            inner.after_unlock();
+            return;
+        };
+        let mut st = Locked {
+            inner,
+            st: Some(guard),
+        };
+        // Calls that returned before this one come first (an item added
+        // again while processed is then handed out again at once).
+        let wake = inner.apply_inbox(&mut st);
+        let (done_wake, released) = st.done(item, Hints::of(inner.id()), Instant::now);
+        let wakeups = inner.wakeups(&mut st, wake.max(done_wake));
+        drop(st);
+        wakeups.wake();
         // The released key is dropped after the lock: freeing it (often on
         // another thread than the one that allocated it) stays out of the
         // critical section.
-        let (wakeups, drained, _released) = {
-            let mut st = inner.state.lock();
-            // Adds that returned before this call come first (an item added
-            // again while processed is then handed out again at once).
-            let wake = inner.apply_inbox(&mut st);
-            let (done_wake, released) = st.done(item, inner.id());
-            let drained = st.shutting_down && st.drained();
-            (
-                inner.wakeups(&mut st, wake.max(done_wake)),
-                drained,
-                released,
-            )
-        };
-        wakeups.wake();
-        if drained {
-            inner.drained.notify_waiters();
-        }
+        drop(released);
     }
 
     /// [`done`](Self::done) of `item`, then [`get`](Self::get): a worker's
@@ -1151,10 +1358,10 @@ impl<T: QueueItem> WorkQueue<T> {
     /// to `get`.
     fn done_then_try_get(&self, item: &T) -> Option<T> {
         let inner = &*self.inner;
-        let (wakeups, drained, next, _released) = {
-            let mut st = inner.state.lock();
+        let (wakeups, next, _released) = {
+            let mut st = inner.lock();
             let mut wake = inner.apply_inbox(&mut st);
-            let (done_wake, released) = st.done(item, inner.id());
+            let (done_wake, released) = st.done(item, Hints::of(inner.id()), Instant::now);
             wake = wake.max(done_wake);
             let drained = st.shutting_down && st.drained();
             let mut next = None;
@@ -1171,12 +1378,9 @@ impl<T: QueueItem> WorkQueue<T> {
                     next = Some(next_item);
                 }
             }
-            (inner.wakeups(&mut st, wake), drained, next, released)
+            (inner.wakeups(&mut st, wake), next, released)
         };
         wakeups.wake();
-        if drained {
-            inner.drained.notify_waiters();
-        }
         next
     }
 
@@ -1185,7 +1389,7 @@ impl<T: QueueItem> WorkQueue<T> {
     pub fn len(&self) -> usize {
         let inner = &*self.inner;
         let (wakeups, len) = {
-            let mut st = inner.state.lock();
+            let mut st = inner.lock();
             let mut wake = inner.apply_inbox(&mut st);
             if !st.q.delayed.is_empty() {
                 wake = wake.max(st.promote_due(Instant::now()));
@@ -1205,12 +1409,20 @@ impl<T: QueueItem> WorkQueue<T> {
     /// Number of items waiting for a later time.
     pub fn delayed_len(&self) -> usize {
         let _ = self.len();
-        self.inner.state.lock().q.delayed.len()
+        self.inner.lock().q.delayed.len()
     }
 
     /// Number of items handed out and not yet done.
     pub fn processing_len(&self) -> usize {
-        self.inner.state.lock().q.processing
+        let inner = &*self.inner;
+        let (wakeups, processing) = {
+            let mut st = inner.lock();
+            let wake = inner.apply_inbox(&mut st);
+            let processing = st.q.processing;
+            (inner.wakeups(&mut st, wake), processing)
+        };
+        wakeups.wake();
+        processing
     }
 
     /// Shuts the queue down now: later adds are ignored, items waiting for a
@@ -1234,15 +1446,23 @@ impl<T: QueueItem> WorkQueue<T> {
     pub async fn shut_down_with_drain(&self) {
         self.begin_shut_down(true);
         self.after_shut_down();
+        let inner = &*self.inner;
         loop {
-            let notified = self.inner.drained.notified();
+            let notified = inner.drained.notified();
             let mut notified = std::pin::pin!(notified);
-            {
-                let st = self.inner.state.lock();
-                if !st.drain || st.drained() {
-                    return;
+            let (wakeups, finished) = {
+                let mut st = inner.lock();
+                // `done` calls deferred before this look count.
+                let wake = inner.apply_inbox(&mut st);
+                let finished = !st.drain || st.drained();
+                if !finished {
+                    notified.as_mut().enable();
                 }
-                notified.as_mut().enable();
+                (inner.wakeups(&mut st, wake), finished)
+            };
+            wakeups.wake();
+            if finished {
+                return;
             }
             notified.await;
         }
@@ -1257,7 +1477,7 @@ impl<T: QueueItem> WorkQueue<T> {
     fn begin_shut_down(&self, drain: bool) {
         let inner = &*self.inner;
         let wakeups = {
-            let mut st = inner.state.lock();
+            let mut st = inner.lock();
             st.begin_shut_down(&inner.inbox, drain);
             inner.wakeups(&mut st, Wake::All)
         };
@@ -1290,7 +1510,7 @@ impl<T: QueueItem> WorkQueue<T> {
         };
         let inner = &*self.inner;
         let (wakeups, _duplicate) = {
-            let mut st = inner.state.lock();
+            let mut st = inner.lock();
             if st.shutting_down {
                 return;
             }
@@ -1464,6 +1684,8 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
                     items: ItemTable::default(),
                     hasher: RandomState::default(),
                     spare: Vec::new(),
+                    spare_dones: Vec::new(),
+                    drained_signal: false,
                     tags: Vec::new(),
                     unlinked: Vec::with_capacity(GROUP),
                     q: Queues {
@@ -1513,6 +1735,165 @@ async fn metrics_loop<T: QueueItem>(
         };
         if !inner.metrics_tick() {
             return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `done` calls deferred because the lock was taken: held here by the
+    //! test thread while another thread calls `done`, so that the deferred
+    //! path runs every time (the stress tests reach it only by chance).
+
+    use super::*;
+
+    /// Calls `f` on another thread while this thread holds `queue`'s lock;
+    /// the lock is released (running [`Inner::after_unlock`]) on return.
+    fn while_locked(queue: &WorkQueue<String>, f: impl FnOnce(WorkQueue<String>) + Send) {
+        let held = queue.inner.lock();
+        std::thread::scope(|s| {
+            let other = queue.clone();
+            s.spawn(move || f(other)).join().unwrap();
+        });
+        assert!(
+            queue.inner.inbox.dones_pending.load(Ordering::SeqCst),
+            "the done was not deferred"
+        );
+        drop(held);
+    }
+
+    /// The queue's counts as the lock shows them, without applying the
+    /// inbox first (as every public call does).
+    fn raw_counts(queue: &WorkQueue<String>) -> (usize, usize) {
+        let st = queue.inner.state.lock();
+        (st.q.ready.len(), st.q.processing)
+    }
+
+    fn processing(queue: &WorkQueue<String>, item: &str) {
+        queue.add(item.to_string());
+        let got = queue.done_then_try_get_for_test();
+        assert_eq!(got.as_deref(), Some(item));
+    }
+
+    impl WorkQueue<String> {
+        /// `get` of a ready item, without a runtime.
+        fn done_then_try_get_for_test(&self) -> Option<String> {
+            let mut st = self.inner.lock();
+            let wake = self.inner.apply_inbox(&mut st);
+            let (item, idx) = st.pop_ready(Instant::now)?;
+            remember_handed_out(self.inner.id(), idx);
+            let wakeups = self.inner.wakeups(&mut st, wake);
+            drop(st);
+            wakeups.wake();
+            Some(item)
+        }
+    }
+
+    #[test]
+    fn deferred_done_is_applied_when_the_holder_releases_the_lock() {
+        for queue in [WorkQueue::new(), metrics_queue()] {
+            assert_eq!(queue.inner.use_inbox, queue.name().is_none());
+            processing(&queue, "a");
+            // Added again while processed: parked until its done.
+            queue.add("a".to_string());
+            while_locked(&queue, |q| q.done(&"a".to_string()));
+            // No public call since: the release itself applied the done.
+            assert_eq!(raw_counts(&queue), (1, 0));
+            assert!(!queue.inner.inbox.dones_pending.load(Ordering::SeqCst));
+        }
+    }
+
+    #[tokio::test]
+    async fn deferred_done_wakes_a_parked_getter() {
+        let queue = WorkQueue::new();
+        processing(&queue, "a");
+        queue.add("a".to_string());
+        let getter = tokio::spawn({
+            let q = queue.clone();
+            async move { q.get().await }
+        });
+        // Let the getter park.
+        while !queue.inner.state.lock().waiters.needs_wake() {
+            tokio::task::yield_now().await;
+        }
+        while_locked(&queue, |q| q.done(&"a".to_string()));
+        let got = tokio::time::timeout(Duration::from_secs(10), getter)
+            .await
+            .expect("the parked getter was not woken")
+            .unwrap();
+        assert_eq!(got.as_deref(), Some("a"));
+    }
+
+    #[tokio::test]
+    async fn deferred_done_ends_a_drain() {
+        let queue = WorkQueue::new();
+        processing(&queue, "a");
+        let drain = tokio::spawn({
+            let q = queue.clone();
+            async move { q.shut_down_with_drain().await }
+        });
+        while !queue.shutting_down() {
+            tokio::task::yield_now().await;
+        }
+        // Let the drain register for the drained signal.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        while_locked(&queue, |q| q.done(&"a".to_string()));
+        tokio::time::timeout(Duration::from_secs(10), drain)
+            .await
+            .expect("the drain did not see the deferred done")
+            .unwrap();
+    }
+
+    #[test]
+    fn deferred_dones_keep_their_place_among_the_adds() {
+        // done, then add again: the item is queued where it was added,
+        // ahead of later adds.
+        let queue = WorkQueue::new();
+        processing(&queue, "a");
+        while_locked(&queue, |q| {
+            q.done(&"a".to_string());
+            q.add("a".to_string());
+            q.add("b".to_string());
+        });
+        assert_eq!(queue.done_then_try_get_for_test().as_deref(), Some("a"));
+        assert_eq!(queue.done_then_try_get_for_test().as_deref(), Some("b"));
+
+        // add again, then done: the item comes back at its done, behind
+        // the adds before it.
+        let queue = WorkQueue::new();
+        processing(&queue, "a");
+        while_locked(&queue, |q| {
+            q.add("a".to_string());
+            q.add("b".to_string());
+            q.done(&"a".to_string());
+        });
+        assert_eq!(queue.done_then_try_get_for_test().as_deref(), Some("b"));
+        assert_eq!(queue.done_then_try_get_for_test().as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn deferred_done_after_shutdown_still_counts() {
+        let queue = WorkQueue::new();
+        processing(&queue, "a");
+        queue.shut_down();
+        while_locked(&queue, |q| q.done(&"a".to_string()));
+        assert_eq!(raw_counts(&queue), (0, 0));
+    }
+
+    fn metrics_queue() -> WorkQueue<String> {
+        WorkQueue::builder()
+            .name("deferred")
+            .metrics(crate::NoopMetricsProvider)
+            .build_with_metrics_for_test()
+    }
+
+    impl WorkQueueBuilder<String> {
+        /// `build` without the metrics task (which needs a runtime).
+        fn build_with_metrics_for_test(mut self) -> WorkQueue<String> {
+            let provider = self.metrics.take();
+            self.build_with(provider)
         }
     }
 }
