@@ -12,8 +12,10 @@
 //! macOS and Windows ones) return free pages themselves or have no such
 //! call: there this does nothing.
 //!
-//! This is the workspace's one `unsafe` block: the workspace denies
-//! `unsafe_code`, and this module alone allows it.
+//! This is the library's one `unsafe` block: the workspace denies
+//! `unsafe_code`, and among the library crates this module alone allows
+//! it (the bench harness's kcache client has the other, its global
+//! allocator).
 
 /// Asks the C allocator to return its free pages to the system; returns
 /// whether it gave anything back. Walks (and briefly locks) every arena:
