@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kcache_workqueue::{AddOpts, ItemExponentialFailureRateLimiter, WorkQueue};
+use kcache_workqueue::{
+    AddOpts, ItemExponentialFailureRateLimiter, NoopMetricsProvider, WorkQueue,
+};
 
 mod common;
 use common::WorkerLoop;
@@ -34,13 +36,25 @@ struct Book {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn stress_producers_and_workers() {
-    let q: WorkQueue<usize> = WorkQueue::builder()
-        .rate_limiter(ItemExponentialFailureRateLimiter::new(
-            Duration::from_micros(100),
-            Duration::from_millis(2),
-        ))
-        .build()
-        .unwrap();
+    stress(false).await;
+}
+
+/// The same with a named queue with metrics: its adds take the lock
+/// (they need a timestamp), its deferred `done`s and `get`s carry theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stress_producers_and_workers_with_metrics() {
+    stress(true).await;
+}
+
+async fn stress(with_metrics: bool) {
+    let mut builder = WorkQueue::builder().rate_limiter(ItemExponentialFailureRateLimiter::new(
+        Duration::from_micros(100),
+        Duration::from_millis(2),
+    ));
+    if with_metrics {
+        builder = builder.name("stress").metrics(NoopMetricsProvider);
+    }
+    let q: WorkQueue<usize> = builder.build().unwrap();
     let book = Arc::new(Book {
         clock: AtomicU64::new(1),
         last_add: (0..KEYS).map(|_| AtomicU64::new(0)).collect(),
