@@ -45,6 +45,24 @@ const MIN_SAMPLE_LEN: usize = 256;
 /// is not worth it for a handful of objects.
 pub const RELEASE_AFTER_FREED: u64 = 1 << 20;
 
+/// Most scans in a round over the store (see [`scan_len`]).
+const ROUND_SCANS: usize = 16;
+
+/// Entries one scan of a round looks at, for batches of `batch` objects
+/// out of a store of `stored`. A scan resumes by skipping the entries the
+/// round already saw (a hash map has no cursor that survives the lock
+/// being released), so a round of `s` scans steps over about `s² / 2`
+/// scans' worth of entries: scans of at least a sixteenth of the store
+/// keep a round near 8 passes over it, where fixed 4,096-entry scans cost
+/// `stored² / 8,192` steps (a million objects: 1.2 x 10^8 per round, every
+/// tick).
+fn scan_len(batch: usize, stored: usize) -> usize {
+    batch
+        .saturating_mul(16)
+        .max(4096)
+        .max(stored.div_ceil(ROUND_SCANS))
+}
+
 /// How an informer compresses its quiet objects in the background: on by
 /// default ([`BackgroundCompression::default`]), [`off`](Self::off) to keep
 /// every object as received.
@@ -299,7 +317,7 @@ impl<K: 'static> Compactor<K> {
     /// between them; false when cancelled.
     async fn round(&mut self, written_by: u32, cancel: &CancellationToken) -> bool {
         let batch = self.config.batch;
-        let scan_len = batch.saturating_mul(16).max(4096);
+        let scan_len = scan_len(batch, self.indexer.len());
         let mut from = 0;
         loop {
             let scan = self.indexer.quiet_objects(written_by, from, scan_len);
@@ -391,5 +409,25 @@ impl<K: 'static> Compactor<K> {
             *slot = Some(dict);
         }
         slot.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_takes_at_most_round_scans_scans() {
+        for stored in [0, 1, 4096, 100_000, 1_000_000, 10_000_000] {
+            for batch in [1, 64, 256] {
+                let len = scan_len(batch, stored);
+                assert!(len >= 4096 && len >= batch * 16);
+                let scans = stored.div_ceil(len);
+                assert!(
+                    scans <= ROUND_SCANS,
+                    "{stored} objects in batches of {batch}: {scans} scans of {len}"
+                );
+            }
+        }
     }
 }
