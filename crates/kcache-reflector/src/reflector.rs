@@ -324,6 +324,9 @@ struct RunState {
     watch_list_unsupported: bool,
     /// The next cycle watches from the resume resourceVersion, no list.
     resume: bool,
+    /// The last synced resourceVersion when a watch last ended in
+    /// `410 Gone` (see [`Reflector::after_watch`]).
+    expired_at: Option<String>,
 }
 
 /// An open watch response and its framing state.
@@ -866,7 +869,9 @@ impl<K> Reflector<K> {
                 resource_version = %self.last_sync_resource_version(),
                 "resuming: watching from a known resourceVersion without listing"
             );
-            return self.watch_loop(backoff, None).await;
+            let res = self.watch_loop(backoff, None).await;
+            self.after_watch(st, &res);
+            return res;
         }
         let mut open = None;
         if self.use_watch_list && !st.watch_list_unsupported {
@@ -896,7 +901,41 @@ impl<K> Reflector<K> {
         if open.is_none() {
             self.list(st).await?;
         }
-        self.watch_loop(backoff, open).await
+        let res = self.watch_loop(backoff, open).await;
+        self.after_watch(st, &res);
+        res
+    }
+
+    /// After the watch ended in error. A `410 Gone` / `Expired` leaves the
+    /// relist at the last synced resourceVersion (client-go's
+    /// `DefaultWatchErrorHandler`: a LIST at that version returns data at
+    /// least as fresh). But a *paged* list at a given version is served
+    /// from etcd at exactly that version (limit set, no
+    /// resourceVersionMatch: "Exact"): it answers the same old state, and
+    /// the watch from it expires again. After an apiserver restart (its
+    /// watch cache starts at the current revision) client-go loops so until
+    /// etcd compacts that version, minutes later. Here, when a watch
+    /// expires a second time at the same synced version and the relist
+    /// would be paged, the relist is from the newest state (`""`).
+    fn after_watch(&self, st: &mut RunState, res: &Result<(), ReflectorError>) {
+        let Err(e) = res else {
+            return;
+        };
+        if !e.is_expired() {
+            return;
+        }
+        let synced = self.last_sync_resource_version();
+        let again = st.expired_at.as_deref() == Some(synced.as_str());
+        if again && (self.page_size > 0 || st.paginated_result) {
+            info!(
+                resource_version = %Truncated(synced.as_str(), MAX_LOGGED_RV),
+                "the watch expired twice at the same resourceVersion, which a paged list cannot move past; listing from the newest state"
+            );
+            st.rv_unavailable = true;
+            st.expired_at = None;
+        } else {
+            st.expired_at = Some(synced);
+        }
     }
 
     /// client-go's `watchList`: a watch with `sendInitialEvents=true`, its

@@ -425,6 +425,32 @@ async fn relist_after_gone_uses_last_synced_rv() {
     run.stop().await;
 }
 
+/// Beyond client-go: with a page size, the relist at the last synced RV
+/// after a 410 (client-go's rule, kept: see above and
+/// `full_list_if_continue_expired`) is an Exact list answering the same old
+/// version, and the watch from it expires again (after an apiserver
+/// restart: until etcd compacts that version). A second expiry at the same
+/// synced version relists from the newest state.
+#[tokio::test(start_paused = true)]
+async fn paged_watch_expiring_twice_at_one_version_lists_from_the_newest_state() {
+    let (fake, store, run) = serve(paged(2), |r| match (r.is_watch(), r.nth) {
+        (false, 0) => list("10", "", vec![cm("a", "10")]),
+        (true, 0 | 1) => expired(),
+        // the Exact list at 10: the same old state
+        (false, 1) => list("10", "", vec![cm("a", "10")]),
+        (false, 2) => list("30", "", vec![cm("a", "10"), cm("b", "30")]),
+        _ => hang(),
+    });
+    store.wait_calls(3).await;
+    let lists = fake.lists();
+    let rvs: Vec<_> = lists.iter().map(|l| l.rv()).collect();
+    assert_eq!(rvs, [Some("0"), Some("10"), None]);
+    assert_eq!(lists[2].q("limit"), Some("2"));
+    assert_eq!(run.reasons(), [ErrorReason::Expired, ErrorReason::Expired]);
+    assert_eq!(fake.wait_requests(6).await[5].rv(), Some("30"));
+    run.stop().await;
+}
+
 /// A ConfigMap with a uid (the fake's `cm` has none).
 fn cmu(name: &str, uid: &str, rv: &str) -> serde_json::Value {
     let mut v = cm(name, rv);

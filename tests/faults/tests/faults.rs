@@ -126,10 +126,30 @@ struct Run {
 
 impl Run {
     fn new(path: ListPath, test: &str) -> Run {
+        capture_logs();
         let name = path.name(test);
         let (seed, rng) = seeded(&name);
         Run { name, seed, rng }
     }
+}
+
+/// Sends the library's logs (kcache crates at info, `RUST_LOG` to change)
+/// to the test harness's captured output, so that a failing fault test
+/// prints what the reflector and informer did (a passing one prints
+/// nothing). Once per process; the threads of each test's runtime inherit
+/// its capture.
+fn capture_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new("warn,kcache_reflector=info,kcache_informer=info")
+        });
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .with_ansi(false)
+            .try_init();
+    });
 }
 
 /// How [`Proxied::spawn`] sets a scenario up.
