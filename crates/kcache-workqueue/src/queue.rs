@@ -910,14 +910,10 @@ impl<T: QueueItem> DerefMut for Locked<'_, T> {
 
 impl<T: QueueItem> Drop for Locked<'_, T> {
     fn drop(&mut self) {
-        let Some(mut st) = self.st.take() else {
+        let Some(st) = self.st.take() else {
             return;
         };
-        let drained = std::mem::take(&mut st.drained_signal);
-        drop(st);
-        if drained {
-            self.inner.drained.notify_waiters();
-        }
+        self.inner.unlock(st);
         self.inner.after_unlock();
     }
 }
@@ -963,6 +959,25 @@ impl<T: QueueItem> Inner<T> {
         }
     }
 
+    /// [`lock`](Self::lock) if the lock is free now.
+    fn try_lock(&self) -> Option<Locked<'_, T>> {
+        let st = self.state.try_lock()?;
+        Some(Locked {
+            inner: self,
+            st: Some(st),
+        })
+    }
+
+    /// Releases the lock, then wakes `shut_down_with_drain` if a `done`
+    /// drained the queue under it.
+    fn unlock(&self, mut st: std::sync::MutexGuard<'_, State<T>>) {
+        let drained = std::mem::take(&mut st.drained_signal);
+        drop(st);
+        if drained {
+            self.drained.notify_waiters();
+        }
+    }
+
     /// Applies the calls waiting in the inbox: adds, and `done` calls that
     /// found the lock taken (first thing under the lock, so that each call
     /// sees the calls that returned before it).
@@ -991,12 +1006,8 @@ impl<T: QueueItem> Inner<T> {
             };
             let wake = st.apply_inbox_locked(&self.inbox);
             let wakeups = self.wakeups(&mut st, wake);
-            let drained = std::mem::take(&mut st.drained_signal);
-            drop(st);
+            self.unlock(st);
             wakeups.wake();
-            if drained {
-                self.drained.notify_waiters();
-            }
         }
     }
 
@@ -1308,7 +1319,7 @@ impl<T: QueueItem> WorkQueue<T> {
     /// processed, it is now handed out again.
     pub fn done(&self, item: &T) {
         let inner = &*self.inner;
-        let Some(guard) = inner.state.try_lock() else {
+        let Some(mut st) = inner.try_lock() else {
             // The lock is taken (by the adder or another worker): rather
             // than wait for it (and hand it back and forth between the
             // threads), leave the call in the inbox; the holder applies it
@@ -1319,10 +1330,6 @@ impl<T: QueueItem> WorkQueue<T> {
                 .push_done(item.clone(), Hints::of(inner.id()), at);
             inner.after_unlock();
             return;
-        };
-        let mut st = Locked {
-            inner,
-            st: Some(guard),
         };
         // Calls that returned before this one come first (an item added
         // again while processed is then handed out again at once).

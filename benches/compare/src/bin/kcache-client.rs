@@ -45,6 +45,17 @@ static COUNT_HEAP: AtomicBool = AtomicBool::new(true);
 /// [`GLOBAL`] while [`COUNT_HEAP`] is set, else the system allocator.
 struct HarnessAlloc;
 
+impl HarnessAlloc {
+    /// The allocator this process uses now (see [`COUNT_HEAP`]).
+    fn backend() -> &'static dyn GlobalAlloc {
+        if COUNT_HEAP.load(Ordering::Relaxed) {
+            GLOBAL
+        } else {
+            &System
+        }
+    }
+}
+
 // SAFETY: every call is forwarded to an allocator that upholds
 // `GlobalAlloc`'s contract. `COUNT_HEAP` is set before any thread but the
 // main one runs and never changes after, and both allocators are `System`
@@ -52,48 +63,21 @@ struct HarnessAlloc;
 // the counters differ).
 #[allow(unsafe_code)] // a `GlobalAlloc` cannot be written without it
 unsafe impl GlobalAlloc for HarnessAlloc {
+    // Each method forwards with the caller's guarantees.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe {
-            if COUNT_HEAP.load(Ordering::Relaxed) {
-                GLOBAL.alloc(layout)
-            } else {
-                System.alloc(layout)
-            }
-        }
+        unsafe { Self::backend().alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe {
-            if COUNT_HEAP.load(Ordering::Relaxed) {
-                GLOBAL.dealloc(ptr, layout)
-            } else {
-                System.dealloc(ptr, layout)
-            }
-        }
+        unsafe { Self::backend().dealloc(ptr, layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe {
-            if COUNT_HEAP.load(Ordering::Relaxed) {
-                GLOBAL.alloc_zeroed(layout)
-            } else {
-                System.alloc_zeroed(layout)
-            }
-        }
+        unsafe { Self::backend().alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe {
-            if COUNT_HEAP.load(Ordering::Relaxed) {
-                GLOBAL.realloc(ptr, layout, new_size)
-            } else {
-                System.realloc(ptr, layout, new_size)
-            }
-        }
+        unsafe { Self::backend().realloc(ptr, layout, new_size) }
     }
 }
 
