@@ -45,6 +45,7 @@
 // badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod byte_blocks;
 mod compression;
 mod error_chain;
 mod key;
@@ -59,6 +60,7 @@ mod string_map;
 pub mod sync;
 mod tombstone;
 
+pub use byte_blocks::ByteBlocks;
 pub use compression::{Compression, CompressionDictionary, decodes, decompressions};
 pub use error_chain::ErrorChain;
 pub use key::{

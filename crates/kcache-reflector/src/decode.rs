@@ -7,7 +7,7 @@ use std::fmt;
 
 use bytes::Bytes;
 use kcache_core::protobuf::{self as pb, ListItem, ListReader, TypeMeta, WireError};
-use kcache_core::{CachedObject, ObjectError, ObjectOptions};
+use kcache_core::{ByteBlocks, CachedObject, ObjectError, ObjectOptions};
 use serde::Deserialize;
 use serde_json::error::Category;
 use serde_json::value::RawValue;
@@ -78,8 +78,15 @@ impl<K> fmt::Debug for WatchEvent<K> {
 pub struct EventDecoder<K> {
     options: ObjectOptions,
     /// `options` with `copy_bytes`: list items are given as slices of the
-    /// page and must end up in buffers of their own.
+    /// page and must end up in buffers of their own (when `blocks` are not
+    /// used).
     list_options: ObjectOptions,
+    /// Where list items are copied when the object keeps its bytes as
+    /// given (no managedFields cut, no compression at ingest: those build
+    /// a buffer of their own anyway): packed into shared blocks, which the
+    /// allocator can hand back to the system once background compression
+    /// replaced their objects (see [`ByteBlocks`]).
+    blocks: Option<std::sync::Mutex<ByteBlocks>>,
     kind: Option<String>,
     api_version: Option<String>,
     _k: std::marker::PhantomData<fn() -> K>,
@@ -448,10 +455,27 @@ impl<K> EventDecoder<K> {
     pub fn new(options: ObjectOptions, kind: Option<&str>, api_version: Option<&str>) -> Self {
         EventDecoder {
             list_options: options.clone().copy_bytes(true),
+            blocks: (!options.strips_managed_fields() && !options.compression_mode().is_enabled())
+                .then(|| std::sync::Mutex::new(ByteBlocks::new())),
             options,
             kind: kind.map(str::to_owned),
             api_version: api_version.map(str::to_owned),
             _k: std::marker::PhantomData,
+        }
+    }
+
+    /// A list item (a slice of the page) made independent of the page, and
+    /// the options to build its object with.
+    fn detach_list_item(&self, item: Bytes) -> (Bytes, &ObjectOptions) {
+        match &self.blocks {
+            Some(blocks) => {
+                let copy = blocks
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .copy(&item);
+                (copy, &self.options)
+            }
+            None => (item, &self.list_options),
         }
     }
 
@@ -675,13 +699,13 @@ impl<K> EventDecoder<K> {
         item: ListItem,
         type_meta: TypeMeta<'_>,
     ) -> Result<CachedObject<K>, BadEvent> {
-        let options = if item.shares_chunk {
-            &self.list_options
+        let (bytes, options) = if item.shares_chunk {
+            self.detach_list_item(item.bytes.clone())
         } else {
-            &self.options
+            (item.bytes.clone(), &self.options)
         };
-        let obj = CachedObject::from_protobuf_with(item.bytes.clone(), type_meta, options)
-            .map_err(|e| BadEvent {
+        let obj =
+            CachedObject::from_protobuf_with(bytes, type_meta, options).map_err(|e| BadEvent {
                 kind: BadEventKind::InvalidObject,
                 detail: hex_preview(&item.bytes),
                 source: Some(e),
@@ -729,12 +753,12 @@ impl<K> EventDecoder<K> {
         item: Bytes,
         shares_chunk: bool,
     ) -> Result<Result<CachedObject<K>, BadEvent>, serde_json::Error> {
-        let options = if shares_chunk {
-            &self.list_options
+        let (bytes, options) = if shares_chunk {
+            self.detach_list_item(item.clone())
         } else {
-            &self.options
+            (item.clone(), &self.options)
         };
-        match self.decode_object_with(item.clone(), options) {
+        match self.decode_object_with(bytes, options) {
             Ok(o) => Ok(Ok(o)),
             Err(e) => malformed_item(&item, e).map(Err),
         }
@@ -751,7 +775,8 @@ impl<K> EventDecoder<K> {
         let mut skipped = Vec::new();
         for raw in wire.items.unwrap_or_default() {
             let item = subslice(&envelope, raw.get().as_bytes());
-            match self.decode_object_with(item, &self.list_options) {
+            let (item, options) = self.detach_list_item(item);
+            match self.decode_object_with(item, options) {
                 Ok(o) => items.push(o),
                 Err(e) => skipped.push(e),
             }
@@ -777,10 +802,11 @@ impl<K> EventDecoder<K> {
     /// each item's cached object. Items that fail are skipped and returned
     /// in [`ListPage::skipped`].
     ///
-    /// Each item gets an exact-size buffer of its own, so that one
-    /// long-lived object does not keep a whole page (up to 500 objects) in
-    /// memory: its bytes are copied once, or, when managedFields are cut,
-    /// only the cut result is kept (no copy before the cut).
+    /// No item keeps the page alive, so that one long-lived object does
+    /// not keep a whole page (up to 500 objects) in memory: its bytes are
+    /// copied once (packed into a shared block of 64 KiB, see
+    /// [`ByteBlocks`]), or, when managedFields are cut, only the cut result
+    /// is kept (no copy before the cut).
     ///
     /// The items are found by a structural scan (strings and brackets only)
     /// and each is validated by its metadata decode, so the body is scanned
@@ -795,7 +821,8 @@ impl<K> EventDecoder<K> {
                 let mut items = Vec::with_capacity(split.items.len());
                 for range in split.items {
                     let item = body.slice(range);
-                    match self.decode_object_with(item.clone(), &self.list_options) {
+                    let (bytes, options) = self.detach_list_item(item.clone());
+                    match self.decode_object_with(bytes, options) {
                         Ok(o) => items.push(o),
                         Err(e) => match malformed_item(&item, e) {
                             Ok(e) => skipped.push(e),
@@ -811,7 +838,8 @@ impl<K> EventDecoder<K> {
                 let mut items = Vec::with_capacity(raw_items.len());
                 for raw in raw_items {
                     let item = subslice(body, raw.get().as_bytes());
-                    match self.decode_object_with(item, &self.list_options) {
+                    let (item, options) = self.detach_list_item(item);
+                    match self.decode_object_with(item, options) {
                         Ok(o) => items.push(o),
                         Err(e) => skipped.push(e),
                     }
@@ -1052,7 +1080,26 @@ mod tests {
                 page.items[1].bytes().as_ref(),
                 br#"{"metadata":{"name":"b","namespace":"n"}}"#
             );
+            if size == body.len() {
+                // items cut from one chunk are packed one after the other
+                // into a shared block (see ByteBlocks), not a buffer each
+                let (a, b) = (page.items[0].bytes(), page.items[1].bytes());
+                assert_eq!(a.as_ptr().wrapping_add(a.len()), b.as_ptr());
+            }
         }
+    }
+
+    #[test]
+    fn list_items_get_buffers_of_their_own_when_compressed_at_ingest() {
+        let d = EventDecoder::<V>::new(
+            ObjectOptions::new().compression(kcache_core::Compression::lz4()),
+            None,
+            None,
+        );
+        let body = Bytes::from_static(br#"{"metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a","namespace":"n"}},{"metadata":{"name":"b","namespace":"n"}}]}"#);
+        let page = d.decode_list(&body).unwrap();
+        assert_eq!(page.items.len(), 2);
+        assert!(d.blocks.is_none());
     }
 
     #[test]
