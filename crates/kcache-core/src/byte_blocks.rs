@@ -46,6 +46,10 @@ impl ByteBlocks {
     /// typical objects and is a run of whole pages once freed.
     pub const BLOCK_LEN: usize = 64 * 1024;
 
+    /// The longest item packed into a block (a quarter block): longer ones
+    /// get a buffer of their own.
+    pub const MAX_PACKED: usize = Self::BLOCK_LEN / 4;
+
     /// No block yet (the first copy allocates one).
     pub fn new() -> Self {
         Self::default()
@@ -54,7 +58,7 @@ impl ByteBlocks {
     /// A copy of `bytes`: a slice of the current block, or of a new one if
     /// it does not fit; a buffer of its own if longer than a quarter block.
     pub fn copy(&mut self, bytes: &[u8]) -> Bytes {
-        if bytes.len() > Self::BLOCK_LEN / 4 {
+        if bytes.len() > Self::MAX_PACKED {
             return Bytes::copy_from_slice(bytes);
         }
         if self.room.capacity() < bytes.len() {
@@ -87,9 +91,9 @@ mod tests {
     fn a_large_item_gets_its_own_buffer_and_leaves_the_block_alone() {
         let mut blocks = ByteBlocks::new();
         let a = blocks.copy(b"small");
-        let big = blocks.copy(&vec![1u8; ByteBlocks::BLOCK_LEN / 4 + 1]);
+        let big = blocks.copy(&vec![1u8; ByteBlocks::MAX_PACKED + 1]);
         let b = blocks.copy(b"next");
-        assert_eq!(big.len(), ByteBlocks::BLOCK_LEN / 4 + 1);
+        assert_eq!(big.len(), ByteBlocks::MAX_PACKED + 1);
         assert_eq!(a.as_ptr().wrapping_add(5), b.as_ptr());
     }
 
