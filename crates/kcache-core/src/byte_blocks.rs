@@ -14,7 +14,7 @@ use bytes::{Bytes, BytesMut};
 /// than a page and wedged between live ones: the allocator can neither
 /// merge it nor hand the page back to the system, and the cache's RSS stays
 /// at the size of the plain cache (measured: 2.63 KiB per cached Pod after
-/// compression, 1.77 KiB with blocks; docs/performance.md). Freed blocks
+/// compression, 1.87 KiB with blocks, 100,000 Pods). Freed blocks
 /// are whole runs of pages. Why not the response's own buffer: its chunks
 /// are as large as the transport makes them, and one long-lived object
 /// would keep a whole chunk alive; a block is small and holds only items.
