@@ -464,35 +464,34 @@ impl<K> EventDecoder<K> {
         }
     }
 
+    /// `item` copied into the current block, when list items are packed.
+    fn packed(&self, item: &[u8]) -> Option<Bytes> {
+        let blocks = self.blocks.as_ref()?;
+        Some(
+            blocks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .copy(item),
+        )
+    }
+
     /// A list item the reader assembled from several chunks (a buffer of
     /// its own): packed into a block too when it is short enough (one more
     /// copy of a few KiB; its own buffer would sit between the small
     /// allocations of the metadata, see [`ByteBlocks`]), with the options
     /// to build its object with.
     fn pack_assembled_item(&self, item: Bytes) -> (Bytes, &ObjectOptions) {
-        match &self.blocks {
-            Some(blocks) if item.len() <= ByteBlocks::MAX_PACKED => {
-                let copy = blocks
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .copy(&item);
-                (copy, &self.options)
-            }
-            _ => (item, &self.options),
-        }
+        let packed = (item.len() <= ByteBlocks::MAX_PACKED)
+            .then(|| self.packed(&item))
+            .flatten();
+        (packed.unwrap_or(item), &self.options)
     }
 
     /// A list item (a slice of the page) made independent of the page, and
     /// the options to build its object with.
     fn detach_list_item(&self, item: Bytes) -> (Bytes, &ObjectOptions) {
-        match &self.blocks {
-            Some(blocks) => {
-                let copy = blocks
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .copy(&item);
-                (copy, &self.options)
-            }
+        match self.packed(&item) {
+            Some(copy) => (copy, &self.options),
             None => (item, &self.list_options),
         }
     }
