@@ -210,9 +210,9 @@ pub struct Phase {
     /// Seconds since the informer started.
     #[serde(default)]
     pub secs: f64,
-    /// The client's CPU since the informer started, clock ticks.
+    /// The client's CPU since the informer started, microseconds.
     #[serde(default)]
-    pub cpu_ticks: u64,
+    pub cpu_us: u64,
     /// VmHWM, KiB.
     #[serde(default)]
     pub peak_rss_kb: u64,
@@ -392,7 +392,7 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
             t0.elapsed().as_secs_f64(),
             mode.name(),
             RealClient::KcacheProtobuf.label(),
-            summary(&r, s.pods, s.clk_tck)
+            summary(&r, s.pods)
         );
         for rep in 0..s.reps {
             // kcache with background compression on and off run one right
@@ -411,7 +411,7 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
                     mode.name(),
                     c.label(),
                     rep + 1,
-                    summary(&r, s.pods, s.clk_tck)
+                    summary(&r, s.pods)
                 );
                 res.syncs.push(r);
             }
@@ -744,13 +744,13 @@ impl RunCtx<'_> {
     }
 }
 
-fn summary(r: &SyncRun, pods: usize, clk_tck: f64) -> String {
+fn summary(r: &SyncRun, pods: usize) -> String {
     let n = pods.max(1) as f64;
     format!(
         "{:>6.0} obj/s  peak {:>6.1} MiB  client {:>4.0} us/obj  apiserver {:>4.0} us/obj  received {:.1} MiB",
         r.synced.objects as f64 / r.synced.secs,
         r.synced.peak_rss_kb as f64 / 1024.0,
-        r.synced.cpu_ticks as f64 / clk_tck / n * 1e6,
+        r.synced.cpu_us as f64 / n,
         r.apiserver_cpu_secs / n * 1e6,
         r.rx_bytes.unwrap_or(0) as f64 / 1048576.0
     )
@@ -898,7 +898,7 @@ fn row(res: &RealResults, c: RealClient, mode: Mode, s: &RealSettings) -> Option
         objects_per_sec: m(&|r| r.synced.objects as f64 / r.synced.secs),
         peak_mib: m(&|r| r.synced.peak_rss_kb as f64 / 1024.0),
         steady_mib: m(&|r| r.done.rss_kb as f64 / 1024.0),
-        client_us: m(&|r| r.synced.cpu_ticks as f64 / s.clk_tck / n * 1e6),
+        client_us: m(&|r| r.synced.cpu_us as f64 / n),
         apiserver_us: m(&|r| r.apiserver_cpu_secs / n * 1e6),
         etcd_us: m(&|r| r.etcd_cpu_secs / n * 1e6),
         rx_bytes: m(&|r| r.rx_bytes.map_or(f64::NAN, |b| b as f64 / n)),
@@ -1030,9 +1030,9 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
             let sent = m(&|r| r.updates_sent as f64);
             let cpu = m(&|r| {
                 let n = r.done.objects.max(1) as f64;
-                let at_sync = r.synced.cpu_ticks as f64;
-                let at_end = r.updated.as_ref().map_or(f64::NAN, |u| u.cpu_ticks as f64);
-                (at_end - at_sync) / s.clk_tck / n * 1e6
+                let at_sync = r.synced.cpu_us as f64;
+                let at_end = r.updated.as_ref().map_or(f64::NAN, |u| u.cpu_us as f64);
+                (at_end - at_sync) / n
             });
             let l: Vec<LagStats> = runs.iter().map(|r| lag_stats(&r.lags_us)).collect();
             let lm = |f: &dyn Fn(&LagStats) -> f64| median(l.iter().map(f).collect());
@@ -1205,7 +1205,7 @@ fn memory_tables(t: &mut String, res: &RealResults, s: &RealSettings) {
             "| {} sync | {} | {} | {} | |",
             mode.name(),
             ratio(paired(&|r| r.synced.objects as f64 / r.synced.secs), 1.0),
-            ratio(paired(&|r| r.synced.cpu_ticks as f64), 1.0),
+            ratio(paired(&|r| r.synced.cpu_us as f64), 1.0),
             ratio(paired(&|r| r.synced.peak_rss_kb as f64), 1.0)
         );
     }
@@ -1257,12 +1257,12 @@ mod tests {
         }
     }
 
-    fn run(c: RealClient, mode: Mode, secs: f64, cpu_ticks: u64, peak_kb: u64) -> SyncRun {
+    fn run(c: RealClient, mode: Mode, secs: f64, cpu_us: u64, peak_kb: u64) -> SyncRun {
         let p = |phase: &str| Phase {
             phase: phase.into(),
             objects: 1000,
             secs,
-            cpu_ticks,
+            cpu_us,
             peak_rss_kb: peak_kb,
             rss_kb: peak_kb / 2,
             read_bytes: 1000 * 9000,
@@ -1290,7 +1290,7 @@ mod tests {
         let s = settings();
         let mut res = RealResults::default();
         let mem = |c: RealClient, rss_kb: u64, heap: u64| {
-            let mut r = run(c, Mode::Paged, 0.5, 10, 102_400);
+            let mut r = run(c, Mode::Paged, 0.5, 100_000, 102_400);
             r.done.baseline_rss_kb = 10_000;
             r.done.rss_kb = 10_000 + rss_kb;
             r.done.baseline_heap_bytes = if heap > 0 { 1 << 20 } else { 0 };
@@ -1307,7 +1307,7 @@ mod tests {
             .push(mem(RealClient::KcacheProtobufBgOff, 4000, 3000 * 1024));
         res.memory.push(mem(RealClient::ClientGo, 8000, 0));
         for c in [RealClient::KcacheProtobuf, RealClient::KcacheProtobufBgOff] {
-            res.syncs.push(run(c, Mode::Paged, 0.5, 10, 102_400));
+            res.syncs.push(run(c, Mode::Paged, 0.5, 100_000, 102_400));
         }
         let md = markdown(&res, &s);
         assert!(
@@ -1342,23 +1342,23 @@ mod tests {
         };
         for mode in [Mode::Paged, Mode::Streaming] {
             res.syncs
-                .push(run(RealClient::KcacheJson, mode, 0.5, 10, 102400));
+                .push(run(RealClient::KcacheJson, mode, 0.5, 100_000, 102400));
             res.syncs
-                .push(run(RealClient::ClientGo, mode, 0.25, 20, 204800));
+                .push(run(RealClient::ClientGo, mode, 0.25, 200_000, 204800));
             res.syncs
-                .push(run(RealClient::KubeRuntime, mode, 1.0, 40, 409600));
+                .push(run(RealClient::KubeRuntime, mode, 1.0, 400_000, 409600));
         }
-        let mut u = run(RealClient::KcacheJson, Mode::Paged, 0.5, 10, 102400);
+        let mut u = run(RealClient::KcacheJson, Mode::Paged, 0.5, 100_000, 102400);
         u.updates_sent = 4;
         u.lags_us = vec![1000, 2000, 3000, 50_000];
         u.done.objects = 4;
         u.updated = Some(Phase {
-            cpu_ticks: 11,
+            cpu_us: 110_000,
             ..Phase::default()
         });
         res.updates.push(u);
         let md = markdown(&res, &s);
-        // 1000 objects in 0.5 s, 10 ticks = 0.1 s CPU = 100 us per object,
+        // 1000 objects in 0.5 s, 100,000 us = 0.1 s CPU = 100 us per object,
         // apiserver 0.2 s = 200 us per object, 9 KB read per object
         assert!(
             md.contains("| paged list: kcache (JSON forced) | 2000 | 100 MiB | 50 MiB | 100 us | 200 us | 0 us | 9.0 KB |"),
@@ -1377,7 +1377,7 @@ mod tests {
             md.contains("| streaming: kcache (protobuf) | n/a | n/a | n/a | n/a |"),
             "{md}"
         );
-        // update load: 1 tick over 4 updates = 2500 us each; lags 2.5 ms median of 4
+        // update load: 10,000 us over 4 updates = 2500 us each; lags 2.5 ms median of 4
         assert!(
             md.contains("| kcache (JSON forced) | 4 / 4 | 2500 us | 3.0 ms | 50.0 ms | 50.0 ms |"),
             "{md}"
@@ -1435,11 +1435,14 @@ ESTAB 0 0 127.0.0.1:50416 127.0.0.1:6443 users:((\"kcache-client\",pid=42,fd=10)
 
     #[test]
     fn phase_lines_parse() {
-        let line = r#"{"phase":"synced","client":"client-go","objects":3,"secs":0.5,"cpu_ticks":7,"peak_rss_kb":10,"rss_kb":9,"baseline_rss_kb":1,"read_bytes":100,"cached":3,"requests":["GET /api/v1/pods?limit=500&resourceVersion=0 accept=\"application/vnd.kubernetes.protobuf,application/json\" -> application/vnd.kubernetes.protobuf"]}"#;
+        let line = r#"{"phase":"synced","client":"client-go","objects":3,"secs":0.5,"cpu_us":70000,"peak_rss_kb":10,"rss_kb":9,"baseline_rss_kb":1,"read_bytes":100,"cached":3,"requests":["GET /api/v1/pods?limit=500&resourceVersion=0 accept=\"application/vnd.kubernetes.protobuf,application/json\" -> application/vnd.kubernetes.protobuf"]}"#;
         let p: Phase = serde_json::from_str(line).unwrap();
-        assert_eq!((p.phase.as_str(), p.objects, p.cpu_ticks), ("synced", 3, 7));
+        assert_eq!(
+            (p.phase.as_str(), p.objects, p.cpu_us),
+            ("synced", 3, 70000)
+        );
         assert_eq!(p.requests.len(), 1);
-        let rust = r#"{"phase":"done","client":"kcache","objects":0,"secs":1.0,"cpu_ticks":1,"peak_rss_kb":1,"rss_kb":1,"baseline_rss_kb":1,"read_bytes":1,"cached":3}"#;
+        let rust = r#"{"phase":"done","client":"kcache","objects":0,"secs":1.0,"cpu_us":10000,"peak_rss_kb":1,"rss_kb":1,"baseline_rss_kb":1,"read_bytes":1,"cached":3}"#;
         assert_eq!(serde_json::from_str::<Phase>(rust).unwrap().cached, 3);
     }
 }

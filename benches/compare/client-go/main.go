@@ -32,6 +32,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -239,7 +240,7 @@ type phase struct {
 	Client        string   `json:"client"`
 	Objects       uint64   `json:"objects"`
 	Secs          float64  `json:"secs"`
-	CPUTicks      uint64   `json:"cpu_ticks"`
+	CPUMicros     uint64   `json:"cpu_us"`
 	PeakRssKB     uint64   `json:"peak_rss_kb"`
 	RssKB         uint64   `json:"rss_kb"`
 	BaselineRssKB uint64   `json:"baseline_rss_kb"`
@@ -248,24 +249,16 @@ type phase struct {
 	Requests      []string `json:"requests,omitempty"`
 }
 
-// cpuTicks is utime + stime of /proc/self/stat, in clock ticks.
-func cpuTicks() uint64 {
-	b, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
+// cpuMicros is the process's user + system CPU time in microseconds
+// (getrusage: the kernel's nanosecond run time of all threads, where
+// /proc/self/stat rounds to 10 ms clock ticks).
+func cpuMicros() uint64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseUint(f[11], 10, 64)
-	st, _ := strconv.ParseUint(f[12], 10, 64)
-	return u + st
+	us := func(t syscall.Timeval) uint64 { return uint64(t.Sec)*1000000 + uint64(t.Usec) }
+	return us(ru.Utime) + us(ru.Stime)
 }
 
 // readBytes is rchar of /proc/self/io.
@@ -375,12 +368,12 @@ func runSync(a syncArgs) {
 			}
 		},
 	})
-	cpu0, read0 := cpuTicks(), readBytes()
+	cpu0, read0 := cpuMicros(), readBytes()
 	start := time.Now()
 	mk := func(name string, objects uint64) phase {
 		return phase{
 			Phase: name, Client: "client-go", Objects: objects, Secs: time.Since(start).Seconds(),
-			CPUTicks: cpuTicks() - cpu0, PeakRssKB: status("VmHWM"), RssKB: status("VmRSS"),
+			CPUMicros: cpuMicros() - cpu0, PeakRssKB: status("VmHWM"), RssKB: status("VmRSS"),
 			BaselineRssKB: baseline, ReadBytes: readBytes() - read0,
 			Cached: uint64(len(inf.GetStore().ListKeys())), Requests: reqs.snapshot(),
 		}
