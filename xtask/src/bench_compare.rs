@@ -497,6 +497,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
                 .unwrap_or(if args.quick { 200.0 } else { 250.0 }),
             update_reps: if args.quick { 1 } else { 3 },
             mem_reps: if args.quick { 1 } else { 2 },
+            onoff_pairs: if args.quick { 3 } else { 10 },
             quick: args.quick,
             settle_ms: if args.quick { 500 } else { 1000 },
             clk_tck: crate::bench_real::clk_tck(),
