@@ -580,25 +580,31 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         // it (the server's first replay): a warm-up, not counted.
         let r = run_client(kcache("on"), s.timeout, &log)?;
         p.tick("(a) ingest warm-up (not counted)", &r, "");
-        for rep in 0..s.reps {
-            // kcache with background compression on (the default) and off,
-            // one right after the other, in alternating order (on/off,
-            // off/on, ...): the on / off ratios are of these pairs.
-            let order = if rep % 2 == 0 {
-                ["on", "off"]
-            } else {
-                ["off", "on"]
-            };
-            for bg in order {
-                let r = run_client(kcache(bg), s.timeout, &log)?;
-                if bg == "on" {
-                    p.tick(&format!("(a) ingest kcache #{}", rep + 1), &r, "");
-                    res.ingest.push(r);
+        // kcache with background compression on (the default) and off, one
+        // right after the other, in alternating order (on/off, off/on,
+        // ...): the on / off ratios are of these pairs. `what`: the log's
+        // name of the pair ("#3", "pair #7").
+        let run_pair =
+            |pair: usize, what: &str, p: &mut Progress, res: &mut Results| -> anyhow::Result<()> {
+                let order = if pair.is_multiple_of(2) {
+                    ["on", "off"]
                 } else {
-                    p.tick(&format!("(a) ingest kcache bg off #{}", rep + 1), &r, "");
-                    res.ingest_bg_off.push(r);
+                    ["off", "on"]
+                };
+                for bg in order {
+                    let r = run_client(kcache(bg), s.timeout, &log)?;
+                    if bg == "on" {
+                        p.tick(&format!("(a) ingest kcache {what}"), &r, "");
+                        res.ingest.push(r);
+                    } else {
+                        p.tick(&format!("(a) ingest kcache bg off {what}"), &r, "");
+                        res.ingest_bg_off.push(r);
+                    }
                 }
-            }
+                Ok(())
+            };
+        for rep in 0..s.reps {
+            run_pair(rep, &format!("#{}", rep + 1), &mut p, &mut res)?;
             for c in [Impl::KubeRuntime, Impl::ClientGo] {
                 let mut cmd = bins.command(c);
                 cmd.env("KUBECONFIG", &server.kubeconfig)
@@ -612,25 +618,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
         // shared 2-core machine scatter (pairs' CPU ratios 0.60x-1.24x by
         // hand), and five pairs could not resolve 5%.
         for pair in s.reps..s.onoff_pairs {
-            let order = if pair % 2 == 0 {
-                ["on", "off"]
-            } else {
-                ["off", "on"]
-            };
-            for bg in order {
-                let r = run_client(kcache(bg), s.timeout, &log)?;
-                let label = if bg == "on" { "" } else { " bg off" };
-                p.tick(
-                    &format!("(a) ingest kcache{label} pair #{}", pair + 1),
-                    &r,
-                    "",
-                );
-                if bg == "on" {
-                    res.ingest.push(r);
-                } else {
-                    res.ingest_bg_off.push(r);
-                }
-            }
+            run_pair(pair, &format!("pair #{}", pair + 1), &mut p, &mut res)?;
         }
     }
     // (b) steady-state memory, without and with the transform.

@@ -390,6 +390,24 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
         s: &s,
         out,
     };
+    // One counted sync, logged as `[done/total] secs  {what}  client  #n`.
+    let run_logged = |c: RealClient,
+                      mode: Mode,
+                      what: &str,
+                      n: usize,
+                      done: &mut usize|
+     -> anyhow::Result<SyncRun> {
+        *done += 1;
+        let r = ctx.run_one(c, mode, Load::Sync)?;
+        eprintln!(
+            "[{:>2}/{total}] {:>4.0}s  {what:<9} {:<36} #{n}: {}",
+            *done,
+            t0.elapsed().as_secs_f64(),
+            c.label(),
+            summary(&r, s.pods)
+        );
+        Ok(r)
+    };
     for mode in [Mode::Paged, Mode::Streaming] {
         // The first sync after the Pods were loaded (or after the paged
         // runs) is the slowest whoever runs it (48-50 against 25-35 µs of
@@ -411,17 +429,8 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
                 order.swap(0, 1);
             }
             for c in order {
-                done += 1;
-                let r = ctx.run_one(c, mode, Load::Sync)?;
-                eprintln!(
-                    "[{done:>2}/{total}] {:>4.0}s  {:<9} {:<36} #{}: {}",
-                    t0.elapsed().as_secs_f64(),
-                    mode.name(),
-                    c.label(),
-                    rep + 1,
-                    summary(&r, s.pods)
-                );
-                res.syncs.push(r);
+                res.syncs
+                    .push(run_logged(c, mode, mode.name(), rep + 1, &mut done)?);
             }
         }
     }
@@ -441,17 +450,9 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
                 order.swap(0, 1);
             }
             for c in order {
-                done += 1;
-                let r = ctx.run_one(c, mode, Load::Sync)?;
-                eprintln!(
-                    "[{done:>2}/{total}] {:>4.0}s  on/off    {:<36} {} #{}: {}",
-                    t0.elapsed().as_secs_f64(),
-                    c.label(),
-                    mode.name(),
-                    pair + 1,
-                    summary(&r, s.pods)
-                );
-                res.onoff.push(r);
+                let what = format!("on/off {}", mode.name());
+                res.onoff
+                    .push(run_logged(c, mode, &what, pair + 1, &mut done)?);
             }
         }
     }
@@ -561,9 +562,15 @@ impl Probe {
 
 /// user + system ticks of `/proc/<pid>/stat`.
 fn proc_cpu_ticks(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 1..];
+    parse_stat_cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// utime + stime from the text of a `/proc/<pid>/stat` (fields 14 and 15;
+/// the command name in parentheses may hold spaces).
+fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
+    // after ") ": state is field 3, so utime (14) is index 11, stime index 12
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
@@ -1386,6 +1393,16 @@ mod tests {
             md.contains("| steady memory | | | | RSS 0.50x , heap 0.33x |"),
             "{md}"
         );
+    }
+
+    /// The apiserver's and etcd's CPU: utime + stime of their stat line,
+    /// whatever their command names hold.
+    #[test]
+    fn stat_cpu_ticks_parse_with_spaces_in_the_name() {
+        let stat =
+            "4242 (kube apiserver) S 1 4242 4242 0 -1 4194560 9 0 0 0 150 37 0 0 20 0 12 0 100 0 0";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(187));
+        assert_eq!(parse_stat_cpu_ticks("1 (x) S 1"), None);
     }
 
     /// The on / off rows come from the dedicated back-to-back pairs when

@@ -207,24 +207,6 @@ impl Sample {
     }
 }
 
-/// user + system CPU time of `/proc/<pid>/stat` (`pid` may be `self`), in
-/// clock ticks (`getconf CLK_TCK`, normally 100 per second).
-pub fn proc_cpu_ticks(pid: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat_cpu_ticks(&s)
-}
-
-/// utime + stime from the text of a `/proc/<pid>/stat` (fields 14 and 15;
-/// the command name in parentheses may hold spaces).
-pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // after ") ": state is field 3, so utime (14) is index 11, stime index 12
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
 /// A field of `/proc/<pid>/io` (`rchar`, `wchar`...).
 pub fn proc_io_field(pid: &str, field: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
@@ -312,14 +294,6 @@ pub fn write_watch_log(path: &std::path::Path, seen: &[(u64, u64)]) -> std::io::
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_cpu_ticks_parse_with_spaces_in_the_name() {
-        let stat =
-            "4242 (kube apiserver) S 1 4242 4242 0 -1 4194560 9 0 0 0 150 37 0 0 20 0 12 0 100 0 0";
-        assert_eq!(parse_stat_cpu_ticks(stat), Some(187));
-        assert_eq!(parse_stat_cpu_ticks("1 (x) S 1"), None);
-    }
 
     #[test]
     fn the_real_pod_has_no_server_fields_and_a_third_container() {
