@@ -18,6 +18,15 @@
 //! a queue sharded by key could do on this machine (it gives up the
 //! queue-wide FIFO and priority order, and a worker idles while another
 //! partition has items).
+//!
+//! `--shards N` (an experiment too): the nearest thing to a queue sharded
+//! by key that one could ship, built from N queues: the producer adds each
+//! key to the shard its hash picks; each runtime thread has a home shard
+//! (the first thread to get takes shard 0, the next shard 1, ...), and a
+//! `get` takes from its home shard first and otherwise from whichever shard
+//! has an item first (waiting on all of them). Dedup and one worker per key
+//! hold (a key lives in one shard); the hand-out order holds within a
+//! shard only.
 
 #[path = "support/scenario_d.rs"]
 mod scenario_d;
@@ -25,6 +34,7 @@ mod scenario_d;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use kcache_workqueue::WorkQueue;
@@ -72,6 +82,89 @@ async fn run_partitioned(keys: usize, workers: usize, partitions: usize) -> Dura
     start.elapsed()
 }
 
+thread_local! {
+    /// This thread's home shard in the `--shards` experiment.
+    static HOME_SHARD: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Home shards handed to threads so far (`--shards`).
+static HOMES: AtomicU64 = AtomicU64::new(0);
+
+/// The calling thread's home shard among `shards` (`--shards`).
+fn home_shard(shards: usize) -> usize {
+    HOME_SHARD.with(|home| {
+        let first = || HOMES.fetch_add(1, Ordering::Relaxed) as usize;
+        *home.get().get_or_insert_with(first) % shards
+    })
+}
+
+/// `get` over `shards` (`--shards`): the home shard's item if it has one
+/// now, else the first item any shard hands out; `None` once they are shut
+/// down. Returns the shard with the item.
+async fn get_sharded(shards: &[WorkQueue<String>]) -> Option<(usize, String)> {
+    type Get<'a> = std::pin::Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
+    let home = home_shard(shards.len());
+    let mut home_get = std::pin::pin!(shards[home].get());
+    // The other shards' gets, made (and registered with their shards) only
+    // once the home shard has nothing ready.
+    let mut others: Vec<(usize, Get<'_>)> = Vec::new();
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(item) = home_get.as_mut().poll(cx) {
+            return Poll::Ready(item.map(|item| (home, item)));
+        }
+        if others.is_empty() {
+            others = (1..shards.len())
+                .map(|i| (home + i) % shards.len())
+                .map(|s| (s, Box::pin(shards[s].get()) as Get<'_>))
+                .collect();
+        }
+        for (s, get) in &mut others {
+            if let Poll::Ready(item) = get.as_mut().poll(cx) {
+                return Poll::Ready(item.map(|item| (*s, item)));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The `--shards` experiment (see the module documentation).
+async fn run_sharded(keys: usize, workers: usize, shards: usize) -> Duration {
+    let names: Vec<String> = (0..keys)
+        .map(|i| format!("team-{}/web-{i:08}", i % 50))
+        .collect();
+    let queues: Arc<[WorkQueue<String>]> = (0..shards).map(|_| WorkQueue::new()).collect();
+    let processed = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let handles: Vec<_> = (0..workers)
+        .map(|_| {
+            let (queues, processed) = (queues.clone(), processed.clone());
+            tokio::spawn(async move {
+                while let Some((s, k)) = get_sharded(&queues).await {
+                    let q = &queues[s];
+                    q.forget(&k);
+                    if processed.fetch_add(1, Ordering::Relaxed) + 1 == keys as u64 {
+                        queues.iter().for_each(WorkQueue::shut_down);
+                    }
+                    q.done(&k);
+                }
+            })
+        })
+        .collect();
+    let producer = tokio::spawn(async move {
+        let hasher = foldhash::fast::FixedState::default();
+        for k in names {
+            let s = (hasher.hash_one(&k) % queues.len() as u64) as usize;
+            queues[s].add(k);
+        }
+    });
+    let _ = producer.await;
+    for h in handles {
+        let _ = h.await;
+    }
+    start.elapsed()
+}
+
 fn arg(args: &[String], name: &str, default: usize) -> usize {
     args.iter()
         .position(|a| a == name)
@@ -91,20 +184,23 @@ fn main() {
     let runs = arg(&args, "--runs", 1);
     let done_and_get = args.iter().any(|a| a == "--done-and-get");
     let partitions = arg(&args, "--partitions", 1).max(1);
+    let shards = arg(&args, "--shards", 1).max(1);
     for _ in 0..runs {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .expect("a tokio runtime");
-        let elapsed = if partitions > 1 {
+        let elapsed = if shards > 1 {
+            rt.block_on(run_sharded(keys, workers, shards))
+        } else if partitions > 1 {
             rt.block_on(run_partitioned(keys, workers, partitions))
         } else {
             rt.block_on(scenario_d::run(keys, workers, done_and_get))
         };
         let rate = keys as f64 / elapsed.as_secs_f64();
         println!(
-            "scenario_d keys={keys} workers={workers} partitions={partitions}: {:.3} M items/s",
+            "scenario_d keys={keys} workers={workers} partitions={partitions} shards={shards}: {:.3} M items/s",
             rate / 1e6
         );
     }
