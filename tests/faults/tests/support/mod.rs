@@ -801,10 +801,59 @@ pub fn report(fault: &str, injected: u64, driver: &DriverReport, o: &Outcome) {
     );
 }
 
-/// Counts the reports of the watch-error handler by reason label.
+/// Counts the reports of the watch-error handler by reason label and,
+/// as a reflector metrics provider, the reflector's
+/// `reflector_errors_total{reason}` and `reflector_watch_events_total`.
 #[derive(Clone, Default)]
 pub struct ErrorCounts {
     counts: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    metric: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    watch_events: Arc<AtomicU64>,
+}
+
+/// `reflector_watch_events_total` of [`ErrorCounts`].
+struct EventCounter(Arc<AtomicU64>);
+
+impl kcache_reflector::CounterMetric for EventCounter {
+    fn inc_by(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// One `reflector_errors_total{reason}` counter of [`ErrorCounts`].
+struct ReasonCounter {
+    counts: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    reason: &'static str,
+}
+
+impl kcache_reflector::CounterMetric for ReasonCounter {
+    fn inc_by(&self, n: u64) {
+        *self
+            .counts
+            .lock()
+            .expect("error metric lock")
+            .entry(self.reason)
+            .or_default() += n;
+    }
+}
+
+/// Every error the reflector met, by reason: also the ones no watch-error
+/// handler hears of, such as a list refused with 410 Gone that the
+/// reflector retries at once from the newest state (as client-go does).
+impl kcache_reflector::MetricsProvider for ErrorCounts {
+    fn new_events_metric(&self, _name: &str) -> Box<dyn kcache_reflector::CounterMetric> {
+        Box::new(EventCounter(self.watch_events.clone()))
+    }
+    fn new_errors_metric(
+        &self,
+        _name: &str,
+        reason: kcache_reflector::ErrorReason,
+    ) -> Box<dyn kcache_reflector::CounterMetric> {
+        Box::new(ReasonCounter {
+            counts: self.metric.clone(),
+            reason: reason.as_str(),
+        })
+    }
 }
 
 impl ErrorCounts {
@@ -831,6 +880,21 @@ impl ErrorCounts {
     /// Every count.
     pub fn all(&self) -> BTreeMap<&'static str, u64> {
         self.counts.lock().expect("error counts lock").clone()
+    }
+    /// The reflector's `reflector_watch_events_total` so far (when given
+    /// to the informer as its reflector metrics provider).
+    pub fn watch_events(&self) -> u64 {
+        self.watch_events.load(Ordering::Relaxed)
+    }
+    /// The reflector's `reflector_errors_total{reason}` so far (when
+    /// given to the informer as its reflector metrics provider).
+    pub fn metric(&self, reason: &str) -> u64 {
+        self.metric
+            .lock()
+            .expect("error metric lock")
+            .get(reason)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
