@@ -39,49 +39,6 @@ use std::time::{Duration, Instant};
 
 use kcache_workqueue::WorkQueue;
 
-/// The `--partitions` experiment: the scenario over `partitions`
-/// independent queues (see the module documentation).
-async fn run_partitioned(keys: usize, workers: usize, partitions: usize) -> Duration {
-    let names: Vec<String> = (0..keys)
-        .map(|i| format!("team-{}/web-{i:08}", i % 50))
-        .collect();
-    let queues: Vec<WorkQueue<String>> = (0..partitions).map(|_| WorkQueue::new()).collect();
-    let processed = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let handles: Vec<_> = (0..workers)
-        .map(|w| {
-            let (q, all, processed) = (
-                queues[w % partitions].clone(),
-                queues.clone(),
-                processed.clone(),
-            );
-            tokio::spawn(async move {
-                let mut next = q.get().await;
-                while let Some(k) = next {
-                    q.forget(&k);
-                    if processed.fetch_add(1, Ordering::Relaxed) + 1 == keys as u64 {
-                        all.iter().for_each(WorkQueue::shut_down);
-                    }
-                    q.done(&k);
-                    next = q.get().await;
-                }
-            })
-        })
-        .collect();
-    let producer = tokio::spawn(async move {
-        let hasher = foldhash::fast::FixedState::default();
-        for k in names {
-            let p = (hasher.hash_one(&k) % queues.len() as u64) as usize;
-            queues[p].add(k);
-        }
-    });
-    let _ = producer.await;
-    for h in handles {
-        let _ = h.await;
-    }
-    start.elapsed()
-}
-
 thread_local! {
     /// This thread's home shard in the `--shards` experiment.
     static HOME_SHARD: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
@@ -128,19 +85,36 @@ async fn get_sharded(shards: &[WorkQueue<String>]) -> Option<(usize, String)> {
     .await
 }
 
-/// The `--shards` experiment (see the module documentation).
-async fn run_sharded(keys: usize, workers: usize, shards: usize) -> Duration {
-    let names: Vec<String> = (0..keys)
-        .map(|i| format!("team-{}/web-{i:08}", i % 50))
-        .collect();
-    let queues: Arc<[WorkQueue<String>]> = (0..shards).map(|_| WorkQueue::new()).collect();
+/// How a worker of the `--partitions` and `--shards` experiments gets its
+/// next item (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+enum Getting {
+    /// From its own queue only (worker `w` of queue `w % n`).
+    Partitioned,
+    /// From its thread's home shard, else from any ([`get_sharded`]).
+    Sharded,
+}
+
+/// The scenario over `n` queues, each key added to the queue its hash
+/// picks, the workers getting as `getting` says.
+async fn run_over_queues(keys: usize, workers: usize, n: usize, getting: Getting) -> Duration {
+    let names = scenario_d::key_names(keys);
+    let queues: Arc<[WorkQueue<String>]> = (0..n).map(|_| WorkQueue::new()).collect();
     let processed = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let handles: Vec<_> = (0..workers)
-        .map(|_| {
+        .map(|w| {
             let (queues, processed) = (queues.clone(), processed.clone());
             tokio::spawn(async move {
-                while let Some((s, k)) = get_sharded(&queues).await {
+                loop {
+                    let next = match getting {
+                        Getting::Partitioned => {
+                            let s = w % queues.len();
+                            queues[s].get().await.map(|k| (s, k))
+                        }
+                        Getting::Sharded => get_sharded(&queues).await,
+                    };
+                    let Some((s, k)) = next else { break };
                     let q = &queues[s];
                     q.forget(&k);
                     if processed.fetch_add(1, Ordering::Relaxed) + 1 == keys as u64 {
@@ -192,9 +166,14 @@ fn main() {
             .build()
             .expect("a tokio runtime");
         let elapsed = if shards > 1 {
-            rt.block_on(run_sharded(keys, workers, shards))
+            rt.block_on(run_over_queues(keys, workers, shards, Getting::Sharded))
         } else if partitions > 1 {
-            rt.block_on(run_partitioned(keys, workers, partitions))
+            rt.block_on(run_over_queues(
+                keys,
+                workers,
+                partitions,
+                Getting::Partitioned,
+            ))
         } else {
             rt.block_on(scenario_d::run(keys, workers, done_and_get))
         };

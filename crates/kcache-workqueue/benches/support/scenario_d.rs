@@ -18,9 +18,7 @@ use kcache_workqueue::WorkQueue;
 /// use [`WorkQueue::done_and_get`] (done and the next get in one lock
 /// acquisition) instead of `done` then `get`.
 pub async fn run(keys: usize, workers: usize, done_and_get: bool) -> Duration {
-    let names: Vec<String> = (0..keys)
-        .map(|i| format!("team-{}/web-{i:08}", i % 50))
-        .collect();
+    let names = key_names(keys);
     // `new` has client-go's default controller rate limiter, like the Go
     // client's rate-limiting queue; a worker forgets a key it processed.
     let q: WorkQueue<String> = WorkQueue::new();
@@ -59,4 +57,11 @@ pub async fn run(keys: usize, workers: usize, done_and_get: bool) -> Duration {
         let _ = h.await;
     }
     start.elapsed()
+}
+
+/// The scenario's `keys` distinct `namespace/name` keys (50 namespaces).
+pub fn key_names(keys: usize) -> Vec<String> {
+    (0..keys)
+        .map(|i| format!("team-{}/web-{i:08}", i % 50))
+        .collect()
 }
