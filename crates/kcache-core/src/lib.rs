@@ -53,6 +53,7 @@ mod managed_fields;
 pub mod metrics;
 mod object;
 pub mod protobuf;
+mod resource_version;
 mod selector;
 mod shard_selector;
 mod store;
@@ -71,6 +72,7 @@ pub use object::{
     CachedObject, DecodeError, FieldPaths, Format, Metadata, ObjectError, ObjectOptions,
     OwnerReference,
 };
+pub use resource_version::{IncomparableResourceVersion, ResourceVersion};
 pub use selector::{LabelSet, Operator, Requirement, Selector, SelectorError};
 pub use shard_selector::{
     HASH_SPACE_END, MAX_QUERY_VALUE_LEN, MAX_SELECTOR_LEN, MAX_SHARDS, ShardField, ShardRange,

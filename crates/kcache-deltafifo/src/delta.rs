@@ -176,6 +176,9 @@ pub struct FifoOptions<K> {
     pub emit_delta_type_replaced: bool,
     /// Transform applied once per object before it is queued.
     pub transformer: Option<TransformFunc<K>>,
+    /// Where the queue publishes what the store behind it has caught up to
+    /// (default: a handle of its own, see [`Queue::freshness`]).
+    pub freshness: Option<crate::StoreFreshness>,
 }
 
 impl<K> Default for FifoOptions<K> {
@@ -185,6 +188,7 @@ impl<K> Default for FifoOptions<K> {
             known_objects: None,
             emit_delta_type_replaced: false,
             transformer: None,
+            freshness: None,
         }
     }
 }
@@ -196,6 +200,7 @@ impl<K> Clone for FifoOptions<K> {
             known_objects: self.known_objects.clone(),
             emit_delta_type_replaced: self.emit_delta_type_replaced,
             transformer: self.transformer.clone(),
+            freshness: self.freshness.clone(),
         }
     }
 }
@@ -225,6 +230,12 @@ impl<K> FifoOptions<K> {
         self.transformer = Some(t);
         self
     }
+    /// Publishes the store's freshness on `freshness` (an informer hands
+    /// out one handle for all the queues of its runs).
+    pub fn freshness(mut self, freshness: crate::StoreFreshness) -> Self {
+        self.freshness = Some(freshness);
+        self
+    }
 }
 
 /// What an informer needs from its queue: a [`ReflectorStore`] sink for the
@@ -247,6 +258,10 @@ pub trait Queue<K>: ReflectorStore<K> {
     /// Whether the first `replace`'s items have all been popped (or a
     /// write came before any `replace`).
     fn has_synced(&self) -> bool;
+    /// What the store fed by this queue's pops has caught up to: the
+    /// resourceVersion of the newest event, bookmark or relist whose items
+    /// (and everything queued before them) have been popped and processed.
+    fn freshness(&self) -> crate::StoreFreshness;
     /// Closes the queue: every waiting `pop` wakes; pops drain what is
     /// left and then return [`PopError::Closed`].
     fn close(&self);

@@ -3,16 +3,23 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
-use kcache_core::{CachedObject, DeletedFinalStateUnknown, ObjectOrTombstone, StoreError};
+use kcache_core::{
+    CachedObject, DeletedFinalStateUnknown, ObjectOrTombstone, ResourceVersion, StoreError,
+};
 use parking_lot::Mutex;
 
 use crate::delta::{Delta, DeltaType, Deltas, FifoOptions, PopError};
+use crate::freshness::{Watermark, object_rv};
 use crate::shared::{Bookkeeping, Core, impl_common, log_if_slow};
 
 struct State<K> {
     items: HashMap<String, Vec<Delta<K>>>,
-    queue: VecDeque<String>,
+    /// Queued keys in pop order, each with the sequence number of its
+    /// oldest delta (a key is queued at its first delta, so the numbers
+    /// grow along the queue).
+    queue: VecDeque<(String, u64)>,
     book: Bookkeeping,
+    watermark: Watermark,
 }
 
 /// A drained queue keeps at most this much capacity: a burst (the initial
@@ -21,6 +28,14 @@ struct State<K> {
 const DRAINED_CAPACITY: usize = 1024;
 
 impl<K> State<K> {
+    /// The smallest sequence number of a delta not processed yet: the
+    /// oldest delta of the first queued key.
+    fn done_through(&self) -> u64 {
+        self.queue
+            .front()
+            .map_or(self.watermark.pushed(), |(_, seq)| *seq)
+    }
+
     fn shrink_if_drained(&mut self) {
         if self.queue.is_empty() && self.queue.capacity() > 4 * DRAINED_CAPACITY {
             self.queue.shrink_to(DRAINED_CAPACITY);
@@ -92,6 +107,7 @@ impl<K: 'static> DeltaFifo<K> {
                 items: HashMap::new(),
                 queue: VecDeque::new(),
                 book: Bookkeeping::default(),
+                watermark: Watermark::default(),
             }),
             emit_replaced: options.emit_delta_type_replaced,
             core: Core::new(options),
@@ -118,6 +134,7 @@ impl<K> DeltaFifo<K> {
     ) -> Result<(), StoreError> {
         let obj = self.core.transform(&id, obj, internal == DeltaType::Sync)?;
         let delta = Delta { kind, object: obj };
+        let seq = st.watermark.next_seq();
         match st.items.get_mut(&id) {
             Some(deltas) => {
                 deltas.push(delta);
@@ -125,11 +142,24 @@ impl<K> DeltaFifo<K> {
             }
             None => {
                 st.items.insert(id.clone(), vec![delta]);
-                st.queue.push_back(id);
+                st.queue.push_back((id, seq));
             }
         }
         self.core.wake_pops();
         Ok(())
+    }
+
+    /// Marks `rv` after everything queued now (see [`StoreFreshness`](crate::StoreFreshness)).
+    fn mark(&self, st: &mut State<K>, rv: ResourceVersion) {
+        let done = st.done_through();
+        st.watermark.mark(rv, done, &self.core.freshness);
+    }
+
+    /// A watch bookmark: once everything queued before it is processed, the
+    /// store is at `resource_version`.
+    pub fn bookmark(&self, resource_version: &str) {
+        let mut st = self.state.lock();
+        self.mark(&mut st, ResourceVersion::new(resource_version));
     }
 
     /// Queues a `Deleted` delta carrying a tombstone of `obj` under `key`.
@@ -162,7 +192,12 @@ impl<K> DeltaFifo<K> {
         self.core.note_write(&mut st.book);
         let obj = ObjectOrTombstone::Object(obj);
         let id = self.key_of(&obj)?;
-        self.queue(&mut st, id, kind, kind, obj)
+        let rv = object_rv(&obj);
+        self.queue(&mut st, id, kind, kind, obj)?;
+        if let Some(rv) = rv {
+            self.mark(&mut st, rv);
+        }
+        Ok(())
     }
 
     /// Queues a `Deleted` delta, unless the key is neither queued nor
@@ -177,10 +212,16 @@ impl<K> DeltaFifo<K> {
             Some(k) => k.get_by_key(&id).is_some(),
             None => false,
         };
-        if !queued && !known {
-            return Ok(());
+        let rv = object_rv(&obj);
+        if queued || known {
+            self.queue(&mut st, id, DeltaType::Deleted, DeltaType::Deleted, obj)?;
         }
-        self.queue(&mut st, id, DeltaType::Deleted, DeltaType::Deleted, obj)
+        // dropped or queued, the store is at the deletion's version once
+        // what came before it is processed
+        if let Some(rv) = rv {
+            self.mark(&mut st, rv);
+        }
+        Ok(())
     }
 
     /// Replaces the whole content after a relist. See the type docs for the
@@ -190,7 +231,7 @@ impl<K> DeltaFifo<K> {
         list: Vec<CachedObject<K>>,
         resource_version: impl Into<String>,
     ) -> Result<(), StoreError> {
-        let _ = resource_version.into();
+        let list_rv = ResourceVersion::new(&resource_version.into());
         let mut st = self.state.lock();
         let action = if self.emit_replaced {
             DeltaType::Replaced
@@ -217,8 +258,8 @@ impl<K> DeltaFifo<K> {
         let queued: Vec<String> = st
             .queue
             .iter()
-            .filter(|k| !keys.contains(*k))
-            .cloned()
+            .filter(|(k, _)| !keys.contains(k))
+            .map(|(k, _)| k.clone())
             .collect();
         for k in queued {
             let newest = st
@@ -246,6 +287,7 @@ impl<K> DeltaFifo<K> {
 
         let count = keys.len() + queued_deletions;
         self.core.note_replace(&mut st.book, || count);
+        self.mark(&mut st, list_rv);
         Ok(())
     }
 
@@ -317,7 +359,7 @@ impl<K> DeltaFifo<K> {
         self.core
             .pop_loop(|| {
                 let mut st = self.state.lock();
-                while let Some(id) = st.queue.pop_front() {
+                while let Some((id, _)) = st.queue.pop_front() {
                     let is_in_initial_list = !st.book.synced;
                     self.core.note_popped(&mut st.book);
                     let Some(deltas) = st.items.remove(&id) else {
@@ -332,6 +374,9 @@ impl<K> DeltaFifo<K> {
                     let started = Instant::now();
                     let result = process(Deltas::from(deltas), is_in_initial_list);
                     log_if_slow("DeltaFIFO", &id, depth, started);
+                    let done = st.done_through();
+                    let State { watermark, .. } = &mut *st;
+                    watermark.advance(done, &self.core.freshness);
                     return Some(result.map_err(PopError::Process));
                 }
                 st.book.closed.then_some(Err(PopError::Closed))
@@ -341,7 +386,12 @@ impl<K> DeltaFifo<K> {
 
     /// Queued keys, in pop order.
     pub fn list_keys(&self) -> Vec<String> {
-        self.state.lock().queue.iter().cloned().collect()
+        self.state
+            .lock()
+            .queue
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect()
     }
 
     /// The deltas queued for `key`.

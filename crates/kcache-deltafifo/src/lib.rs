@@ -38,9 +38,11 @@
 
 mod delta;
 mod delta_fifo;
+mod freshness;
 mod real_fifo;
 mod shared;
 
 pub use delta::{Delta, DeltaType, Deltas, FifoOptions, PopError, ProcessFn, Queue, TransformFunc};
 pub use delta_fifo::DeltaFifo;
+pub use freshness::StoreFreshness;
 pub use real_fifo::RealFifo;

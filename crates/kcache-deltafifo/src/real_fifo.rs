@@ -3,15 +3,27 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
-use kcache_core::{CachedObject, DeletedFinalStateUnknown, ObjectOrTombstone, StoreError};
+use kcache_core::{
+    CachedObject, DeletedFinalStateUnknown, ObjectOrTombstone, ResourceVersion, StoreError,
+};
 use parking_lot::Mutex;
 
 use crate::delta::{Delta, DeltaType, Deltas, FifoOptions, PopError};
+use crate::freshness::{Watermark, object_rv};
 use crate::shared::{Bookkeeping, Core, impl_common, log_if_slow};
 
 struct State<K> {
     items: VecDeque<(String, Delta<K>)>,
     book: Bookkeeping,
+    watermark: Watermark,
+}
+
+impl<K> State<K> {
+    /// The sequence number of the oldest entry not processed yet: entries
+    /// are popped in push order, so the queued ones are the last pushed.
+    fn done_through(&self) -> u64 {
+        self.watermark.pushed() - self.items.len() as u64
+    }
 }
 
 /// A queue that delivers every event in order, one [`Delta`] per pop, with
@@ -59,6 +71,7 @@ impl<K: 'static> RealFifo<K> {
             state: Mutex::new(State {
                 items: VecDeque::new(),
                 book: Bookkeeping::default(),
+                watermark: Watermark::default(),
             }),
             core: Core::new(options),
         }
@@ -77,16 +90,35 @@ impl<K> RealFifo<K> {
         obj: ObjectOrTombstone<K>,
     ) -> Result<(), StoreError> {
         let obj = self.core.transform(&key, obj, skip_transform)?;
+        st.watermark.next_seq();
         st.items.push_back((key, Delta { kind, object: obj }));
         self.core.wake_pops();
         Ok(())
+    }
+
+    /// Marks `rv` after everything queued now (see [`StoreFreshness`](crate::StoreFreshness)).
+    fn mark(&self, st: &mut State<K>, rv: ResourceVersion) {
+        let done = st.done_through();
+        st.watermark.mark(rv, done, &self.core.freshness);
     }
 
     fn write(&self, kind: DeltaType, obj: ObjectOrTombstone<K>) -> Result<(), StoreError> {
         let mut st = self.state.lock();
         self.core.note_write(&mut st.book);
         let key = self.core.key_of(&obj)?;
-        self.push(&mut st, key, kind, false, obj)
+        let rv = object_rv(&obj);
+        self.push(&mut st, key, kind, false, obj)?;
+        if let Some(rv) = rv {
+            self.mark(&mut st, rv);
+        }
+        Ok(())
+    }
+
+    /// A watch bookmark: once everything queued before it is processed, the
+    /// store is at `resource_version`.
+    pub fn bookmark(&self, resource_version: &str) {
+        let mut st = self.state.lock();
+        self.mark(&mut st, ResourceVersion::new(resource_version));
     }
 
     /// Appends an `Added` entry.
@@ -110,7 +142,7 @@ impl<K> RealFifo<K> {
         list: Vec<CachedObject<K>>,
         resource_version: impl Into<String>,
     ) -> Result<(), StoreError> {
-        let _ = resource_version.into();
+        let list_rv = ResourceVersion::new(&resource_version.into());
         let mut st = self.state.lock();
         // each key is computed once, and owned once (by its queue entry)
         let mut keyed: Vec<(String, ObjectOrTombstone<K>)> = Vec::with_capacity(list.len());
@@ -167,6 +199,7 @@ impl<K> RealFifo<K> {
         }
         let count = st.items.len();
         self.core.note_replace(&mut st.book, || count);
+        self.mark(&mut st, list_rv);
         Ok(())
     }
 
@@ -224,6 +257,9 @@ impl<K> RealFifo<K> {
                 let result = process(Deltas::from(vec![delta]), is_in_initial_list);
                 log_if_slow("RealFIFO", &key, depth, started);
                 self.core.note_popped(&mut st.book);
+                let done = st.done_through();
+                let State { watermark, .. } = &mut *st;
+                watermark.advance(done, &self.core.freshness);
                 Some(result.map_err(PopError::Process))
             })
             .await

@@ -15,6 +15,7 @@ use kcache_core::{
 use tokio::sync::Notify;
 
 use crate::delta::{FifoOptions, TransformFunc};
+use crate::freshness::StoreFreshness;
 
 /// The initial-list bookkeeping of a queue, kept under the queue's lock.
 #[derive(Default)]
@@ -39,6 +40,8 @@ pub(crate) struct Core<K> {
     /// client-go's "known objects" (usually the informer's indexer).
     pub(crate) known: Option<Arc<dyn KeyListerGetter<K>>>,
     pub(crate) transformer: Option<TransformFunc<K>>,
+    /// What the store behind this queue has caught up to.
+    pub(crate) freshness: StoreFreshness,
 }
 
 impl<K: 'static> Core<K> {
@@ -52,6 +55,7 @@ impl<K: 'static> Core<K> {
                 .unwrap_or_else(|| Arc::new(meta_namespace_key::<K>)),
             known: options.known_objects,
             transformer: options.transformer,
+            freshness: options.freshness.unwrap_or_default(),
         }
     }
 }
@@ -195,6 +199,14 @@ macro_rules! impl_common {
                 self.state.lock().book.synced
             }
 
+            /// What the store behind this queue has caught up to (client-go's
+            /// `LastStoreSyncResourceVersion`): moved by events, bookmarks and
+            /// relists once everything queued before them was popped and
+            /// processed.
+            pub fn freshness(&self) -> &$crate::StoreFreshness {
+                &self.core.freshness
+            }
+
             /// Waits until [`has_synced`](Self::has_synced) is true.
             pub async fn wait_synced(&self) {
                 self.core.wait_synced(|| self.has_synced()).await
@@ -240,6 +252,16 @@ macro_rules! impl_common {
             fn cached(&self, key: &str) -> Option<CachedObject<K>> {
                 $fifo::cached(self, key)
             }
+            fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
+                $fifo::bookmark(self, resource_version);
+                Ok(())
+            }
+            fn last_store_sync_resource_version(&self) -> Option<String> {
+                self.core
+                    .freshness
+                    .resource_version()
+                    .map(|rv| rv.to_string())
+            }
         }
 
         impl<K: 'static> $crate::Queue<K> for $fifo<K> {
@@ -252,6 +274,9 @@ macro_rules! impl_common {
             }
             fn has_synced(&self) -> bool {
                 $fifo::has_synced(self)
+            }
+            fn freshness(&self) -> $crate::StoreFreshness {
+                self.core.freshness.clone()
             }
             fn close(&self) {
                 $fifo::close(self)

@@ -6,11 +6,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use kcache_core::{
     BoxError, CachedObject, KeyError, KeyFunc, KeyListerGetter, ObjectOrTombstone, ReflectorStore,
-    StoreError, deletion_handling_key, meta_namespace_key,
+    ResourceVersion, StoreError, deletion_handling_key, meta_namespace_key,
 };
 use parking_lot::{RwLock, RwLockUpgradableReadGuard};
 
 use crate::index::{IndexFunc, Indexers, NAMESPACE_INDEX, meta_namespace_index_func};
+use crate::own_writes::{OwnWrite, OwnWrites};
 
 /// Error from an index query or from [`Indexer::add_indexers`].
 #[derive(Debug, thiserror::Error)]
@@ -36,11 +37,11 @@ pub enum IndexError {
 }
 
 /// Values of one object for every index, in index order.
-type Values = Box<[Box<[String]>]>;
+pub(crate) type Values = Box<[Box<[String]>]>;
 
-struct Entry<K> {
-    obj: CachedObject<K>,
-    values: Values,
+pub(crate) struct Entry<K> {
+    pub(crate) obj: CachedObject<K>,
+    pub(crate) values: Values,
     /// The store's [epoch](Indexer::epoch) when `obj` was written, or
     /// [`SETTLED`].
     epoch: u32,
@@ -74,19 +75,23 @@ pub struct Swap<K> {
     pub twin: Option<CachedObject<K>>,
 }
 
-struct Slot<K> {
-    name: String,
+pub(crate) struct Slot<K> {
+    pub(crate) name: String,
     func: IndexFunc<K>,
     /// index value -> keys
-    map: HashMap<String, HashSet<Arc<str>>>,
+    pub(crate) map: HashMap<String, HashSet<Arc<str>>>,
 }
 
 /// Everything the lock protects: objects, indexes and the resource version
 /// change together, so a reader sees either all of a write or none of it.
-struct State<K> {
-    items: HashMap<Arc<str>, Entry<K>>,
-    slots: Vec<Slot<K>>,
+pub(crate) struct State<K> {
+    pub(crate) items: HashMap<Arc<str>, Entry<K>>,
+    pub(crate) slots: Vec<Slot<K>>,
     rv: String,
+    /// What this process's own writes returned, shown to the reads that
+    /// ask for them until the store holds that version (see
+    /// [`Indexer::record_own_write`]).
+    pub(crate) own: OwnWrites<K>,
 }
 
 impl<K> State<K> {
@@ -102,6 +107,7 @@ impl<K> State<K> {
                 })
                 .collect(),
             rv: String::new(),
+            own: OwnWrites::default(),
         }
     }
 
@@ -112,7 +118,7 @@ impl<K> State<K> {
             .collect()
     }
 
-    fn slot(&self, name: &str) -> Result<(usize, &Slot<K>), IndexError> {
+    pub(crate) fn slot(&self, name: &str) -> Result<(usize, &Slot<K>), IndexError> {
         self.slots
             .iter()
             .enumerate()
@@ -120,7 +126,7 @@ impl<K> State<K> {
             .ok_or_else(|| IndexError::UnknownIndex(name.to_owned()))
     }
 
-    fn compute(&self, obj: &CachedObject<K>, key: &str) -> Result<Values, IndexError> {
+    pub(crate) fn compute(&self, obj: &CachedObject<K>, key: &str) -> Result<Values, IndexError> {
         // Exact capacity: `into_boxed_slice` must not shrink (a realloc per
         // write fragments glibc's heap and cost ~2x on updates).
         let mut values = Vec::with_capacity(self.slots.len());
@@ -191,7 +197,7 @@ impl<K> State<K> {
         Some(entry)
     }
 
-    fn collect_objects(&self, i: usize, value: &str) -> Vec<CachedObject<K>> {
+    pub(crate) fn collect_objects(&self, i: usize, value: &str) -> Vec<CachedObject<K>> {
         let Some(set) = self.slots[i].map.get(value) else {
             return Vec::new();
         };
@@ -228,7 +234,7 @@ fn remove_from(map: &mut HashMap<String, HashSet<Arc<str>>>, value: &str, key: &
     }
 }
 
-fn store_err(e: IndexError) -> StoreError {
+pub(crate) fn store_err(e: IndexError) -> StoreError {
     match e {
         IndexError::Func { index, key, source } => StoreError::IndexFunc { index, key, source },
         other => StoreError::Other(Box::new(other)),
@@ -267,8 +273,8 @@ fn store_err(e: IndexError) -> StoreError {
 /// # Ok::<_, Box<dyn std::error::Error>>(())
 /// ```
 pub struct Indexer<K> {
-    state: RwLock<State<K>>,
-    key_func: Arc<dyn KeyFunc<K>>,
+    pub(crate) state: RwLock<State<K>>,
+    pub(crate) key_func: Arc<dyn KeyFunc<K>>,
     /// Stamped on every object written (see [`Indexer::epoch`]).
     epoch: AtomicU32,
 }
@@ -318,9 +324,11 @@ impl<K> Indexer<K> {
         let values = st.compute(&obj, &key).map_err(store_err)?;
         let mut st = RwLockUpgradableReadGuard::upgrade(st);
         st.set_rv(&obj);
+        let settled = st.own.settle(&key, obj.resource_version());
         let old = st.put(&key, obj, values, self.epoch());
         drop(st);
         drop(old);
+        drop(settled);
         Ok(())
     }
 
@@ -329,12 +337,18 @@ impl<K> Indexer<K> {
         let obj = obj.into();
         let key = deletion_handling_key(&*self.key_func, &obj)?;
         let mut st = self.state.write();
-        if let ObjectOrTombstone::Object(o) = &obj {
-            st.set_rv(o);
-        }
+        let settled = match &obj {
+            ObjectOrTombstone::Object(o) => {
+                st.set_rv(o);
+                st.own.settle(&key, o.resource_version())
+            }
+            // a relist no longer lists it: whatever this process wrote is gone
+            ObjectOrTombstone::Tombstone(_) => st.own.remove(&key),
+        };
         let old = st.remove(&key);
         drop(st);
         drop(old);
+        drop(settled);
         Ok(())
     }
 
@@ -405,7 +419,12 @@ impl<K> Indexer<K> {
         }
         next.rv = resource_version.into();
         let mut st = RwLockUpgradableReadGuard::upgrade(st);
+        // own writes newer than the list stay shown
+        next.own = std::mem::take(&mut st.own);
+        let list_rv = ResourceVersion::new(&next.rv);
+        let settled = next.own.settle_through(&list_rv);
         let old = std::mem::replace(&mut *st, next);
+        drop(settled);
         drop(st);
         drop(old);
         Ok(())
@@ -504,6 +523,21 @@ impl<K> Indexer<K> {
         let mut next = State::empty(defs);
         next.items.reserve(cur.items.len());
         next.rv = cur.rv.clone();
+        // own writes get the new indexes' values too
+        for (key, w) in cur.own.iter() {
+            let values = match &w.obj {
+                Some(o) => next.compute(o, key)?,
+                None => Box::default(),
+            };
+            next.own.insert(
+                key.clone(),
+                OwnWrite {
+                    obj: w.obj.clone(),
+                    rv: w.rv.clone(),
+                    values,
+                },
+            );
+        }
         // Old indexes keep their positions: reuse their values, compute the new ones.
         for (key, e) in cur.items.iter() {
             let mut values = Vec::with_capacity(next.slots.len());

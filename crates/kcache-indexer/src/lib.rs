@@ -32,6 +32,7 @@
 mod index;
 mod indexer;
 mod lister;
+mod own_writes;
 
 pub use index::{
     IndexFunc, Indexers, NAMESPACE_INDEX, field_index_func, label_index_func,
@@ -39,3 +40,4 @@ pub use index::{
 };
 pub use indexer::{IndexError, Indexer, QuietScan, Swap};
 pub use lister::{GetError, Lister, NamespacedLister, NotFound, list_all, list_all_by_namespace};
+pub use own_writes::MAX_OWN_WRITES;

@@ -1,4 +1,8 @@
-//! Listers: read-only, selector-aware views over an [`Indexer`].
+//! Listers: read-only, selector-aware views over an [`Indexer`], which
+//! include this process's own writes until the watch delivers them (see
+//! [`Indexer::record_own_write`]).
+
+use crate::indexer::IndexError;
 
 use std::sync::Arc;
 
@@ -34,11 +38,12 @@ fn decode_all<K: DeserializeOwned>(objs: Vec<CachedObject<K>>) -> Result<Vec<K>,
 
 /// Objects of the store matching `selector` (client-go's `ListAll`):
 /// [`Selector::nothing`] gives none, [`Selector::everything`] gives all.
+/// Own writes not delivered yet are included.
 pub fn list_all<K>(indexer: &Indexer<K>, selector: &Selector) -> Vec<CachedObject<K>> {
     if selector.is_nothing() {
         return Vec::new();
     }
-    let mut all = indexer.list();
+    let mut all = indexer.list_including_own_writes();
     if !selector.is_everything() {
         all.retain(|o| selector.matches(o.labels()));
     }
@@ -47,7 +52,8 @@ pub fn list_all<K>(indexer: &Indexer<K>, selector: &Selector) -> Vec<CachedObjec
 
 /// Objects of `namespace` matching `selector` (client-go's
 /// `ListAllByNamespace`): `""` means every namespace; uses the
-/// [`NAMESPACE_INDEX`] when registered, else scans.
+/// [`NAMESPACE_INDEX`] when registered, else scans. Own writes not
+/// delivered yet are included.
 pub fn list_all_by_namespace<K>(
     indexer: &Indexer<K>,
     namespace: &str,
@@ -59,10 +65,10 @@ pub fn list_all_by_namespace<K>(
     if namespace.is_empty() {
         return list_all(indexer, selector);
     }
-    let mut items = match indexer.by_index(NAMESPACE_INDEX, namespace) {
+    let mut items = match indexer.by_index_including_own_writes(NAMESPACE_INDEX, namespace) {
         Ok(items) => items,
         Err(_) => {
-            let mut all = indexer.list();
+            let mut all = indexer.list_including_own_writes();
             all.retain(|o| o.namespace() == Some(namespace));
             all
         }
@@ -73,8 +79,15 @@ pub fn list_all_by_namespace<K>(
     items
 }
 
-/// A lister over an [`Indexer`]: list by label selector, get by name, or
-/// narrow to one namespace.
+/// A lister over an [`Indexer`]: list by label selector, get by name or
+/// key, read an index, or narrow to one namespace.
+///
+/// Every read includes this process's own writes that the watch has not
+/// delivered yet ([`Indexer::record_own_write`]: kcache-controller records
+/// what each write of a reconcile returned), so a reconcile reads the child
+/// it just created, the status it just wrote, and not the object it just
+/// deleted. The indexer's own reads (`Indexer::get_by_key`...) show only
+/// what the watch delivered.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -116,9 +129,19 @@ impl<K> Lister<K> {
     }
     /// A cluster-scoped object by name (key `name`).
     pub fn get(&self, name: &str) -> Result<CachedObject<K>, NotFound> {
-        self.indexer.get_by_key(name).ok_or_else(|| NotFound {
-            key: name.to_owned(),
-        })
+        self.get_by_key(name)
+    }
+    /// The object under `key` (`namespace/name`, or `name`).
+    pub fn get_by_key(&self, key: &str) -> Result<CachedObject<K>, NotFound> {
+        self.indexer
+            .get_including_own_writes(key)
+            .ok_or_else(|| NotFound {
+                key: key.to_owned(),
+            })
+    }
+    /// Objects whose index `name` contains `value`.
+    pub fn by_index(&self, name: &str, value: &str) -> Result<Vec<CachedObject<K>>, IndexError> {
+        self.indexer.by_index_including_own_writes(name, value)
     }
     /// A view of one namespace.
     pub fn namespaced(&self, namespace: impl Into<String>) -> NamespacedLister<K> {
@@ -168,7 +191,9 @@ impl<K> NamespacedLister<K> {
     /// The object `namespace/name`.
     pub fn get(&self, name: &str) -> Result<CachedObject<K>, NotFound> {
         let key = format!("{}/{}", self.namespace, name);
-        self.indexer.get_by_key(&key).ok_or(NotFound { key })
+        self.indexer
+            .get_including_own_writes(&key)
+            .ok_or(NotFound { key })
     }
 }
 
