@@ -122,6 +122,9 @@ pub(crate) struct Inner<K: Resource> {
     background_compression: BackgroundCompression,
     /// What the compactor has done.
     compaction: Arc<Counters>,
+    /// What the cache has caught up to; every queue of every run publishes
+    /// on it.
+    pub(crate) freshness: kcache_deltafifo::StoreFreshness,
 }
 
 /// One reflector, one FIFO, one indexer, any number of handlers: client-go's
@@ -330,6 +333,7 @@ where
                 last_error: Arc::new(Mutex::new(None)),
                 background_compression: self.background_compression,
                 compaction: Arc::default(),
+                freshness: kcache_deltafifo::StoreFreshness::new(),
             }),
         }
     }
@@ -965,7 +969,8 @@ where
     ) -> Arc<dyn Queue<K>> {
         let mut fifo_options = FifoOptions::new()
             .known_objects(self.inner.indexer.clone())
-            .emit_delta_type_replaced(true);
+            .emit_delta_type_replaced(true)
+            .freshness(self.inner.freshness.clone());
         if let Some(t) = &lc.transform {
             let t = t.clone();
             let bypass = bypass.clone();

@@ -117,6 +117,7 @@ mod allocator;
 pub mod background_compression;
 mod error;
 mod factory;
+mod freshness;
 #[cfg(feature = "fuzzing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub mod fuzzing;
@@ -132,14 +133,17 @@ pub mod snapshot;
 pub use background_compression::{BackgroundCompression, BackgroundCompressionStats};
 pub use error::InformerError;
 pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};
+pub use freshness::FreshnessError;
 pub use handler::{FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs};
 pub use informer::{
     DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, FifoKind, HasSynced, ResourceEventHandlerRegistration,
     SharedIndexInformer, SharedIndexInformerBuilder, strip_managed_fields, wait_for_cache_sync,
 };
+pub use kcache_core::ResourceVersion;
 /// Server-side sharding's selector types ([`ListOptions::shard_selector`]),
 /// re-exported from kcache-core.
 pub use kcache_core::{ShardField, ShardRange, ShardSelector};
+pub use kcache_deltafifo::StoreFreshness;
 /// The transform type of the informer's queue, re-exported from
 /// kcache-deltafifo (the queue applies it).
 pub use kcache_deltafifo::TransformFunc;

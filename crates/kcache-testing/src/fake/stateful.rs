@@ -140,6 +140,25 @@ impl FakeApi {
         self.emit("DELETED", obj);
     }
 
+    /// `writes_elsewhere` writes to other resources happen (the
+    /// resourceVersion moves on by that much), then every open watch gets a
+    /// BOOKMARK at the new resourceVersion, as the apiserver sends one
+    /// periodically. Returns the bookmark's resourceVersion.
+    pub fn bookmark(&self, writes_elsewhere: u64) -> u64 {
+        let mut s = self.state.lock();
+        s.rv += writes_elsewhere;
+        let l = format!("{}\n", super::bookmark(&s.rv.to_string(), false));
+        let rv = s.rv;
+        s.watchers
+            .retain(|w| w.send(Bytes::from(l.clone())).is_ok());
+        rv
+    }
+
+    /// The resourceVersion of the last write.
+    pub fn resource_version(&self) -> u64 {
+        self.state.lock().rv
+    }
+
     /// Silent changes: applied to the state without telling open watches
     /// (as if they happened while the client was disconnected).
     pub fn silently<R>(&self, f: impl FnOnce(&FakeApi) -> R) -> R {

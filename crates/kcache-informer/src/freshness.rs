@@ -1,0 +1,137 @@
+//! How fresh an informer's cache is (client-go 1.36's
+//! `LastStoreSyncResourceVersion`), waiting for a given version, and this
+//! process's own writes shown to its listers until the watch delivers them.
+
+use std::time::Duration;
+
+use kcache_core::{IncomparableResourceVersion, Metadata, ResourceVersion, Selector};
+use kcache_deltafifo::StoreFreshness;
+use kube::Resource;
+
+use crate::informer::SharedIndexInformer;
+
+/// Waiting for the cache to reach a resourceVersion failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum FreshnessError {
+    /// The cache did not reach the version in time: its watch is behind
+    /// (events delayed, a slow or overloaded apiserver, a watch being
+    /// re-established), or the object is outside what it watches.
+    #[error(
+        "the cache of informer {informer:?} did not reach resourceVersion {wanted} within {waited:?} (it is at {}{}): its watch is behind",
+        reached.as_ref().map_or_else(|| "nothing yet".to_owned(), ToString::to_string),
+        behind.map_or_else(String::new, |n| format!(", {n} writes behind"))
+    )]
+    TimedOut {
+        /// The informer's name.
+        informer: String,
+        /// The version waited for.
+        wanted: ResourceVersion,
+        /// The version the cache had reached.
+        reached: Option<ResourceVersion>,
+        /// How far behind (writes to etcd in between), when both versions
+        /// are integers.
+        behind: Option<u64>,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// The versions cannot be ordered (see [`ResourceVersion`]).
+    #[error(transparent)]
+    Incomparable(#[from] IncomparableResourceVersion),
+}
+
+impl<K: Resource + 'static> SharedIndexInformer<K>
+where
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
+    /// The resourceVersion the cache has caught up to (client-go's
+    /// `LastStoreSyncResourceVersion`): that of the newest event, bookmark
+    /// or relist whose changes, and everything before them, are in the
+    /// indexer. `None` before the first list has been processed. Unlike
+    /// [`last_sync_resource_version`](Self::last_sync_resource_version)
+    /// (what the reflector has received), it moves only once the change is
+    /// readable from the cache.
+    pub fn last_store_sync_resource_version(&self) -> Option<ResourceVersion> {
+        self.inner.freshness.resource_version()
+    }
+
+    /// The handle on the cache's freshness, to read or wait on without the
+    /// informer's type (one per informer, the same for every clone).
+    pub fn freshness(&self) -> StoreFreshness {
+        self.inner.freshness.clone()
+    }
+
+    /// Waits until the cache has caught up to `rv` (at most `timeout`;
+    /// cancelled by dropping the future). Returns at once when it already
+    /// has.
+    ///
+    /// ```no_run
+    /// # async fn f(informer: kcache_informer::SharedIndexInformer<k8s_openapi::api::core::v1::ConfigMap>) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// // after a write that the apiserver answered at resourceVersion 4711:
+    /// informer.wait_for_resource_version("4711", Duration::from_secs(5)).await?;
+    /// // the cache (and every lister of it) now shows that write
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_for_resource_version(
+        &self,
+        rv: &str,
+        timeout: Duration,
+    ) -> Result<(), FreshnessError> {
+        let wanted = ResourceVersion::new(rv);
+        wait_for(&self.inner.freshness, &self.inner.name, &wanted, timeout).await
+    }
+
+    /// Whether this informer would cache an object with metadata `meta`:
+    /// its namespace, label selector and shard selector admit it. `None`
+    /// when it cannot tell (the informer has a field selector).
+    pub fn would_cache(&self, meta: &Metadata) -> Option<bool> {
+        let o = &self.inner.list_options;
+        if o.field_selector.as_deref().is_some_and(|s| !s.is_empty()) {
+            return None;
+        }
+        if let Some(ns) = o.namespace.as_deref()
+            && meta.namespace() != Some(ns)
+        {
+            return Some(false);
+        }
+        if let Some(sel) = o.label_selector.as_deref().filter(|s| !s.is_empty()) {
+            match Selector::parse(sel) {
+                Ok(sel) if !sel.matches(meta.labels()) => return Some(false),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+        if let Some(shard) = &o.shard_selector
+            && !shard.matches(meta)
+        {
+            return Some(false);
+        }
+        Some(true)
+    }
+}
+
+/// Waits on `freshness` for `wanted`, at most `timeout`.
+pub(crate) async fn wait_for(
+    freshness: &StoreFreshness,
+    informer: &str,
+    wanted: &ResourceVersion,
+    timeout: Duration,
+) -> Result<(), FreshnessError> {
+    if freshness.has_reached(wanted)? {
+        return Ok(());
+    }
+    match tokio::time::timeout(timeout, freshness.reached(wanted)).await {
+        Ok(r) => Ok(r?),
+        Err(_) => {
+            let reached = freshness.resource_version();
+            Err(FreshnessError::TimedOut {
+                informer: informer.to_owned(),
+                wanted: wanted.clone(),
+                behind: reached.as_ref().and_then(|r| wanted.distance_from(r)),
+                reached,
+                waited: timeout,
+            })
+        }
+    }
+}
