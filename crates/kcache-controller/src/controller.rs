@@ -20,6 +20,7 @@ use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
+use crate::consistency::{Consistency, GateMetrics, StaleGate, WriteLedger};
 use crate::error::{ControllerError, UnsyncedInformer};
 use crate::metrics::MetricsProvider;
 #[cfg(feature = "prometheus")]
@@ -92,6 +93,10 @@ pub struct Config {
     /// [`DEFAULT_CACHE_SYNC_TIMEOUT`], controller-runtime's; `None` waits
     /// for ever).
     pub cache_sync_timeout: Option<Duration>,
+    /// Never acting on a cache older than the controller's own writes: the
+    /// stale-cache gate, read-your-own-writes, skipping own events (see
+    /// [`Consistency`]; default: gate and own reads on).
+    pub consistency: Consistency,
 }
 
 impl fmt::Debug for Config {
@@ -104,6 +109,7 @@ impl fmt::Debug for Config {
             .field("initial_list_priority", &self.initial_list_priority)
             .field("custom_rate_limiter", &self.rate_limiter.is_some())
             .field("cache_sync_timeout", &self.cache_sync_timeout)
+            .field("consistency", &self.consistency)
             .finish()
     }
 }
@@ -118,6 +124,7 @@ impl Default for Config {
             initial_list_priority: INITIAL_LIST_PRIORITY,
             rate_limiter: None,
             cache_sync_timeout: Some(DEFAULT_CACHE_SYNC_TIMEOUT),
+            consistency: Consistency::default(),
         }
     }
 }
@@ -156,6 +163,8 @@ pub struct ControllerHandle {
     /// The factory whose informers the controller caches with now (with
     /// sharded informers: the current ranges' factory).
     factory: Arc<RwLock<SharedInformerFactory>>,
+    /// What the controller's writes returned (see [`Consistency`]).
+    pub(crate) ledger: Arc<WriteLedger>,
 }
 
 impl fmt::Debug for ControllerHandle {
@@ -217,32 +226,50 @@ impl ControllerHandle {
         self.lease.get().is_some_and(|e| e.may_act())
     }
 
-    /// `client`, fenced by this controller's lease: its writes (POST, PUT,
-    /// PATCH, DELETE) are not sent, and fail with [`NotLeading`], while
-    /// this replica may not act ([`may_act`](Self::may_act)); reads always
-    /// pass. Give it to the reconciler for its writes: a leader that lost
+    /// `client`, fenced by this controller's lease and recording its
+    /// writes. Give it to the reconciler for its writes.
+    ///
+    /// Fenced: its writes (POST, PUT, PATCH, DELETE) are not sent, and
+    /// fail with [`NotLeading`], while this replica may not act
+    /// ([`may_act`](Self::may_act)); reads always pass. A leader that lost
     /// its lease (cut off, or paused and resumed after a standby took
     /// over) then cannot write, even from a reconcile that ignores its
     /// cancellation. A write already sent is not recalled: keep writes
     /// guarded by the apiserver's preconditions (resourceVersion, uid).
     /// Without leader election the fence lets everything through.
+    ///
+    /// Recording: while the controller runs, what each successful write
+    /// returned is recorded for the reconcile it was made in (and for the
+    /// written object, or its controlling owner, when that is a primary),
+    /// so that the next reconcile of that key waits for the caches to
+    /// catch up and reads the written objects back (see [`Consistency`]).
+    /// Writes from a task the reconcile spawned are recorded for the
+    /// written object only.
     pub fn fenced_client(&self, client: kube::Client) -> kube::Client {
         let namespace = client.default_namespace().to_owned();
         let handle = self.clone();
         let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
             let (client, handle) = (client.clone(), handle.clone());
             async move {
+                let method = req.method().clone();
                 let write = !matches!(
-                    *req.method(),
+                    method,
                     http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
                 );
                 if write && !handle.may_act() {
                     return Err(kube::Error::Service(Box::new(NotLeading {
-                        method: req.method().clone(),
                         path: req.uri().path().to_owned(),
+                        method,
                     })));
                 }
-                client.send(req).await
+                if !write || !handle.ledger.recording() {
+                    return client.send(req).await;
+                }
+                // read on this task (the reconcile's), before the request
+                let reconciling = crate::consistency::current_key(&handle.ledger);
+                let response = client.send(req).await?;
+                crate::consistency::record_response(&handle.ledger, reconciling, &method, response)
+                    .await
             }
         });
         kube::Client::new(service, namespace)
@@ -373,6 +400,7 @@ where
                 leader_elected: Arc::new(AtomicBool::new(false)),
                 lease: Arc::new(OnceLock::new()),
                 factory: Arc::new(RwLock::new(factory.clone())),
+                ledger: Arc::default(),
             },
         }
     }
@@ -768,8 +796,16 @@ where
             qb = qb.metrics(p);
         }
         let queue = qb.build()?;
+        self.handle.ledger.configure(
+            &name,
+            &self.config.consistency,
+            &self.primary_group,
+            &self.primary_kind,
+            self.primary_namespaced,
+        );
         let enq = Enqueuer::new(queue.clone(), self.config.initial_list_priority)
-            .with_shard(self.mode.shard().cloned());
+            .with_shard(self.mode.shard().cloned())
+            .with_ledger(self.handle.ledger.clone());
         let _ = self.handle.enqueuer.set(enq.clone());
         Ok(Running {
             name,
@@ -799,7 +835,11 @@ where
     fn register_sources(&mut self) -> Result<Vec<SourceHandle>, ControllerError> {
         let mut handles = Vec::new();
         let primary = PrimaryHandler {
-            enq: self.enq.clone(),
+            enq: self.enq.for_type(
+                &self.controller.primary,
+                &self.controller.primary_group,
+                &self.controller.primary_kind,
+            ),
             predicate: self.controller.primary_predicate.take(),
         };
         let registered = self
@@ -940,6 +980,8 @@ where
             primary_predicate: self.controller.primary_predicate.take(),
             sources: std::mem::take(&mut self.controller.sources),
             enq: self.enq.clone(),
+            primary_group: self.controller.primary_group.clone(),
+            primary_kind: self.controller.primary_kind.clone(),
             caches: caches.clone(),
             handle_factory: self.controller.handle.factory.clone(),
             attach,
@@ -989,7 +1031,24 @@ where
         if let Some(e) = &elector {
             let _ = self.controller.handle.lease.set(e.clone());
         }
+        let consistency = &self.controller.config.consistency;
+        let ledger = self.controller.handle.ledger.clone();
+        let gate = consistency.stale_cache_gate.then(|| {
+            StaleGate::new(
+                ledger.clone(),
+                self.enq.clone(),
+                consistency.max_stale_wait,
+                self.controller
+                    .metrics
+                    .as_ref()
+                    .map(|m| GateMetrics::new(m.as_ref(), &self.name)),
+            )
+        });
+        let read_own_writes = consistency.read_own_writes;
         let shared = Arc::new(Shared {
+            ledger,
+            gate,
+            read_own_writes,
             lease: elector.clone(),
             metrics: self.controller.metrics.as_ref().map(|m| {
                 WorkerMetrics::new(

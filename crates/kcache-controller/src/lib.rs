@@ -89,6 +89,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod action;
+pub mod consistency;
 mod controller;
 mod error;
 pub mod events;
@@ -104,6 +105,7 @@ mod source;
 mod worker;
 
 pub use action::Action;
+pub use consistency::{Consistency, DEFAULT_MAX_STALE_WAIT};
 pub use controller::{
     Config, Controller, ControllerHandle, DEFAULT_CACHE_SYNC_TIMEOUT,
     DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY, NotLeading,

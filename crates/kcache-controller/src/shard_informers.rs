@@ -202,6 +202,9 @@ pub(crate) struct Follower<K: Resource> {
     pub(crate) primary_predicate: Option<Predicate>,
     pub(crate) sources: Vec<SourceFn>,
     pub(crate) enq: Enqueuer,
+    /// The primary's group and kind (for the stale-cache gate's ledger).
+    pub(crate) primary_group: String,
+    pub(crate) primary_kind: String,
     pub(crate) caches: Caches<K>,
     /// The controller handle's factory (what `ControllerHandle::informer`
     /// reads).
@@ -227,7 +230,7 @@ where
         let mut handles = Vec::new();
         let registered = primary
             .add_event_handler(PrimaryHandler {
-                enq: enq.clone(),
+                enq: enq.for_type(&primary, &self.primary_group, &self.primary_kind),
                 predicate: self.primary_predicate.clone(),
             })
             .map(|reg| source_handle(&primary, reg));

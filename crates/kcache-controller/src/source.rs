@@ -18,6 +18,7 @@ use kcache_workqueue::{AddOpts, WorkQueue};
 use kube::Resource;
 use parking_lot::Mutex;
 
+use crate::consistency::{TypeCache, WriteLedger};
 use crate::predicate::{Predicate, PredicateEvent};
 use crate::reconciler::Trigger;
 
@@ -32,6 +33,12 @@ pub(crate) struct Enqueuer {
     /// While set, initial-list adds are not queued (a sharded informer
     /// set that is not live yet).
     quiet: Option<Arc<AtomicBool>>,
+    /// What the controller's writes returned: each source registers its
+    /// type's cache there.
+    ledger: Option<Arc<WriteLedger>>,
+    /// The cache of the type this enqueuer's handler gets events of, when
+    /// the events of the controller's own writes are skipped.
+    own: Option<Arc<TypeCache>>,
 }
 
 impl Enqueuer {
@@ -42,6 +49,67 @@ impl Enqueuer {
             low_priority,
             shard: None,
             quiet: None,
+            ledger: None,
+            own: None,
+        }
+    }
+
+    /// This enqueuer, registering the caches of its sources in `ledger`.
+    pub(crate) fn with_ledger(mut self, ledger: Arc<WriteLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// The enqueuer of a handler on `informer` (objects of `group`/`kind`):
+    /// registers the informer's cache with the controller's ledger (for the
+    /// stale-cache gate and own reads), and with `skip_own_events` the
+    /// handler skips the events of the controller's own writes.
+    pub(crate) fn for_type<K>(
+        &self,
+        informer: &SharedIndexInformer<K>,
+        group: &str,
+        kind: &str,
+    ) -> Self
+    where
+        K: Resource + Send + Sync + 'static,
+        K::DynamicType: Clone + Send + Sync + 'static,
+    {
+        let mut enq = self.clone();
+        if let Some(ledger) = &self.ledger
+            && ledger.recording()
+        {
+            let cache = TypeCache::of(informer, kind);
+            ledger.register(group, cache.clone());
+            if ledger.config().is_some_and(|c| c.skip_own_events) {
+                enq.own = Some(cache);
+            }
+        }
+        enq
+    }
+
+    /// Whether a live event of `obj` is the result of this controller's
+    /// own write (only with `skip_own_events`): then it queues nothing.
+    pub(crate) fn is_own_event<T>(&self, obj: &CachedObject<T>) -> bool {
+        self.own
+            .as_ref()
+            .is_some_and(|c| c.is_own_event(obj.key(), obj.resource_version()))
+    }
+
+    /// A deletion of `obj`: an own delete queues nothing (only with
+    /// `skip_own_events`); a tombstone (a deletion the watch missed) always
+    /// does.
+    pub(crate) fn is_own_delete<T>(&self, obj: &ObjectOrTombstone<T>) -> bool {
+        let Some(c) = &self.own else { return false };
+        match obj {
+            ObjectOrTombstone::Object(o) => {
+                let own = c.is_own_event(o.key(), o.resource_version());
+                c.forget_own(o.key());
+                own
+            }
+            ObjectOrTombstone::Tombstone(t) => {
+                c.forget_own(&t.key);
+                false
+            }
         }
     }
 
@@ -168,6 +236,9 @@ pub(crate) struct PrimaryHandler {
 
 impl<K: 'static> ResourceEventHandler<K> for PrimaryHandler {
     fn on_add(&self, obj: &CachedObject<K>, initial: bool) {
+        if !initial && self.enq.is_own_event(obj) {
+            return;
+        }
         if passes(&self.predicate, PredicateEvent::Create(obj.meta())) {
             let trigger = if initial {
                 Trigger::InitialList
@@ -178,6 +249,9 @@ impl<K: 'static> ResourceEventHandler<K> for PrimaryHandler {
         }
     }
     fn on_update(&self, old: &CachedObject<K>, new: &CachedObject<K>) {
+        if old.resource_version() != new.resource_version() && self.enq.is_own_event(new) {
+            return;
+        }
         let ev = PredicateEvent::Update {
             old: old.meta(),
             new: new.meta(),
@@ -192,6 +266,9 @@ impl<K: 'static> ResourceEventHandler<K> for PrimaryHandler {
         }
     }
     fn on_delete(&self, obj: &ObjectOrTombstone<K>) {
+        if self.enq.is_own_delete(obj) {
+            return;
+        }
         if passes(&self.predicate, PredicateEvent::Delete(obj.object().meta())) {
             self.enq
                 .enqueue(obj.key().to_owned(), Trigger::Deleted, false);
@@ -227,12 +304,15 @@ impl OwnedHandler {
 
 impl<K: 'static> ResourceEventHandler<K> for OwnedHandler {
     fn on_add(&self, obj: &CachedObject<K>, initial: bool) {
+        if !initial && self.enq.is_own_event(obj) {
+            return;
+        }
         if passes(&self.predicate, PredicateEvent::Create(obj.meta())) {
             self.send(obj.meta(), obj.key(), initial);
         }
     }
     fn on_update(&self, old: &CachedObject<K>, new: &CachedObject<K>) {
-        if related_update_passes(&self.predicate, old, new) {
+        if related_update_passes(&self.predicate, old, new) && !self.enq.is_own_event(new) {
             // Both owners: a changed controller reference concerns the old
             // owner too.
             self.send(new.meta(), new.key(), false);
@@ -242,6 +322,9 @@ impl<K: 'static> ResourceEventHandler<K> for OwnedHandler {
         }
     }
     fn on_delete(&self, obj: &ObjectOrTombstone<K>) {
+        if self.enq.is_own_delete(obj) {
+            return;
+        }
         if passes(&self.predicate, PredicateEvent::Delete(obj.object().meta())) {
             self.send(obj.object().meta(), obj.key(), false);
         }
@@ -275,18 +358,24 @@ impl<O> WatchHandler<O> {
 
 impl<O: 'static> ResourceEventHandler<O> for WatchHandler<O> {
     fn on_add(&self, obj: &CachedObject<O>, initial: bool) {
+        if !initial && self.enq.is_own_event(obj) {
+            return;
+        }
         if passes(&self.predicate, PredicateEvent::Create(obj.meta())) {
             self.send(obj, initial, &mut Vec::new());
         }
     }
     fn on_update(&self, old: &CachedObject<O>, new: &CachedObject<O>) {
-        if related_update_passes(&self.predicate, old, new) {
+        if related_update_passes(&self.predicate, old, new) && !self.enq.is_own_event(new) {
             let mut seen = Vec::new();
             self.send(new, false, &mut seen);
             self.send(old, false, &mut seen);
         }
     }
     fn on_delete(&self, obj: &ObjectOrTombstone<O>) {
+        if self.enq.is_own_delete(obj) {
+            return;
+        }
         if passes(&self.predicate, PredicateEvent::Delete(obj.object().meta())) {
             self.send(obj.object(), false, &mut Vec::new());
         }
@@ -350,6 +439,8 @@ where
 {
     Arc::new(move |factory, enq| {
         let informer = factory.informer::<K>();
+        let dyntype = K::DynamicType::default();
+        let enq = enq.for_type(&informer, &K::group(&dyntype), &K::kind(&dyntype));
         let registration = informer.add_event_handler(handler(enq))?;
         Ok(source_handle(&informer, registration))
     })

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::action::Action;
+use crate::consistency::{Admission, StaleGate, WriteLedger};
 use crate::controller::Config;
 use crate::metrics::{CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider};
 use crate::reconciler::{Reconciler, Request, Trigger};
@@ -68,6 +69,12 @@ pub(crate) struct Shared<K: Resource, C, R> {
     /// Under leader election: the elector, whose renew deadline every
     /// reconcile checks on the clock.
     pub(crate) lease: Option<Arc<LeaderElector>>,
+    /// What the controller's writes returned.
+    pub(crate) ledger: Arc<WriteLedger>,
+    /// The stale-cache gate (none when turned off).
+    pub(crate) gate: Option<StaleGate>,
+    /// The request's object includes the controller's own writes.
+    pub(crate) read_own_writes: bool,
 }
 
 /// Counts a running reconcile in `controller_runtime_active_workers` for
@@ -129,6 +136,11 @@ where
 {
     async fn process(&self, key: &str, cancellation: CancellationToken) {
         let trigger = self.enq.take_trigger(key).unwrap_or(Trigger::Manual);
+        if let Some(gate) = &self.gate
+            && matches!(gate.admit(key, &trigger), Admission::Deferred)
+        {
+            return;
+        }
         let retries = self.queue.num_requeues(&key.to_owned());
         let span = tracing::info_span!(
             "reconcile",
@@ -142,10 +154,14 @@ where
             // Decremented on drop too: a reconcile dropped at shutdown or
             // after a lost lease leaves the gauge right.
             let _active = self.metrics.as_ref().map(|m| ActiveGuard::new(m.active.as_ref()));
-            let cached = self
-                .primary
-                .current()
-                .and_then(|set| set.primary.indexer().get_by_key(key));
+            let cached = self.primary.current().and_then(|set| {
+                let indexer = set.primary.indexer();
+                if self.read_own_writes {
+                    indexer.get_including_own_writes(key)
+                } else {
+                    indexer.get_by_key(key)
+                }
+            });
             let decoded = match &cached {
                 Some(c) => c.decode().map(Some),
                 None => Ok(None),
@@ -164,7 +180,9 @@ where
                     );
                     // Creating the future is inside the guard too: a
                     // hand-written reconciler may panic before returning it.
-                    let fut = async { self.reconciler.reconcile(req, self.ctx.clone()).await };
+                    let fut = crate::consistency::reconciling(&self.ledger, key, async {
+                        self.reconciler.reconcile(req, self.ctx.clone()).await
+                    });
                     match AssertUnwindSafe(fut).catch_unwind().await {
                         Ok(Ok(action)) => Outcome::Done(action),
                         Ok(Err(e)) => {
@@ -349,6 +367,9 @@ impl Workers {
         config: &Config,
         lease: Option<LeaseGuard<'_>>,
     ) {
+        if let Some(gate) = &shared.gate {
+            gate.stop();
+        }
         let mut lost = lease.as_ref().is_some_and(|l| l.lost.is_cancelled());
         if config.drain_on_shutdown && !lost {
             shared.queue.shut_down();

@@ -32,7 +32,11 @@
 //! client's side of the proxy), and [`FaultProxy::inject_watch`] inserts
 //! raw bytes into the next watch response of a matching path, at a line
 //! boundary (between two watch events), so that a test can feed an informer
-//! malformed frames from a live watch.
+//! malformed frames from a live watch. [`FaultProxy::delay_watch_events`]
+//! holds every chunk of every watch response for a while before passing it
+//! on, in order, while every other request (lists, writes) goes straight
+//! through: an informer whose watch is behind the apiserver, for the
+//! stale-cache tests of a controller.
 //!
 //! 429 and 500 storms are injected with a client layer instead.
 
@@ -103,6 +107,7 @@ struct Counters {
     upstream_failed: AtomicU64,
     injected: AtomicU64,
     http_requests: AtomicU64,
+    delayed_watch: AtomicU64,
     held_stalled: AtomicU64,
     held_blackholed: AtomicU64,
     delayed: AtomicU64,
@@ -126,6 +131,9 @@ pub struct ProxyStats {
     /// HTTP mode: requests forwarded (or answered 502 when the upstream
     /// failed).
     pub http_requests: u64,
+    /// HTTP mode: watch response chunks held back by
+    /// [`FaultProxy::delay_watch_events`].
+    pub delayed_watch: u64,
     /// Chunks held back by [`FaultProxy::stall`] (each counted once, in
     /// either direction): what a stall really stopped.
     pub held_stalled: u64,
@@ -251,6 +259,20 @@ impl FaultProxy {
         true
     }
 
+    /// HTTP mode: holds every chunk of every watch response (open or new)
+    /// for `delay` after it arrived from the apiserver, then passes it on,
+    /// in order; lists and writes are not delayed (zero: no delay). Chunks
+    /// held when the delay changes keep the release time they got. In TCP
+    /// mode this does nothing and returns `false`.
+    pub fn delay_watch_events(&self, delay: Duration) -> bool {
+        let Some(http) = &self.http else {
+            return false;
+        };
+        *lock(&http.injector.watch_delay) = delay;
+        http.injector.wake.send_modify(|g| *g += 1);
+        true
+    }
+
     /// HTTP mode: injections queued and not written yet.
     pub fn pending_injections(&self) -> usize {
         self.http
@@ -321,6 +343,7 @@ impl FaultProxy {
             upstream_failed: self.counters.upstream_failed.load(Ordering::Relaxed),
             injected: self.counters.injected.load(Ordering::Relaxed),
             http_requests: self.counters.http_requests.load(Ordering::Relaxed),
+            delayed_watch: self.counters.delayed_watch.load(Ordering::Relaxed),
             held_stalled: self.counters.held_stalled.load(Ordering::Relaxed),
             held_blackholed: self.counters.held_blackholed.load(Ordering::Relaxed),
             delayed: self.counters.delayed.load(Ordering::Relaxed),
@@ -587,6 +610,8 @@ struct Injection {
 struct Injector {
     queue: Mutex<VecDeque<Injection>>,
     wake: watch::Sender<u64>,
+    /// How long watch chunks are held (see `delay_watch_events`).
+    watch_delay: Mutex<Duration>,
 }
 
 impl Default for Injector {
@@ -594,9 +619,15 @@ impl Default for Injector {
         Injector {
             queue: Mutex::new(VecDeque::new()),
             wake: watch::Sender::new(0),
+            watch_delay: Mutex::new(Duration::ZERO),
         }
     }
 }
+
+/// Most bytes of one watch held back by a delay; past it the proxy stops
+/// reading the watch until chunks are released (the apiserver's flow
+/// control then holds the rest).
+const MAX_HELD_WATCH_BYTES: usize = 64 << 20;
 
 impl Injector {
     fn take(&self, path: &str) -> Option<Bytes> {
@@ -731,7 +762,8 @@ async fn forward(
     Ok(http::Response::from_parts(parts, body))
 }
 
-/// Copies a watch body, writing queued injections at line boundaries.
+/// Copies a watch body, writing queued injections at line boundaries and
+/// holding chunks back while a watch delay is set.
 async fn pump_watch(
     mut upstream: kube::client::Body,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
@@ -741,11 +773,17 @@ async fn pump_watch(
 ) {
     let mut wake = injector.wake.subscribe();
     let mut at_boundary = true;
+    // chunks held by a delay, with their release time, in arrival order
+    let mut held: VecDeque<(tokio::time::Instant, Bytes)> = VecDeque::new();
+    let mut held_bytes = 0usize;
+    // what ended the upstream body, once it has (passed on after the held
+    // chunks)
+    let mut ended: Option<Option<std::io::Error>> = None;
     loop {
         if *wake.borrow_and_update() == u64::MAX {
             return;
         }
-        if at_boundary {
+        if at_boundary && held.is_empty() {
             while let Some(bytes) = injector.take(&path) {
                 counters.injected.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(path = %path, len = bytes.len(), "fault proxy: injecting into a watch");
@@ -754,24 +792,46 @@ async fn pump_watch(
                 }
             }
         }
+        if held.is_empty()
+            && let Some(end) = ended.take()
+        {
+            if let Some(e) = end {
+                let _ = tx.send(Err(e)).await;
+            }
+            return;
+        }
+        let release = held.front().map(|(at, _)| *at);
+        let reading = ended.is_none() && held_bytes < MAX_HELD_WATCH_BYTES;
         tokio::select! {
-            frame = upstream.frame() => match frame {
+            frame = upstream.frame(), if reading => match frame {
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data()
                         && !data.is_empty()
                     {
                         at_boundary = data.ends_with(b"\n");
-                        if tx.send(Ok(data)).await.is_err() {
-                            return;
+                        let delay = *lock(&injector.watch_delay);
+                        if delay.is_zero() && held.is_empty() {
+                            if tx.send(Ok(data)).await.is_err() {
+                                return;
+                            }
+                        } else {
+                            counters.delayed_watch.fetch_add(1, Ordering::Relaxed);
+                            held_bytes += data.len();
+                            held.push_back((tokio::time::Instant::now() + delay, data));
                         }
                     }
                 }
-                Some(Err(e)) => {
-                    let _ = tx.send(Err(std::io::Error::other(e))).await;
-                    return;
-                }
-                None => return,
+                Some(Err(e)) => ended = Some(Some(std::io::Error::other(e))),
+                None => ended = Some(None),
             },
+            _ = tokio::time::sleep_until(release.unwrap_or_else(tokio::time::Instant::now)), if release.is_some() => {
+                if let Some((_, data)) = held.pop_front() {
+                    held_bytes -= data.len();
+                    if tx.send(Ok(data)).await.is_err() {
+                        return;
+                    }
+                }
+            }
             changed = wake.changed() => if changed.is_err() { return },
             _ = tx.closed() => return,
         }

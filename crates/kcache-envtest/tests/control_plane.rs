@@ -439,3 +439,50 @@ async fn keys_and_kubeconfig_are_private() {
         }
     }
 }
+
+/// The HTTP-mode proxy's watch delay: a watch event arrives about the
+/// delay late, while a write and a list through the same proxy do not wait.
+#[tokio::test]
+async fn proxy_delays_watch_events_but_not_writes_or_lists() {
+    use kcache_envtest::proxy::FaultProxy;
+    let cp = ControlPlane::shared().await.unwrap();
+    let ns = cp.create_namespace("delay").await.unwrap();
+    let proxy = FaultProxy::start_http(cp.config()).await.unwrap();
+    let delay = Duration::from_millis(1500);
+    assert!(proxy.delay_watch_events(delay));
+    let client = proxy.client(cp.config()).unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let rv = list.metadata.resource_version.unwrap();
+    let mut watch = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let started = std::time::Instant::now();
+    let created = api
+        .create(&PostParams::default(), &config_map("late"))
+        .await
+        .unwrap();
+    let write_took = started.elapsed();
+    assert!(write_took < delay, "the write waited: {write_took:?}");
+    let listed = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(listed.items.len(), 1, "the list sees the write at once");
+    let event = tokio::time::timeout(Duration::from_secs(30), watch.try_next())
+        .await
+        .expect("the event came")
+        .unwrap()
+        .unwrap();
+    let took = started.elapsed();
+    match event {
+        WatchEvent::Added(cm) => {
+            assert_eq!(
+                cm.metadata.resource_version,
+                created.metadata.resource_version
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(took >= delay, "the event was not delayed: {took:?}");
+    assert!(proxy.stats().delayed_watch >= 1, "{:?}", proxy.stats());
+}

@@ -4,7 +4,11 @@
 
 use std::time::Duration;
 
-use kcache_core::{IncomparableResourceVersion, Metadata, ResourceVersion, Selector};
+use bytes::Bytes;
+use kcache_core::sync::lock;
+use kcache_core::{
+    CachedObject, IncomparableResourceVersion, Metadata, ResourceVersion, Selector, StoreError,
+};
 use kcache_deltafifo::StoreFreshness;
 use kube::Resource;
 
@@ -80,6 +84,47 @@ where
     ) -> Result<(), FreshnessError> {
         let wanted = ResourceVersion::new(rv);
         wait_for(&self.inner.freshness, &self.inner.name, &wanted, timeout).await
+    }
+
+    /// Shows the object a write of this process returned (`body`, the
+    /// response's JSON) to this informer's [listers](Self::lister) until the
+    /// watch delivers that version or a newer one (see
+    /// [`Indexer::record_own_write`](kcache_indexer::Indexer::record_own_write)).
+    /// The object is built as the informer builds the ones it lists and
+    /// watches (its object options and transform). Returns whether it was
+    /// recorded (not when the cache already holds that version). Forgets
+    /// the own writes the cache's freshness has passed first.
+    pub fn record_own_write(&self, body: Bytes) -> Result<bool, StoreError> {
+        let obj = CachedObject::<K>::from_bytes_with(body, &self.inner.list_options.object_options)
+            .map_err(|e| StoreError::Other(Box::new(e)))?;
+        let transform = lock(&self.inner.lifecycle).transform.clone();
+        let obj = match transform {
+            Some(t) => t(obj).map_err(|source| StoreError::Transform {
+                key: String::new(),
+                source,
+            })?,
+            None => obj,
+        };
+        self.forget_passed_own_writes();
+        self.inner.indexer.record_own_write(obj)
+    }
+
+    /// Shows `key` as deleted (a delete of this process the apiserver
+    /// answered at `rv`) to this informer's listers until the watch
+    /// delivers the deletion. Returns whether it was recorded (not when the
+    /// cache no longer holds the key).
+    pub fn record_own_delete(&self, key: &str, rv: &ResourceVersion) -> bool {
+        self.forget_passed_own_writes();
+        self.inner.indexer.record_own_delete(key, rv.clone())
+    }
+
+    /// Forgets the own writes at or before the cache's freshness: the cache
+    /// holds them (or, outside its selectors, never will).
+    pub fn forget_passed_own_writes(&self) -> usize {
+        match self.inner.freshness.resource_version() {
+            Some(rv) => self.inner.indexer.forget_own_writes_through(&rv),
+            None => 0,
+        }
     }
 
     /// Whether this informer would cache an object with metadata `meta`:

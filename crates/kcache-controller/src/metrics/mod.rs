@@ -23,6 +23,8 @@
 //! | `kcache_shard_members` | gauge (members in the view being worked towards) | `controller`, `group` |
 //! | `kcache_shard_owned_keys` | gauge (cached keys this replica may reconcile) | `controller`, `group` |
 //! | `kcache_shard_handovers_total` | counter (keys) | `controller`, `group`, `direction` (`gained`, `released`) |
+//! | `kcache_controller_stale_reconciles_deferred_total` | counter (reconciles the stale-cache gate deferred) | `controller` |
+//! | `kcache_controller_stale_reconcile_wait_seconds` | histogram (how long a deferred reconcile waited for the cache) | `controller` |
 //!
 //! The lower layers' metrics are their own crates' (`workqueue_*`:
 //! kcache-workqueue; `kcache_informer_*`: kcache-informer's
@@ -97,6 +99,20 @@ pub trait MetricsProvider: Send + Sync {
         group: &str,
         direction: &str,
     ) -> Box<dyn CounterMetric>;
+    /// `kcache_controller_stale_reconciles_deferred_total{controller}`:
+    /// reconciles the stale-cache gate deferred (see
+    /// [`Consistency`](crate::Consistency)). Default: not recorded.
+    fn new_stale_reconciles_deferred_metric(&self, controller: &str) -> Box<dyn CounterMetric> {
+        let _ = controller;
+        Box::new(NoopMetric)
+    }
+    /// `kcache_controller_stale_reconcile_wait_seconds{controller}`: how
+    /// long each deferred reconcile waited for the cache. Default: not
+    /// recorded.
+    fn new_stale_reconcile_wait_metric(&self, controller: &str) -> Box<dyn HistogramMetric> {
+        let _ = controller;
+        Box::new(NoopMetric)
+    }
     /// The provider for the controller's work queue (none: not recorded).
     fn workqueue_provider(&self) -> Option<Arc<dyn kcache_workqueue::MetricsProvider>> {
         None

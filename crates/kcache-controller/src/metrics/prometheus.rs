@@ -28,6 +28,13 @@ fn reconcile_time_histogram() -> Histogram {
     ])
 }
 
+fn stale_wait_histogram() -> Histogram {
+    // from a watch a millisecond behind to the gate's bound and past it
+    Histogram::new([
+        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    ])
+}
+
 /// The controller layer's families.
 #[derive(Clone)]
 struct Families {
@@ -43,6 +50,8 @@ struct Families {
     shard_members: Family<Labels, Gauge>,
     shard_owned_keys: Family<Labels, Gauge>,
     shard_handovers: Family<Labels, Counter>,
+    stale_deferred: Family<Labels, Counter>,
+    stale_wait: HistogramFamily,
 }
 
 impl Families {
@@ -110,6 +119,17 @@ impl Families {
                 r,
                 "kcache_shard_handovers",
                 "Keys this replica gained or released in shard handovers",
+            ),
+            stale_deferred: family(
+                r,
+                "kcache_controller_stale_reconciles_deferred",
+                "Reconciles deferred because a cache had not caught up with the controller's own write",
+            ),
+            stale_wait: histogram_family(
+                r,
+                "kcache_controller_stale_reconcile_wait_seconds",
+                "How long a deferred reconcile waited for the cache to catch up with the controller's own write",
+                stale_wait_histogram,
             ),
         }
     }
@@ -334,6 +354,14 @@ impl MetricsProvider for MetricsRegistry {
             ("direction", direction),
         ]);
         Box::new(self.inner.families.shard_handovers.get_or_create_owned(&l))
+    }
+    fn new_stale_reconciles_deferred_metric(&self, controller: &str) -> Box<dyn CounterMetric> {
+        let l = labels(&[("controller", controller)]);
+        Box::new(self.inner.families.stale_deferred.get_or_create_owned(&l))
+    }
+    fn new_stale_reconcile_wait_metric(&self, controller: &str) -> Box<dyn HistogramMetric> {
+        let l = labels(&[("controller", controller)]);
+        Box::new(self.inner.families.stale_wait.get_or_create_owned(&l))
     }
     fn workqueue_provider(&self) -> Option<Arc<dyn kcache_workqueue::MetricsProvider>> {
         Some(Arc::new(self.inner.workqueue.clone()))
