@@ -267,9 +267,16 @@ impl ControllerHandle {
                 }
                 // read on this task (the reconcile's), before the request
                 let reconciling = crate::consistency::current_key(&handle.ledger);
+                let path = req.uri().path().to_owned();
                 let response = client.send(req).await?;
-                crate::consistency::record_response(&handle.ledger, reconciling, &method, response)
-                    .await
+                crate::consistency::record_response(
+                    &handle.ledger,
+                    reconciling,
+                    &method,
+                    &path,
+                    response,
+                )
+                .await
             }
         });
         kube::Client::new(service, namespace)
@@ -299,6 +306,8 @@ pub struct Controller<K: Resource> {
     primary_namespaced: bool,
     primary_group: String,
     primary_kind: String,
+    /// The primary's resource (plural), as a `Status` answer names it.
+    primary_plural: String,
     primary_predicate: Option<Predicate>,
     sources: Vec<SourceFn>,
     /// Builds the primary informer of a factory (typed controllers only).
@@ -381,6 +390,7 @@ where
             primary_namespaced: true,
             primary_group: K::group(dyntype).into_owned(),
             primary_kind: K::kind(dyntype).into_owned(),
+            primary_plural: K::plural(dyntype).into_owned(),
             primary_predicate: None,
             sources: Vec::new(),
             primary_of: None,
@@ -839,6 +849,7 @@ where
                 &self.controller.primary,
                 &self.controller.primary_group,
                 &self.controller.primary_kind,
+                &self.controller.primary_plural,
             ),
             predicate: self.controller.primary_predicate.take(),
         };
@@ -982,6 +993,7 @@ where
             enq: self.enq.clone(),
             primary_group: self.controller.primary_group.clone(),
             primary_kind: self.controller.primary_kind.clone(),
+            primary_plural: self.controller.primary_plural.clone(),
             caches: caches.clone(),
             handle_factory: self.controller.handle.factory.clone(),
             attach,

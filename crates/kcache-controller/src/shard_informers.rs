@@ -205,6 +205,7 @@ pub(crate) struct Follower<K: Resource> {
     /// The primary's group and kind (for the stale-cache gate's ledger).
     pub(crate) primary_group: String,
     pub(crate) primary_kind: String,
+    pub(crate) primary_plural: String,
     pub(crate) caches: Caches<K>,
     /// The controller handle's factory (what `ControllerHandle::informer`
     /// reads).
@@ -230,7 +231,12 @@ where
         let mut handles = Vec::new();
         let registered = primary
             .add_event_handler(PrimaryHandler {
-                enq: enq.for_type(&primary, &self.primary_group, &self.primary_kind),
+                enq: enq.for_type(
+                    &primary,
+                    &self.primary_group,
+                    &self.primary_kind,
+                    &self.primary_plural,
+                ),
                 predicate: self.primary_predicate.clone(),
             })
             .map(|reg| source_handle(&primary, reg));

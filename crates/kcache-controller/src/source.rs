@@ -69,6 +69,7 @@ impl Enqueuer {
         informer: &SharedIndexInformer<K>,
         group: &str,
         kind: &str,
+        plural: &str,
     ) -> Self
     where
         K: Resource + Send + Sync + 'static,
@@ -78,7 +79,7 @@ impl Enqueuer {
         if let Some(ledger) = &self.ledger
             && ledger.recording()
         {
-            let cache = TypeCache::of(informer, kind);
+            let cache = TypeCache::of(informer, kind, plural);
             ledger.register(group, cache.clone());
             if ledger.config().is_some_and(|c| c.skip_own_events) {
                 enq.own = Some(cache);
@@ -92,24 +93,18 @@ impl Enqueuer {
     pub(crate) fn is_own_event<T>(&self, obj: &CachedObject<T>) -> bool {
         self.own
             .as_ref()
-            .is_some_and(|c| c.is_own_event(obj.key(), obj.resource_version()))
+            .is_some_and(|c| c.is_own_event(obj.key(), obj.resource_version(), obj.uid()))
     }
 
-    /// A deletion of `obj`: an own delete queues nothing (only with
-    /// `skip_own_events`); a tombstone (a deletion the watch missed) always
-    /// does.
+    /// A deletion of `obj`: the controller's own delete queues nothing
+    /// (only with `skip_own_events`): a DELETED event at the version its
+    /// delete returned, or a relist's tombstone (the watch missed the
+    /// deletion) of an object whose last own write was that delete.
     pub(crate) fn is_own_delete<T>(&self, obj: &ObjectOrTombstone<T>) -> bool {
         let Some(c) = &self.own else { return false };
         match obj {
-            ObjectOrTombstone::Object(o) => {
-                let own = c.is_own_event(o.key(), o.resource_version());
-                c.forget_own(o.key());
-                own
-            }
-            ObjectOrTombstone::Tombstone(t) => {
-                c.forget_own(&t.key);
-                false
-            }
+            ObjectOrTombstone::Object(o) => c.is_own_deletion(o.key(), o.uid()),
+            ObjectOrTombstone::Tombstone(t) => c.is_own_deletion(&t.key, t.obj.uid()),
         }
     }
 
@@ -249,7 +244,9 @@ impl<K: 'static> ResourceEventHandler<K> for PrimaryHandler {
         }
     }
     fn on_update(&self, old: &CachedObject<K>, new: &CachedObject<K>) {
-        if old.resource_version() != new.resource_version() && self.enq.is_own_event(new) {
+        // also a relist's (or a resync's) same-version update: the version
+        // is still the controller's own write
+        if self.enq.is_own_event(new) {
             return;
         }
         let ev = PredicateEvent::Update {
@@ -440,7 +437,12 @@ where
     Arc::new(move |factory, enq| {
         let informer = factory.informer::<K>();
         let dyntype = K::DynamicType::default();
-        let enq = enq.for_type(&informer, &K::group(&dyntype), &K::kind(&dyntype));
+        let enq = enq.for_type(
+            &informer,
+            &K::group(&dyntype),
+            &K::kind(&dyntype),
+            &K::plural(&dyntype),
+        );
         let registration = informer.add_event_handler(handler(enq))?;
         Ok(source_handle(&informer, registration))
     })

@@ -101,28 +101,33 @@ impl StoreFreshness {
     /// the future; bound it with a timeout (the informer's
     /// `wait_for_resource_version` does).
     pub async fn reached(&self, rv: &ResourceVersion) -> Result<(), IncomparableResourceVersion> {
+        let mut result = Ok(());
+        self.wait_until(|cur| match cur.map(|c| c.is_at_least(rv)) {
+            Some(Ok(reached)) => reached,
+            None => false,
+            Some(Err(e)) => {
+                result = Err(e);
+                true
+            }
+        })
+        .await;
+        result
+    }
+
+    /// Waits until `cond` holds, called with the published version now and
+    /// after every change (a condition on the store itself works too: the
+    /// version changes once a change to the store is processed). No change
+    /// published between a call and the wait is missed.
+    pub async fn wait_until(&self, mut cond: impl FnMut(Option<&ResourceVersion>) -> bool) {
         let mut rx = self.tx.subscribe();
         loop {
-            let reached = match &*rx.borrow_and_update() {
-                Some(cur) => cur.is_at_least(rv)?,
-                None => false,
-            };
-            if reached {
-                return Ok(());
+            if cond(rx.borrow_and_update().as_ref()) {
+                return;
             }
             if rx.changed().await.is_err() {
                 // The sender lives as long as this handle: unreachable.
                 std::future::pending::<()>().await;
             }
-        }
-    }
-
-    /// Waits until the published version changes (any change).
-    pub async fn changed(&self) {
-        let mut rx = self.tx.subscribe();
-        rx.borrow_and_update();
-        if rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
         }
     }
 }

@@ -245,8 +245,12 @@ impl FaultProxy {
     /// HTTP mode: inserts `bytes` into the next watch response (a request
     /// with `watch=true`/`watch=1`) whose path contains `path_contains`, at
     /// the next line boundary of its body (at once if the watch is idle
-    /// between events). Injections are used once each, in order. In TCP
-    /// mode this does nothing and returns `false`.
+    /// between events). Injections are used once each, in order. While
+    /// [`delay_watch_events`](Self::delay_watch_events) holds chunks back,
+    /// the injection goes ahead of them (at the boundary of what the client
+    /// has received): a watch ended by an injected error then never
+    /// delivers the events it held. In TCP mode this does nothing and
+    /// returns `false`.
     pub fn inject_watch(&self, path_contains: &str, bytes: impl Into<Bytes>) -> bool {
         let Some(http) = &self.http else {
             return false;
@@ -772,7 +776,10 @@ async fn pump_watch(
     counters: Arc<Counters>,
 ) {
     let mut wake = injector.wake.subscribe();
+    // the last chunk read from upstream ended a line
     let mut at_boundary = true;
+    // the last chunk sent to the client ended a line
+    let mut sent_boundary = true;
     // chunks held by a delay, with their release time, in arrival order
     let mut held: VecDeque<(tokio::time::Instant, Bytes)> = VecDeque::new();
     let mut held_bytes = 0usize;
@@ -783,7 +790,7 @@ async fn pump_watch(
         if *wake.borrow_and_update() == u64::MAX {
             return;
         }
-        if at_boundary && held.is_empty() {
+        if (held.is_empty() && at_boundary) || (!held.is_empty() && sent_boundary) {
             while let Some(bytes) = injector.take(&path) {
                 counters.injected.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(path = %path, len = bytes.len(), "fault proxy: injecting into a watch");
@@ -811,6 +818,7 @@ async fn pump_watch(
                         at_boundary = data.ends_with(b"\n");
                         let delay = *lock(&injector.watch_delay);
                         if delay.is_zero() && held.is_empty() {
+                            sent_boundary = at_boundary;
                             if tx.send(Ok(data)).await.is_err() {
                                 return;
                             }
@@ -827,6 +835,7 @@ async fn pump_watch(
             _ = tokio::time::sleep_until(release.unwrap_or_else(tokio::time::Instant::now)), if release.is_some() => {
                 if let Some((_, data)) = held.pop_front() {
                     held_bytes -= data.len();
+                    sent_boundary = data.ends_with(b"\n");
                     if tx.send(Ok(data)).await.is_err() {
                         return;
                     }

@@ -324,7 +324,7 @@ impl<K> Indexer<K> {
         let values = st.compute(&obj, &key).map_err(store_err)?;
         let mut st = RwLockUpgradableReadGuard::upgrade(st);
         st.set_rv(&obj);
-        let settled = st.own.settle(&key, obj.resource_version());
+        let settled = st.own.settle_write(&key, &obj);
         let old = st.put(&key, obj, values, self.epoch());
         drop(st);
         drop(old);
@@ -340,10 +340,11 @@ impl<K> Indexer<K> {
         let settled = match &obj {
             ObjectOrTombstone::Object(o) => {
                 st.set_rv(o);
-                st.own.settle(&key, o.resource_version())
+                st.own
+                    .settle_delete(&key, o.resource_version(), o.uid(), false)
             }
             // a relist no longer lists it: whatever this process wrote is gone
-            ObjectOrTombstone::Tombstone(_) => st.own.remove(&key),
+            ObjectOrTombstone::Tombstone(_) => st.own.settle_delete(&key, None, None, true),
         };
         let old = st.remove(&key);
         drop(st);
@@ -422,7 +423,7 @@ impl<K> Indexer<K> {
         // own writes newer than the list stay shown
         next.own = std::mem::take(&mut st.own);
         let list_rv = ResourceVersion::new(&next.rv);
-        let settled = next.own.settle_through(&list_rv);
+        let settled = next.settle_own_through(&list_rv);
         let old = std::mem::replace(&mut *st, next);
         drop(settled);
         drop(st);
@@ -525,18 +526,15 @@ impl<K> Indexer<K> {
         next.rv = cur.rv.clone();
         // own writes get the new indexes' values too
         for (key, w) in cur.own.iter() {
-            let values = match &w.obj {
-                Some(o) => next.compute(o, key)?,
-                None => Box::default(),
-            };
-            next.own.insert(
-                key.clone(),
-                OwnWrite {
-                    obj: w.obj.clone(),
-                    rv: w.rv.clone(),
-                    values,
+            let w = match w {
+                OwnWrite::Written { obj, rv, .. } => OwnWrite::Written {
+                    values: next.compute(obj, key)?,
+                    obj: obj.clone(),
+                    rv: rv.clone(),
                 },
-            );
+                OwnWrite::Deleted { uid } => OwnWrite::Deleted { uid: uid.clone() },
+            };
+            next.own.insert(key.clone(), w);
         }
         // Old indexes keep their positions: reuse their values, compute the new ones.
         for (key, e) in cur.items.iter() {

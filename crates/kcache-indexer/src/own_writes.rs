@@ -11,27 +11,78 @@
 //! an entry goes away as soon as the store holds the same version or a
 //! newer one, a relist lists the object at or past it, or the store's
 //! freshness passes it ([`Indexer::forget_own_writes_through`]).
+//!
+//! A delete is recorded by the deleted object's uid: a DELETE is answered
+//! with a `Status` or with the object as it was (its last version, not the
+//! deletion's, which only the watch's DELETED event carries). It reads as
+//! gone while the store still holds that uid under the key: until the
+//! deletion arrives, or the key holds another object (a re-creation).
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry as MapEntry;
 use std::sync::Arc;
 
 use kcache_core::{CachedObject, ResourceVersion, StoreError};
 use parking_lot::RwLockUpgradableReadGuard;
 
-use crate::indexer::{IndexError, Indexer, Values, store_err};
+use crate::indexer::{IndexError, Indexer, State, Values, store_err};
 
 /// Most own writes an indexer holds; past it a new one is not recorded
 /// (reads then show the store as the watch left it: never wrong, possibly
 /// stale, which the controller's stale-cache gate covers).
 pub const MAX_OWN_WRITES: usize = 65_536;
 
-/// One own write: the object it returned (`None`: deleted) at `rv`.
-pub(crate) struct OwnWrite<K> {
-    pub(crate) obj: Option<CachedObject<K>>,
-    pub(crate) rv: ResourceVersion,
-    /// `obj`'s index values, in index order (empty for a delete).
-    pub(crate) values: Values,
+/// One own write.
+pub(crate) enum OwnWrite<K> {
+    /// What a create, update or patch returned, at `rv`.
+    Written {
+        obj: CachedObject<K>,
+        rv: ResourceVersion,
+        /// `obj`'s index values, in index order.
+        values: Values,
+    },
+    /// A delete of the object with this uid.
+    Deleted { uid: Arc<str> },
+}
+
+impl<K> OwnWrite<K> {
+    /// What reads show: the object written, or nothing.
+    pub(crate) fn object(&self) -> Option<&CachedObject<K>> {
+        match self {
+            OwnWrite::Written { obj, .. } => Some(obj),
+            OwnWrite::Deleted { .. } => None,
+        }
+    }
+
+    /// The written object's values of index `i`.
+    pub(crate) fn index_values(&self, i: usize) -> Option<&[String]> {
+        match self {
+            OwnWrite::Written { values, .. } => values.get(i).map(|v| &v[..]),
+            OwnWrite::Deleted { .. } => None,
+        }
+    }
+
+    /// Whether a store now holding the key as `stored` has caught up with
+    /// this own write: the same version or a newer one; for a delete, an
+    /// object with another uid (a re-creation).
+    fn settled_by_write(&self, stored: &CachedObject<K>) -> bool {
+        match self {
+            OwnWrite::Written { rv, .. } => caught_up(stored.resource_version(), rv),
+            OwnWrite::Deleted { uid } => stored.uid() != Some(uid),
+        }
+    }
+
+    /// Whether the deletion of the object with `uid` (`None`: a relist's
+    /// tombstone) settles this own write: a newer deletion than a write,
+    /// the deletion of the very object deleted, or any tombstone.
+    fn settled_by_delete(&self, rv: Option<&str>, uid: Option<&str>, tombstone: bool) -> bool {
+        if tombstone {
+            return true;
+        }
+        match self {
+            OwnWrite::Written { rv: own, .. } => caught_up(rv, own),
+            OwnWrite::Deleted { uid: own } => uid.is_none_or(|u| u == &**own),
+        }
+    }
 }
 
 /// The own writes of one store, by key.
@@ -79,39 +130,75 @@ impl<K> OwnWrites<K> {
         self.map.insert(key, w);
     }
 
-    pub(crate) fn remove(&mut self, key: &str) -> Option<OwnWrite<K>> {
-        if self.map.is_empty() {
-            return None;
-        }
-        self.map.remove(key)
-    }
-
-    /// The store now holds `key` at `stored`: the own write of `key` is no
-    /// longer needed if the store caught up with it (returned, for the
+    /// The store now holds `stored` under `key`: the own write of `key` is
+    /// no longer needed if the store caught up with it (returned, for the
     /// caller to drop outside the lock).
-    pub(crate) fn settle(&mut self, key: &str, stored: Option<&str>) -> Option<OwnWrite<K>> {
+    pub(crate) fn settle_write(
+        &mut self,
+        key: &str,
+        stored: &CachedObject<K>,
+    ) -> Option<OwnWrite<K>> {
         if self.map.is_empty() {
             return None;
         }
         match self.map.get(key) {
-            Some(w) if caught_up(stored, &w.rv) => self.map.remove(key),
+            Some(w) if w.settled_by_write(stored) => self.map.remove(key),
             _ => None,
         }
     }
 
-    /// The store holds everything up to `rv`: every own write at or before
-    /// it is settled (returned, for the caller to drop outside the lock).
-    pub(crate) fn settle_through(&mut self, rv: &ResourceVersion) -> Vec<OwnWrite<K>> {
+    /// The store no longer holds `key`: deleted at `rv`, the object with
+    /// `uid` (or, `tombstone`, a relist no longer lists it).
+    pub(crate) fn settle_delete(
+        &mut self,
+        key: &str,
+        rv: Option<&str>,
+        uid: Option<&str>,
+        tombstone: bool,
+    ) -> Option<OwnWrite<K>> {
+        if self.map.is_empty() {
+            return None;
+        }
+        match self.map.get(key) {
+            Some(w) if w.settled_by_delete(rv, uid, tombstone) => self.map.remove(key),
+            _ => None,
+        }
+    }
+
+    /// The store holds everything up to `rv` (a relist's, or its
+    /// freshness), `held` giving what it holds under a key: a write at or
+    /// before `rv` is settled, and a delete once the store no longer holds
+    /// its object. Returned, for the caller to drop outside the lock.
+    pub(crate) fn settle_through<'a>(
+        &mut self,
+        rv: &ResourceVersion,
+        held: impl Fn(&str) -> Option<&'a CachedObject<K>>,
+    ) -> Vec<OwnWrite<K>>
+    where
+        K: 'a,
+    {
         if self.map.is_empty() {
             return Vec::new();
         }
         let passed: Vec<Arc<str>> = self
             .map
             .iter()
-            .filter(|(_, w)| rv.is_at_least(&w.rv).unwrap_or(true))
+            .filter(|(k, w)| match w {
+                OwnWrite::Written { rv: own, .. } => rv.is_at_least(own).unwrap_or(true),
+                OwnWrite::Deleted { .. } => held(k).is_none_or(|o| w.settled_by_write(o)),
+            })
             .map(|(k, _)| k.clone())
             .collect();
         passed.iter().filter_map(|k| self.map.remove(k)).collect()
+    }
+}
+
+impl<K> State<K> {
+    /// Settles the own writes a relist (the store rebuilt as `self`, at
+    /// list version `rv`) has caught up with.
+    pub(crate) fn settle_own_through(&mut self, rv: &ResourceVersion) -> Vec<OwnWrite<K>> {
+        let State { own, items, .. } = self;
+        own.settle_through(rv, |k| items.get(k).map(|e| &e.obj))
     }
 }
 
@@ -156,8 +243,8 @@ impl<K> Indexer<K> {
         {
             return Ok(false);
         }
-        if let Some(w) = st.own.get(&key)
-            && w.rv.is_at_least(&rv).unwrap_or(false)
+        if let Some(OwnWrite::Written { rv: own, .. }) = st.own.get(&key)
+            && own.is_at_least(&rv).unwrap_or(false)
         {
             return Ok(false);
         }
@@ -170,78 +257,45 @@ impl<K> Indexer<K> {
             .items
             .get_key_value(key.as_str())
             .map_or_else(|| Arc::from(key.as_str()), |(k, _)| k.clone());
-        st.own.insert(
-            key,
-            OwnWrite {
-                obj: Some(obj),
-                rv,
-                values,
-            },
-        );
+        st.own.insert(key, OwnWrite::Written { obj, rv, values });
         Ok(true)
     }
 
-    /// Shows `key` as deleted (by a delete of this process that the
-    /// apiserver answered at `rv`) to the reads that include own writes,
-    /// until the watch delivers the deletion (or a newer version, a
+    /// Shows `key` as deleted (a delete of this process removed the object
+    /// with `uid`) to the reads that include own writes, until the watch
+    /// delivers the deletion (or another object under `key`: a
     /// re-creation). Returns whether it was recorded: not when the store
-    /// holds no object under `key` (already gone) or holds one at `rv` or
-    /// newer.
-    pub fn record_own_delete(&self, key: &str, rv: ResourceVersion) -> bool {
+    /// does not hold that object under `key` (already gone, or re-created).
+    pub fn record_own_delete(&self, key: &str, uid: &str) -> bool {
         let mut st = self.state.write();
-        let stored = st.items.get_key_value(key).map(|(k, e)| (k.clone(), e));
-        let key: Arc<str> = match stored {
-            None => return false,
-            // stored at the delete's version or newer: re-created since
-            Some((_, e))
-                if e.obj
-                    .resource_version()
-                    .is_some_and(|s| ResourceVersion::new(s).is_at_least(&rv).unwrap_or(false)) =>
-            {
-                return false;
-            }
-            Some((k, _)) => k,
+        let key: Arc<str> = match st.items.get_key_value(key) {
+            Some((k, e)) if e.obj.uid() == Some(uid) => k.clone(),
+            _ => return false,
         };
         if st.own.len() >= MAX_OWN_WRITES && !st.own.contains(&key) {
             return false;
         }
-        let replaced = match st.own.map.entry(key) {
-            MapEntry::Occupied(mut o) => {
-                if o.get().rv.is_at_least(&rv).unwrap_or(false) {
-                    return false;
-                }
-                Some(std::mem::replace(
-                    o.get_mut(),
-                    OwnWrite {
-                        obj: None,
-                        rv,
-                        values: Box::default(),
-                    },
-                ))
-            }
-            MapEntry::Vacant(v) => {
-                v.insert(OwnWrite {
-                    obj: None,
-                    rv,
-                    values: Box::default(),
-                });
-                None
-            }
-        };
+        let replaced = st.own.map.insert(
+            key,
+            OwnWrite::Deleted {
+                uid: Arc::from(uid),
+            },
+        );
         drop(st);
         drop(replaced);
         true
     }
 
-    /// Forgets every own write at or before `rv`: the store has caught up
-    /// to `rv` (the informer's freshness), so it holds that version of the
-    /// object, a newer one, or (a write to an object outside the informer's
-    /// selectors) will never hold it. Returns how many were forgotten.
+    /// Forgets every own write the store has caught up with at its
+    /// freshness `rv`: writes at or before `rv` (the store holds that
+    /// version of the object, a newer one, or, for an object outside the
+    /// informer's selectors, never will), and deletes whose object the
+    /// store no longer holds. Returns how many were forgotten.
     pub fn forget_own_writes_through(&self, rv: &ResourceVersion) -> usize {
         if self.state.read().own.is_empty() {
             return 0;
         }
-        let settled = self.state.write().own.settle_through(rv);
+        let settled = self.state.write().settle_own_through(rv);
         settled.len()
     }
 
@@ -256,7 +310,7 @@ impl<K> Indexer<K> {
     pub fn get_including_own_writes(&self, key: &str) -> Option<CachedObject<K>> {
         let st = self.state.read();
         if let Some(w) = st.own.get(key) {
-            return w.obj.clone();
+            return w.object().cloned();
         }
         st.items.get(key).map(|e| e.obj.clone())
     }
@@ -277,7 +331,7 @@ impl<K> Indexer<K> {
                 .filter(|(k, _)| !st.own.contains(k))
                 .map(|(_, e)| e.obj.clone()),
         );
-        out.extend(st.own.iter().filter_map(|(_, w)| w.obj.clone()));
+        out.extend(st.own.iter().filter_map(|(_, w)| w.object().cloned()));
         out
     }
 
@@ -302,9 +356,8 @@ impl<K> Indexer<K> {
             None => Vec::new(),
         };
         out.extend(st.own.iter().filter_map(|(_, w)| {
-            let obj = w.obj.as_ref()?;
-            w.values
-                .get(i)
+            let obj = w.object()?;
+            w.index_values(i)
                 .is_some_and(|vals| vals.iter().any(|v| v == value))
                 .then(|| obj.clone())
         }));

@@ -13,8 +13,12 @@ use serde_json::{Value, json};
 type Obj = CachedObject<Value>;
 
 fn cm(name: &str, rv: u64, app: &str) -> Obj {
+    cm_uid(name, rv, app, &format!("uid-{name}"))
+}
+
+fn cm_uid(name: &str, rv: u64, app: &str, uid: &str) -> Obj {
     let v = json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string(),
-        "labels": {"app": app}}});
+        "uid": uid, "labels": {"app": app}}});
     CachedObject::from_bytes(serde_json::to_vec(&v).unwrap()).unwrap()
 }
 
@@ -121,19 +125,33 @@ fn a_delete_reads_as_gone_until_the_deletion_arrives() {
     let lister = Lister::new(idx.clone());
     idx.add(cm("a", 10, "web")).unwrap();
     idx.add(cm("b", 10, "web")).unwrap();
-    assert!(idx.record_own_delete("ns/a", ResourceVersion::new("15")));
+    // the delete removed the object uid-a (the watch has not delivered its
+    // versions 12 and 15, nor the deletion, yet)
+    assert!(idx.record_own_delete("ns/a", "uid-a"));
     assert!(matches!(lister.get_by_key("ns/a"), Err(NotFound { .. })));
     assert_eq!(keys(&lister.list(&Selector::everything())), ["ns/b"]);
     assert_eq!(keys(&lister.by_index("app", "web").unwrap()), ["ns/b"]);
-    // an older update still in flight does not bring it back
+    // the updates still in flight, up to the deleted version, do not bring
+    // it back
     idx.update(cm("a", 12, "web")).unwrap();
+    idx.update(cm("a", 15, "web")).unwrap();
+    assert!(lister.get_by_key("ns/a").is_err());
+    // nor does the freshness passing them while the store still holds it
+    assert_eq!(
+        idx.forget_own_writes_through(&ResourceVersion::new("17")),
+        0
+    );
+    assert!(lister.get_by_key("ns/a").is_err());
+    // the deletion of an older object of that name settles nothing
+    idx.delete(cm_uid("a", 16, "web", "uid-older")).unwrap();
+    idx.add(cm("a", 15, "web")).unwrap();
     assert!(lister.get_by_key("ns/a").is_err());
     // the deletion (its object carries the deletion's version)
-    idx.delete(cm("a", 15, "web")).unwrap();
+    idx.delete(cm("a", 18, "web")).unwrap();
     assert_eq!(idx.own_writes(), 0);
     assert!(lister.get_by_key("ns/a").is_err());
     // nothing to hide: an own delete of what the store does not hold
-    assert!(!idx.record_own_delete("ns/zz", ResourceVersion::new("16")));
+    assert!(!idx.record_own_delete("ns/zz", "uid-zz"));
 }
 
 #[test]
@@ -141,9 +159,9 @@ fn a_recreation_after_an_own_delete_shows() {
     let idx = store();
     let lister = Lister::new(idx.clone());
     idx.add(cm("a", 10, "web")).unwrap();
-    idx.record_own_delete("ns/a", ResourceVersion::new("15"));
-    // someone re-created it after our delete
-    idx.update(cm("a", 17, "web")).unwrap();
+    assert!(idx.record_own_delete("ns/a", "uid-a"));
+    // someone re-created it after our delete (the watch missed the deletion)
+    idx.update(cm_uid("a", 17, "web", "uid-new")).unwrap();
     assert_eq!(idx.own_writes(), 0);
     assert_eq!(rv_of(&lister.get_by_key("ns/a").unwrap()), 17);
 }
@@ -154,7 +172,8 @@ fn the_watch_first_means_nothing_is_recorded() {
     idx.add(cm("a", 12, "web")).unwrap();
     assert!(!idx.record_own_write(cm("a", 12, "web")).unwrap());
     assert!(!idx.record_own_write(cm("a", 11, "web")).unwrap());
-    assert!(!idx.record_own_delete("ns/a", ResourceVersion::new("12")));
+    // a delete of another object than the one held: re-created since
+    assert!(!idx.record_own_delete("ns/a", "uid-gone"));
     assert_eq!(idx.own_writes(), 0);
     // an older own write does not replace a newer one
     assert!(idx.record_own_write(cm("a", 20, "web")).unwrap());

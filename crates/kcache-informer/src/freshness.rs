@@ -109,13 +109,13 @@ where
         self.inner.indexer.record_own_write(obj)
     }
 
-    /// Shows `key` as deleted (a delete of this process the apiserver
-    /// answered at `rv`) to this informer's listers until the watch
-    /// delivers the deletion. Returns whether it was recorded (not when the
-    /// cache no longer holds the key).
-    pub fn record_own_delete(&self, key: &str, rv: &ResourceVersion) -> bool {
+    /// Shows `key` as deleted (a delete of this process removed the object
+    /// with `uid`) to this informer's listers until the watch delivers the
+    /// deletion. Returns whether it was recorded (not when the cache no
+    /// longer holds that object).
+    pub fn record_own_delete(&self, key: &str, uid: &str) -> bool {
         self.forget_passed_own_writes();
-        self.inner.indexer.record_own_delete(key, rv.clone())
+        self.inner.indexer.record_own_delete(key, uid)
     }
 
     /// Forgets the own writes at or before the cache's freshness: the cache

@@ -58,7 +58,7 @@ fn recordable(response: &http::Response<Body>) -> bool {
             .is_some_and(|ct| ct.starts_with("application/json"))
 }
 
-/// A write's response, recorded in `ledger` (for the reconcile of
+/// A write's response (to a `method` request on `path`), recorded in `ledger` (for the reconcile of
 /// `reconciling`, if it was made in one) and handed back unchanged. A body
 /// that cannot be read fails the request, as it would have failed the
 /// caller reading it.
@@ -66,6 +66,7 @@ pub(crate) async fn record_response(
     ledger: &WriteLedger,
     reconciling: Option<Arc<str>>,
     method: &http::Method,
+    path: &str,
     response: http::Response<Body>,
 ) -> Result<http::Response<Body>, kube::Error> {
     if !recordable(&response) {
@@ -77,6 +78,6 @@ pub(crate) async fn record_response(
         .await
         .map_err(kube::Error::Service)?
         .to_bytes();
-    ledger.record(reconciling.as_deref(), method, bytes.clone());
+    ledger.record(reconciling.as_deref(), method, path, bytes.clone());
     Ok(http::Response::from_parts(parts, Body::from(bytes)))
 }

@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kcache_core::ResourceVersion;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::ledger::{Freshness, TypeCache, WriteLedger};
+use super::ledger::{Freshness, Wanted, WriteLedger};
+use super::type_cache::TypeCache;
 use crate::metrics::{CounterMetric, HistogramMetric, MetricsProvider};
 use crate::reconciler::Trigger;
 use crate::source::Enqueuer;
@@ -169,15 +169,9 @@ impl StaleGate {
         }
     }
 
-    /// Queues `key` again once `cache` has reached `wanted`, or at
+    /// Queues `key` again once `cache` has caught up with `wanted`, or at
     /// `deadline`.
-    fn spawn_waiter(
-        &self,
-        key: &str,
-        cache: Arc<TypeCache>,
-        wanted: ResourceVersion,
-        deadline: Instant,
-    ) {
+    fn spawn_waiter(&self, key: &str, cache: Arc<TypeCache>, wanted: Wanted, deadline: Instant) {
         let (key, enq, deferred, stop) = (
             key.to_owned(),
             self.enq.clone(),
@@ -185,8 +179,13 @@ impl StaleGate {
             self.stop.clone(),
         );
         tokio::spawn(async move {
+            // woken by the informer: its freshness moves once it has
+            // processed an event (a deletion included)
+            let caught_up = cache
+                .freshness
+                .wait_until(|_| cache.has_caught_up(&wanted).unwrap_or(true));
             tokio::select! {
-                _ = cache.freshness.reached(&wanted) => {}
+                _ = caught_up => {}
                 _ = tokio::time::sleep_until(deadline) => {}
                 _ = stop.cancelled() => return,
             }
@@ -200,13 +199,7 @@ impl StaleGate {
         });
     }
 
-    fn warn_gave_up(
-        &self,
-        key: &str,
-        cache: &TypeCache,
-        wanted: &ResourceVersion,
-        waited: Duration,
-    ) {
+    fn warn_gave_up(&self, key: &str, cache: &TypeCache, wanted: &Wanted, waited: Duration) {
         let suppressed = {
             let mut w = self.warnings.lock();
             let now = Instant::now();
@@ -218,7 +211,10 @@ impl StaleGate {
             std::mem::take(&mut w.suppressed)
         };
         let reached = cache.freshness.resource_version();
-        let behind = reached.as_ref().and_then(|r| wanted.distance_from(r));
+        let behind = reached
+            .as_ref()
+            .zip(wanted.version())
+            .and_then(|(r, w)| w.distance_from(r));
         tracing::warn!(
             controller = %self.ledger.name(),
             key,

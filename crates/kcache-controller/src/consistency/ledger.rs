@@ -8,14 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use kcache_core::{
-    CachedObject, IncomparableResourceVersion, Metadata, ResourceVersion, StoreError,
-};
-use kcache_informer::{SharedIndexInformer, StoreFreshness};
-use kube::Resource;
+use kcache_core::{IncomparableResourceVersion, ResourceVersion};
 use parking_lot::{Mutex, RwLock};
 
 use super::Consistency;
+use super::type_cache::TypeCache;
+use super::write::{Written, parse};
 use crate::source::owner_key;
 
 /// Keys with writes outstanding past which every new record first sweeps
@@ -26,104 +24,71 @@ const SWEEP_AT: usize = 4096;
 /// for the gate (said once).
 pub(crate) const MAX_PENDING_KEYS: usize = 100_000;
 
-/// Most object versions kept for skipping own events, per type.
-const MAX_OWN_VERSIONS: usize = 65_536;
-
-type RecordWrite = Box<dyn Fn(Bytes) -> Result<bool, StoreError> + Send + Sync>;
-type RecordDelete = Box<dyn Fn(&str, &ResourceVersion) -> bool + Send + Sync>;
-type WouldCache = Box<dyn Fn(&Metadata) -> Option<bool> + Send + Sync>;
-
-/// One cached type of a controller (its primary, an owned or a watched
-/// type): the informer's freshness, its own-writes overlay, and the
-/// versions of the controller's own writes to it.
-pub(crate) struct TypeCache {
-    pub(crate) kind: String,
-    pub(crate) informer: String,
-    pub(crate) freshness: StoreFreshness,
-    record_write: RecordWrite,
-    record_delete: RecordDelete,
-    would_cache: WouldCache,
-    /// Object key -> the version this controller's last write to it
-    /// returned, while no other version has been seen since.
-    own_versions: Mutex<HashMap<String, ResourceVersion>>,
+/// What a cache must have seen of a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Wanted {
+    /// The cache's freshness at the version the write returned.
+    Version(ResourceVersion),
+    /// The deletion of the object with `uid` under `key`.
+    Deletion { key: String, uid: Arc<str> },
 }
 
-impl TypeCache {
-    /// The type cache of `informer`, objects of `kind`.
-    pub(crate) fn of<K>(informer: &SharedIndexInformer<K>, kind: &str) -> Arc<Self>
-    where
-        K: Resource + Send + Sync + 'static,
-        K::DynamicType: Clone + Send + Sync + 'static,
-    {
-        let (w, d, c) = (informer.clone(), informer.clone(), informer.clone());
-        Arc::new(TypeCache {
-            kind: kind.to_owned(),
-            informer: informer.name().to_owned(),
-            freshness: informer.freshness(),
-            record_write: Box::new(move |body| w.record_own_write(body)),
-            record_delete: Box::new(move |key, rv| d.record_own_delete(key, rv)),
-            would_cache: Box::new(move |meta| c.would_cache(meta)),
-            own_versions: Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// Whether an event of the object `key` at `rv` is the result of this
-    /// controller's own write: its version is exactly the one the write
-    /// returned. A relist that delivers that version again is still its
-    /// own; any other version (someone else's change) forgets it.
-    pub(crate) fn is_own_event(&self, key: &str, rv: Option<&str>) -> bool {
-        let mut own = self.own_versions.lock();
-        if own.is_empty() {
-            return false;
-        }
-        match (own.get(key), rv) {
-            (Some(v), Some(rv)) if *v == ResourceVersion::new(rv) => true,
-            (Some(_), _) => {
-                own.remove(key);
-                false
-            }
-            (None, _) => false,
+impl Wanted {
+    /// The version waited for (none for a deletion, whose version only the
+    /// watch's event carries).
+    pub(crate) fn version(&self) -> Option<&ResourceVersion> {
+        match self {
+            Wanted::Version(rv) => Some(rv),
+            Wanted::Deletion { .. } => None,
         }
     }
 
-    /// The object `key` is gone (a tombstone, a deletion): nothing to skip.
-    pub(crate) fn forget_own(&self, key: &str) {
-        let mut own = self.own_versions.lock();
-        if !own.is_empty() {
-            own.remove(key);
+    fn same_slot(&self, other: &Wanted) -> bool {
+        match (self, other) {
+            (Wanted::Version(_), Wanted::Version(_)) => true,
+            (Wanted::Deletion { key: a, .. }, Wanted::Deletion { key: b, .. }) => a == b,
+            _ => false,
         }
-    }
-
-    fn note_own(&self, key: &str, rv: ResourceVersion) {
-        let mut own = self.own_versions.lock();
-        if own.len() >= MAX_OWN_VERSIONS && !own.contains_key(key) {
-            return;
-        }
-        own.insert(key.to_owned(), rv);
     }
 }
 
-/// The writes outstanding for one primary key: for each type written, the
-/// newest version a write returned.
-type Outstanding = Vec<(Arc<TypeCache>, ResourceVersion)>;
+impl std::fmt::Display for Wanted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wanted::Version(rv) => write!(f, "{rv}"),
+            Wanted::Deletion { key, .. } => write!(f, "the deletion of {key}"),
+        }
+    }
+}
 
 /// Whether the cache is fresh enough for a reconcile of a key.
 pub(crate) enum Freshness {
     /// No write recorded for the key is newer than its type's cache.
     Fresh,
-    /// The cache of `cache`'s type has not caught up to `wanted`, the
-    /// version a write for the key returned.
+    /// The cache of `cache`'s type has not caught up with `wanted`, what a
+    /// write for the key returned.
     Stale {
         cache: Arc<TypeCache>,
-        wanted: ResourceVersion,
+        wanted: Wanted,
     },
 }
+
+/// The writes outstanding for one primary key: for each type written, the
+/// newest version a write returned, and each deletion.
+type Outstanding = Vec<(Arc<TypeCache>, Wanted)>;
 
 /// The primary type of the controller, for attributing writes.
 struct PrimaryType {
     group: String,
     kind: String,
     namespaced: bool,
+}
+
+/// The controller's cached types, by (group, kind) and by (group, plural).
+#[derive(Default)]
+struct Types {
+    by_kind: HashMap<(String, String), Arc<TypeCache>>,
+    by_plural: HashMap<(String, String), Arc<TypeCache>>,
 }
 
 /// What a controller's writes returned: created with the controller (its
@@ -133,10 +98,9 @@ pub(crate) struct WriteLedger {
     config: OnceLock<Consistency>,
     name: OnceLock<String>,
     primary: OnceLock<PrimaryType>,
-    /// (group, kind) -> the type's cache.
-    types: RwLock<HashMap<(String, String), Arc<TypeCache>>>,
-    /// Primary key -> (type, newest version written) for each type written
-    /// for it whose cache had not caught up when last looked at.
+    types: RwLock<Types>,
+    /// Primary key -> what its caches must have seen of the writes made
+    /// for it, where they had not when last looked at.
     pending: Mutex<HashMap<String, Outstanding>>,
     pending_len: AtomicUsize,
     /// The gate turned itself off: the apiserver's versions do not compare.
@@ -181,99 +145,144 @@ impl WriteLedger {
     }
 
     /// Registers (or, for a new informer of the type, replaces) the cache
-    /// of `group`/`kind`.
+    /// of a type of `group`.
     pub(crate) fn register(&self, group: &str, cache: Arc<TypeCache>) {
-        self.types
-            .write()
-            .insert((group.to_owned(), cache.kind.clone()), cache);
+        let mut t = self.types.write();
+        t.by_kind
+            .insert((group.to_owned(), cache.kind.clone()), cache.clone());
+        t.by_plural
+            .insert((group.to_owned(), cache.plural.clone()), cache);
     }
 
-    /// Records what a write returned (`body`: the JSON response of a
-    /// `method` request that succeeded), made in the reconcile of
+    fn cache_of(
+        &self,
+        group: &str,
+        kind: Option<&str>,
+        plural: Option<&str>,
+    ) -> Option<Arc<TypeCache>> {
+        let t = self.types.read();
+        let g = group.to_owned();
+        kind.and_then(|k| t.by_kind.get(&(g.clone(), k.to_owned())))
+            .or_else(|| plural.and_then(|p| t.by_plural.get(&(g, p.to_owned()))))
+            .cloned()
+    }
+
+    /// Records what a write returned (`body`: the JSON answer to a `method`
+    /// request on `path` that succeeded), made in the reconcile of
     /// `reconciling` (if it was made in one).
-    pub(crate) fn record(&self, reconciling: Option<&str>, method: &http::Method, body: Bytes) {
+    pub(crate) fn record(
+        &self,
+        reconciling: Option<&str>,
+        method: &http::Method,
+        path: &str,
+        body: Bytes,
+    ) {
         let Some(config) = self.config.get() else {
             return;
         };
-        let Ok(obj) = CachedObject::<()>::from_bytes(body.clone()) else {
+        let Some(written) = parse(method, path, body) else {
             return;
         };
-        let meta = obj.meta();
-        let (Some(kind), Some(api_version)) = (meta.kind(), meta.api_version()) else {
-            return;
-        };
-        if kind == "Status" {
-            return; // a Status answer (some deletes): no object version
-        }
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        let Some(cache) = self
-            .types
-            .read()
-            .get(&(group.to_owned(), kind.to_owned()))
-            .cloned()
-        else {
-            return; // not a type this controller caches
-        };
-        let Some(rv) = meta.resource_version().map(ResourceVersion::new) else {
-            return;
-        };
-        // A DELETE answered with the object and no deletionTimestamp
-        // removed it; with one, it waits for finalizers: an update.
-        let deleted = method == http::Method::DELETE && meta.deletion_timestamp().is_none();
-        if config.read_own_writes {
-            let recorded = if deleted {
-                (cache.record_delete)(obj.key(), &rv)
-            } else {
-                (cache.record_write)(body).unwrap_or_else(|e| {
-                    tracing::debug!(key = %obj.key(), error = %kcache_core::ErrorChain(&e), "own write not recorded for reads");
-                    false
-                })
-            };
-            tracing::trace!(key = %obj.key(), %rv, deleted, recorded, "own write");
-        }
-        if config.skip_own_events {
-            cache.note_own(obj.key(), rv.clone());
-        }
-        if self.gate_on() && (cache.would_cache)(meta) != Some(false) {
-            let keys = self.primary_keys(reconciling, group, kind, &obj);
-            self.pend(&keys, &cache, rv);
+        match written {
+            Written::Object { obj, body, rv } => {
+                let meta = obj.meta();
+                let group = written_group(&obj);
+                let Some(cache) = self.cache_of(&group, meta.kind(), None) else {
+                    return; // not a type this controller caches
+                };
+                if config.read_own_writes {
+                    let recorded = cache.record_write(body).unwrap_or_else(|e| {
+                        tracing::debug!(key = %obj.key(), error = %kcache_core::ErrorChain(&e), "own write not recorded for reads");
+                        false
+                    });
+                    tracing::trace!(key = %obj.key(), %rv, recorded, "own write");
+                }
+                if config.skip_own_events {
+                    cache.note_own_write(obj.key(), rv.clone());
+                }
+                if self.gate_on() && cache.would_cache(meta) != Some(false) {
+                    let mut keys = self.primary_keys(reconciling, &group, &cache.kind, obj.key());
+                    if let Some(p) = self.primary.get()
+                        && let Some(owner) = owner_key(meta, &p.group, &p.kind, p.namespaced)
+                    {
+                        keys.push(owner);
+                    }
+                    self.pend(keys, &cache, Wanted::Version(rv));
+                }
+            }
+            Written::Deleted {
+                ref group,
+                ref plural,
+                ref kind,
+                ref key,
+                ref uid,
+                ref obj,
+            } => {
+                let Some(cache) = self.cache_of(group, kind.as_deref(), plural.as_deref()) else {
+                    return;
+                };
+                // the owner from the answer, or from the cached object
+                let owner = self.primary.get().and_then(|p| match obj {
+                    Some(o) => owner_key(o.meta(), &p.group, &p.kind, p.namespaced),
+                    None => cache.cached_owner(key, &p.group, &p.kind, p.namespaced),
+                });
+                if config.read_own_writes {
+                    let recorded = cache.record_delete(key, uid);
+                    tracing::trace!(key = %key, recorded, "own delete");
+                }
+                if config.skip_own_events {
+                    cache.note_own_delete(key, uid);
+                }
+                if self.gate_on()
+                    && obj
+                        .as_ref()
+                        .is_none_or(|o| cache.would_cache(o.meta()) != Some(false))
+                {
+                    let mut keys =
+                        self.primary_keys(reconciling, written.group(), &cache.kind, key);
+                    keys.extend(owner);
+                    let wanted = Wanted::Deletion {
+                        key: key.clone(),
+                        uid: Arc::from(uid.as_str()),
+                    };
+                    self.pend(keys, &cache, wanted);
+                }
+            }
         }
     }
 
-    /// The primary keys a write of `obj` is for: the reconcile it was made
-    /// in, the object itself when it is a primary, and its controlling
-    /// owner when that is a primary.
+    /// The primary keys a write of the object `key` (of `group`/`kind`) is
+    /// for: the reconcile it was made in, and the object itself when it is
+    /// a primary.
     fn primary_keys(
         &self,
         reconciling: Option<&str>,
         group: &str,
         kind: &str,
-        obj: &CachedObject<()>,
+        key: &str,
     ) -> Vec<String> {
         let mut keys: Vec<String> = reconciling.map(str::to_owned).into_iter().collect();
-        if let Some(p) = self.primary.get() {
-            if p.group == group && p.kind == kind {
-                keys.push(obj.key().to_owned());
-            }
-            if let Some(owner) = owner_key(obj.meta(), &p.group, &p.kind, p.namespaced) {
-                keys.push(owner);
-            }
+        if let Some(p) = self.primary.get()
+            && p.group == group
+            && p.kind == kind
+        {
+            keys.push(key.to_owned());
         }
-        keys.sort_unstable();
-        keys.dedup();
         keys
     }
 
-    fn pend(&self, keys: &[String], cache: &Arc<TypeCache>, rv: ResourceVersion) {
+    fn pend(&self, mut keys: Vec<String>, cache: &Arc<TypeCache>, wanted: Wanted) {
+        keys.sort_unstable();
+        keys.dedup();
         if keys.is_empty() {
             return;
         }
         let mut pending = self.pending.lock();
         if pending.len() >= SWEEP_AT {
-            self.sweep(&mut pending);
+            sweep(&mut pending);
         }
         for key in keys {
-            if pending.len() >= MAX_PENDING_KEYS && !pending.contains_key(key) {
+            if pending.len() >= MAX_PENDING_KEYS && !pending.contains_key(&key) {
                 if !self.warned_full.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         controller = %self.name(),
@@ -283,29 +292,29 @@ impl WriteLedger {
                 }
                 continue;
             }
-            let list = pending.entry(key.clone()).or_default();
-            match list.iter_mut().find(|(c, _)| Arc::ptr_eq(c, cache)) {
-                Some((_, newest)) => {
-                    if rv.is_at_least(newest).unwrap_or(true) {
-                        *newest = rv.clone();
+            let list = pending.entry(key).or_default();
+            // one version per type (the newest), one entry per deletion
+            match list
+                .iter_mut()
+                .find(|(c, w)| Arc::ptr_eq(c, cache) && w.same_slot(&wanted))
+            {
+                Some((_, held)) => {
+                    let newer = match (wanted.version(), held.version()) {
+                        (Some(new), Some(old)) => new.is_at_least(old).unwrap_or(true),
+                        _ => true,
+                    };
+                    if newer {
+                        *held = wanted.clone();
                     }
                 }
-                None => list.push((cache.clone(), rv.clone())),
+                None => list.push((cache.clone(), wanted.clone())),
             }
         }
         self.pending_len.store(pending.len(), Ordering::Relaxed);
     }
 
-    /// Drops every recorded write the caches have passed.
-    fn sweep(&self, pending: &mut HashMap<String, Outstanding>) {
-        pending.retain(|_, list| {
-            list.retain(|(c, rv)| !matches!(c.freshness.has_reached(rv), Ok(true) | Err(_)));
-            !list.is_empty()
-        });
-    }
-
     /// Whether `key`'s caches have caught up with every write recorded for
-    /// it; forgets the writes they have passed.
+    /// it; forgets the writes they have.
     pub(crate) fn check(&self, key: &str) -> Freshness {
         if self.pending_len.load(Ordering::Relaxed) == 0 || !self.gate_on() {
             return Freshness::Fresh;
@@ -316,21 +325,19 @@ impl WriteLedger {
         };
         let mut stale = None;
         let mut incomparable = None;
-        list.retain(
-            |(cache, wanted)| match cache.freshness.has_reached(wanted) {
-                Ok(true) => false,
-                Ok(false) => {
-                    if stale.is_none() {
-                        stale = Some((cache.clone(), wanted.clone()));
-                    }
-                    true
+        list.retain(|(cache, wanted)| match cache.has_caught_up(wanted) {
+            Ok(true) => false,
+            Ok(false) => {
+                if stale.is_none() {
+                    stale = Some((cache.clone(), wanted.clone()));
                 }
-                Err(e) => {
-                    incomparable = Some(e);
-                    false
-                }
-            },
-        );
+                true
+            }
+            Err(e) => {
+                incomparable = Some(e);
+                false
+            }
+        });
         if list.is_empty() {
             pending.remove(key);
         }
@@ -369,4 +376,20 @@ impl WriteLedger {
     pub(crate) fn name(&self) -> &str {
         self.name.get().map_or("", String::as_str)
     }
+}
+
+fn written_group(obj: &kcache_core::CachedObject<()>) -> String {
+    obj.meta()
+        .api_version()
+        .and_then(|v| v.rsplit_once('/'))
+        .map_or("", |(g, _)| g)
+        .to_owned()
+}
+
+/// Drops every recorded write the caches have caught up with.
+fn sweep(pending: &mut HashMap<String, Outstanding>) {
+    pending.retain(|_, list| {
+        list.retain(|(c, w)| !matches!(c.has_caught_up(w), Ok(true) | Err(_)));
+        !list.is_empty()
+    });
 }

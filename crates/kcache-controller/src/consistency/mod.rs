@@ -43,12 +43,15 @@ mod gate;
 mod ledger;
 #[cfg(test)]
 mod tests;
+mod type_cache;
+mod write;
 
 use std::time::Duration;
 
 pub(crate) use client::{current_key, reconciling, record_response};
 pub(crate) use gate::{Admission, GateMetrics, StaleGate};
-pub(crate) use ledger::{TypeCache, WriteLedger};
+pub(crate) use ledger::WriteLedger;
+pub(crate) use type_cache::TypeCache;
 
 /// The default bound of the stale-cache gate: how long a reconcile waits
 /// at most for the cache to catch up with the controller's own write.
@@ -86,7 +89,10 @@ pub struct Consistency {
     /// `true`).
     pub read_own_writes: bool,
     /// A watch event of exactly the version this controller's write
-    /// produced queues no reconcile (default `false`).
+    /// produced queues no reconcile (default `false`). Also when a relist
+    /// delivers that version, and when a resync (a relist's, or a periodic
+    /// one) comes while the primary's latest version is still the
+    /// controller's own write: the reconcile that wrote it knew the result.
     pub skip_own_events: bool,
 }
 

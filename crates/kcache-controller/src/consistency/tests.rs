@@ -12,7 +12,8 @@ use kcache_testing::fake::Fake;
 use kcache_workqueue::WorkQueue;
 use serde_json::json;
 
-use super::ledger::{Freshness, TypeCache, WriteLedger};
+use super::ledger::{Freshness, WriteLedger};
+use super::type_cache::TypeCache;
 use super::{Admission, Consistency, StaleGate};
 use crate::reconciler::Trigger;
 use crate::source::Enqueuer;
@@ -31,14 +32,14 @@ fn ledger(config: Consistency) -> (Arc<WriteLedger>, SharedIndexInformer<ConfigM
     let ledger = Arc::new(WriteLedger::default());
     ledger.configure("test", &config, "apps", "Deployment", true);
     let cms = informer(None);
-    ledger.register("", TypeCache::of(&cms, "ConfigMap"));
+    ledger.register("", TypeCache::of(&cms, "ConfigMap", "configmaps"));
     (ledger, cms)
 }
 
 fn cm(name: &str, rv: u64, owner: Option<&str>) -> Bytes {
     let mut v = json!({"apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string(),
-                     "labels": {"app": "web"}}});
+                     "uid": format!("uid-{name}"), "labels": {"app": "web"}}});
     if let Some(o) = owner {
         v["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "Deployment",
             "name": o, "uid": "u-1", "controller": true}]);
@@ -49,7 +50,9 @@ fn cm(name: &str, rv: u64, owner: Option<&str>) -> Bytes {
 fn stale_at(ledger: &WriteLedger, key: &str) -> Option<u64> {
     match ledger.check(key) {
         Freshness::Fresh => None,
-        Freshness::Stale { wanted, .. } => wanted.as_u64(),
+        Freshness::Stale { wanted, .. } => {
+            Some(wanted.version().and_then(|v| v.as_u64()).unwrap_or(0))
+        }
     }
 }
 
@@ -60,8 +63,18 @@ fn set(informer: &SharedIndexInformer<ConfigMap>, rv: u64) {
 #[tokio::test]
 async fn a_write_in_a_reconcile_waits_for_its_types_cache() {
     let (ledger, cms) = ledger(Consistency::default());
-    ledger.record(Some("ns/web"), &http::Method::POST, cm("child", 7, None));
-    ledger.record(Some("ns/web"), &http::Method::PATCH, cm("child", 9, None));
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::POST,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("child", 7, None),
+    );
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::PATCH,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("child", 9, None),
+    );
     assert_eq!(
         stale_at(&ledger, "ns/web"),
         Some(9),
@@ -79,7 +92,12 @@ async fn a_write_in_a_reconcile_waits_for_its_types_cache() {
 async fn writes_are_attributed_to_the_owner_and_to_primaries() {
     let (ledger, _cms) = ledger(Consistency::default());
     // outside a reconcile: its controlling owner
-    ledger.record(None, &http::Method::POST, cm("child", 5, Some("web")));
+    ledger.record(
+        None,
+        &http::Method::POST,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("child", 5, Some("web")),
+    );
     assert_eq!(stale_at(&ledger, "ns/web"), Some(5));
     // a write to a type the controller does not cache: nothing
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
@@ -87,6 +105,7 @@ async fn writes_are_attributed_to_the_owner_and_to_primaries() {
     ledger.record(
         Some("ns/a"),
         &http::Method::POST,
+        "/api/v1/namespaces/ns/secrets",
         Bytes::from(secret.to_string()),
     );
     assert_eq!(stale_at(&ledger, "ns/a"), None);
@@ -95,16 +114,22 @@ async fn writes_are_attributed_to_the_owner_and_to_primaries() {
     ledger.record(
         Some("ns/b"),
         &http::Method::DELETE,
+        "/api/v1/namespaces/ns/configmaps/b",
         Bytes::from(status.to_string()),
     );
-    assert_eq!(stale_at(&ledger, "ns/b"), None);
+    assert_eq!(stale_at(&ledger, "ns/b"), None, "a Status without details");
 
     // a controller whose primary is the ConfigMap: the object's own key
     let primary = Arc::new(WriteLedger::default());
     primary.configure("cms", &Consistency::default(), "", "ConfigMap", true);
     let cms = informer(None);
-    primary.register("", TypeCache::of(&cms, "ConfigMap"));
-    primary.record(None, &http::Method::PUT, cm("self", 11, None));
+    primary.register("", TypeCache::of(&cms, "ConfigMap", "configmaps"));
+    primary.record(
+        None,
+        &http::Method::PUT,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("self", 11, None),
+    );
     assert_eq!(stale_at(&primary, "ns/self"), Some(11));
 }
 
@@ -113,8 +138,13 @@ async fn an_object_the_informer_does_not_cache_is_not_waited_for() {
     let ledger = Arc::new(WriteLedger::default());
     ledger.configure("test", &Consistency::default(), "apps", "Deployment", true);
     let filtered = informer(Some("app=api"));
-    ledger.register("", TypeCache::of(&filtered, "ConfigMap"));
-    ledger.record(Some("ns/web"), &http::Method::POST, cm("child", 7, None));
+    ledger.register("", TypeCache::of(&filtered, "ConfigMap", "configmaps"));
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::POST,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("child", 7, None),
+    );
     assert_eq!(
         stale_at(&ledger, "ns/web"),
         None,
@@ -126,11 +156,21 @@ async fn an_object_the_informer_does_not_cache_is_not_waited_for() {
 async fn versions_that_do_not_compare_turn_the_gate_off_once() {
     let logs = kcache_testing::logs::Logs::capture();
     let (ledger, cms) = ledger(Consistency::default());
-    ledger.record(Some("ns/web"), &http::Method::POST, cm("child", 7, None));
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::POST,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("child", 7, None),
+    );
     cms.freshness().set(ResourceVersion::new("not-a-number"));
     assert_eq!(stale_at(&ledger, "ns/web"), None);
     assert!(!ledger.gate_on());
-    ledger.record(Some("ns/web"), &http::Method::POST, cm("child", 8, None));
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::POST,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("child", 8, None),
+    );
     assert_eq!(stale_at(&ledger, "ns/web"), None);
     let warned: Vec<String> = logs
         .all()
@@ -147,35 +187,117 @@ async fn own_event_versions_survive_a_relist_and_not_a_foreign_change() {
         skip_own_events: true,
         ..Consistency::default()
     });
-    let cache = TypeCache::of(&cms, "ConfigMap");
+    let cache = TypeCache::of(&cms, "ConfigMap", "configmaps");
     ledger.register("", cache.clone());
-    ledger.record(Some("ns/web"), &http::Method::PATCH, cm("child", 7, None));
-    assert!(cache.is_own_event("ns/child", Some("7")));
+    let path = "/api/v1/namespaces/ns/configmaps/child";
+    let uid = Some("uid-child");
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::PATCH,
+        path,
+        cm("child", 7, None),
+    );
+    assert!(cache.is_own_event("ns/child", Some("7"), uid));
     assert!(
-        cache.is_own_event("ns/child", Some("7")),
+        cache.is_own_event("ns/child", Some("7"), uid),
         "a relist delivers it again"
     );
     assert!(
-        !cache.is_own_event("ns/child", Some("9")),
+        !cache.is_own_event("ns/child", Some("9"), uid),
         "someone else's change"
     );
     assert!(
-        !cache.is_own_event("ns/child", Some("7")),
+        !cache.is_own_event("ns/child", Some("7"), uid),
         "forgotten after it"
     );
-    assert!(!cache.is_own_event("ns/other", Some("7")));
+    assert!(!cache.is_own_event("ns/other", Some("7"), uid));
+    // an own delete, answered with a Status: its DELETED event, or a
+    // relist's tombstone, is ours; a version from before it is not skipped
+    // and does not forget it
+    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Success",
+        "details": {"name": "child", "kind": "configmaps", "uid": "uid-child"}});
+    let delete = || {
+        ledger.record(
+            Some("ns/web"),
+            &http::Method::DELETE,
+            path,
+            Bytes::from(status.to_string()),
+        )
+    };
+    delete();
+    assert!(!cache.is_own_event("ns/child", Some("8"), uid));
+    assert!(cache.is_own_deletion("ns/child", uid));
+    delete();
+    assert!(cache.is_own_deletion("ns/child", uid), "a tombstone of it");
+    assert!(
+        !cache.is_own_deletion("ns/child", uid),
+        "forgotten after it"
+    );
+    delete();
+    assert!(
+        !cache.is_own_deletion("ns/child", Some("uid-older")),
+        "another object of that name"
+    );
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::PATCH,
+        path,
+        cm("child", 20, None),
+    );
+    assert!(
+        !cache.is_own_deletion("ns/child", uid),
+        "deleted after our update: someone else"
+    );
+}
+
+#[tokio::test]
+async fn a_delete_waits_until_the_cache_no_longer_holds_the_object() {
+    let (ledger, cms) = ledger(Consistency::default());
+    let obj = |rv: u64| kcache_core::CachedObject::from_bytes(cm("child", rv, None)).unwrap();
+    cms.indexer().add(obj(9)).unwrap();
+    set(&cms, 30);
+    // answered with a Status, long after the version the cache holds
+    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Success",
+        "details": {"name": "child", "kind": "configmaps", "uid": "uid-child"}});
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::DELETE,
+        "/api/v1/namespaces/ns/configmaps/child",
+        Bytes::from(status.to_string()),
+    );
+    assert_eq!(
+        stale_at(&ledger, "ns/web"),
+        Some(0),
+        "stale: the object is still cached"
+    );
+    assert!(
+        cms.lister().get_by_key("ns/child").is_err(),
+        "and reads as gone"
+    );
+    cms.indexer().delete(obj(31)).unwrap();
+    assert_eq!(stale_at(&ledger, "ns/web"), None);
 }
 
 #[tokio::test]
 async fn nothing_is_recorded_before_the_controller_runs_or_with_everything_off() {
     let ledger = Arc::new(WriteLedger::default());
     let cms = informer(None);
-    ledger.register("", TypeCache::of(&cms, "ConfigMap"));
-    ledger.record(Some("ns/web"), &http::Method::POST, cm("child", 7, None));
+    ledger.register("", TypeCache::of(&cms, "ConfigMap", "configmaps"));
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::POST,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("child", 7, None),
+    );
     assert_eq!(ledger.pending_keys(), 0);
     let (off, _cms) = self::ledger(Consistency::off());
     assert!(!off.recording());
-    off.record(Some("ns/web"), &http::Method::POST, cm("child", 7, None));
+    off.record(
+        Some("ns/web"),
+        &http::Method::POST,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("child", 7, None),
+    );
     assert_eq!(stale_at(&off, "ns/web"), None);
 }
 
@@ -193,7 +315,12 @@ fn gate(ledger: &Arc<WriteLedger>, max_wait: Duration) -> (StaleGate, WorkQueue<
 async fn a_deferred_reconcile_is_queued_again_when_the_cache_catches_up() {
     let (ledger, cms) = ledger(Consistency::default());
     let (gate, q, enq) = gate(&ledger, Duration::from_secs(10));
-    ledger.record(Some("ns/web"), &http::Method::POST, cm("child", 7, None));
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::POST,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("child", 7, None),
+    );
     let trigger = Trigger::Updated;
     assert!(matches!(
         gate.admit("ns/web", &trigger),
@@ -226,7 +353,12 @@ async fn the_gate_gives_up_after_its_bound_and_warns() {
     let (ledger, cms) = ledger(Consistency::default());
     set(&cms, 3);
     let (gate, q, _enq) = gate(&ledger, Duration::from_secs(10));
-    ledger.record(Some("ns/web"), &http::Method::POST, cm("child", 7, None));
+    ledger.record(
+        Some("ns/web"),
+        &http::Method::POST,
+        "/api/v1/namespaces/ns/configmaps/child",
+        cm("child", 7, None),
+    );
     assert!(matches!(
         gate.admit("ns/web", &Trigger::Added),
         Admission::Deferred
