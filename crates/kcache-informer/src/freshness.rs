@@ -14,6 +14,13 @@ use kube::Resource;
 
 use crate::informer::SharedIndexInformer;
 
+/// When an informer last swept its own writes against its freshness.
+#[derive(Debug, Default)]
+pub(crate) struct OwnWriteSweep {
+    at: Option<ResourceVersion>,
+    writes_since: usize,
+}
+
 /// Waiting for the cache to reach a resourceVersion failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -105,7 +112,7 @@ where
             })?,
             None => obj,
         };
-        self.forget_passed_own_writes();
+        self.sweep_passed_own_writes();
         self.inner.indexer.record_own_write(obj)
     }
 
@@ -114,8 +121,33 @@ where
     /// deletion. Returns whether it was recorded (not when the cache no
     /// longer holds that object).
     pub fn record_own_delete(&self, key: &str, uid: &str) -> bool {
-        self.forget_passed_own_writes();
+        self.sweep_passed_own_writes();
         self.inner.indexer.record_own_delete(key, uid)
+    }
+
+    /// Forgets the passed own writes before a new one is recorded, amortized:
+    /// only when the freshness has moved since the last sweep, and then once
+    /// per an eighth of the writes held (a sweep looks at every one). The
+    /// watch settles each write as it delivers it; the sweep only catches
+    /// those it never will (outside the selectors).
+    fn sweep_passed_own_writes(&self) {
+        let Some(rv) = self.inner.freshness.resource_version() else {
+            return;
+        };
+        let held = self.inner.indexer.own_writes();
+        if held == 0 {
+            return;
+        }
+        let mut sweep = lock(&self.inner.own_write_sweep);
+        sweep.writes_since += 1;
+        let due = sweep.writes_since >= held / 8 || held >= kcache_indexer::MAX_OWN_WRITES;
+        if !due || sweep.at.as_ref() == Some(&rv) {
+            return;
+        }
+        sweep.at = Some(rv.clone());
+        sweep.writes_since = 0;
+        drop(sweep);
+        self.inner.indexer.forget_own_writes_through(&rv);
     }
 
     /// Forgets the own writes at or before the cache's freshness: the cache

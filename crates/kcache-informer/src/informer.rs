@@ -125,6 +125,8 @@ pub(crate) struct Inner<K: Resource> {
     /// What the cache has caught up to; every queue of every run publishes
     /// on it.
     pub(crate) freshness: kcache_deltafifo::StoreFreshness,
+    /// When own writes were last swept against the freshness.
+    pub(crate) own_write_sweep: Mutex<crate::freshness::OwnWriteSweep>,
 }
 
 /// One reflector, one FIFO, one indexer, any number of handlers: client-go's
@@ -334,6 +336,7 @@ where
                 background_compression: self.background_compression,
                 compaction: Arc::default(),
                 freshness: kcache_deltafifo::StoreFreshness::new(),
+                own_write_sweep: Mutex::default(),
             }),
         }
     }

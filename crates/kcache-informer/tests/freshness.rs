@@ -117,3 +117,46 @@ async fn a_relist_sets_it_to_the_list() {
     stop.cancel();
     task.await.unwrap().unwrap();
 }
+
+fn ghost(i: u64, rv: u64) -> bytes::Bytes {
+    bytes::Bytes::from(format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"ghost-{i}","namespace":"ns","uid":"u-{i}","resourceVersion":"{rv}"}}}}"#
+    ))
+}
+
+/// Own writes the watch never settles (here: objects the fake apiserver
+/// never had, as a write outside the informer's selectors would be) are
+/// forgotten by a later write once the cache's freshness has passed them,
+/// so they do not pile up to the cap.
+#[tokio::test]
+async fn own_writes_the_cache_has_passed_are_swept_by_later_writes() {
+    let api = FakeApi::new();
+    let list_rv = api.create("ns", "a", "1");
+    let informer = api.informer().build();
+    let (stop, task) = spawn_run(&informer);
+    assert!(wait_for_cache_sync(&CancellationToken::new(), &[&informer]).await);
+
+    for i in 1..=100 {
+        assert!(informer.record_own_write(ghost(i, list_rv + i)).unwrap());
+    }
+    assert_eq!(
+        informer.indexer().own_writes(),
+        100,
+        "ahead of the cache: all held"
+    );
+
+    let bm = api.bookmark(200);
+    eventually("the bookmark's version", Duration::from_secs(10), || {
+        at(&informer) == Some(bm)
+    })
+    .await;
+    assert!(informer.record_own_write(ghost(101, bm + 1)).unwrap());
+    assert_eq!(
+        informer.indexer().own_writes(),
+        1,
+        "the 100 the cache has passed are forgotten, the new one is held"
+    );
+
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}

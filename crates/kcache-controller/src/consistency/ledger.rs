@@ -16,8 +16,9 @@ use super::type_cache::TypeCache;
 use super::write::{Written, parse};
 use crate::source::owner_key;
 
-/// Keys with writes outstanding past which every new record first sweeps
-/// the ones the caches have passed.
+/// Keys with writes outstanding past which a new record first sweeps the
+/// ones the caches have passed (the threshold then doubles with what is
+/// left).
 const SWEEP_AT: usize = 4096;
 
 /// Most keys with writes outstanding; past it new writes are not recorded
@@ -103,6 +104,10 @@ pub(crate) struct WriteLedger {
     /// for it, where they had not when last looked at.
     pending: Mutex<HashMap<String, Outstanding>>,
     pending_len: AtomicUsize,
+    /// The size of `pending` at which the next record sweeps it first
+    /// (twice what the last sweep left, at least [`SWEEP_AT`]: sweeps stay
+    /// amortized O(1) per record while the caches lag behind).
+    next_sweep: AtomicUsize,
     /// The gate turned itself off: the apiserver's versions do not compare.
     gate_off: AtomicBool,
     warned_full: AtomicBool,
@@ -278,8 +283,10 @@ impl WriteLedger {
             return;
         }
         let mut pending = self.pending.lock();
-        if pending.len() >= SWEEP_AT {
+        if pending.len() >= self.next_sweep.load(Ordering::Relaxed).max(SWEEP_AT) {
             sweep(&mut pending);
+            self.next_sweep
+                .store((2 * pending.len()).max(SWEEP_AT), Ordering::Relaxed);
         }
         for key in keys {
             if pending.len() >= MAX_PENDING_KEYS && !pending.contains_key(&key) {

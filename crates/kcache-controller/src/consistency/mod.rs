@@ -36,7 +36,7 @@
 //! whose versions do not compare, the gate turns itself off and says so
 //! once. What the gate does not cover (writes by other clients or other
 //! replicas, writes from tasks the reconcile spawned) is in
-//! docs/controller.md.
+//! [controller.md](https://github.com/kcache/kcache/blob/main/docs/controller.md#consistency).
 
 mod client;
 mod gate;

@@ -89,6 +89,54 @@ async fn a_write_in_a_reconcile_waits_for_its_types_cache() {
 }
 
 #[tokio::test]
+async fn writes_the_caches_have_passed_are_swept_without_a_check() {
+    let (ledger, cms) = ledger(Consistency::default());
+    let record = |i: u64, rv: u64| {
+        ledger.record(
+            Some(&format!("ns/web-{i}")),
+            &http::Method::PATCH,
+            &format!("/api/v1/namespaces/ns/configmaps/c-{i}"),
+            cm(&format!("c-{i}"), rv, None),
+        )
+    };
+    // as many keys as a sweep waits for, none of them ever checked
+    for i in 0..4_096 {
+        record(i, 10 + i);
+    }
+    assert_eq!(ledger.pending_keys(), 4_096);
+    set(&cms, 10 + 4_095);
+    record(10_000, 20_000);
+    assert_eq!(
+        ledger.pending_keys(),
+        1,
+        "the next write swept everything the cache has passed"
+    );
+    // writes the cache lags behind: a sweep that frees nothing doubles the
+    // threshold, so the next writes do not sweep again (amortized O(1))
+    for i in 0..4_096 {
+        record(20_000 + i, 30_000 + i);
+    }
+    assert_eq!(ledger.pending_keys(), 4_097, "the sweep freed nothing");
+    set(&cms, 40_000);
+    for i in 0..4_000 {
+        record(30_000 + i, 50_000 + i);
+    }
+    assert_eq!(
+        ledger.pending_keys(),
+        8_097,
+        "no sweep before twice what the last one left"
+    );
+    for i in 0..100 {
+        record(40_000 + i, 60_000 + i);
+    }
+    assert_eq!(
+        ledger.pending_keys(),
+        4_100,
+        "swept at the doubled threshold (8,192): what the cache passed is gone"
+    );
+}
+
+#[tokio::test]
 async fn writes_are_attributed_to_the_owner_and_to_primaries() {
     let (ledger, _cms) = ledger(Consistency::default());
     // outside a reconcile: its controlling owner
