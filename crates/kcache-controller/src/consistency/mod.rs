@@ -22,7 +22,7 @@
 //!   their waits.
 //! * **read your own writes** ([`Consistency::read_own_writes`], on by
 //!   default): the [`Request`](crate::Request)'s object and every read
-//!   through a [`Lister`](kcache_indexer::Lister) of the controller's
+//!   through a [`Lister`](kcache_informer::SharedIndexInformer::lister) of the controller's
 //!   caches (`informer.lister()`, get, list, by index) show what a write
 //!   returned until the watch delivers that version or a newer one; a
 //!   deleted object reads as gone until its deletion arrives.
