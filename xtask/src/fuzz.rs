@@ -31,6 +31,7 @@ pub const TARGETS: &[&str] = &[
     "list_decode",
     "snapshot",
     "protobuf_frame",
+    "cbor_frame",
 ];
 
 #[derive(Args)]

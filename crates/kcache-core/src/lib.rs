@@ -46,6 +46,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod byte_blocks;
+pub mod cbor;
 mod compression;
 mod error_chain;
 mod key;

@@ -24,6 +24,7 @@
 
 #[allow(unsafe_code)]
 pub mod alloc;
+pub mod cbor_frame;
 pub mod keys;
 pub mod label_selector;
 pub mod list_decode;
@@ -50,6 +51,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("list_decode", list_decode::check),
     ("snapshot", snapshot::check),
     ("protobuf_frame", protobuf_frame::check),
+    ("cbor_frame", cbor_frame::check),
 ];
 
 /// Whether `data` is one JSON text (RFC 8259): UTF-8, and serde_json's
