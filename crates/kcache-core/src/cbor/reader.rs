@@ -211,34 +211,58 @@ impl<'a> Reader<'a> {
         if depth > MAX_DEPTH {
             return Err(self.error("nested deeper than 64 levels"));
         }
-        match self.next()? {
-            Item::Array(Some(n)) => {
+        let start = self.pos;
+        let (major, info, arg) = self.head()?;
+        match (major, arg) {
+            (0 | 1, Some(_)) => {}
+            // a byte string's content needs no check: jump over it
+            (2, Some(n)) => {
+                self.take(n)?;
+            }
+            (3, Some(n)) => {
+                if std::str::from_utf8(self.take(n)?).is_err() {
+                    self.pos = start;
+                    return Err(self.error("a text string that is not UTF-8"));
+                }
+            }
+            (4, Some(n)) => {
                 self.check_count(n)?;
                 for _ in 0..n {
                     self.skip_at(depth + 1)?;
                 }
             }
-            Item::Map(Some(n)) => {
+            (5, Some(n)) => {
                 self.check_count(n)?;
                 for _ in 0..n {
                     self.skip_at(depth + 1)?;
                     self.skip_at(depth + 1)?;
                 }
             }
-            Item::Array(None) => {
-                while !self.at_break()? {
-                    self.skip_at(depth + 1)?;
+            (6, Some(_)) => self.skip_at(depth + 1)?,
+            (7, _) if matches!(info, 20..=23 | 25..=27) => {}
+            // the rare items (indefinite lengths, simple values, breaks):
+            // through the general reader
+            _ => {
+                self.pos = start;
+                match self.next()? {
+                    Item::Array(None) => {
+                        while !self.at_break()? {
+                            self.skip_at(depth + 1)?;
+                        }
+                    }
+                    Item::Map(None) => {
+                        while !self.at_break()? {
+                            self.skip_at(depth + 1)?;
+                            self.skip_at(depth + 1)?;
+                        }
+                    }
+                    Item::Break => {
+                        self.pos = start;
+                        return Err(self.error("a break outside an indefinite-length item"));
+                    }
+                    _ => {}
                 }
             }
-            Item::Map(None) => {
-                while !self.at_break()? {
-                    self.skip_at(depth + 1)?;
-                    self.skip_at(depth + 1)?;
-                }
-            }
-            Item::Tag(_) => self.skip_at(depth + 1)?,
-            Item::Break => return Err(self.error("a break outside an indefinite-length item")),
-            _ => {}
         }
         Ok(())
     }
@@ -311,7 +335,8 @@ pub(crate) fn key_content<'a>(r: &mut Reader<'a>) -> Result<Cow<'a, [u8]>, CborE
 
 /// Rejects a duplicate key in one map, for free while the keys come in the
 /// canonical order the apiserver writes (RFC 8949 4.2.1: shorter first,
-/// then bytewise); a map out of that order is checked through a set.
+/// then bytewise) or in plain bytewise order; a map in neither is checked
+/// through a set.
 #[derive(Debug)]
 pub(crate) struct KeyCheck<'a> {
     /// Where the map's first key starts.
@@ -319,6 +344,11 @@ pub(crate) struct KeyCheck<'a> {
     /// Keys seen so far.
     count: u64,
     prev: Option<Cow<'a, [u8]>>,
+    /// The keys so far are in canonical order (shorter first, then bytewise).
+    canonical: bool,
+    /// The keys so far are in bytewise order (what encoders that sort like
+    /// a `BTreeMap` write).
+    lexical: bool,
     seen: Option<std::collections::HashSet<Cow<'a, [u8]>>>,
 }
 
@@ -329,6 +359,8 @@ impl<'a> KeyCheck<'a> {
             body,
             count: 0,
             prev: None,
+            canonical: true,
+            lexical: true,
             seen: None,
         }
     }
@@ -345,11 +377,11 @@ impl<'a> KeyCheck<'a> {
                 return Err(dup());
             }
         } else {
-            let ordered = match &self.prev {
-                None => true,
-                Some(p) => (p.len(), &p[..]) < (key.len(), &key[..]),
-            };
-            if ordered {
+            if let Some(p) = &self.prev {
+                self.canonical &= (p.len(), &p[..]) < (key.len(), &key[..]);
+                self.lexical &= p[..] < key[..];
+            }
+            if self.canonical || self.lexical {
                 self.prev = Some(key);
             } else {
                 // out of canonical order: every key so far into a set
@@ -503,6 +535,14 @@ mod tests {
         }
         // {"a":1,"b":2,"aa":3}: canonical
         check(&[0xa3, 0x41, b'a', 1, 0x41, b'b', 2, 0x42, b'a', b'a', 3]).unwrap();
+        // {"aa":1,"b":2}: bytewise, not canonical
+        check(&[0xa2, 0x42, b'a', b'a', 1, 0x41, b'b', 2]).unwrap();
+        assert!(
+            check(&[
+                0xa3, 0x42, b'a', b'a', 1, 0x41, b'b', 2, 0x42, b'a', b'a', 3
+            ])
+            .is_err()
+        );
         // {"b":1,"a":2}: out of order, no duplicate
         check(&[0xa2, 0x41, b'b', 1, 0x41, b'a', 2]).unwrap();
         // {"a":1,"a":2} as a byte and a text string
