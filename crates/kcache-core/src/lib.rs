@@ -47,6 +47,7 @@
 
 mod byte_blocks;
 pub mod cbor;
+mod codec;
 mod compression;
 mod error_chain;
 mod key;

@@ -14,6 +14,7 @@ use serde::de::{
 };
 use serde_json::value::RawValue;
 
+use crate::codec::Codec;
 use crate::compression::{self, Compression, CompressionDictionary, Payload};
 use crate::managed_fields;
 use crate::protobuf::{self, ProtoDecodeError, TypeMeta, WireError, meta::ObjectMetaView};
@@ -73,6 +74,9 @@ pub enum ObjectError {
     /// holding protobuf rather than JSON).
     #[error("transcoding the protobuf object to JSON failed")]
     Transcode(#[source] ProtoDecodeError),
+    /// The bytes are not a well-formed Kubernetes CBOR object.
+    #[error("malformed object CBOR")]
+    Cbor(#[source] crate::cbor::CborError),
 }
 
 /// The encoding of a cached object's bytes.
@@ -85,6 +89,9 @@ pub enum Format {
     /// object's own message, without the `k8s\0` envelope. Built-in types
     /// only (see [`protobuf::is_builtin_kind`]).
     Protobuf,
+    /// Kubernetes CBOR (`application/cbor`, KEP-4222): custom resources
+    /// and built-in types, from an apiserver with CBOR serving on.
+    Cbor,
 }
 
 /// Error decoding a [`CachedObject`] into its typed value `K`.
@@ -614,8 +621,8 @@ type FieldValues = (FieldPaths, Box<[Option<Box<str>>]>);
 
 struct Inner {
     payload: Payload,
-    /// `None`: JSON; `Some`: protobuf of this message.
-    proto: Option<&'static protobuf::Message>,
+    /// The format of the bytes, and what it can do with them.
+    codec: Codec,
     /// Holds the key too (see [`MetaStrings`]).
     meta: Metadata,
     fields: Option<FieldValues>,
@@ -808,7 +815,7 @@ impl<K> CachedObject<K> {
         Ok(CachedObject {
             inner: Arc::new(Inner {
                 payload,
-                proto: None,
+                codec: Codec::Json,
                 meta,
                 fields,
             }),
@@ -886,7 +893,7 @@ impl<K> CachedObject<K> {
         Ok(CachedObject {
             inner: Arc::new(Inner {
                 payload,
-                proto: Some(msg),
+                codec: Codec::Protobuf(msg),
                 meta,
                 fields,
             }),
@@ -915,12 +922,104 @@ impl<K> CachedObject<K> {
         Self::from_protobuf_with(raw, u.type_meta, options)
     }
 
+    /// Builds a cached object from a Kubernetes CBOR object (the
+    /// self-described tag in front optional), with options (strip
+    /// managedFields, field paths, compression; as for JSON).
+    ///
+    /// The [`Metadata`] is read without decoding the rest and equals what
+    /// [`from_bytes_with`](Self::from_bytes_with) extracts from the
+    /// apiserver's JSON of the same object. Fails on malformed CBOR
+    /// ([`ObjectError::Cbor`]: duplicate keys and text that is not UTF-8
+    /// included) and a missing name.
+    ///
+    /// ```
+    /// use kcache_core::{CachedObject, Format};
+    /// let body = &b"\xd9\xd9\xf7\xa2\x44kind\x46Widget\x48metadata\xa2\x44name\x41w\x49namespace\x44prod"[..];
+    /// let obj: CachedObject<serde_json::Value> = CachedObject::from_cbor(body)?;
+    /// assert_eq!((obj.key(), obj.format()), ("prod/w", Format::Cbor));
+    /// assert_eq!(obj.decode()?["kind"], "Widget");
+    /// assert_eq!(&obj.json()?[..], br#"{"kind":"Widget","metadata":{"name":"w","namespace":"prod"}}"#);
+    /// # Ok::<_, Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_cbor(object: impl Into<Bytes>) -> Result<Self, ObjectError> {
+        Self::from_cbor_with(object, &ObjectOptions::default())
+    }
+
+    /// [`from_cbor`](Self::from_cbor) with options.
+    pub fn from_cbor_with(
+        object: impl Into<Bytes>,
+        options: &ObjectOptions,
+    ) -> Result<Self, ObjectError> {
+        let object = object.into();
+        let m = crate::cbor::meta::scan(&object).map_err(ObjectError::Cbor)?;
+        let name = match m.name.as_deref() {
+            Some(n) if !n.is_empty() => n,
+            _ => return Err(ObjectError::MissingName),
+        };
+        let meta = Metadata {
+            strings: MetaStrings::new(
+                m.namespace.as_deref(),
+                name,
+                [
+                    m.uid.as_deref(),
+                    m.resource_version.as_deref(),
+                    m.api_version.as_deref(),
+                    m.kind.as_deref(),
+                    m.deletion_timestamp.as_deref(),
+                ],
+            )?,
+            generation: m.generation,
+            labels: m.labels.clone().unwrap_or_default(),
+            annotations: m.annotations.clone().unwrap_or_default(),
+            owner_references: m.owner_references.clone().unwrap_or_default(),
+            finalizers: m.finalizers.clone().unwrap_or_default(),
+        };
+        let stripped = if options.strip_managed_fields {
+            crate::cbor::meta::without_managed_fields(&object, &m)
+        } else {
+            None
+        };
+        drop(m);
+        let own_buffer = stripped.is_some();
+        let bytes = match stripped {
+            Some(cut) => Bytes::from(cut),
+            None => object,
+        };
+        let fields = match &options.field_paths {
+            Some(fp) => {
+                let mut out = vec![None; fp.len()];
+                for (i, segs) in &fp.inner.from_meta {
+                    out[*i] = field_from_meta(&meta, segs);
+                }
+                for (i, segs) in &fp.inner.scanned {
+                    out[*i] =
+                        crate::cbor::meta::field_value(&bytes, segs).map_err(ObjectError::Cbor)?;
+                }
+                Some((fp.clone(), out.into_boxed_slice()))
+            }
+            None => None,
+        };
+        let payload = match options.compression.compress(&bytes) {
+            Some(compressed) => compressed,
+            None if options.copy_bytes && !own_buffer => {
+                Payload::Plain(Bytes::copy_from_slice(&bytes))
+            }
+            None => Payload::Plain(bytes),
+        };
+        Ok(CachedObject {
+            inner: Arc::new(Inner {
+                payload,
+                codec: Codec::Cbor,
+                meta,
+                fields,
+            }),
+            _kind: PhantomData,
+        })
+    }
+
     /// The encoding of the stored bytes.
     pub fn format(&self) -> Format {
-        match self.inner.proto {
-            None => Format::Json,
-            Some(_) => Format::Protobuf,
-        }
+        self.inner.codec.format()
     }
 
     /// The object's bytes in its [`format`](Self::format), uncompressed:
@@ -936,15 +1035,11 @@ impl<K> CachedObject<K> {
         }
     }
 
-    fn transcode(&self, msg: &'static protobuf::Message) -> Result<Vec<u8>, ObjectError> {
+    fn transcode(&self) -> Result<Vec<u8>, ObjectError> {
         let mut out = Vec::new();
         self.inner
             .payload
-            .with_json(|b| {
-                out.reserve(b.len() * 2);
-                protobuf::message_to_json(b, msg, self.type_meta(), &mut out)
-            })?
-            .map_err(ObjectError::Transcode)?;
+            .with_json(|b| self.inner.codec.write_json(b, self.type_meta(), &mut out))??;
         Ok(out)
     }
 
@@ -1002,17 +1097,18 @@ impl<K> CachedObject<K> {
     /// decompress ([`ObjectError::Decompress`]), or a protobuf object does
     /// not transcode ([`ObjectError::Transcode`]).
     pub fn json(&self) -> Result<Cow<'_, [u8]>, ObjectError> {
-        match self.inner.proto {
-            None => self.inner.payload.json(),
-            Some(msg) => self.transcode(msg).map(Cow::Owned),
+        if self.inner.codec.is_json() {
+            self.inner.payload.json()
+        } else {
+            self.transcode().map(Cow::Owned)
         }
     }
     /// The JSON as [`Bytes`]: the stored buffer itself (a reference-count
     /// increment) when stored as given, decompressed when compressed,
     /// transcoded for a protobuf object (see [`json`](Self::json)).
     pub fn to_json_bytes(&self) -> Result<Bytes, ObjectError> {
-        if let Some(msg) = self.inner.proto {
-            return self.transcode(msg).map(Bytes::from);
+        if !self.inner.codec.is_json() {
+            return self.transcode().map(Bytes::from);
         }
         match &self.inner.payload {
             Payload::Plain(b) => Ok(b.clone()),
@@ -1078,7 +1174,11 @@ impl<K> CachedObject<K> {
                 None => Compression::none(),
             },
         };
-        if self.inner.proto.is_some() {
+        if let Codec::Cbor = self.inner.codec {
+            let bytes = Bytes::from(self.encoded()?.into_owned());
+            return Self::from_cbor_with(bytes, &options);
+        }
+        if let Codec::Protobuf(_) = self.inner.codec {
             let bytes = Bytes::from(self.encoded()?.into_owned());
             let view = ObjectMetaView::scan(&bytes).map_err(ObjectError::Protobuf)?;
             if view.managed_fields.is_empty() {
@@ -1137,7 +1237,7 @@ impl<K> CachedObject<K> {
         Some(CachedObject {
             inner: Arc::new(Inner {
                 payload,
-                proto: inner.proto,
+                codec: inner.codec,
                 meta: inner.meta.clone(),
                 fields: inner.fields.clone(),
             }),
@@ -1185,17 +1285,11 @@ impl<K: DeserializeOwned> CachedObject<K> {
     /// is carried as a custom `serde_json::Error` in [`DecodeError`].
     pub fn decode(&self) -> Result<K, DecodeError> {
         crate::compression::count_decode();
-        let decoded = match self.inner.proto {
-            None => self
-                .inner
-                .payload
-                .with_json(|json| serde_json::from_slice::<K>(json)),
-            Some(msg) => self.inner.payload.with_json(|bytes| {
-                protobuf::decode_message::<K>(bytes, msg, self.type_meta())
-                    .map_err(<serde_json::Error as de::Error>::custom)
-            }),
-        }
-        .unwrap_or_else(|e| Err(<serde_json::Error as de::Error>::custom(e)));
+        let decoded = self
+            .inner
+            .payload
+            .with_json(|bytes| self.inner.codec.decode::<K>(bytes, self.type_meta()))
+            .unwrap_or_else(|e| Err(<serde_json::Error as de::Error>::custom(e)));
         decoded.map_err(|source| DecodeError {
             key: self.key().to_owned(),
             type_name: std::any::type_name::<K>(),

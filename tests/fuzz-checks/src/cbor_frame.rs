@@ -5,7 +5,8 @@
 //! whatever the chunk boundaries (`item_len` on what has arrived so far
 //! against the whole buffer); the JSON transcoded from an item is valid
 //! JSON and equals the item's decode into `serde_json::Value` (one fails
-//! exactly when the other does). The first input byte sets the chunk size.
+//! exactly when the other does); an item that builds a `CachedObject` has
+//! the key of its metadata, and its decode and JSON agree. The first input byte sets the chunk size.
 
 use kcache_core::cbor;
 
@@ -23,6 +24,27 @@ fn check_item(item: &[u8]) {
         }
         (Err(_), Err(_)) => {}
         (d, j) => panic!("decode {d:?} vs json {j:?}"),
+    }
+    // as a cached object: the key of its metadata, decode and JSON agree
+    if let Ok(obj) = kcache_core::CachedObject::<serde_json::Value>::from_cbor(item.to_vec()) {
+        let expected_key = match obj.namespace() {
+            Some(ns) => format!("{ns}/{}", obj.name()),
+            None => obj.name().to_owned(),
+        };
+        assert_eq!(obj.key(), expected_key);
+        match (obj.decode(), obj.json()) {
+            (Ok(value), Ok(json)) => {
+                let parsed: serde_json::Value =
+                    serde_json::from_slice(&json).expect("transcoded JSON must parse");
+                assert!(
+                    same(&parsed, &value),
+                    "object transcode and decode disagree"
+                );
+            }
+            (Err(_), Err(_)) => {}
+            (d, j) => panic!("object decode {:?} vs json {:?}", d.is_ok(), j.is_ok()),
+        }
+        let _ = obj.without_managed_fields();
     }
 }
 

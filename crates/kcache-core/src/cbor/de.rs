@@ -33,6 +33,17 @@ pub fn decode<K: DeserializeOwned>(bytes: &[u8]) -> Result<K, CborError> {
     Ok(v)
 }
 
+/// Decodes the item at `r` into `T`, moving `r` past it.
+pub(crate) fn decode_at<'de, T: de::Deserialize<'de>>(r: &mut Reader<'de>) -> Result<T, CborError> {
+    let mut d = Deserializer {
+        r: r.clone(),
+        depth: 0,
+    };
+    let v = T::deserialize(&mut d)?;
+    *r = d.r;
+    Ok(v)
+}
+
 pub(crate) struct Deserializer<'de> {
     r: Reader<'de>,
     depth: usize,

@@ -31,6 +31,11 @@ pub(crate) fn write_json(bytes: &[u8], out: &mut Vec<u8>) -> Result<(), CborErro
     Ok(())
 }
 
+/// Writes the JSON of the item at `r`, moving `r` past it.
+pub(crate) fn value_json(r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), CborError> {
+    value(r, out, 0)
+}
+
 fn string(out: &mut Vec<u8>, s: &str) {
     // serde_json's escaping: what the JSON route's bytes would hold
     let _ = serde_json::to_writer(&mut *out, s);

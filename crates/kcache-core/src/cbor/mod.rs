@@ -29,10 +29,12 @@
 
 mod de;
 mod json;
+pub(crate) mod meta;
 mod reader;
 
 pub use de::decode;
 pub use json::to_json;
+pub(crate) use json::write_json;
 pub use reader::item_len;
 
 /// The media type of a CBOR object or list.
