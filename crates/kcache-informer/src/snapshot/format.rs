@@ -19,6 +19,8 @@ pub const SNAPSHOT_FORMAT_VERSION: u32 = 3;
 pub(super) const OBJECT_JSON: u8 = 0;
 /// Format tag of an object stored as protobuf.
 pub(super) const OBJECT_PROTOBUF: u8 = 1;
+/// Format tag of an object stored as CBOR.
+pub(super) const OBJECT_CBOR: u8 = 2;
 
 pub(super) const MAGIC: [u8; 8] = *b"\x89KCSNAP\n";
 pub(super) const END: [u8; 8] = *b"KCSNEND\n";
@@ -144,6 +146,10 @@ pub(crate) fn encode<K, W: Write>(
                 put_str(&mut type_meta, o.meta().kind().unwrap_or(""))?;
                 w.write_all(&[OBJECT_PROTOBUF])?;
                 w.write_all(&type_meta)?;
+                o.encoded().map_err(invalid)?
+            }
+            Format::Cbor => {
+                w.write_all(&[OBJECT_CBOR])?;
                 o.encoded().map_err(invalid)?
             }
             // JSON, and any later format as its JSON
@@ -431,6 +437,7 @@ pub(super) fn read_objects<K, R: Read>(
     for i in 0..count {
         let obj = match r.u8("object format")? {
             OBJECT_JSON => CachedObject::from_bytes_with(r.bytes("object")?, options),
+            OBJECT_CBOR => CachedObject::from_cbor_with(r.bytes("object")?, options),
             OBJECT_PROTOBUF => {
                 let api_version = r.string("object apiVersion")?;
                 let kind = r.string("object kind")?;

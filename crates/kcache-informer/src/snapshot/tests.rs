@@ -116,13 +116,27 @@ fn objects_come_back_in_their_format() {
         kind: "ConfigMap",
     };
     let pb: CachedObject<Cm> = CachedObject::from_protobuf(proto_cm("p", "5"), tm).unwrap();
-    let objects = vec![obj("a", 3), pb.clone(), obj("b", 7)];
+    // {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "c", "namespace": "ns"}}
+    let cbor: CachedObject<Cm> = CachedObject::from_cbor(
+        &b"\xd9\xd9\xf7\xa3\x44kind\x49ConfigMap\x4aapiVersion\x42v1\x48metadata\xa2\x44name\x41c\x49namespace\x42ns"[..],
+    )
+    .unwrap();
+    let objects = vec![obj("a", 3), pb.clone(), obj("b", 7), cbor.clone()];
     let mut out = Vec::new();
     encode(&mut out, &fp(), "42", SystemTime::now(), &objects).unwrap();
     let loaded = load(&out, &fp()).unwrap();
     assert_eq!(loaded.objects, objects);
     let formats: Vec<_> = loaded.objects.iter().map(|o| o.format()).collect();
-    assert_eq!(formats, [Format::Json, Format::Protobuf, Format::Json]);
+    assert_eq!(
+        formats,
+        [Format::Json, Format::Protobuf, Format::Json, Format::Cbor]
+    );
+    assert_eq!(
+        loaded.objects[3].bytes(),
+        cbor.bytes(),
+        "the CBOR as written"
+    );
+    assert_eq!(loaded.objects[3].key(), "ns/c");
     let back = &loaded.objects[1];
     assert_eq!(back.bytes(), pb.bytes(), "the protobuf as written");
     assert_eq!(back.meta(), pb.meta());
