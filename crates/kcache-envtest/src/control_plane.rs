@@ -72,6 +72,7 @@ pub struct ControlPlaneBuilder {
     detached: bool,
     extra_apiserver_args: Vec<String>,
     sharded_list_and_watch: bool,
+    cbor_serving_and_storage: bool,
     audit: Option<AuditPolicy>,
 }
 
@@ -82,6 +83,7 @@ impl Default for ControlPlaneBuilder {
             detached: false,
             extra_apiserver_args: Vec::new(),
             sharded_list_and_watch: true,
+            cbor_serving_and_storage: false,
             audit: None,
         }
     }
@@ -116,6 +118,16 @@ impl ControlPlaneBuilder {
     /// `apiserver_arg("--feature-gates=ShardedListAndWatch=...")` overrides this.
     pub fn sharded_list_and_watch(mut self, enabled: bool) -> Self {
         self.sharded_list_and_watch = enabled;
+        self
+    }
+
+    /// Whether kube-apiserver runs with the feature gate
+    /// `CBORServingAndStorage` (KEP-4222: it serves `application/cbor` and
+    /// `application/cbor-seq` to clients that ask, custom resources
+    /// included). Off by default, as on most clusters today; a client that
+    /// asks for CBOR from a server without it gets JSON or 406.
+    pub fn cbor_serving_and_storage(mut self, enabled: bool) -> Self {
+        self.cbor_serving_and_storage = enabled;
         self
     }
 
@@ -418,7 +430,12 @@ impl ControlPlane {
         let admin_config = config_from_yaml(&yaml).await?;
 
         let etcd_args = etcd_args(&run_dir.join("data/etcd"), &ports);
-        let mut apiserver_args = apiserver_args(&certs, &ports, opts.sharded_list_and_watch);
+        let mut apiserver_args = apiserver_args(
+            &certs,
+            &ports,
+            opts.sharded_list_and_watch,
+            opts.cbor_serving_and_storage,
+        );
         let audit_log = match &opts.audit {
             Some(policy) => Some(audit_args(&run_dir, policy, &mut apiserver_args)?),
             None => None,
@@ -539,7 +556,12 @@ fn etcd_args(data_dir: &Path, ports: &Ports) -> Vec<OsString> {
 
 /// The apiserver's command line (before audit and extra arguments): on
 /// loopback, against the local etcd, with the certificates in `certs`.
-fn apiserver_args(certs: &Path, ports: &Ports, sharded_list_and_watch: bool) -> Vec<OsString> {
+fn apiserver_args(
+    certs: &Path,
+    ports: &Ports,
+    sharded_list_and_watch: bool,
+    cbor_serving_and_storage: bool,
+) -> Vec<OsString> {
     vec![
         format!("--etcd-servers={}", ports.etcd_client_url()).into(),
         format!("--secure-port={}", ports.apiserver).into(),
@@ -573,7 +595,10 @@ fn apiserver_args(certs: &Path, ports: &Ports, sharded_list_and_watch: bool) -> 
         "--allow-privileged=true".into(),
         "--profiling=false".into(),
         "--v=1".into(),
-        format!("--feature-gates=ShardedListAndWatch={sharded_list_and_watch}").into(),
+        format!(
+            "--feature-gates=ShardedListAndWatch={sharded_list_and_watch},CBORServingAndStorage={cbor_serving_and_storage}"
+        )
+        .into(),
     ]
 }
 
