@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::fmt;
 
 use bytes::Bytes;
-use kcache_core::protobuf::{self as pb, ListItem, ListReader, TypeMeta, WireError};
 use kcache_core::{ByteBlocks, CachedObject, ObjectError, ObjectOptions};
 use serde::Deserialize;
 use serde_json::error::Category;
@@ -76,7 +75,7 @@ impl<K> fmt::Debug for WatchEvent<K> {
 /// ```
 #[derive(Debug)]
 pub struct EventDecoder<K> {
-    options: ObjectOptions,
+    pub(crate) options: ObjectOptions,
     /// `options` with `copy_bytes`: list items are given as slices of the
     /// page and must end up in buffers of their own (when `blocks` are not
     /// used).
@@ -241,7 +240,8 @@ impl<K> fmt::Debug for ListPage<K> {
 /// A list page body parsed as it arrives, chunk by chunk, so that the
 /// body is never held whole (the apiserver sends a list at
 /// resourceVersion "0" as one body, whatever its size): [`JsonPage`] or
-/// [`ProtobufPage`]. The reflector reads every list page through one.
+/// a format's page parser (see `codec`). The reflector reads every list
+/// page through one, as a [`ListParser`].
 pub(crate) trait PageParser<K> {
     /// What a malformed body fails with (the source of a
     /// [`ReflectorError::InvalidList`](crate::ReflectorError::InvalidList)).
@@ -277,6 +277,42 @@ pub(crate) trait PageParser<K> {
             take(obj);
         }
         Ok(())
+    }
+}
+
+/// A [`PageParser`] as the reflector holds it: one type for every format,
+/// its errors as [`ListBodyError`].
+pub(crate) trait ListParser<K>: Send {
+    /// [`PageParser::feed`].
+    fn feed_chunk(
+        &mut self,
+        chunk: Bytes,
+        decoder: &EventDecoder<K>,
+        take: &mut dyn FnMut(CachedObject<K>),
+    ) -> Result<(), ListBodyError>;
+
+    /// [`PageParser::finish`].
+    fn finish_page(
+        self: Box<Self>,
+        decoder: &EventDecoder<K>,
+    ) -> Result<ListPage<K>, ListBodyError>;
+}
+
+impl<K, P: PageParser<K> + Send> ListParser<K> for P {
+    fn feed_chunk(
+        &mut self,
+        chunk: Bytes,
+        decoder: &EventDecoder<K>,
+        take: &mut dyn FnMut(CachedObject<K>),
+    ) -> Result<(), ListBodyError> {
+        self.feed(chunk, decoder, take).map_err(Into::into)
+    }
+
+    fn finish_page(
+        self: Box<Self>,
+        decoder: &EventDecoder<K>,
+    ) -> Result<ListPage<K>, ListBodyError> {
+        (*self).finish(decoder).map_err(Into::into)
     }
 }
 
@@ -326,55 +362,9 @@ impl<K> PageParser<K> for JsonPage {
     }
 }
 
-/// A protobuf list page (the `k8s\0` magic and a `runtime.Unknown`
-/// holding e.g. a `PodList`) read as it arrives: items cut by a
-/// [`ListReader`] and built (or skipped) one by one. An item whose own
-/// bytes are not a usable object is skipped (its length prefix still says
-/// where the next item starts).
-#[derive(Default)]
-pub(crate) struct ProtobufPage {
-    reader: ListReader,
-    skipped: Vec<BadEvent>,
-}
-
-impl<K> PageParser<K> for ProtobufPage {
-    type Error = WireError;
-
-    fn push(&mut self, chunk: Bytes) {
-        self.reader.push(chunk);
-    }
-
-    fn next_object(
-        &mut self,
-        decoder: &EventDecoder<K>,
-    ) -> Result<Option<CachedObject<K>>, WireError> {
-        while let Some(item) = self.reader.next_item()? {
-            let Some(tm) = self.reader.item_type() else {
-                continue;
-            };
-            match decoder.decode_protobuf_item(item, tm) {
-                Ok(o) => return Ok(Some(o)),
-                Err(bad) => self.skipped.push(bad),
-            }
-        }
-        Ok(None)
-    }
-
-    fn finish(self, _: &EventDecoder<K>) -> Result<ListPage<K>, WireError> {
-        let summary = self.reader.finish()?;
-        Ok(ListPage {
-            items: Vec::new(),
-            resource_version: summary.resource_version,
-            continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
-            shard_selector: summary.shard_selector,
-            skipped: self.skipped,
-        })
-    }
-}
-
 /// The sub-slice `inner` of `outer`, as a zero-copy slice of `outer`'s
 /// buffer when `inner` points into it.
-fn subslice(outer: &Bytes, inner: &[u8]) -> Bytes {
+pub(crate) fn subslice(outer: &Bytes, inner: &[u8]) -> Bytes {
     let start = (inner.as_ptr() as usize).checked_sub(outer.as_ptr() as usize);
     match start {
         Some(s) if s + inner.len() <= outer.len() => outer.slice(s..s + inner.len()),
@@ -388,7 +378,7 @@ fn subslice(outer: &Bytes, inner: &[u8]) -> Bytes {
 /// be a type error before a syntax error, or invalid UTF-8 (a data error):
 /// then the item is checked on its own (found by fuzzing; only on this
 /// error path).
-fn malformed_item(item: &[u8], e: BadEvent) -> Result<BadEvent, serde_json::Error> {
+pub(crate) fn malformed_item(item: &[u8], e: BadEvent) -> Result<BadEvent, serde_json::Error> {
     match e.source {
         Some(ObjectError::Json(json))
             if matches!(json.classify(), Category::Syntax | Category::Eof) =>
@@ -409,7 +399,7 @@ fn malformed_item(item: &[u8], e: BadEvent) -> Result<BadEvent, serde_json::Erro
 /// skips (a list's members other than metadata and items), so a list is
 /// checked whole (found by fuzzing: the envelope, or the body on the
 /// fallback path; items are checked by their metadata decode).
-fn utf8(bytes: &[u8]) -> Result<&str, serde_json::Error> {
+pub(crate) fn utf8(bytes: &[u8]) -> Result<&str, serde_json::Error> {
     std::str::from_utf8(bytes).map_err(|u| {
         <serde_json::Error as serde::de::Error>::custom(format_args!(
             "invalid UTF-8 at byte {}",
@@ -419,7 +409,7 @@ fn utf8(bytes: &[u8]) -> Result<&str, serde_json::Error> {
 }
 
 /// The first bytes of a protobuf message, in hex (for a log line).
-fn hex_preview(bytes: &[u8]) -> String {
+pub(crate) fn hex_preview(bytes: &[u8]) -> String {
     let cut = bytes.len().min(48);
     let mut s = String::with_capacity(cut * 3 + 3);
     for b in &bytes[..cut] {
@@ -432,7 +422,7 @@ fn hex_preview(bytes: &[u8]) -> String {
     s
 }
 
-fn bad(kind: BadEventKind, detail: impl Into<String>) -> BadEvent {
+pub(crate) fn bad(kind: BadEventKind, detail: impl Into<String>) -> BadEvent {
     BadEvent {
         kind,
         detail: detail.into(),
@@ -440,7 +430,7 @@ fn bad(kind: BadEventKind, detail: impl Into<String>) -> BadEvent {
     }
 }
 
-fn preview(bytes: &[u8]) -> String {
+pub(crate) fn preview(bytes: &[u8]) -> String {
     let cut = bytes.len().min(120);
     let mut s = String::from_utf8_lossy(&bytes[..cut]).into_owned();
     if bytes.len() > cut {
@@ -465,7 +455,7 @@ impl<K> EventDecoder<K> {
     }
 
     /// `item` copied into the current block, when list items are packed.
-    fn packed(&self, item: &[u8]) -> Option<Bytes> {
+    pub(crate) fn packed(&self, item: &[u8]) -> Option<Bytes> {
         let blocks = self.blocks.as_ref()?;
         Some(
             blocks
@@ -480,7 +470,7 @@ impl<K> EventDecoder<K> {
     /// copy of a few KiB; its own buffer would sit between the small
     /// allocations of the metadata, see [`ByteBlocks`]), with the options
     /// to build its object with.
-    fn pack_assembled_item(&self, item: Bytes) -> (Bytes, &ObjectOptions) {
+    pub(crate) fn pack_assembled_item(&self, item: Bytes) -> (Bytes, &ObjectOptions) {
         let packed = (item.len() <= ByteBlocks::MAX_PACKED)
             .then(|| self.packed(&item))
             .flatten();
@@ -489,7 +479,7 @@ impl<K> EventDecoder<K> {
 
     /// A list item (a slice of the page) made independent of the page, and
     /// the options to build its object with.
-    fn detach_list_item(&self, item: Bytes) -> (Bytes, &ObjectOptions) {
+    pub(crate) fn detach_list_item(&self, item: Bytes) -> (Bytes, &ObjectOptions) {
         match self.packed(&item) {
             Some(copy) => (copy, &self.options),
             None => (item, &self.list_options),
@@ -502,7 +492,11 @@ impl<K> EventDecoder<K> {
         &self.options
     }
 
-    fn check_kind(&self, kind: Option<&str>, api_version: Option<&str>) -> Result<(), BadEvent> {
+    pub(crate) fn check_kind(
+        &self,
+        kind: Option<&str>,
+        api_version: Option<&str>,
+    ) -> Result<(), BadEvent> {
         if let (Some(want), Some(got)) = (&self.kind, kind)
             && want != got
         {
@@ -527,7 +521,7 @@ impl<K> EventDecoder<K> {
         self.decode_object_with(bytes, &self.options)
     }
 
-    fn decode_object_with(
+    pub(crate) fn decode_object_with(
         &self,
         bytes: Bytes,
         options: &ObjectOptions,
@@ -546,7 +540,7 @@ impl<K> EventDecoder<K> {
         Ok(obj)
     }
 
-    fn decode_bookmark(&self, bytes: &[u8]) -> Result<Bookmark, BadEvent> {
+    pub(crate) fn decode_bookmark(&self, bytes: &[u8]) -> Result<Bookmark, BadEvent> {
         let wire: BookmarkWire<'_> = serde_json::from_slice(bytes).map_err(|e| {
             bad(
                 BadEventKind::InvalidObject,
@@ -577,7 +571,11 @@ impl<K> EventDecoder<K> {
         })
     }
 
-    fn typed(&self, ty: &[u8], object: Bytes) -> Option<Result<WatchEvent<K>, BadEvent>> {
+    pub(crate) fn typed(
+        &self,
+        ty: &[u8],
+        object: Bytes,
+    ) -> Option<Result<WatchEvent<K>, BadEvent>> {
         Some(match ty {
             b"ADDED" => self.decode_object(object).map(WatchEvent::Added),
             b"MODIFIED" => self.decode_object(object).map(WatchEvent::Modified),
@@ -642,111 +640,10 @@ impl<K> EventDecoder<K> {
         }
     }
 
-    /// Decodes one protobuf watch frame (a `WatchEvent`, as cut by
-    /// [`ProtobufFramer`](crate::ProtobufFramer)): the event type, and the
-    /// object's `k8s\0` + `runtime.Unknown` envelope into a cached object
-    /// (a zero-copy slice of `frame`), a bookmark, or the `Status` of an
-    /// `ERROR` event. Bad frames are [`BadEvent`]s of the same kinds as a
-    /// bad JSON line.
-    pub fn decode_protobuf_event(&self, frame: Bytes) -> Result<WatchEvent<K>, BadEvent> {
-        let ev = pb::WatchEvent::decode(&frame).map_err(|e| {
-            bad(
-                BadEventKind::Undecodable,
-                format!("protobuf: {e}: {}", hex_preview(&frame)),
-            )
-        })?;
-        match ev.event_type {
-            "ADDED" | "MODIFIED" | "DELETED" => {
-                let object = frame.slice_ref(ev.object);
-                let obj = CachedObject::from_protobuf_envelope_with(object, &self.options)
-                    .map_err(|e| BadEvent {
-                        kind: BadEventKind::InvalidObject,
-                        detail: hex_preview(ev.object),
-                        source: Some(e),
-                    })?;
-                self.check_kind(obj.meta().kind(), obj.meta().api_version())?;
-                Ok(match ev.event_type {
-                    "ADDED" => WatchEvent::Added(obj),
-                    "MODIFIED" => WatchEvent::Modified(obj),
-                    _ => WatchEvent::Deleted(obj),
-                })
-            }
-            "BOOKMARK" => self
-                .decode_protobuf_bookmark(ev.object)
-                .map(WatchEvent::Bookmark),
-            "ERROR" => Ok(WatchEvent::Error(ApiError::from_status_bytes(
-                None, ev.object,
-            ))),
-            other => Err(bad(
-                BadEventKind::UnknownType,
-                format!("event type {other:?}"),
-            )),
-        }
-    }
-
-    fn decode_protobuf_bookmark(&self, object: &[u8]) -> Result<Bookmark, BadEvent> {
-        let invalid = |e: WireError| {
-            bad(
-                BadEventKind::InvalidObject,
-                format!("bookmark: protobuf: {e}: {}", hex_preview(object)),
-            )
-        };
-        let u = pb::Unknown::decode(object).map_err(invalid)?;
-        self.check_kind(Some(u.type_meta.kind), Some(u.type_meta.api_version))?;
-        let b = pb::Bookmark::decode(u.raw).map_err(invalid)?;
-        if b.resource_version.is_empty() {
-            return Err(bad(
-                BadEventKind::InvalidObject,
-                "bookmark without metadata.resourceVersion",
-            ));
-        }
-        Ok(Bookmark {
-            resource_version: b.resource_version.to_owned(),
-            initial_events_end: b.initial_events_end,
-        })
-    }
-
-    /// Builds the cached object of one item of a protobuf list (cut by a
-    /// [`ListReader`]; `type_meta` is [`ListReader::item_type`]). An item
-    /// that is a slice of a network chunk is copied into a buffer of its
-    /// own (or, when managedFields are cut, only the cut result is kept),
-    /// so that no long-lived object keeps a chunk alive.
-    pub fn decode_protobuf_item(
-        &self,
-        item: ListItem,
-        type_meta: TypeMeta<'_>,
-    ) -> Result<CachedObject<K>, BadEvent> {
-        let (bytes, options) = if item.shares_chunk {
-            self.detach_list_item(item.bytes.clone())
-        } else {
-            self.pack_assembled_item(item.bytes.clone())
-        };
-        let obj =
-            CachedObject::from_protobuf_with(bytes, type_meta, options).map_err(|e| BadEvent {
-                kind: BadEventKind::InvalidObject,
-                detail: hex_preview(&item.bytes),
-                source: Some(e),
-            })?;
-        self.check_kind(obj.meta().kind(), obj.meta().api_version())?;
-        Ok(obj)
-    }
-
-    #[cfg(any(test, feature = "fuzzing"))]
-    /// [`decode_list`](Self::decode_list) for a protobuf list body (the
-    /// `k8s\0` magic and a `runtime.Unknown` holding e.g. a `PodList`),
-    /// read whole. A
-    /// malformed envelope or list fails the page; an item whose own bytes
-    /// are not a usable object is skipped (its length prefix still says
-    /// where the next item starts). The reflector reads list bodies with a
-    /// [`ListReader`] as they arrive instead.
-    pub fn decode_protobuf_list(&self, body: &Bytes) -> Result<ListPage<K>, WireError> {
-        self.parse_chunks(ProtobufPage::default(), [body.clone()])
-    }
-
     #[cfg(any(test, feature = "fuzzing"))]
     /// The page `parser` makes of a body given in `chunks`, with the items
     /// it completes as it goes followed by the ones the envelope held.
-    fn parse_chunks<P: PageParser<K>>(
+    pub(crate) fn parse_chunks<P: PageParser<K>>(
         &self,
         mut parser: P,
         chunks: impl IntoIterator<Item = Bytes>,

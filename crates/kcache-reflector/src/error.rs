@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use kcache_core::protobuf::{self, WireError};
+use kcache_core::protobuf::WireError;
 use kcache_core::{BoxError, ObjectError, StoreError};
 use serde::Deserialize;
 
@@ -72,8 +72,9 @@ pub struct ApiError {
     pub causes: Vec<String>,
 }
 
+/// A `metav1.Status` as serde reads it (from JSON or CBOR).
 #[derive(Deserialize)]
-struct StatusWire {
+pub(crate) struct StatusWire {
     #[serde(default)]
     code: Option<u16>,
     #[serde(default)]
@@ -97,24 +98,21 @@ struct CauseWire {
 }
 
 impl ApiError {
-    /// Builds the error from a `Status` body, JSON or protobuf (`k8s\0` +
-    /// `runtime.Unknown` holding a `Status`: what the apiserver answers to
-    /// a request that accepts protobuf). `http_status` is used when the
-    /// body has no code, and a body that is not a Status becomes the message.
+    /// Builds the error from a `Status` body in any format the reflector
+    /// reads: JSON, protobuf (`k8s\0` + `runtime.Unknown` holding a
+    /// `Status`) or CBOR (what the apiserver answers to a request that
+    /// accepts them), told by its first bytes. `http_status` is used when
+    /// the body has no code, and a body that is not a Status becomes the
+    /// message.
     pub fn from_status_bytes(http_status: Option<u16>, body: &[u8]) -> Self {
-        if body.starts_with(protobuf::MAGIC) {
-            return Self::from_protobuf_status(http_status, body);
-        }
+        crate::codec::status(http_status, body)
+    }
+
+    /// A JSON `Status` body (or any body: a body that is not a Status
+    /// becomes the message).
+    pub(crate) fn from_json_status(http_status: Option<u16>, body: &[u8]) -> Self {
         match serde_json::from_slice::<StatusWire>(body) {
-            Ok(s) => ApiError {
-                code: s.code.filter(|c| *c != 0).or(http_status).unwrap_or(500),
-                reason: s.reason.unwrap_or_default(),
-                message: s.message.unwrap_or_default(),
-                causes: s
-                    .details
-                    .map(|d| d.causes.into_iter().filter_map(|c| c.reason).collect())
-                    .unwrap_or_default(),
-            },
+            Ok(s) => Self::from_status_wire(http_status, s),
             Err(_) => {
                 let text = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
                 ApiError {
@@ -127,39 +125,16 @@ impl ApiError {
         }
     }
 
-    fn from_protobuf_status(http_status: Option<u16>, body: &[u8]) -> Self {
-        match protobuf::Status::from_envelope(body) {
-            Ok(Some(s)) => ApiError {
-                code: u16::try_from(s.code)
-                    .ok()
-                    .filter(|c| *c != 0)
-                    .or(http_status)
-                    .unwrap_or(500),
-                reason: s.reason,
-                message: s.message,
-                causes: s
-                    .details
-                    .map(|d| {
-                        d.causes
-                            .into_iter()
-                            .map(|c| c.reason)
-                            .filter(|r| !r.is_empty())
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            },
-            Ok(None) => ApiError {
-                code: http_status.unwrap_or(500),
-                reason: String::new(),
-                message: "a protobuf body that is not a Status".to_owned(),
-                causes: Vec::new(),
-            },
-            Err(e) => ApiError {
-                code: http_status.unwrap_or(500),
-                reason: String::new(),
-                message: format!("an undecodable protobuf Status: {e}"),
-                causes: Vec::new(),
-            },
+    /// The error a decoded `Status` says.
+    pub(crate) fn from_status_wire(http_status: Option<u16>, s: StatusWire) -> Self {
+        ApiError {
+            code: s.code.filter(|c| *c != 0).or(http_status).unwrap_or(500),
+            reason: s.reason.unwrap_or_default(),
+            message: s.message.unwrap_or_default(),
+            causes: s
+                .details
+                .map(|d| d.causes.into_iter().filter_map(|c| c.reason).collect())
+                .unwrap_or_default(),
         }
     }
 
@@ -346,6 +321,16 @@ pub enum ListBodyError {
     /// skipped, as its length prefix still says where the next one starts).
     #[error("protobuf: {0}")]
     Protobuf(WireError),
+    /// A CBOR list body: malformed CBOR (the envelope, or an item that is
+    /// not one well-formed data item), or not a list.
+    #[error("CBOR: {0}")]
+    Cbor(kcache_core::cbor::CborError),
+}
+
+impl From<kcache_core::cbor::CborError> for ListBodyError {
+    fn from(e: kcache_core::cbor::CborError) -> Self {
+        ListBodyError::Cbor(e)
+    }
 }
 
 impl From<serde_json::Error> for ListBodyError {
@@ -406,7 +391,7 @@ pub enum ReflectorError {
         #[source]
         source: BoxError,
     },
-    /// A list response was not a valid list (JSON or protobuf).
+    /// A list response was not a valid list (in its format).
     #[error("list {resource}: invalid list body (is the URL right? the reflector retries)")]
     InvalidList {
         /// The resource.
@@ -814,7 +799,7 @@ mod tests {
         let mut tm = Vec::new();
         field(&mut tm, 1, b"v1");
         field(&mut tm, 2, b"Status");
-        let mut body = protobuf::MAGIC.to_vec();
+        let mut body = kcache_core::protobuf::MAGIC.to_vec();
         field(&mut body, 1, &tm);
         field(&mut body, 2, &status);
         let e = ApiError::from_status_bytes(Some(200), &body);

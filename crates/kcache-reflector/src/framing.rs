@@ -1,5 +1,8 @@
 //! Framing of a watch stream's byte chunks: by newline (JSON) or by length
-//! prefix (protobuf).
+//! prefix (protobuf); the [`Framer`] trait a codec's framer implements
+//! (CBOR's is in `codec::cbor`).
+
+use std::fmt;
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -297,50 +300,62 @@ impl ProtobufFramer {
     }
 }
 
-/// A watch stream's framer: by line for JSON, by length prefix for
-/// protobuf.
+/// Why a watch stream cannot be framed further.
 #[derive(Debug)]
-pub(crate) enum WatchFramer {
-    Lines(LineFramer),
-    Frames(ProtobufFramer),
+pub(crate) enum FrameError {
+    /// An event over the maximum size.
+    TooLarge(FrameTooLarge),
+    /// Bytes that are not a frame of the format (a CBOR sequence whose
+    /// next item is malformed): the stream cannot be read further.
+    Malformed(Box<dyn std::error::Error + Send + Sync>),
 }
 
-impl WatchFramer {
-    pub(crate) fn new(format: crate::wire_format::BodyFormat, max_frame: usize) -> Self {
-        match format {
-            crate::wire_format::BodyFormat::Json => {
-                WatchFramer::Lines(LineFramer::with_max_frame(max_frame))
-            }
-            crate::wire_format::BodyFormat::Protobuf => {
-                WatchFramer::Frames(ProtobufFramer::with_max_frame(max_frame))
-            }
-        }
+impl From<FrameTooLarge> for FrameError {
+    fn from(e: FrameTooLarge) -> Self {
+        FrameError::TooLarge(e)
     }
+}
 
-    pub(crate) fn push(&mut self, chunk: Bytes) {
-        match self {
-            WatchFramer::Lines(f) => f.push(chunk),
-            WatchFramer::Frames(f) => f.push(chunk),
-        }
+/// A watch stream's framer, as a format's codec makes it: by line for
+/// JSON, by length prefix for protobuf, by data item for CBOR.
+pub(crate) trait Framer: Send + fmt::Debug {
+    /// Adds a chunk; call [`next_frame`](Self::next_frame) until it
+    /// returns `None` before pushing the next one.
+    fn push(&mut self, chunk: Bytes);
+
+    /// The next complete frame, `None` when more bytes are needed.
+    fn next_frame(&mut self) -> Result<Option<Bytes>, FrameError>;
+
+    /// At the end of the stream: a last frame without its terminator (a
+    /// JSON line without a newline, which may be truncated: `Ok(Some)`),
+    /// nothing left (`Ok(None)`), or the byte count of a truncated frame
+    /// (`Err`).
+    fn finish(&mut self) -> Result<Option<Bytes>, usize>;
+}
+
+impl Framer for LineFramer {
+    fn push(&mut self, chunk: Bytes) {
+        LineFramer::push(self, chunk);
     }
-
-    pub(crate) fn next_frame(&mut self) -> Result<Option<Bytes>, FrameTooLarge> {
-        match self {
-            WatchFramer::Lines(f) => f.next_frame(),
-            WatchFramer::Frames(f) => f.next_frame(),
-        }
+    fn next_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
+        Ok(LineFramer::next_frame(self)?)
     }
+    fn finish(&mut self) -> Result<Option<Bytes>, usize> {
+        Ok(LineFramer::finish(self))
+    }
+}
 
-    /// At the end of the stream: a last JSON line without a newline
-    /// (`Ok(Some)`), nothing left (`Ok(None)`), or the byte count of a
-    /// truncated protobuf frame (`Err`).
-    pub(crate) fn finish(&mut self) -> Result<Option<Bytes>, usize> {
-        match self {
-            WatchFramer::Lines(f) => Ok(f.finish()),
-            WatchFramer::Frames(f) => match f.buffered() {
-                0 => Ok(None),
-                n => Err(n),
-            },
+impl Framer for ProtobufFramer {
+    fn push(&mut self, chunk: Bytes) {
+        ProtobufFramer::push(self, chunk);
+    }
+    fn next_frame(&mut self) -> Result<Option<Bytes>, FrameError> {
+        Ok(ProtobufFramer::next_frame(self)?)
+    }
+    fn finish(&mut self) -> Result<Option<Bytes>, usize> {
+        match self.buffered() {
+            0 => Ok(None),
+            n => Err(n),
         }
     }
 }

@@ -159,6 +159,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backoff;
+mod codec;
 mod decode;
 mod error;
 mod framing;

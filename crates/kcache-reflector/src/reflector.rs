@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http_body_util::BodyExt;
-use kcache_core::{CachedObject, ErrorChain, ReflectorStore, ShardSelector};
+use kcache_core::{CachedObject, ErrorChain, Format, ReflectorStore, ShardSelector};
 use kube::api::{ListParams, WatchParams};
 use kube::client::Body;
 use kube::core::Request;
@@ -22,17 +22,17 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::backoff::{Backoff, BackoffConfig};
-use crate::decode::{EventDecoder, JsonPage, PageParser, ProtobufPage, WatchEvent};
+use crate::codec::{self, CodecId, Target, WireCodec};
+use crate::decode::{EventDecoder, ListParser, WatchEvent};
 use crate::error::{
     ApiError, BadEvent, BadEventKind, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError,
     TimeoutPhase, Truncated, is_probable_eof,
 };
-use crate::framing::WatchFramer;
+use crate::framing::{FrameError, Framer};
 use crate::limits::{BodyError, BodyLimits, RequestTimeouts, read_body_with, read_error_body};
 use crate::list_options::ListOptions;
 use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
 use crate::shard::{self, ShardFilterMode, Sharding};
-use crate::wire_format::{ACCEPT_PROTOBUF_LIST, ACCEPT_PROTOBUF_WATCH, BodyFormat, wants_protobuf};
 
 /// Called with every error the reflector meets (see [`ReflectorError`]).
 /// It must return quickly: it runs on the reflector's task.
@@ -201,11 +201,13 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         };
         let kind = (!kind.is_empty()).then_some(kind);
         let api_version = (!api_version.is_empty()).then_some(api_version);
-        let protobuf = wants_protobuf(
+        let codec = codec::preferred(
             self.options.wire_format,
-            metadata_only,
-            api_version.as_deref(),
-            kind.as_deref(),
+            Target {
+                api_version: api_version.as_deref(),
+                kind: kind.as_deref(),
+                metadata_only,
+            },
         );
         Reflector {
             metrics: ReflectorMetrics::new(&*self.metrics, &name),
@@ -247,7 +249,8 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             shard_dropped: AtomicU64::new(0),
             fallback_logged: AtomicBool::new(false),
             running: AtomicBool::new(false),
-            protobuf: AtomicBool::new(protobuf),
+            codec,
+            asks_json: AtomicBool::new(codec.format() == Format::Json),
         }
     }
 }
@@ -298,9 +301,12 @@ pub struct Reflector<K> {
     shard_dropped: AtomicU64,
     fallback_logged: AtomicBool,
     running: AtomicBool,
-    /// Lists and watches ask for protobuf (a built-in type with
-    /// [`WireFormat::Auto`]); cleared when the server refuses it (406).
-    protobuf: AtomicBool,
+    /// The format lists and watches prefer (protobuf for a built-in type
+    /// and CBOR for a custom resource with [`WireFormat::Auto`]).
+    codec: CodecId,
+    /// They ask for JSON instead: the preferred format is JSON, or the
+    /// server refused it (406) or answered JSON.
+    asks_json: AtomicBool,
 }
 
 impl<K> fmt::Debug for Reflector<K> {
@@ -334,10 +340,9 @@ struct OpenWatch {
     body: DataStream,
     /// No byte for this long: the watch is abandoned as stalled.
     idle_limit: Duration,
-    /// By line (JSON) or by length prefix (protobuf), as the response's
-    /// `Content-Type` says.
-    framer: WatchFramer,
-    format: BodyFormat,
+    /// The response's format, as its `Content-Type` says, and its framer.
+    codec: CodecId,
+    framer: Box<dyn Framer>,
     /// When the request was sent.
     start: Instant,
     /// The server-side timeout the watch asked for.
@@ -551,7 +556,7 @@ impl<K: Resource + 'static> Reflector<K> {
     }
 }
 
-impl<K> Reflector<K> {
+impl<K: 'static> Reflector<K> {
     /// The resourceVersion of the last list or watch event handed to the
     /// store (`""` before the first sync).
     pub fn last_sync_resource_version(&self) -> String {
@@ -584,12 +589,44 @@ impl<K> Reflector<K> {
         &self.name
     }
 
-    /// Whether the reflector asks for protobuf: a built-in type with
-    /// [`WireFormat::Auto`](crate::WireFormat::Auto), until a server
-    /// refused protobuf with `406 Not Acceptable` (then JSON for the rest
-    /// of its life).
-    pub fn asks_for_protobuf(&self) -> bool {
-        self.protobuf.load(Ordering::Relaxed)
+    /// The format the reflector asks for: with
+    /// [`WireFormat::Auto`](crate::WireFormat::Auto) protobuf for a
+    /// built-in type and CBOR for a custom resource, until a server
+    /// refused it with `406 Not Acceptable` or answered JSON (then JSON
+    /// for the rest of its life).
+    pub fn asks_for(&self) -> Format {
+        self.asking().format()
+    }
+
+    /// The codec whose format the requests prefer.
+    fn asking(&self) -> &'static dyn WireCodec<K> {
+        if self.asks_json.load(Ordering::Relaxed) {
+            CodecId::JSON.get()
+        } else {
+            self.codec.get()
+        }
+    }
+
+    /// Adds the `Accept` of the preferred format to a list (`watch =
+    /// false`) or watch request (nothing for JSON: kube's own header).
+    fn set_accept(&self, req: &mut http::Request<Vec<u8>>, watch: bool) {
+        let codec = self.asking();
+        if codec.format() != Format::Json {
+            req.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(codec.accept(watch)),
+            );
+        }
+    }
+
+    /// The codec of a response; a JSON answer to a request that preferred
+    /// another format makes the reflector ask for JSON from now on.
+    fn answered(&self, headers: &http::HeaderMap) -> CodecId {
+        let answer = codec::of_response(headers);
+        if answer.format() == Format::Json && !self.asks_json.swap(true, Ordering::Relaxed) {
+            codec::log_json_answer(self.codec.format(), &self.resource);
+        }
+        answer
     }
 
     /// The shard selector (see [`ListOptions::shard_selector`]).
@@ -1160,12 +1197,7 @@ impl<K> Reflector<K> {
             *req.uri_mut() = uri;
         }
         self.add_shard_selector(&mut req)?;
-        if self.asks_for_protobuf() {
-            req.headers_mut().insert(
-                http::header::ACCEPT,
-                http::HeaderValue::from_static(ACCEPT_PROTOBUF_LIST),
-            );
-        }
+        self.set_accept(&mut req, false);
         // the URI carries a server-sent resourceVersion or continue token
         debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "list page");
         let resp = self
@@ -1181,37 +1213,29 @@ impl<K> Reflector<K> {
             total: self.timeouts.list_body,
             max_bytes: self.max_list_page_bytes,
         };
-        let format = BodyFormat::of(resp.headers());
+        let parser = self.answered(resp.headers()).get::<K>().list_parser();
         let stream = resp.into_body().into_data_stream();
-        match format {
-            BodyFormat::Protobuf => {
-                self.read_list_page(content_length, stream, limits, ProtobufPage::default())
-                    .await
-            }
-            BodyFormat::Json => {
-                self.read_list_page(content_length, stream, limits, JsonPage::new())
-                    .await
-            }
-        }
+        self.read_list_page(content_length, stream, limits, parser)
+            .await
     }
 
-    /// Reads a list page body within `limits` with `parser` (JSON or
-    /// protobuf), as it arrives: each item is cut, built and (when
+    /// Reads a list page body within `limits` with `parser` (the
+    /// response format's), as it arrives: each item is cut, built and (when
     /// unchanged) swapped for the store's copy as soon as its last byte is
     /// in (see [`keep`](Self::keep)), so the body is never held whole; the
     /// envelope (everything but the items) is read at the end. A malformed
     /// body anywhere fails the page as [`ReflectorError::InvalidList`],
     /// any other body failure as a list body error.
-    async fn read_list_page<P: PageParser<K>>(
+    async fn read_list_page(
         &self,
         content_length: Option<u64>,
         stream: impl Stream<Item = Result<Bytes, kube::Error>> + Unpin,
         limits: BodyLimits,
-        mut parser: P,
+        mut parser: Box<dyn ListParser<K>>,
     ) -> Result<Page<K>, ReflectorError> {
-        let invalid = |e: P::Error| ReflectorError::InvalidList {
+        let invalid = |e| ReflectorError::InvalidList {
             resource: self.resource.clone(),
-            source: e.into(),
+            source: e,
         };
         let mut acc = PageItems {
             items: Vec::new(),
@@ -1220,7 +1244,7 @@ impl<K> Reflector<K> {
         };
         let mut malformed = None;
         let read = read_body_with(content_length, stream, limits, |chunk| {
-            match parser.feed(chunk, &self.decoder, |obj| self.keep(&mut acc, obj)) {
+            match parser.feed_chunk(chunk, &self.decoder, &mut |obj| self.keep(&mut acc, obj)) {
                 Ok(()) => true,
                 Err(e) => {
                     malformed = Some(e);
@@ -1239,7 +1263,7 @@ impl<K> Reflector<K> {
             }
             Err(e) => return Err(self.list_body_error(e)),
         }
-        let end = parser.finish(&self.decoder).map_err(invalid)?;
+        let end = parser.finish_page(&self.decoder).map_err(invalid)?;
         // items the envelope held itself (not a literal "items" array)
         for obj in end.items {
             self.keep(&mut acc, obj);
@@ -1285,12 +1309,14 @@ impl<K> Reflector<K> {
         op: Operation,
         req: http::Request<Vec<u8>>,
     ) -> Result<http::Response<Body>, ReflectorError> {
-        let asked_protobuf = req
-            .headers()
-            .get(http::header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|a| a.starts_with(kcache_core::protobuf::CONTENT_TYPE));
-        if !asked_protobuf {
+        let preferred = self.codec.get::<K>();
+        let asked_binary = preferred.format() != Format::Json
+            && req
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|a| a == preferred.accept(false) || a == preferred.accept(true));
+        if !asked_binary {
             return self.send_once(op, req).await;
         }
         let mut again = http::Request::new(req.body().clone());
@@ -1300,10 +1326,13 @@ impl<K> Reflector<K> {
         again.headers_mut().remove(http::header::ACCEPT);
         match self.send_once(op, req).await {
             Err(ReflectorError::Api { error, .. }) if error.code == 406 => {
-                if self.protobuf.swap(false, Ordering::Relaxed) {
+                if !self.asks_json.swap(true, Ordering::Relaxed) {
                     warn!(
                         error = %Truncated(&error, MAX_LOGGED_ERROR),
-                        "the apiserver (or a proxy in front of it) refused protobuf with 406 Not Acceptable; this reflector asks for JSON from now on (set WireFormat::Json to skip the attempt, or let the proxy pass `Accept: application/vnd.kubernetes.protobuf, application/json`)"
+                        format = ?preferred.format(),
+                        "the apiserver (or a proxy in front of it) refused {:?} with 406 Not Acceptable; this reflector asks for JSON from now on (set WireFormat::Json to skip the attempt, or let the proxy pass `Accept: {}`)",
+                        preferred.format(),
+                        preferred.accept(false),
                     );
                 }
                 self.send_once(op, again).await
@@ -1411,12 +1440,7 @@ impl<K> Reflector<K> {
             http::header::ACCEPT_ENCODING,
             http::HeaderValue::from_static("identity"),
         );
-        if self.asks_for_protobuf() {
-            req.headers_mut().insert(
-                http::header::ACCEPT,
-                http::HeaderValue::from_static(ACCEPT_PROTOBUF_WATCH),
-            );
-        }
+        self.set_accept(&mut req, true);
         debug!(uri = %Truncated(req.uri(), MAX_LOGGED_URI), "watch");
         self.metrics.watches.inc();
         let resp = self
@@ -1426,12 +1450,12 @@ impl<K> Reflector<K> {
         let idle_limit = self
             .watch_idle_timeout
             .unwrap_or(Duration::from_secs(u64::from(timeout_secs)) + WATCH_IDLE_MARGIN);
-        let format = BodyFormat::of(resp.headers());
+        let codec = self.answered(resp.headers());
         Ok(OpenWatch {
             body: Box::pin(resp.into_body().into_data_stream()),
             idle_limit,
-            framer: WatchFramer::new(format, self.max_event_size),
-            format,
+            framer: codec.get::<K>().framer(self.max_event_size),
+            codec,
             start,
             timeout: Duration::from_secs(u64::from(timeout_secs)),
             events: 0,
@@ -1564,11 +1588,18 @@ impl<K> Reflector<K> {
                         }
                     }
                     Ok(None) => break,
-                    Err(e) => {
+                    Err(FrameError::TooLarge(e)) => {
                         return Err(ReflectorError::EventTooLarge {
                             op: w.op,
                             resource: self.resource.clone(),
                             limit: e.limit,
+                        });
+                    }
+                    Err(FrameError::Malformed(source)) => {
+                        return Err(ReflectorError::Body {
+                            op: w.op,
+                            resource: self.resource.clone(),
+                            source,
                         });
                     }
                 }
@@ -1631,7 +1662,7 @@ impl<K> Reflector<K> {
         match w.framer.finish() {
             Ok(Some(line)) => {
                 // a last line without newline: accept it if it is a whole event
-                match self.decoder.decode_event(line.clone()) {
+                match w.codec.get::<K>().decode_event(&self.decoder, line.clone()) {
                     Err(e) if e.kind == BadEventKind::Undecodable => {
                         debug!("ignoring a truncated last line of a watch stream");
                     }
@@ -1644,7 +1675,7 @@ impl<K> Reflector<K> {
             }
             Ok(None) => {}
             Err(left) => {
-                // a protobuf frame cut by the end of the stream
+                // a frame cut by the end of the stream
                 debug!(
                     bytes = left,
                     "ignoring a truncated last frame of a watch stream"
@@ -1670,17 +1701,14 @@ impl<K> Reflector<K> {
         }
     }
 
-    /// Handles one watch event (a JSON line or a protobuf frame).
+    /// Handles one watch event (one frame of the response's format).
     fn handle_frame(
         &self,
         frame: Bytes,
         mode: &mut Mode<'_, K>,
         w: &mut OpenWatch,
     ) -> Result<Option<String>, ReflectorError> {
-        let decoded = match w.format {
-            BodyFormat::Json => self.decoder.decode_event(frame),
-            BodyFormat::Protobuf => self.decoder.decode_protobuf_event(frame),
-        };
+        let decoded = w.codec.get::<K>().decode_event(&self.decoder, frame);
         let event = match decoded {
             Ok(e) => e,
             Err(bad) => {

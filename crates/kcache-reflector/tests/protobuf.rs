@@ -299,10 +299,11 @@ async fn protobuf_list_byte_cap_and_stall() {
     run.stop().await;
 }
 
-/// Content negotiation: protobuf is asked for built-in types only; a JSON
-/// answer to a protobuf request is read as JSON (list and watch); forced
-/// JSON, custom resources and metadata-only reflectors never ask for
-/// protobuf; a `DynamicObject` of a built-in type gets protobuf and decodes
+/// Content negotiation: protobuf is asked for built-in types only (CBOR
+/// for custom resources); a JSON answer to a protobuf request is read as
+/// JSON, and the reflector asks for JSON from then on (one log line, no
+/// retry); forced JSON and metadata-only reflectors never ask for a binary
+/// format; a `DynamicObject` of a built-in type gets protobuf and decodes
 /// to what its JSON decodes to.
 #[tokio::test(start_paused = true)]
 async fn content_negotiation_per_resource() {
@@ -313,10 +314,10 @@ async fn content_negotiation_per_resource() {
         _ => hang(),
     });
     store.wait_calls(2).await;
-    assert!(run.reflector.asks_for_protobuf());
+    assert_eq!(run.reflector.asks_for(), Format::Json, "answered JSON");
     let reqs = fake.requests();
     assert_eq!(accept(&reqs[0]), Some(ACCEPT_LIST));
-    assert_eq!(accept(&reqs[1]), Some(ACCEPT_WATCH));
+    assert_eq!(accept(&reqs[1]), None, "JSON after a JSON answer");
     for k in ["a", "b"] {
         assert_eq!(
             store.object(&format!("ns/{k}")).unwrap().format(),
@@ -341,14 +342,16 @@ async fn content_negotiation_per_resource() {
         },
     );
     store.wait_calls(2).await;
-    assert!(!run.reflector.asks_for_protobuf());
+    assert_eq!(run.reflector.asks_for(), Format::Json);
     for r in fake.requests() {
         assert_eq!(accept(&r), None, "{r:?}");
     }
     assert_eq!(store.object("ns/a").unwrap().format(), Format::Protobuf);
     run.stop().await;
 
-    // a custom resource: JSON
+    // a custom resource: CBOR asked, with JSON as the fallback; a JSON
+    // answer (an apiserver without CBORServingAndStorage) makes the
+    // reflector ask for JSON from then on
     let fake = Fake::new(|r| {
         match (r.is_watch(), r.nth) {
         (false, 0) => Reply::Json(
@@ -364,10 +367,11 @@ async fn content_negotiation_per_resource() {
         ..ListOptions::default()
     }));
     store.wait_calls(1).await;
-    fake.wait_requests(2).await;
-    assert!(!run.reflector.asks_for_protobuf());
-    for r in fake.requests() {
-        assert_eq!(accept(&r), None, "{r:?}");
+    let reqs = fake.wait_requests(2).await;
+    assert_eq!(run.reflector.asks_for(), Format::Json);
+    assert_eq!(accept(&reqs[0]), Some("application/cbor, application/json"));
+    for r in &reqs[1..] {
+        assert_eq!(accept(r), None, "{r:?}");
     }
     run.stop().await;
 
@@ -380,7 +384,7 @@ async fn content_negotiation_per_resource() {
     let run = start(builder);
     store.wait_calls(1).await;
     fake.wait_requests(2).await;
-    assert!(!run.reflector.asks_for_protobuf());
+    assert_eq!(run.reflector.asks_for(), Format::Json);
     let reqs = fake.requests();
     assert_eq!(
         accept(&reqs[0]),
@@ -405,7 +409,7 @@ async fn content_negotiation_per_resource() {
             .list_options(cutting_managed_fields(opts())),
     );
     store.wait_calls(2).await;
-    assert!(run.reflector.asks_for_protobuf());
+    assert_eq!(run.reflector.asks_for(), Format::Protobuf);
     for (name, uid, rv) in [("a", "u-a", "1"), ("b", "u-b", "2")] {
         let obj = store.object(&format!("ns/{name}")).unwrap();
         assert_eq!(obj.format(), Format::Protobuf);
@@ -450,7 +454,7 @@ async fn a_406_to_protobuf_falls_back_to_json() {
     });
     store.wait_calls(1).await;
     assert_eq!(store.calls()[0], Call::Replace(keys(&["a"]), "1".into()));
-    assert!(!run.reflector.asks_for_protobuf());
+    assert_eq!(run.reflector.asks_for(), Format::Json);
     let reqs = fake.wait_requests(3).await;
     assert_eq!(accept(&reqs[0]), Some(ACCEPT_WATCH));
     assert_eq!(accept(&reqs[1]), None, "sent again without protobuf");

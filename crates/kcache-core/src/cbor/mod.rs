@@ -29,12 +29,14 @@
 
 mod de;
 mod json;
+mod list;
 pub(crate) mod meta;
 mod reader;
 
 pub use de::decode;
 pub use json::to_json;
 pub(crate) use json::write_json;
+pub use list::{ListReader, ListSummary, watch_event};
 pub use reader::item_len;
 
 /// The media type of a CBOR object or list.
