@@ -410,7 +410,7 @@ async fn cbor_gate_off_falls_back_to_json() {
     let auto = informer(recording, WireFormat::Auto);
     let second = informer(t.cp.client().unwrap(), WireFormat::Auto);
     let js = informer(t.cp.client().unwrap(), WireFormat::Json);
-    let runs = [&auto, &second, &js].map(|i| spawn_run(i));
+    let runs = [&auto, &second, &js].map(spawn_run);
     let want = server_state(&api).await;
     let state = |i: &SharedIndexInformer<DynamicObject>| -> BTreeMap<String, String> {
         i.indexer()
