@@ -25,16 +25,19 @@
 //!   (`EventDecoder`, `WatchEvent`, `Bookmark`, `ListPage`) and the
 //!   `fuzzing` module. May change in any release.
 //!
-//! # Protobuf for built-in types
+//! # Wire formats: protobuf for built-in types, CBOR for custom resources
 //!
 //! With [`WireFormat::Auto`] (the default), lists, watches and streaming
 //! lists of a built-in type accept `application/vnd.kubernetes.protobuf`
 //! with JSON as the fallback, as client-go's typed clients do (it costs
-//! the apiserver 2-3x less CPU than JSON); custom resources and
-//! metadata-only reflectors ask for JSON, and
+//! the apiserver 2-3x less CPU than JSON). Those of a custom resource
+//! accept `application/cbor` (KEP-4222, served when the apiserver's
+//! `CBORServingAndStorage` gate is on) with JSON as the fallback.
+//! Metadata-only reflectors ask for JSON, and
 //! [`ListOptions::wire_format`] `= WireFormat::Json` forces it. Each
-//! response is read in the format its `Content-Type` names; a `406 Not
-//! Acceptable` to protobuf switches the reflector to JSON.
+//! response is read in the format its `Content-Type` names (one codec per
+//! format, in the crate's `codec` module). A JSON answer or a `406 Not
+//! Acceptable` switches the reflector to JSON.
 //!
 //! # Example
 //!
