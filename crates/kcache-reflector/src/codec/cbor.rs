@@ -311,7 +311,8 @@ impl<K> EventDecoder<K> {
     }
 
     #[cfg(any(test, feature = "fuzzing"))]
-    /// [`decode_cbor_event`](Self::decode_cbor_event), for fuzz checks.
+    /// Decodes one CBOR watch event (one item of an `application/cbor-seq`
+    /// stream), for fuzz checks and tests.
     pub fn decode_cbor_watch_event(&self, frame: Bytes) -> Result<WatchEvent<K>, BadEvent> {
         self.decode_cbor_event(frame)
     }
