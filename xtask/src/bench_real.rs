@@ -86,6 +86,19 @@ pub enum RealClient {
     ClientGo,
     /// kube-runtime 5's watcher feeding a reflector store (JSON).
     KubeRuntime,
+    /// Custom-resource mode ([`crate::bench_real_cr`]): kcache on
+    /// `DynamicObject`, JSON forced.
+    KcacheCrJson,
+    /// kcache on `DynamicObject`, `--wire-format auto` (CBOR, JSON as
+    /// fallback).
+    KcacheCrCbor,
+    /// client-go's dynamic informer, its default (JSON).
+    ClientGoCrJson,
+    /// client-go's dynamic informer with `ClientsAllowCBOR` and
+    /// `ClientsPreferCBOR`.
+    ClientGoCrCbor,
+    /// kube-runtime's watcher and store on `DynamicObject` (JSON).
+    KubeRuntimeCr,
 }
 
 /// The clients of the update load, in the order of the table and of the
@@ -109,7 +122,7 @@ pub const SYNC_CLIENTS: [RealClient; 5] = [
 
 /// What one client run does after its sync.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Load {
+pub(crate) enum Load {
     /// Nothing: stop, settle, sample.
     Sync,
     /// The update load, then stop.
@@ -127,16 +140,43 @@ impl RealClient {
             RealClient::KcacheProtobufBgOff => "kcache (protobuf, background compression off)",
             RealClient::ClientGo => "client-go 0.37 (default: protobuf)",
             RealClient::KubeRuntime => "kube-runtime 5 (JSON)",
+            RealClient::KcacheCrJson => "kcache DynamicObject (JSON forced)",
+            RealClient::KcacheCrCbor => "kcache DynamicObject (CBOR)",
+            RealClient::ClientGoCrJson => "client-go 0.37 dynamic informer (JSON)",
+            RealClient::ClientGoCrCbor => "client-go 0.37 dynamic informer (ClientsPreferCBOR)",
+            RealClient::KubeRuntimeCr => "kube-runtime 5 DynamicObject (JSON)",
         }
+    }
+
+    /// Whether this is one of kcache's clients (it has `--wait-compressed`).
+    pub fn is_kcache(self) -> bool {
+        matches!(
+            self,
+            RealClient::KcacheProtobuf
+                | RealClient::KcacheJson
+                | RealClient::KcacheProtobufBgOff
+                | RealClient::KcacheCrJson
+                | RealClient::KcacheCrCbor
+        )
+    }
+
+    /// Whether this is the Go client (its flags take one dash).
+    fn is_client_go(self) -> bool {
+        matches!(
+            self,
+            RealClient::ClientGo | RealClient::ClientGoCrJson | RealClient::ClientGoCrCbor
+        )
     }
 
     fn command(self, bins: &Bins, mode: Mode) -> Command {
         let mut cmd = match self {
             RealClient::KcacheProtobuf
             | RealClient::KcacheJson
-            | RealClient::KcacheProtobufBgOff => {
+            | RealClient::KcacheProtobufBgOff
+            | RealClient::KcacheCrJson
+            | RealClient::KcacheCrCbor => {
                 let mut c = Command::new(bins.release.join("kcache-client"));
-                let wf = if self == RealClient::KcacheJson {
+                let wf = if matches!(self, RealClient::KcacheJson | RealClient::KcacheCrJson) {
                     "json"
                 } else {
                     "auto"
@@ -146,16 +186,30 @@ impl RealClient {
                 if self == RealClient::KcacheProtobufBgOff {
                     c.args(["--background-compression", "off"]);
                 }
+                if self.is_custom_resource() {
+                    c.args(["--resource", "applications"]);
+                }
                 c
             }
-            RealClient::KubeRuntime => {
+            RealClient::KubeRuntime | RealClient::KubeRuntimeCr => {
                 let mut c = Command::new(bins.release.join("kube-runtime-client"));
                 c.args(["--scenario", "sync", "--mode", mode.name()]);
+                if self.is_custom_resource() {
+                    c.args(["--resource", "applications"]);
+                }
                 c
             }
-            RealClient::ClientGo => {
+            RealClient::ClientGo | RealClient::ClientGoCrJson | RealClient::ClientGoCrCbor => {
                 let mut c = Command::new(&bins.client_go);
-                c.args(["-scenario=sync", "-content-type=protobuf"]);
+                c.arg("-scenario=sync");
+                c.arg(match self {
+                    RealClient::ClientGoCrJson => "-content-type=json",
+                    RealClient::ClientGoCrCbor => "-content-type=cbor",
+                    _ => "-content-type=protobuf",
+                });
+                if self.is_custom_resource() {
+                    c.arg("-resource=applications");
+                }
                 c.arg(format!("-mode={}", mode.name()));
                 c.env(
                     "KUBE_FEATURE_WatchListClient",
@@ -172,12 +226,20 @@ impl RealClient {
         cmd
     }
 
+    /// Whether it syncs the custom resource.
+    fn is_custom_resource(self) -> bool {
+        matches!(
+            self,
+            RealClient::KcacheCrJson
+                | RealClient::KcacheCrCbor
+                | RealClient::ClientGoCrJson
+                | RealClient::ClientGoCrCbor
+                | RealClient::KubeRuntimeCr
+        )
+    }
+
     fn flag(self, name: &str, value: &str) -> String {
-        let dash = if self == RealClient::ClientGo {
-            "-"
-        } else {
-            "--"
-        };
+        let dash = if self.is_client_go() { "-" } else { "--" };
         format!("{dash}{name}={value}")
     }
 }
@@ -515,8 +577,9 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
     Ok(())
 }
 
-/// Records Pod LISTs and WATCHes (request URI, user agent), nothing else.
-const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+/// Records LISTs and WATCHes of Pods and of the custom resource (request
+/// URI, user agent), nothing else.
+pub(crate) const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [\"RequestReceived\"]
 rules:
@@ -525,16 +588,18 @@ rules:
   resources:
   - group: \"\"
     resources: [\"pods\"]
+  - group: \"apps.kcache.dev\"
+    resources: [\"applications\"]
 - level: None
 ";
 
 /// CPU of the kube-apiserver and etcd processes.
-struct Probe {
-    api_pid: u32,
-    etcd_pid: u32,
-    clk_tck: f64,
+pub(crate) struct Probe {
+    pub(crate) api_pid: u32,
+    pub(crate) etcd_pid: u32,
+    pub(crate) clk_tck: f64,
     /// Their CPU at rest, fraction of a core.
-    idle: (f64, f64),
+    pub(crate) idle: (f64, f64),
 }
 
 impl Probe {
@@ -545,7 +610,7 @@ impl Probe {
         )
     }
 
-    fn idle_rates(&self, over: Duration) -> (f64, f64) {
+    pub(crate) fn idle_rates(&self, over: Duration) -> (f64, f64) {
         let (a0, e0, t) = {
             let (a, e) = self.ticks();
             (a, e, Instant::now())
@@ -620,19 +685,20 @@ pub fn clk_tck() -> f64 {
         .unwrap_or(100.0)
 }
 
-struct RunCtx<'a> {
-    bins: &'a Bins,
-    kubeconfig: &'a Path,
-    log: &'a Path,
-    audit_log: &'a Path,
-    probe: &'a Probe,
-    s: &'a RealSettings,
-    out: &'a Path,
+/// What every client run of a `--real` measurement shares.
+pub(crate) struct RunCtx<'a> {
+    pub(crate) bins: &'a Bins,
+    pub(crate) kubeconfig: &'a Path,
+    pub(crate) log: &'a Path,
+    pub(crate) audit_log: &'a Path,
+    pub(crate) probe: &'a Probe,
+    pub(crate) s: &'a RealSettings,
+    pub(crate) out: &'a Path,
 }
 
 impl RunCtx<'_> {
     /// One client run: sync (and the update load when `updates`).
-    fn run_one(&self, c: RealClient, mode: Mode, load: Load) -> anyhow::Result<SyncRun> {
+    pub(crate) fn run_one(&self, c: RealClient, mode: Mode, load: Load) -> anyhow::Result<SyncRun> {
         let s = self.s;
         let updates = load == Load::Updates;
         let timeout = Duration::from_secs(if s.quick { 180 } else { 900 });
@@ -640,7 +706,7 @@ impl RunCtx<'_> {
         cmd.env("KUBECONFIG", self.kubeconfig)
             .arg(c.flag("expect", &s.pods.to_string()))
             .arg(c.flag("settle-ms", &s.settle_ms.to_string()));
-        if load == Load::Memory && c != RealClient::ClientGo && c != RealClient::KubeRuntime {
+        if load == Load::Memory && c.is_kcache() {
             // a no-op with background compression off
             cmd.arg("--wait-compressed");
         }
@@ -789,7 +855,7 @@ impl RunCtx<'_> {
     }
 }
 
-fn summary(r: &SyncRun, pods: usize) -> String {
+pub(crate) fn summary(r: &SyncRun, pods: usize) -> String {
     let n = pods.max(1) as f64;
     format!(
         "{:>6.0} obj/s  peak {:>6.1} MiB  client {:>4.0} us/obj  apiserver {:>4.0} us/obj  received {:.1} MiB",
@@ -918,17 +984,17 @@ pub fn lag_stats(lags_us: &[i64]) -> LagStats {
 
 /// Medians of one client's sync runs in one mode.
 #[derive(Debug, Clone, Copy)]
-struct Row {
-    objects_per_sec: f64,
-    peak_mib: f64,
-    steady_mib: f64,
-    client_us: f64,
-    apiserver_us: f64,
-    etcd_us: f64,
-    rx_bytes: f64,
+pub(crate) struct Row {
+    pub(crate) objects_per_sec: f64,
+    pub(crate) peak_mib: f64,
+    pub(crate) steady_mib: f64,
+    pub(crate) client_us: f64,
+    pub(crate) apiserver_us: f64,
+    pub(crate) etcd_us: f64,
+    pub(crate) rx_bytes: f64,
 }
 
-fn row(res: &RealResults, c: RealClient, mode: Mode, s: &RealSettings) -> Option<Row> {
+pub(crate) fn row(res: &RealResults, c: RealClient, mode: Mode, s: &RealSettings) -> Option<Row> {
     let runs: Vec<&SyncRun> = res
         .syncs
         .iter()
@@ -950,7 +1016,7 @@ fn row(res: &RealResults, c: RealClient, mode: Mode, s: &RealSettings) -> Option
     })
 }
 
-fn ratio(a: f64, b: f64) -> String {
+pub(crate) fn ratio(a: f64, b: f64) -> String {
     if a.is_finite() && b.is_finite() && b > 0.0 {
         format!("{:.2}x", a / b)
     } else {
@@ -959,7 +1025,7 @@ fn ratio(a: f64, b: f64) -> String {
 }
 
 /// `items`, each as inline code (in backquotes), joined by `sep`.
-fn code_list(items: &[String], sep: &str) -> String {
+pub(crate) fn code_list(items: &[String], sep: &str) -> String {
     items
         .iter()
         .map(|i| format!("`{i}`"))
@@ -1145,14 +1211,14 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
 /// Medians of one client's steady-memory runs, per Pod: RSS, heap
 /// (kcache only), bytes received.
 #[derive(Debug, Clone, Copy)]
-struct MemRow {
-    rss_kib: f64,
-    heap_kib: f64,
-    rx_kib: f64,
-    waited_secs: f64,
+pub(crate) struct MemRow {
+    pub(crate) rss_kib: f64,
+    pub(crate) heap_kib: f64,
+    pub(crate) rx_kib: f64,
+    pub(crate) waited_secs: f64,
 }
 
-fn mem_row(res: &RealResults, c: RealClient, s: &RealSettings) -> Option<MemRow> {
+pub(crate) fn mem_row(res: &RealResults, c: RealClient, s: &RealSettings) -> Option<MemRow> {
     let runs: Vec<&SyncRun> = res.memory.iter().filter(|r| r.client == c).collect();
     if runs.is_empty() {
         return None;
@@ -1294,8 +1360,13 @@ const BEGIN: &str = "<!-- bench-compare-real:begin -->";
 const END: &str = "<!-- bench-compare-real:end -->";
 
 fn write_docs_real(md: &str) -> anyhow::Result<()> {
+    write_docs_block(BEGIN, END, md)
+}
+
+/// Replaces the block between `begin` and `end` in docs/performance.md.
+pub(crate) fn write_docs_block(begin: &str, end: &str, md: &str) -> anyhow::Result<()> {
     let path = workspace_root().join("docs/performance.md");
-    crate::bench_compare::replace_marked_block(&path, BEGIN, END, md)?;
+    crate::bench_compare::replace_marked_block(&path, begin, end, md)?;
     eprintln!("==> wrote {}", path.display());
     Ok(())
 }

@@ -28,6 +28,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_compare;
 mod bench_real;
+mod bench_real_cr;
 mod codegen;
 mod controlplane;
 mod demo;

@@ -14,6 +14,13 @@
 // The informer's clientset is client-go's default for built-in types
 // (-content-type=protobuf: it asks for application/vnd.kubernetes.protobuf
 // with JSON as the fallback); -content-type=json forces JSON.
+//
+// With -resource=applications scenario sync runs client-go's dynamic
+// informer (dynamicinformer, unstructured objects) on the custom resource
+// apps.kcache.dev/v1 applications: -content-type=json is the dynamic
+// client's default, -content-type=cbor turns on the ClientsAllowCBOR and
+// ClientsPreferCBOR feature gates (KEP-4222), so it asks for
+// application/cbor with JSON as the fallback.
 package main
 
 import (
@@ -37,6 +44,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -88,6 +98,7 @@ func main() {
 	expect := flag.Uint64("expect", 0, "sync: Pods in the cluster")
 	expectUpdates := flag.Uint64("expect-updates", 0, "sync: updates to wait for after the sync")
 	watchLog := flag.String("watch-log", "", "sync: where to write 'resourceVersion unix_micros' per update seen")
+	resource := flag.String("resource", "pods", "sync: pods | applications (the custom resource, by the dynamic informer)")
 	flag.Parse()
 	var r result
 	switch *scenario {
@@ -100,7 +111,7 @@ func main() {
 		runSync(syncArgs{
 			strip: *strip, settle: time.Duration(*settleMs) * time.Millisecond,
 			contentType: *contentType, mode: *mode, expect: *expect,
-			expectUpdates: *expectUpdates, watchLog: *watchLog,
+			expectUpdates: *expectUpdates, watchLog: *watchLog, resource: *resource,
 		})
 		return
 	default:
@@ -123,9 +134,11 @@ func restConfig(contentType string) *rest.Config {
 	case "json":
 		cfg.ContentType = "application/json"
 		cfg.AcceptContentTypes = "application/json"
-	case "protobuf":
+	case "protobuf", "cbor":
+		// cbor: the dynamic client sets its own content types from the
+		// ClientsAllowCBOR / ClientsPreferCBOR gates (runSync sets them).
 	default:
-		fmt.Fprintln(os.Stderr, "-content-type must be protobuf or json")
+		fmt.Fprintln(os.Stderr, "-content-type must be protobuf, cbor or json")
 		os.Exit(2)
 	}
 	cfg.QPS = -1
@@ -232,6 +245,7 @@ type syncArgs struct {
 	expect        uint64
 	expectUpdates uint64
 	watchLog      string
+	resource      string
 }
 
 // phase is one line of the protocol (see benches/compare/src/real.rs).
@@ -315,14 +329,13 @@ func runSync(a syncArgs) {
 	} else {
 		os.Setenv("KUBE_FEATURE_WatchListClient", "false")
 	}
+	if a.contentType == "cbor" {
+		os.Setenv("KUBE_FEATURE_ClientsAllowCBOR", "true")
+		os.Setenv("KUBE_FEATURE_ClientsPreferCBOR", "true")
+	}
 	cfg := restConfig(a.contentType)
 	reqs := &requestLog{}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { reqs.next = rt; return reqs })
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "clientset:", err)
-		os.Exit(2)
-	}
 	stop := make(chan struct{})
 	go func() {
 		_, _ = bufio.NewReader(os.Stdin).ReadString('\n')
@@ -330,8 +343,27 @@ func runSync(a syncArgs) {
 	}()
 	runtime.GC()
 	baseline := status("VmRSS")
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	inf := factory.Core().V1().Pods().Informer()
+	var inf cache.SharedIndexInformer
+	switch a.resource {
+	case "pods":
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "clientset:", err)
+			os.Exit(2)
+		}
+		inf = informers.NewSharedInformerFactory(cs, 0).Core().V1().Pods().Informer()
+	case "applications":
+		dc, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dynamic client:", err)
+			os.Exit(2)
+		}
+		gvr := schema.GroupVersionResource{Group: "apps.kcache.dev", Version: "v1", Resource: "applications"}
+		inf = dynamicinformer.NewDynamicSharedInformerFactory(dc, 0).ForResource(gvr).Informer()
+	default:
+		fmt.Fprintln(os.Stderr, "-resource must be pods or applications")
+		os.Exit(2)
+	}
 	if a.strip {
 		_ = inf.SetTransform(func(obj interface{}) (interface{}, error) {
 			if m, err := meta.Accessor(obj); err == nil {
@@ -354,11 +386,11 @@ func runSync(a syncArgs) {
 			}
 		},
 		UpdateFunc: func(_, obj interface{}) {
-			p, ok := obj.(*corev1.Pod)
-			if !ok {
+			m, err := meta.Accessor(obj)
+			if err != nil {
 				return
 			}
-			rv, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
+			rv, _ := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
 			seenMu.Lock()
 			seen = append(seen, [2]uint64{rv, uint64(time.Now().UnixMicro())})
 			n := uint64(len(seen))

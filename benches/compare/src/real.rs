@@ -38,12 +38,21 @@ pub struct SyncArgs {
     /// Sync: where to write `resourceVersion unix_micros` per update seen.
     #[arg(long)]
     pub watch_log: Option<std::path::PathBuf>,
+    /// Sync: `pods`, or `applications` (the custom resource of
+    /// [`real_cr`], as `DynamicObject` / the dynamic informer).
+    #[arg(long, default_value = "pods")]
+    pub resource: String,
 }
 
 impl SyncArgs {
     /// Whether the initial list is a streaming list (`--mode streaming`).
     pub fn streaming(&self) -> bool {
         self.mode == "streaming"
+    }
+
+    /// Whether the client syncs the custom resource (`--resource applications`).
+    pub fn custom_resource(&self) -> bool {
+        is_custom_resource(&self.resource)
     }
 }
 
@@ -143,6 +152,157 @@ pub fn real_pod_status(i: usize, generation: usize) -> Value {
     }
     status["message"] = json!(format!("status update {generation}"));
     status
+}
+
+/// The custom resource of the custom-resource mode (issue 31): a
+/// GitOps-style `Application` (`apps.kcache.dev/v1`, namespaced, with a
+/// status subresource).
+pub const CR_GROUP: &str = "apps.kcache.dev";
+/// Its version.
+pub const CR_VERSION: &str = "v1";
+/// Its kind.
+pub const CR_KIND: &str = "Application";
+/// Its plural (the resource of its URLs).
+pub const CR_PLURAL: &str = "applications";
+
+/// The field manager that creates the custom resources (owns spec and
+/// metadata), as a GitOps tool applying them would.
+pub const CR_CREATE_MANAGER: &str = "gitops-applier";
+
+/// The field manager that writes their status (the controller).
+pub const CR_STATUS_MANAGER: &str = "application-controller";
+
+/// The [`kube::api::ApiResource`] of [`CR_KIND`], for `DynamicObject` APIs.
+pub fn cr_api_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource {
+        group: CR_GROUP.into(),
+        version: CR_VERSION.into(),
+        api_version: format!("{CR_GROUP}/{CR_VERSION}"),
+        kind: CR_KIND.into(),
+        plural: CR_PLURAL.into(),
+    }
+}
+
+/// What the harness and the clients sync: `pods` or `applications`.
+pub fn is_custom_resource(resource: &str) -> bool {
+    resource == CR_PLURAL
+}
+
+/// The CustomResourceDefinition of [`CR_KIND`]: spec and status keep
+/// unknown fields (as most operators' CRDs under active development do),
+/// a status subresource, a printer column.
+pub fn real_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{CR_PLURAL}.{CR_GROUP}")},
+        "spec": {
+            "group": CR_GROUP, "scope": "Namespaced",
+            "names": {"plural": CR_PLURAL, "singular": "application", "kind": CR_KIND,
+                      "listKind": format!("{CR_KIND}List")},
+            "versions": [{
+                "name": CR_VERSION, "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": [{"name": "Health", "type": "string",
+                                              "jsonPath": ".status.health.status"}],
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                }}}
+            }]
+        }
+    })
+}
+
+/// The name of custom resource `i`.
+pub fn real_cr_name(i: usize) -> String {
+    format!("app-{:03}-{:05}", i % 997, i)
+}
+
+/// Custom resource `i` as the GitOps tool creates it: a source with Helm
+/// parameters, a destination, a sync policy (about 2 KB of JSON).
+pub fn real_cr(i: usize) -> Value {
+    let team = ["payments", "search", "checkout", "identity", "platform"][i % 5];
+    let params: Vec<Value> = (0..14)
+        .map(|k| {
+            json!({"name": format!("values.component{k:02}.replicas"),
+                   "value": ((i + k) % 7 + 1).to_string(), "forceString": k % 3 == 0})
+        })
+        .collect();
+    json!({
+        "apiVersion": format!("{CR_GROUP}/{CR_VERSION}"), "kind": CR_KIND,
+        "metadata": {
+            "name": real_cr_name(i), "namespace": real_namespace(i),
+            "labels": {"app.kubernetes.io/part-of": team, "environment": "production",
+                       "tier": format!("tier-{}", i % 3)},
+            "annotations": {"notifications.kcache.dev/subscribe.on-sync-failed.slack": format!("{team}-alerts"),
+                            "link.kcache.dev/dashboard": format!("https://grafana.example.com/d/{team}/{i}")},
+            "finalizers": ["resources-finalizer.apps.kcache.dev"]
+        },
+        "spec": {
+            "project": team,
+            "source": {
+                "repoURL": format!("https://git.example.com/{team}/deployments.git"),
+                "path": format!("charts/service-{i}"), "targetRevision": "main",
+                "helm": {"releaseName": real_cr_name(i), "valueFiles": ["values.yaml", "values-production.yaml"],
+                         "parameters": params}
+            },
+            "destination": {"server": "https://kubernetes.default.svc", "namespace": format!("{team}-{}", i % 40)},
+            "syncPolicy": {"automated": {"prune": true, "selfHeal": true, "allowEmpty": false},
+                           "syncOptions": ["CreateNamespace=true", "ServerSideApply=true", "PruneLast=true"],
+                           "retry": {"limit": 5, "backoff": {"duration": "5s", "factor": 2, "maxDuration": "3m"}}},
+            "revisionHistoryLimit": 5,
+            "weight": 0.5 + (i % 4) as f64 * 0.125
+        }
+    })
+}
+
+/// The status the controller writes for custom resource `i`: the
+/// resources it manages, their health, the last syncs (about 3 KB of
+/// JSON; `generation` changes the revision and the message).
+pub fn real_cr_status(i: usize, generation: usize) -> Value {
+    let kinds = [
+        ("apps", "Deployment"),
+        ("", "Service"),
+        ("", "ConfigMap"),
+        ("", "ServiceAccount"),
+        ("networking.k8s.io", "Ingress"),
+        ("autoscaling", "HorizontalPodAutoscaler"),
+        ("policy", "PodDisruptionBudget"),
+        ("monitoring.coreos.com", "ServiceMonitor"),
+    ];
+    let ns = format!(
+        "{}-{}",
+        ["payments", "search", "checkout", "identity", "platform"][i % 5],
+        i % 40
+    );
+    let resources: Vec<Value> = kinds
+        .iter()
+        .enumerate()
+        .map(|(k, (group, kind))| {
+            json!({"group": group, "version": "v1", "kind": kind, "namespace": ns,
+                   "name": format!("service-{i}-{k}"), "status": "Synced",
+                   "health": {"status": if (i + k).is_multiple_of(11) { "Progressing" } else { "Healthy" }}})
+        })
+        .collect();
+    let revision = |g: usize| format!("{:040x}", (i as u128) << 64 | g as u128);
+    let history: Vec<Value> = (0..4)
+        .map(|h| {
+            json!({"id": generation * 4 + h, "revision": revision(generation * 4 + h),
+                   "deployedAt": format!("2026-12-0{}T1{}:00:00Z", 1 + h, h),
+                   "deployStartedAt": format!("2026-12-0{}T1{}:59:30Z", 1 + h, h)})
+        })
+        .collect();
+    json!({
+        "sync": {"status": "Synced", "revision": revision(generation * 4 + 3)},
+        "health": {"status": "Healthy", "lastTransitionTime": "2026-12-04T10:00:00Z"},
+        "resources": resources,
+        "history": history,
+        "operationState": {"phase": "Succeeded", "message": format!("successfully synced (all tasks run), round {generation}"),
+                           "startedAt": "2026-12-04T10:00:00Z", "finishedAt": "2026-12-04T10:00:07Z",
+                           "syncResult": {"revision": revision(generation * 4 + 3)}},
+        "reconciledAt": "2026-12-04T10:00:07Z",
+        "observedGeneration": 1
+    })
 }
 
 /// One line of the protocol between the harness and a client.
@@ -307,5 +467,18 @@ mod tests {
         let s = real_pod_status(7, 3);
         assert_eq!(s["containerStatuses"].as_array().map(Vec::len), Some(3));
         assert_eq!(s["message"], "status update 3");
+    }
+
+    #[test]
+    fn the_custom_resource_has_spec_and_status_of_about_5_kb() {
+        let cr = real_cr(7);
+        assert_eq!(cr["metadata"]["name"], real_cr_name(7).as_str());
+        assert_eq!(cr["metadata"]["namespace"], "bench-07");
+        let status = real_cr_status(7, 2);
+        assert_eq!(status["resources"].as_array().map(Vec::len), Some(8));
+        let n = serde_json::to_vec(&cr).unwrap().len() + serde_json::to_vec(&status).unwrap().len();
+        // managedFields of the two managers and the server's metadata come on top
+        assert!((3000..5000).contains(&n), "{n}");
+        assert_eq!(real_crd()["spec"]["names"]["plural"], CR_PLURAL);
     }
 }

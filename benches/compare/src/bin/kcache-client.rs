@@ -15,13 +15,15 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kcache_bench_compare::real::{
-    Meter, SyncArgs, emit, stop_requested, unix_micros, write_watch_log,
+    self, Meter, SyncArgs, emit, stop_requested, unix_micros, write_watch_log,
 };
 use kcache_bench_compare::{END_MARKER, Report, proc_cpu_secs, proc_status_kb};
 use kcache_core::{Compression, ObjectOptions};
 use kcache_informer::{
     BackgroundCompression, ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer,
+    SharedIndexInformerBuilder,
 };
+use kube::api::DynamicObject;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -158,8 +160,8 @@ struct Args {
     done_and_get: bool,
     #[command(flatten)]
     sync: SyncArgs,
-    /// What to ask the apiserver for: `auto` (protobuf for built-in types)
-    /// or `json`.
+    /// What to ask the apiserver for: `auto` (protobuf for built-in types,
+    /// CBOR with JSON as fallback for custom resources) or `json`.
     #[arg(long, value_enum, default_value = "auto")]
     wire_format: WireFormat,
 }
@@ -205,6 +207,41 @@ fn pod_informer(
     args: &Args,
     use_watch_list: bool,
 ) -> SharedIndexInformer<Pod> {
+    configure(
+        SharedIndexInformer::<Pod>::builder(client),
+        args,
+        use_watch_list,
+    )
+    .build()
+}
+
+/// The informer of the custom resource ([`real::real_cr`]), as
+/// `DynamicObject`, configured as [`pod_informer`] (with `--wire-format
+/// auto` it asks for CBOR).
+fn cr_informer(
+    client: kube::Client,
+    args: &Args,
+    use_watch_list: bool,
+) -> SharedIndexInformer<DynamicObject> {
+    let ar = real::cr_api_resource();
+    configure(
+        SharedIndexInformer::<DynamicObject>::builder_with(client, ar),
+        args,
+        use_watch_list,
+    )
+    .build()
+}
+
+/// The options of both informers.
+fn configure<K>(
+    builder: SharedIndexInformerBuilder<K>,
+    args: &Args,
+    use_watch_list: bool,
+) -> SharedIndexInformerBuilder<K>
+where
+    K: kube::Resource + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
     let object_options = ObjectOptions::new()
         .strip_managed_fields(args.strip_managed_fields)
         .compression(if args.compress {
@@ -218,13 +255,12 @@ fn pod_informer(
         ..ListOptions::default()
     };
     wire_format::apply(&mut opts, args.wire_format);
-    SharedIndexInformer::<Pod>::builder(client)
+    builder
         .list_options(opts)
         .background_compression(match args.background_compression {
             OnOff::On => BackgroundCompression::default(),
             OnOff::Off => BackgroundCompression::off(),
         })
-        .build()
 }
 
 /// An informer running in a task of its own.
@@ -234,7 +270,11 @@ struct Run {
 }
 
 impl Run {
-    fn start(informer: &SharedIndexInformer<Pod>) -> Run {
+    fn start<K>(informer: &SharedIndexInformer<K>) -> Run
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + Send + Sync + 'static,
+        K::DynamicType: Clone + Send + Sync + 'static,
+    {
         let cancel = CancellationToken::new();
         let task = informer
             .try_start(cancel.clone())
@@ -329,7 +369,11 @@ async fn ingest(args: &Args) -> anyhow::Result<Report> {
 /// write (the end marker), then until one more round over the cache has
 /// ended: every object of the list has then been compressed (or kept
 /// plain for lack of gain). Bounded: at most 4 more quiet times.
-async fn wait_compressed(informer: &SharedIndexInformer<Pod>, bg: &BackgroundCompression) {
+async fn wait_compressed<K>(informer: &SharedIndexInformer<K>, bg: &BackgroundCompression)
+where
+    K: kube::Resource + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
     tokio::time::sleep(bg.quiet() * 5 / 4).await;
     let rounds = informer.background_compression_stats().rounds;
     let deadline = Instant::now() + bg.quiet() * 4;
@@ -369,7 +413,19 @@ async fn reset_peak_when_compressed(
 /// Scenario `sync` against the real apiserver: see the module doc.
 async fn sync(args: &Args) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
-    let informer = pod_informer(client, args, args.sync.streaming());
+    if args.sync.custom_resource() {
+        sync_with(args, cr_informer(client, args, args.sync.streaming())).await
+    } else {
+        sync_with(args, pod_informer(client, args, args.sync.streaming())).await
+    }
+}
+
+/// [`sync`] with its informer.
+async fn sync_with<K>(args: &Args, informer: SharedIndexInformer<K>) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Clone + Send + Sync + 'static,
+{
     let adds = Arc::new(AtomicU64::new(0));
     let synced = Arc::new(Notify::new());
     let updated = Arc::new(Notify::new());

@@ -7,17 +7,21 @@
 //! (`.streaming_lists()`), then counting `--expect-updates` updates,
 //! speaking the line protocol of [`kcache_bench_compare::real`].
 
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use kcache_bench_compare::real::{
-    Meter, SyncArgs, emit, stop_requested, unix_micros, write_watch_log,
+    self, Meter, SyncArgs, emit, stop_requested, unix_micros, write_watch_log,
 };
 use kcache_bench_compare::{END_MARKER, Report, proc_status_kb};
+use kube::api::DynamicObject;
 use kube::runtime::{reflector, watcher};
 use kube::{Api, ResourceExt as _};
+use serde::de::DeserializeOwned;
 
 #[derive(Parser)]
 struct Args {
@@ -80,11 +84,32 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Scenario `sync` against the real apiserver: see the module doc.
+/// Scenario `sync` against the real apiserver: see the module doc. Pods
+/// as `Pod`, the custom resource (`--resource applications`) as
+/// `DynamicObject`.
 async fn sync(args: &Args) -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
-    let api: Api<Pod> = Api::all(client);
-    let (store, writer) = reflector::store::<Pod>();
+    if args.sync.custom_resource() {
+        let ar = real::cr_api_resource();
+        let api: Api<DynamicObject> = Api::all_with(client, &ar);
+        sync_with(args, api, reflector::store::Writer::new(ar)).await
+    } else {
+        let api: Api<Pod> = Api::all(client);
+        sync_with(args, api, reflector::store::Writer::default()).await
+    }
+}
+
+/// [`sync`] for one resource type.
+async fn sync_with<K>(
+    args: &Args,
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    let store = writer.as_reader();
     let strip = args.strip_managed_fields;
     let config = if args.sync.streaming() {
         watcher::Config::default().streaming_lists()

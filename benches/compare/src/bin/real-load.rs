@@ -7,6 +7,12 @@
 //!   `kubelet` through the `status` subresource, `--concurrency` requests
 //!   in flight; progress on stderr, one JSON line at the end (mean JSON
 //!   size of a stored Pod included).
+//! - `real-load create-crs --count N`: installs the `Application`
+//!   CustomResourceDefinition ([`real_crd`]), waits until it is served,
+//!   creates N custom resources ([`real_cr`]) with the field manager
+//!   `gitops-applier` and writes their status ([`real_cr_status`]) with
+//!   `application-controller`; one JSON line at the end (mean JSON size
+//!   of a stored custom resource included).
 //! - `real-load update --count M --rate R --pods N --out PATH`: M status
 //!   patches (the status message changes) at R per second, spread over the
 //!   N Pods; writes `resourceVersion unix_micros` (the time the response
@@ -22,11 +28,13 @@ use clap::{Parser, Subcommand};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcache_bench_compare::real::{
-    CREATE_MANAGER, REAL_NAMESPACES, STATUS_MANAGER, real_namespace, real_pod, real_pod_name,
-    real_pod_status, unix_micros, write_watch_log,
+    CR_CREATE_MANAGER, CR_STATUS_MANAGER, CREATE_MANAGER, REAL_NAMESPACES, STATUS_MANAGER,
+    cr_api_resource, real_cr, real_cr_name, real_cr_status, real_crd, real_namespace, real_pod,
+    real_pod_name, real_pod_status, unix_micros, write_watch_log,
 };
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt as _};
 use serde_json::json;
 
@@ -43,6 +51,15 @@ enum Cmd {
         /// Pods to create.
         #[arg(long)]
         pods: usize,
+        /// Requests in flight.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+    },
+    /// Install the `Application` CRD, create N of them and write their status.
+    CreateCrs {
+        /// Custom resources to create.
+        #[arg(long)]
+        count: usize,
         /// Requests in flight.
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
@@ -70,6 +87,7 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::try_default().await.context("kubeconfig")?;
     match args.command {
         Cmd::Create { pods, concurrency } => create(client, pods, concurrency).await,
+        Cmd::CreateCrs { count, concurrency } => create_crs(client, count, concurrency).await,
         Cmd::Update {
             count,
             rate,
@@ -90,16 +108,7 @@ async fn create(client: Client, n: usize, concurrency: usize) -> anyhow::Result<
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(e).context("creating the PriorityClass tier-1"),
     }
-    let nss: Api<Namespace> = Api::all(client.clone());
-    for k in 0..REAL_NAMESPACES.min(n.max(1)) {
-        let ns: Namespace = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": real_namespace(k)}}))?;
-        match nss.create(&PostParams::default(), &ns).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e).context("creating a namespace"),
-        }
-    }
+    create_namespaces(&client, n).await?;
     let started = Instant::now();
     let done = Arc::new(AtomicU64::new(0));
     let progress = tokio::spawn({
@@ -173,6 +182,118 @@ async fn create(client: Client, n: usize, concurrency: usize) -> anyhow::Result<
             .map(|m| m.manager.clone().unwrap_or_default()).collect::<Vec<_>>()),
     });
     eprintln!("    loaded {n} Pods in {secs:.0}s");
+    println!("{report}");
+    Ok(())
+}
+
+/// The namespaces of the first `n` objects (an existing one is fine).
+async fn create_namespaces(client: &Client, n: usize) -> anyhow::Result<()> {
+    let nss: Api<Namespace> = Api::all(client.clone());
+    for k in 0..REAL_NAMESPACES.min(n.max(1)) {
+        let ns: Namespace = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": real_namespace(k)}}))?;
+        match nss.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e).context("creating a namespace"),
+        }
+    }
+    Ok(())
+}
+
+/// The `Application` resource for the dynamic API.
+async fn create_crs(client: Client, n: usize, concurrency: usize) -> anyhow::Result<()> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(real_crd())?;
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e).context("creating the Application CustomResourceDefinition"),
+    }
+    create_namespaces(&client, n).await?;
+    let ar = cr_api_resource();
+    // served once the CRD is Established and discovery has it: a list answers
+    let probe: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(e) = probe.list(&ListParams::default().limit(1)).await {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the Application CRD is not served after 60 s: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let started = Instant::now();
+    let done = Arc::new(AtomicU64::new(0));
+    let progress = tokio::spawn({
+        let done = done.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let d = done.load(Ordering::Relaxed);
+                let s = started.elapsed().as_secs_f64();
+                eprintln!(
+                    "    loaded {d:>6}/{n} custom resources in {s:>5.0}s ({:.0}/s)",
+                    d as f64 / s
+                );
+            }
+        }
+    });
+    let create_pp = PostParams {
+        field_manager: Some(CR_CREATE_MANAGER.into()),
+        ..PostParams::default()
+    };
+    let status_pp = PatchParams {
+        field_manager: Some(CR_STATUS_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let c = client.clone();
+    let mut results = futures::stream::iter(0..n)
+        .map(move |i| {
+            let (client, create_pp, status_pp, done, ar) = (
+                c.clone(),
+                create_pp.clone(),
+                status_pp.clone(),
+                done.clone(),
+                ar.clone(),
+            );
+            async move {
+                let api: Api<DynamicObject> = Api::namespaced_with(client, &real_namespace(i), &ar);
+                let obj: DynamicObject = serde_json::from_value(real_cr(i))?;
+                match api.create(&create_pp, &obj).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(e) => return Err(e).context("creating an Application"),
+                }
+                let status = json!({"status": real_cr_status(i, 0)});
+                api.patch_status(&real_cr_name(i), &status_pp, &Patch::Merge(&status))
+                    .await
+                    .context("writing an Application's status")?;
+                done.fetch_add(1, Ordering::Relaxed);
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(concurrency.max(1));
+    while let Some(r) = results.next().await {
+        r?;
+    }
+    progress.abort();
+    let secs = started.elapsed().as_secs_f64();
+    let api: Api<DynamicObject> = Api::all_with(client, &cr_api_resource());
+    let page = api.list(&ListParams::default().limit(200)).await?;
+    let bytes: usize = page
+        .items
+        .iter()
+        .map(|p| serde_json::to_vec(p).map_or(0, |v| v.len()))
+        .sum();
+    let report = json!({
+        "custom_resources": n,
+        "secs": secs,
+        "per_sec": n as f64 / secs,
+        "avg_json_bytes": bytes / page.items.len().max(1),
+        "managers": page.items.first().map(|p| p.managed_fields().iter()
+            .map(|m| m.manager.clone().unwrap_or_default()).collect::<Vec<_>>()),
+    });
+    eprintln!("    loaded {n} custom resources in {secs:.0}s");
     println!("{report}");
     Ok(())
 }
