@@ -32,6 +32,7 @@ pub const TARGETS: &[&str] = &[
     "snapshot",
     "protobuf_frame",
     "cbor_frame",
+    "cbor_list",
 ];
 
 #[derive(Args)]

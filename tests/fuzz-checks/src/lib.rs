@@ -25,6 +25,7 @@
 #[allow(unsafe_code)]
 pub mod alloc;
 pub mod cbor_frame;
+pub mod cbor_list;
 pub mod keys;
 pub mod label_selector;
 pub mod list_decode;
@@ -52,6 +53,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("snapshot", snapshot::check),
     ("protobuf_frame", protobuf_frame::check),
     ("cbor_frame", cbor_frame::check),
+    ("cbor_list", cbor_list::check),
 ];
 
 /// Whether `data` is one JSON text (RFC 8259): UTF-8, and serde_json's

@@ -68,6 +68,11 @@ fn fuzz_smoke_cbor_frame() {
     run("cbor_frame", 5_000);
 }
 
+#[test]
+fn fuzz_smoke_cbor_list() {
+    run("cbor_list", 5_000);
+}
+
 /// Every cargo-fuzz target has a check here, a seed corpus, and is known
 /// to `cargo xtask fuzz`; and the other way round.
 #[test]

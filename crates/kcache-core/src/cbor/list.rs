@@ -183,9 +183,13 @@ impl ListReader {
             match self.stage {
                 Stage::Done => return Ok(None),
                 Stage::Head => {
-                    if self.buf.starts_with(&[0xd9, 0xd9, 0xf7]) {
+                    // the self-described tag, as many times as it comes
+                    // (the decode reads through each): consumed as each
+                    // arrives, so the chunking cannot change how many
+                    while self.buf.starts_with(&[0xd9, 0xd9, 0xf7]) {
                         self.consume(3);
-                    } else if self.buf.len() < 3 && [0xd9, 0xd9, 0xf7].starts_with(&self.buf) {
+                    }
+                    if self.buf.len() < 3 && [0xd9, 0xd9, 0xf7].starts_with(&self.buf) {
                         return Ok(None);
                     }
                     let Some((item, len)) = self.head()? else {
@@ -502,6 +506,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_repeated_self_described_tag_reads_the_same_in_any_chunks() {
+        // 55799(55799({...})) (found by the cbor_list fuzz smoke: whole, the
+        // second tag failed the body; in chunks of 4, each tag was consumed
+        // on its own push and the body read)
+        let mut body = vec![0xd9, 0xd9, 0xf7];
+        body.extend(list(&[obj("a")], false));
+        for size in [1, 2, 3, 4, 5, body.len()] {
+            let mut reader = ListReader::new();
+            let mut items = Vec::new();
+            for chunk in body.chunks(size) {
+                reader.push(chunk);
+                while let Some(item) = reader.next_item().unwrap() {
+                    items.push(item);
+                }
+            }
+            assert_eq!(items, [Bytes::from(obj("a"))], "chunks of {size}");
+            reader.finish().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_tagged_key_reads_as_the_decode_reads_it() {
+        // {13("items"): [obj], "metadata": {"resourceVersion": "3"}} (found
+        // by the cbor_list fuzz smoke: the decode read `items` through the
+        // tag, the list reader saw an unknown key and no items)
+        let mut body = vec![0xa2, 0xcd];
+        body.extend(bs(b"items"));
+        body.push(0x81);
+        body.extend(obj("a"));
+        body.extend(bs(b"metadata"));
+        body.push(0xa1);
+        body.extend(bs(b"resourceVersion"));
+        body.extend(bs(b"3"));
+        let mut reader = ListReader::new();
+        reader.push(&body);
+        assert_eq!(reader.next_item().unwrap(), Some(Bytes::from(obj("a"))));
+        assert_eq!(reader.next_item().unwrap(), None);
+        assert_eq!(reader.finish().unwrap().resource_version, "3");
+        let v: serde_json::Value = super::super::decode(&body).unwrap();
+        assert_eq!(v["items"][0]["metadata"]["name"], "a");
     }
 
     #[test]

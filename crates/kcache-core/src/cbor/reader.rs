@@ -315,20 +315,33 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The content a map key is compared by: a string's bytes (byte and text
-/// strings alike), any other key's encoding.
+/// The content a map key is compared by, as the decode reads the key: a
+/// string's bytes (byte and text strings alike) under any tags (a
+/// later-encoding tag on a byte string: the encoded text), any other key's
+/// encoding.
 pub(crate) fn key_content<'a>(r: &mut Reader<'a>) -> Result<Cow<'a, [u8]>, CborError> {
-    let start = r.position();
-    match r.next()? {
-        Item::Bytes(b) => Ok(b),
-        Item::Text(Cow::Borrowed(t)) => Ok(Cow::Borrowed(t.as_bytes())),
-        Item::Text(Cow::Owned(t)) => Ok(Cow::Owned(t.into_bytes())),
-        Item::Tag(TAG_SELF_DESCRIBED) => key_content(r),
-        _ => {
-            let mut again = Reader::at(r.buffer(), start);
-            again.skip()?;
-            *r = Reader::at(r.buffer(), again.position());
-            Ok(Cow::Borrowed(&r.buffer()[start..again.position()]))
+    loop {
+        let at = r.position();
+        match r.next()? {
+            Item::Bytes(b) => return Ok(b),
+            Item::Text(Cow::Borrowed(t)) => return Ok(Cow::Borrowed(t.as_bytes())),
+            Item::Text(Cow::Owned(t)) => return Ok(Cow::Owned(t.into_bytes())),
+            Item::Tag(t @ (TAG_BASE64 | TAG_BASE64URL | TAG_BASE16)) => {
+                let content = r.position();
+                if let Item::Bytes(b) = r.next()? {
+                    let text = super::de::later_encoding(t, &b).unwrap_or_default();
+                    return Ok(Cow::Owned(text.into_bytes()));
+                }
+                *r = Reader::at(r.buffer(), content);
+            }
+            // any other tag (each one consumes bytes, so this ends)
+            Item::Tag(_) => {}
+            _ => {
+                let mut again = Reader::at(r.buffer(), at);
+                again.skip()?;
+                *r = Reader::at(r.buffer(), again.position());
+                return Ok(Cow::Borrowed(&r.buffer()[at..again.position()]));
+            }
         }
     }
 }
