@@ -94,6 +94,7 @@ mod controller;
 mod error;
 pub mod events;
 pub mod finalizer;
+mod membership_store;
 pub mod metrics;
 mod predicate;
 mod reconciler;
@@ -116,11 +117,12 @@ pub use kcache_core::{ShardField, ShardSelector};
 /// [`kcache_lease`] crate, which [`Controller::leader_election`] and
 /// [`Controller::sharded`] compose.
 pub use kcache_lease as lease;
-pub use kcache_lease::shard::{KubeMembershipStore, ShardConfig};
+pub use kcache_lease::shard::ShardConfig;
 pub use kcache_lease::{
     KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError, LeaderElector, LeaderStatus,
     LeaseLock, LeaseTimings,
 };
+pub use membership_store::KubeMembershipStore;
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use metrics::MetricsRegistry;

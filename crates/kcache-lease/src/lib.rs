@@ -8,9 +8,10 @@
 //! * [`Shard`]: every replica active on its share of the keys, handed over
 //!   so that a key is never worked by two replicas at once ([`shard`]).
 //! * [`LeaseLock`] and [`MembershipStore`](shard::MembershipStore): where
-//!   the records live; [`KubeLeaseLock`] and
-//!   [`KubeMembershipStore`](shard::KubeMembershipStore) talk to the
-//!   apiserver, and the `testing` feature adds in-memory ones ([`testing`]).
+//!   the records live; [`KubeLeaseLock`] talks to the apiserver
+//!   (kcache-controller's `KubeMembershipStore` does for membership, with
+//!   an informer: this crate sits below the informer), and the `testing`
+//!   feature adds in-memory ones ([`testing`]).
 //!
 //! kcache-controller composes this crate (`Controller::leader_election`,
 //! `Controller::sharded`); it can also be used on its own:

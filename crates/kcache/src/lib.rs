@@ -63,6 +63,7 @@ pub mod prelude {
         Action, Config, Controller, ControllerError, ControllerHandle, Predicate, PredicateEvent,
         Reconciler, Request, TerminalError, Trigger,
     };
+    pub use kcache_controller::{KubeMembershipStore, ShardConfig};
     pub use kcache_core::{
         CachedObject, DeletedFinalStateUnknown, Metadata, ObjectOptions, ObjectOrTombstone,
         Selector, StringMap, meta_namespace_key, split_meta_namespace_key,
@@ -72,7 +73,6 @@ pub mod prelude {
         ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer,
         SharedInformerFactory, wait_for_cache_sync,
     };
-    pub use kcache_lease::shard::{KubeMembershipStore, ShardConfig};
     pub use kcache_lease::{KubeLeaseLock, LeaderElectionConfig};
     pub use kcache_workqueue::{AddOpts, RateLimiter, WorkQueue, default_controller_rate_limiter};
 }

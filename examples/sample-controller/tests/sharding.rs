@@ -22,13 +22,14 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
+use kcache_controller::KubeMembershipStore;
 use kcache_controller::{
     Action, Config, Controller, ControllerError, ControllerHandle, KubeLeaseLock,
     LeaderElectionConfig, MetricsRegistry, Request, Trigger,
 };
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;
-use kcache_lease::shard::{GROUP_LABEL, KubeMembershipStore, Shard, ShardConfig, View};
+use kcache_lease::shard::{GROUP_LABEL, Shard, ShardConfig, View};
 use kcache_lease::shard::{ShardConfigError, ShardError};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};

@@ -76,14 +76,15 @@
 //! on its own, a replica asks [`Shard::try_begin`] before working a key:
 //!
 //! ```no_run
-//! use kcache_lease::shard::{KubeMembershipStore, Shard, ShardConfig, ShardHooks};
+//! use kcache_lease::shard::{MembershipStore, Shard, ShardConfig, ShardHooks};
 //! use tokio_util::sync::CancellationToken;
 //!
-//! # async fn run(keys: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
-//! let client = kube::Client::try_default().await?;
+//! // `store`: kcache-controller's `KubeMembershipStore` (Leases watched by
+//! // an informer), or any other `MembershipStore`
+//! # async fn run(keys: Vec<String>, store: impl MembershipStore) -> Result<(), Box<dyn std::error::Error>> {
 //! let shard = Shard::new(
 //!     ShardConfig::new("configmap-controller", std::env::var("POD_NAME")?).replicas_hint(3),
-//!     KubeMembershipStore::new(client, "kube-system"),
+//!     store,
 //! );
 //! let stop = CancellationToken::new();
 //! let all = keys.clone();
@@ -129,8 +130,8 @@ use kcache_core::metrics::{CounterMetric, SettableGaugeMetric};
 
 pub use hash::{KeyPoint, Placement, View};
 pub use store::{
-    ACK_ANNOTATION, GROUP_LABEL, INSTANCE_ANNOTATION, KubeMembershipStore, MemberRecord,
-    MembershipStore, ShardStoreError, StoredMember,
+    ACK_ANNOTATION, GROUP_LABEL, INSTANCE_ANNOTATION, MemberRecord, MembershipStore,
+    ShardStoreError, StoredMember,
 };
 
 /// Sharding settings. Defaults: leader election's [`LeaseTimings`] (15 s
