@@ -387,8 +387,12 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
     for (k, v) in &res.machine {
         let _ = writeln!(t, "- {k}: {v}");
     }
-    t.push_str(
-        "\nCommand: `cargo xtask bench-compare --real --custom-resources --write-docs` (files in `target/bench-compare/real-cr.*`).\n",
+    // the command as run (its flags: N, repetitions, --quick)
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let _ = writeln!(
+        t,
+        "\nCommand: `cargo xtask {}` (files in `target/bench-compare/real-cr.*`).",
+        args.join(" ")
     );
     t
 }

@@ -25,6 +25,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod api_surface;
 mod bench;
 mod bench_compare;
 mod bench_real;
@@ -92,6 +93,9 @@ enum Task {
     /// Build the cargo-fuzz targets (fuzz/) and run each for N seconds
     /// (default 60); fails on a crash.
     Fuzz(fuzz::FuzzArgs),
+    /// Count each library crate's public surface (types, methods, root
+    /// re-exports, lines) and list library files over 1,000 lines.
+    ApiSurface(api_surface::ApiSurfaceArgs),
 }
 
 fn main() -> ExitCode {
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
         Task::Bench(args) => bench::run(args),
         Task::BenchCompare(args) => bench_compare::run(args),
         Task::Fuzz(args) => fuzz::run(args),
+        Task::ApiSurface(args) => api_surface::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,350 @@
+//! `cargo xtask api-surface`: the public surface of each library crate,
+//! counted from its source with `syn` (issue 32's table).
+//!
+//! What is counted, per crate, walking the module tree from `src/lib.rs`
+//! (modules and items under `#[cfg(test)]` or the `fuzzing` feature left
+//! out: they are not API):
+//!
+//! - **types**: `pub` structs, enums, unions, traits and type aliases that a
+//!   user can name: every module on their path is `pub`, or they are
+//!   re-exported by a `pub use` somewhere in the crate;
+//! - **methods**: `pub fn`s of those types' inherent impls, the methods of
+//!   those traits, and the crate's nameable `pub` free functions;
+//! - **root re-exports**: names a `pub use` in `lib.rs` brings to the crate
+//!   root (a glob counts once);
+//! - **lines**: lines of library source (every `.rs` under `src/`, tests
+//!   included, generated code apart in its own column).
+//!
+//! The count is syntactic: an item of a private module re-exported under
+//! the same name as another is counted once per name, macros are not
+//! expanded. It is a yardstick for the before/after table, not rustdoc.
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use syn::{ImplItem, Item, TraitItem, UseTree, Visibility};
+
+use crate::run::workspace_root;
+
+/// The library crates whose surface is counted, in layer order.
+const CRATES: &[&str] = &[
+    "kcache-core",
+    "kcache-indexer",
+    "kcache-deltafifo",
+    "kcache-reflector",
+    "kcache-informer",
+    "kcache-workqueue",
+    "kcache-lease",
+    "kcache-controller",
+    "kcache",
+    "kcache-envtest",
+];
+
+#[derive(Args)]
+pub struct ApiSurfaceArgs {
+    /// Print the files over N lines (library source outside `generated/`).
+    #[arg(long, default_value_t = 1000)]
+    long_files: usize,
+}
+
+/// One crate's counts.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Surface {
+    pub types: usize,
+    pub methods: usize,
+    pub root_reexports: usize,
+    pub lines: usize,
+    pub generated_lines: usize,
+}
+
+/// A parsed module: its items, whether it is nameable from outside.
+struct Module {
+    items: Vec<Item>,
+    public: bool,
+}
+
+pub fn run(args: ApiSurfaceArgs) -> Result<()> {
+    let root = workspace_root();
+    println!("| crate | types | methods | root re-exports | lines | generated lines |");
+    println!("|---|---|---|---|---|---|");
+    let mut total = Surface::default();
+    let mut long = Vec::new();
+    for name in CRATES {
+        let src = root.join("crates").join(name).join("src");
+        let s = count(&src).with_context(|| format!("counting {name}"))?;
+        println!(
+            "| {name} | {} | {} | {} | {} | {} |",
+            s.types, s.methods, s.root_reexports, s.lines, s.generated_lines
+        );
+        total.types += s.types;
+        total.methods += s.methods;
+        total.root_reexports += s.root_reexports;
+        total.lines += s.lines;
+        total.generated_lines += s.generated_lines;
+        for file in rust_files(&src)? {
+            let generated = is_generated(&file);
+            let n = fs::read_to_string(&file)?.lines().count();
+            if !generated && n > args.long_files {
+                long.push((file.strip_prefix(&root).unwrap_or(&file).to_owned(), n));
+            }
+        }
+    }
+    println!(
+        "| **total** | {} | {} | {} | {} | {} |",
+        total.types, total.methods, total.root_reexports, total.lines, total.generated_lines
+    );
+    if long.is_empty() {
+        println!("\nno library file over {} lines outside generated/", args.long_files);
+    } else {
+        println!("\nlibrary files over {} lines (outside generated/):", args.long_files);
+        long.sort_by(|a, b| b.1.cmp(&a.1));
+        for (file, n) in long {
+            println!("  {n:>5}  {}", file.display());
+        }
+    }
+    Ok(())
+}
+
+/// Counts the crate whose sources are in `src`.
+pub fn count(src: &Path) -> Result<Surface> {
+    let mut modules = Vec::new();
+    load(&src.join("lib.rs"), src, true, &mut modules)?;
+    let lib = syn::parse_file(&fs::read_to_string(src.join("lib.rs"))?)?;
+    let mut reexported = HashSet::new();
+    let mut root_reexports = 0;
+    for (i, module) in modules.iter().enumerate() {
+        for item in &module.items {
+            if let Item::Use(u) = item
+                && is_pub(&u.vis)
+            {
+                let mut names = Vec::new();
+                use_names(&u.tree, &mut names);
+                if i == 0 {
+                    root_reexports += names.len();
+                }
+                reexported.extend(names);
+            }
+        }
+    }
+    debug_assert_eq!(modules[0].items.len(), live(&lib.items).count());
+    let mut s = Surface::default();
+    let mut types = HashSet::new();
+    for module in &modules {
+        for item in &module.items {
+            let Some((name, vis)) = type_name(item) else {
+                continue;
+            };
+            if is_pub(vis) && (module.public || reexported.contains(&name)) {
+                s.types += 1;
+                types.insert(name);
+                if let Item::Trait(t) = item {
+                    s.methods += t
+                        .items
+                        .iter()
+                        .filter(|i| matches!(i, TraitItem::Fn(_)))
+                        .count();
+                }
+            }
+        }
+    }
+    for module in &modules {
+        for item in &module.items {
+            match item {
+                Item::Impl(imp) if imp.trait_.is_none() => {
+                    let syn::Type::Path(p) = &*imp.self_ty else {
+                        continue;
+                    };
+                    let Some(last) = p.path.segments.last() else {
+                        continue;
+                    };
+                    if !types.contains(&last.ident.to_string()) {
+                        continue;
+                    }
+                    s.methods += imp
+                        .items
+                        .iter()
+                        .filter(|i| matches!(i, ImplItem::Fn(f) if is_pub(&f.vis) && !cfg_out(&f.attrs)))
+                        .count();
+                }
+                Item::Fn(f)
+                    if is_pub(&f.vis)
+                        && (module.public || reexported.contains(&f.sig.ident.to_string())) =>
+                {
+                    s.methods += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    s.root_reexports = root_reexports;
+    for file in rust_files(src)? {
+        let n = fs::read_to_string(&file)?.lines().count();
+        if is_generated(&file) {
+            s.generated_lines += n;
+        } else {
+            s.lines += n;
+        }
+    }
+    Ok(s)
+}
+
+/// Parses `file` and the modules it declares (recursively), appending
+/// them to `out` (the file's own module first).
+fn load(file: &Path, dir: &Path, public: bool, out: &mut Vec<Module>) -> Result<()> {
+    let text = fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let parsed = syn::parse_file(&text).with_context(|| format!("parsing {}", file.display()))?;
+    load_items(live(&parsed.items).cloned().collect(), dir, public, out)
+}
+
+fn load_items(items: Vec<Item>, dir: &Path, public: bool, out: &mut Vec<Module>) -> Result<()> {
+    let mut children = Vec::new();
+    for item in &items {
+        if let Item::Mod(m) = item {
+            let name = m.ident.to_string();
+            let child_public = public && is_pub(&m.vis);
+            match &m.content {
+                Some((_, inline)) => children.push((
+                    live(inline).cloned().collect::<Vec<_>>(),
+                    dir.join(&name),
+                    child_public,
+                )),
+                None => {
+                    let flat = dir.join(format!("{name}.rs"));
+                    let nested = dir.join(&name).join("mod.rs");
+                    let file = if flat.exists() { flat } else { nested };
+                    let text = fs::read_to_string(&file)
+                        .with_context(|| format!("reading {}", file.display()))?;
+                    let parsed = syn::parse_file(&text)
+                        .with_context(|| format!("parsing {}", file.display()))?;
+                    children.push((
+                        live(&parsed.items).cloned().collect(),
+                        dir.join(&name),
+                        child_public,
+                    ));
+                }
+            }
+        }
+    }
+    out.push(Module { items, public });
+    for (items, dir, public) in children {
+        load_items(items, &dir, public, out)?;
+    }
+    Ok(())
+}
+
+/// The items not compiled out of a normal build (`cfg(test)`, the
+/// `fuzzing` feature).
+fn live(items: &[Item]) -> impl Iterator<Item = &Item> {
+    items.iter().filter(|i| !cfg_out(attrs(i)))
+}
+
+fn attrs(item: &Item) -> &[syn::Attribute] {
+    match item {
+        Item::Const(i) => &i.attrs,
+        Item::Enum(i) => &i.attrs,
+        Item::Fn(i) => &i.attrs,
+        Item::Impl(i) => &i.attrs,
+        Item::Mod(i) => &i.attrs,
+        Item::Static(i) => &i.attrs,
+        Item::Struct(i) => &i.attrs,
+        Item::Trait(i) => &i.attrs,
+        Item::Type(i) => &i.attrs,
+        Item::Union(i) => &i.attrs,
+        Item::Use(i) => &i.attrs,
+        _ => &[],
+    }
+}
+
+fn cfg_out(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg") && {
+            let text = a
+                .meta
+                .require_list()
+                .map(|l| l.tokens.to_string())
+                .unwrap_or_default();
+            text.contains("test") || text.contains("fuzzing")
+        }
+    })
+}
+
+fn is_pub(vis: &Visibility) -> bool {
+    matches!(vis, Visibility::Public(_))
+}
+
+fn type_name(item: &Item) -> Option<(String, &Visibility)> {
+    match item {
+        Item::Struct(i) => Some((i.ident.to_string(), &i.vis)),
+        Item::Enum(i) => Some((i.ident.to_string(), &i.vis)),
+        Item::Union(i) => Some((i.ident.to_string(), &i.vis)),
+        Item::Trait(i) => Some((i.ident.to_string(), &i.vis)),
+        Item::Type(i) => Some((i.ident.to_string(), &i.vis)),
+        _ => None,
+    }
+}
+
+/// The names a `use` tree brings in (a glob as `*`).
+fn use_names(tree: &UseTree, out: &mut Vec<String>) {
+    match tree {
+        UseTree::Path(p) => use_names(&p.tree, out),
+        UseTree::Name(n) => out.push(n.ident.to_string()),
+        UseTree::Rename(r) => out.push(r.rename.to_string()),
+        UseTree::Glob(_) => out.push("*".to_owned()),
+        UseTree::Group(g) => g.items.iter().for_each(|t| use_names(t, out)),
+    }
+}
+
+fn is_generated(file: &Path) -> bool {
+    file.components().any(|c| c.as_os_str() == "generated")
+}
+
+fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_nameable_items_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path();
+        fs::write(
+            src.join("lib.rs"),
+            "mod private;\npub mod open;\npub use private::{Shown, shown_fn};\n\
+             #[cfg(test)] mod tests { pub struct NotApi; }\n",
+        )
+        .unwrap();
+        fs::write(
+            src.join("private.rs"),
+            "pub struct Shown;\npub struct Hidden;\nimpl Shown { pub fn a(&self) {} fn b(&self) {} }\n\
+             impl Hidden { pub fn c(&self) {} }\npub fn shown_fn() {}\npub fn hidden_fn() {}\n",
+        )
+        .unwrap();
+        fs::write(
+            src.join("open.rs"),
+            "pub trait T { fn m(&self); fn n(&self) {} }\npub(crate) struct Inner;\n",
+        )
+        .unwrap();
+        let s = count(src).unwrap();
+        // Shown, T; a, shown_fn, m, n; Shown, shown_fn at the root
+        assert_eq!((s.types, s.methods, s.root_reexports), (2, 4, 2));
+    }
+}
