@@ -139,6 +139,9 @@ pub fn run(args: CodegenArgs) -> anyhow::Result<()> {
     if fs::read_to_string(&tables).ok().as_deref() == Some(content.as_str()) {
         eprintln!("unchanged {}", tables.display());
     } else {
+        if let Some(dir) = tables.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
         fs::write(&tables, content).with_context(|| format!("writing {}", tables.display()))?;
         eprintln!("wrote     {}", tables.display());
     }

@@ -35,11 +35,11 @@
 mod de;
 pub mod encode;
 mod envelope;
+mod generated;
 mod json;
 mod list_reader;
 pub(crate) mod meta;
 mod schema;
-mod tables;
 mod time;
 mod wire;
 
@@ -52,6 +52,7 @@ pub use list_reader::{ListItem, ListReader, ListSummary};
 pub use wire::WireError;
 
 pub(crate) use de::field_value;
+use generated::tables;
 pub(crate) use schema::{Message, kind_message};
 pub(crate) use time::format as format_time;
 

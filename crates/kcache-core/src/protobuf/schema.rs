@@ -1,5 +1,5 @@
 //! The shape of the field tables `cargo xtask codegen` writes into
-//! `tables.rs`: per protobuf message, field number -> JSON name, type,
+//! `generated/tables.rs`: per protobuf message, field number -> JSON name, type,
 //! cardinality and what the JSON route does differently.
 
 use super::tables;
