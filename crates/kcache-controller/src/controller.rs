@@ -97,6 +97,14 @@ pub struct Config {
     /// stale-cache gate, read-your-own-writes, skipping own events (see
     /// [`Consistency`]; default: gate and own reads on).
     pub consistency: Consistency,
+    /// How long one reconcile may run (default `None`: no limit, as in
+    /// controller-runtime, whose `ReconciliationTimeout` is off by
+    /// default). A reconcile still running then has its
+    /// [`Request::cancellation`](crate::Request::cancellation) fired and is
+    /// dropped; the key is retried with the rate limiter's backoff, counted
+    /// in `kcache_controller_reconcile_timeouts_total` and as a reconcile
+    /// error, and logged as a WARN naming the timeout.
+    pub reconcile_timeout: Option<Duration>,
 }
 
 impl fmt::Debug for Config {
@@ -110,6 +118,7 @@ impl fmt::Debug for Config {
             .field("custom_rate_limiter", &self.rate_limiter.is_some())
             .field("cache_sync_timeout", &self.cache_sync_timeout)
             .field("consistency", &self.consistency)
+            .field("reconcile_timeout", &self.reconcile_timeout)
             .finish()
     }
 }
@@ -125,6 +134,7 @@ impl Default for Config {
             rate_limiter: None,
             cache_sync_timeout: Some(DEFAULT_CACHE_SYNC_TIMEOUT),
             consistency: Consistency::default(),
+            reconcile_timeout: None,
         }
     }
 }
@@ -1061,6 +1071,7 @@ where
             ledger,
             gate,
             read_own_writes,
+            reconcile_timeout: self.controller.config.reconcile_timeout,
             lease: elector.clone(),
             metrics: self.controller.metrics.as_ref().map(|m| {
                 WorkerMetrics::new(

@@ -5,6 +5,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::FutureExt as _;
 use kcache_lease::{LeaderElector, Shard};
@@ -33,6 +34,7 @@ pub(crate) struct WorkerMetrics {
     pub(crate) errors: Box<dyn CounterMetric>,
     pub(crate) panics: Box<dyn CounterMetric>,
     pub(crate) terminal: Box<dyn CounterMetric>,
+    pub(crate) timeouts: Box<dyn CounterMetric>,
     pub(crate) time: Box<dyn HistogramMetric>,
     pub(crate) active: Box<dyn GaugeMetric>,
 }
@@ -49,6 +51,7 @@ impl WorkerMetrics {
             errors: m.new_reconcile_errors_metric(name),
             panics: m.new_reconcile_panics_metric(name),
             terminal: m.new_terminal_reconcile_errors_metric(name),
+            timeouts: m.new_reconcile_timeouts_metric(name),
             time: m.new_reconcile_time_metric(name),
             active: m.new_active_workers_metric(name),
         }
@@ -75,6 +78,8 @@ pub(crate) struct Shared<K: Resource, C, R> {
     pub(crate) gate: Option<StaleGate>,
     /// The request's object includes the controller's own writes.
     pub(crate) read_own_writes: bool,
+    /// [`Config::reconcile_timeout`].
+    pub(crate) reconcile_timeout: Option<Duration>,
 }
 
 /// Counts a running reconcile in `controller_runtime_active_workers` for
@@ -99,6 +104,8 @@ enum Outcome {
     /// The error as one log line, and whether it is terminal.
     Failed(String, bool),
     Panicked(String),
+    /// Ran past the reconcile timeout (cancelled and dropped).
+    TimedOut(Duration),
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -171,6 +178,7 @@ where
                 // is reconciled again when it changes.
                 Err(e) => Outcome::Failed(format!("decoding the cached object: {e}"), true),
                 Ok(object) => {
+                    let fire = cancellation.clone();
                     let req = Request::new(key, object).with_details(
                         cached,
                         trigger,
@@ -183,12 +191,23 @@ where
                     let fut = crate::consistency::reconciling(&self.ledger, key, async {
                         self.reconciler.reconcile(req, self.ctx.clone()).await
                     });
-                    match AssertUnwindSafe(fut).catch_unwind().await {
-                        Ok(Ok(action)) => Outcome::Done(action),
-                        Ok(Err(e)) => {
+                    let guarded = AssertUnwindSafe(fut).catch_unwind();
+                    let result = match self.reconcile_timeout {
+                        None => Some(guarded.await),
+                        Some(limit) => tokio::time::timeout(limit, guarded).await.ok(),
+                    };
+                    match result {
+                        Some(Ok(Ok(action))) => Outcome::Done(action),
+                        Some(Ok(Err(e))) => {
                             Outcome::Failed(describe(&e), self.reconciler.is_terminal(&e))
                         }
-                        Err(p) => Outcome::Panicked(panic_message(&*p)),
+                        Some(Err(p)) => Outcome::Panicked(panic_message(&*p)),
+                        None => {
+                            // the reconcile's own tasks see the cancellation;
+                            // its future was dropped by the timeout
+                            fire.cancel();
+                            Outcome::TimedOut(self.reconcile_timeout.unwrap_or_default())
+                        }
                     }
                 }
             };
@@ -232,6 +251,15 @@ where
                     if let Some(m) = &self.metrics {
                         m.error.inc();
                         m.errors.inc();
+                    }
+                }
+                Outcome::TimedOut(limit) => {
+                    let retry_in = self.enq.retry(key.to_owned());
+                    tracing::warn!(timeout = ?limit, retry_in = ?retry_in.unwrap_or_default(), "reconcile ran past the controller's reconcile timeout: cancelled, retrying with backoff (raise Config::reconcile_timeout if this reconcile is expected to take this long)");
+                    if let Some(m) = &self.metrics {
+                        m.error.inc();
+                        m.errors.inc();
+                        m.timeouts.inc();
                     }
                 }
                 Outcome::Panicked(msg) => {

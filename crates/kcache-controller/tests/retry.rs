@@ -326,3 +326,109 @@ async fn a_metrics_provider_of_your_own_records_reconciles() {
     assert_eq!(m.get("cm/terminal"), Some(&1.0), "{m:?}");
     assert_eq!(m.get("cm/max_concurrent"), Some(&3.0), "{m:?}");
 }
+
+/// `Config::reconcile_timeout`: a reconcile running past it has its
+/// cancellation fired, is dropped, and its key is retried with the rate
+/// limiter's backoff (5 ms, then 10 ms: the failure count grows); each
+/// timeout is counted and logged; a reconcile within the limit is untouched.
+#[tokio::test(start_paused = true)]
+async fn reconcile_timeout_cancels_and_retries() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (logs, _guard) = LogBuffer::set_default(tracing::Level::INFO);
+    let factory = SharedInformerFactory::builder(client(&["slow", "quick"], false))
+        .tweak_list_options(|o| o.use_watch_list = false)
+        .build();
+    let registry = MetricsRegistry::new();
+    let config = Config {
+        reconcile_timeout: Some(Duration::from_secs(2)),
+        // one worker each: the gaps below are the timeout and the backoff only
+        ..Config::default().name("cm").workers(2)
+    };
+    let ctl = Controller::<ConfigMap>::new(&factory, config).metrics(registry.clone());
+    let handle = ctl.handle();
+    #[derive(Default)]
+    struct Seen {
+        /// (retries the request carried, when it started) per attempt of `slow`
+        slow: Mutex<Vec<(u32, tokio::time::Instant)>>,
+        quick: AtomicUsize,
+        cancelled: AtomicUsize,
+    }
+    let seen = Arc::new(Seen::default());
+    let run = tokio::spawn(ctl.run(
+        |req: Request<ConfigMap>, seen: Arc<Seen>| async move {
+            if req.name == "quick" {
+                // within the limit: not cancelled
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                seen.quick.fetch_add(1, Ordering::SeqCst);
+                return Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Action::await_change());
+            }
+            let attempt = {
+                let mut slow = seen.slow.lock();
+                slow.push((req.retries, tokio::time::Instant::now()));
+                slow.len()
+            };
+            let token = req.cancellation.clone();
+            let watcher = seen.clone();
+            tokio::spawn(async move {
+                token.cancelled().await;
+                watcher.cancelled.fetch_add(1, Ordering::SeqCst);
+            });
+            if attempt <= 2 {
+                // hangs: only the timeout ends it
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            Ok(Action::await_change())
+        },
+        seen.clone(),
+    ));
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // (read before the stop, which cancels every request's token)
+    let cancelled = seen.cancelled.load(Ordering::SeqCst);
+    handle.stop();
+    run.await.unwrap().unwrap();
+    factory.shutdown().await;
+    let slow = seen.slow.lock().clone();
+    assert_eq!(
+        slow.len(),
+        3,
+        "two timed-out attempts, then one that returns: {slow:?}"
+    );
+    assert_eq!(
+        slow.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        [0, 1, 2],
+        "each timeout is a failure: the count grows"
+    );
+    // retried after the timeout plus the backoff (5 ms, then 10 ms)
+    let gap = |i: usize| slow[i + 1].1 - slow[i].1;
+    assert_eq!(gap(0), Duration::from_secs(2) + Duration::from_millis(5));
+    assert_eq!(gap(1), Duration::from_secs(2) + Duration::from_millis(10));
+    assert_eq!(
+        cancelled, 2,
+        "each timed-out reconcile's cancellation fired"
+    );
+    assert_eq!(
+        seen.quick.load(Ordering::SeqCst),
+        1,
+        "a reconcile within the limit runs to its end"
+    );
+    assert_eq!(
+        counter(
+            &registry,
+            "kcache_controller_reconcile_timeouts_total{controller=\"cm\"}"
+        ),
+        2.0
+    );
+    assert_eq!(
+        counter(
+            &registry,
+            "controller_runtime_reconcile_errors_total{controller=\"cm\"}"
+        ),
+        2.0
+    );
+    let timeouts = logs.lines_with(&["reconcile timeout"]);
+    assert_eq!(timeouts.len(), 2, "{}", logs.text());
+    assert!(timeouts[0].contains("timeout=2s"), "{}", timeouts[0]);
+}

@@ -25,6 +25,7 @@
 //! | `kcache_shard_handovers_total` | counter (keys) | `controller`, `group`, `direction` (`gained`, `released`) |
 //! | `kcache_controller_stale_reconciles_deferred_total` | counter (reconciles the stale-cache gate deferred) | `controller` |
 //! | `kcache_controller_stale_reconcile_wait_seconds` | histogram (how long a deferred reconcile waited for the cache) | `controller` |
+//! | `kcache_controller_reconcile_timeouts_total` | counter (reconciles cancelled by [`Config::reconcile_timeout`](crate::Config::reconcile_timeout); controller-runtime's `controller_runtime_reconcile_timeouts_total`) | `controller` |
 //!
 //! The lower layers' metrics are their own crates' (`workqueue_*`:
 //! kcache-workqueue; `kcache_informer_*`: kcache-informer's
@@ -110,6 +111,14 @@ pub trait MetricsProvider: Send + Sync {
     /// long each deferred reconcile waited for the cache. Default: not
     /// recorded.
     fn new_stale_reconcile_wait_metric(&self, controller: &str) -> Box<dyn HistogramMetric> {
+        let _ = controller;
+        Box::new(NoopMetric)
+    }
+    /// `kcache_controller_reconcile_timeouts_total{controller}`: reconciles
+    /// cancelled because they ran past
+    /// [`Config::reconcile_timeout`](crate::Config::reconcile_timeout).
+    /// Default: not recorded.
+    fn new_reconcile_timeouts_metric(&self, controller: &str) -> Box<dyn CounterMetric> {
         let _ = controller;
         Box::new(NoopMetric)
     }

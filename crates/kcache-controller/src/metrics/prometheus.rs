@@ -52,6 +52,7 @@ struct Families {
     shard_handovers: Family<Labels, Counter>,
     stale_deferred: Family<Labels, Counter>,
     stale_wait: HistogramFamily,
+    reconcile_timeouts: Family<Labels, Counter>,
 }
 
 impl Families {
@@ -130,6 +131,11 @@ impl Families {
                 "kcache_controller_stale_reconcile_wait_seconds",
                 "How long a deferred reconcile waited for the cache to catch up with the controller's own write",
                 stale_wait_histogram,
+            ),
+            reconcile_timeouts: family(
+                r,
+                "kcache_controller_reconcile_timeouts",
+                "Reconciles cancelled because they ran longer than the controller's reconcile timeout",
             ),
         }
     }
@@ -362,6 +368,15 @@ impl MetricsProvider for MetricsRegistry {
     fn new_stale_reconcile_wait_metric(&self, controller: &str) -> Box<dyn HistogramMetric> {
         let l = labels(&[("controller", controller)]);
         Box::new(self.inner.families.stale_wait.get_or_create_owned(&l))
+    }
+    fn new_reconcile_timeouts_metric(&self, controller: &str) -> Box<dyn CounterMetric> {
+        let l = labels(&[("controller", controller)]);
+        Box::new(
+            self.inner
+                .families
+                .reconcile_timeouts
+                .get_or_create_owned(&l),
+        )
     }
     fn workqueue_provider(&self) -> Option<Arc<dyn kcache_workqueue::MetricsProvider>> {
         Some(Arc::new(self.inner.workqueue.clone()))
