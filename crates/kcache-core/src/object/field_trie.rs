@@ -9,7 +9,8 @@ use super::ObjectError;
 /// extract during the partial decode, for field indexes.
 ///
 /// Build one per resource type and share it (it is cheap to clone): every
-/// [`CachedObject`] built with it keeps a reference to find values by path.
+/// [`CachedObject`](super::CachedObject) built with it keeps a reference to
+/// find values by path.
 #[derive(Debug, Clone)]
 pub struct FieldPaths {
     pub(super) inner: Arc<FieldPathsInner>,
