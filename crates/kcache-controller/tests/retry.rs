@@ -432,3 +432,105 @@ async fn reconcile_timeout_cancels_and_retries() {
     assert_eq!(timeouts.len(), 2, "{}", logs.text());
     assert!(timeouts[0].contains("timeout=2s"), "{}", timeouts[0]);
 }
+
+/// Only failures advance a key's backoff: a key whose object changes while
+/// it waits out a backoff is reconciled at the change (not at the end of
+/// the backoff), its request carries the failures so far (the change added
+/// none), the pending retry does not run again after it, and a success
+/// resets the count (the next failure waits 5 ms again).
+#[tokio::test(start_paused = true)]
+async fn event_requeue_does_not_advance_backoff() {
+    use kcache_controller::Trigger;
+    use kcache_testing::fake::{cm, ev};
+    use tokio::time::Instant;
+    let items = cm_items(&["flaky"]);
+    let list = list_json("100", "", items);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<bytes::Bytes>();
+    let rx = Mutex::new(Some(rx));
+    let fake = Fake::new(move |r| {
+        if r.is_watch() {
+            match rx.lock().take() {
+                Some(rx) => Reply::Channel(rx),
+                None => Reply::Chunks(vec![], End::Hang),
+            }
+        } else {
+            Reply::Json(200, list.clone())
+        }
+    });
+    let factory = SharedInformerFactory::builder(fake.client)
+        .tweak_list_options(|o| o.use_watch_list = false)
+        .build();
+    let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"));
+    let handle = ctl.handle();
+    type Seen = Arc<Mutex<Vec<(u32, Instant, Trigger)>>>;
+    let seen: Seen = Arc::default();
+    let run = tokio::spawn(ctl.run(
+        |req: Request<ConfigMap>, seen: Seen| async move {
+            let attempt = {
+                let mut s = seen.lock();
+                s.push((req.retries, Instant::now(), req.trigger.clone()));
+                s.len()
+            };
+            // attempts 1-4 and 6 fail; 5 and 7 succeed
+            if attempt <= 4 || attempt == 6 {
+                Err::<Action, Box<dyn std::error::Error + Send + Sync>>(
+                    "the apiserver is busy".into(),
+                )
+            } else {
+                Ok(Action::await_change())
+            }
+        },
+        seen.clone(),
+    ));
+    let send = |rv: &str| {
+        let line = format!("{}\n", ev("MODIFIED", cm("flaky", rv)));
+        tx.send(bytes::Bytes::from(line)).unwrap();
+        Instant::now()
+    };
+    let settle = |ms: u64| async move {
+        for _ in 0..ms {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    };
+    // four failures: retries at +5, +15, +35 ms; the next is due at +75 ms
+    let mut waited = 0;
+    while seen.lock().len() < 4 && waited < 5_000 {
+        settle(1).await;
+        waited += 1;
+    }
+    assert_eq!(seen.lock().len(), 4, "four attempts: {:?}", seen.lock());
+    let fourth = seen.lock()[3].1;
+    // the change comes 10 ms into the 40 ms backoff
+    tokio::time::sleep_until(fourth + Duration::from_millis(10)).await;
+    let changed = send("200");
+    settle(200).await;
+    {
+        let s = seen.lock();
+        assert_eq!(
+            s.len(),
+            5,
+            "the change reconciled once, the pending retry not again: {s:?}"
+        );
+        let (retries, at, trigger) = &s[4];
+        assert_eq!(*retries, 4, "the change added no failure");
+        assert!(
+            *at - changed < Duration::from_millis(5),
+            "reconciled at the change, not at the backoff's end: {:?}",
+            *at - changed
+        );
+        assert_eq!(*trigger, Trigger::Updated);
+    }
+    // a success reset the count: the next failure retries after 5 ms
+    let changed = send("300");
+    settle(200).await;
+    let s = seen.lock().clone();
+    assert_eq!(s.len(), 7, "{s:?}");
+    assert_eq!(s[5].0, 0, "the count reset on success");
+    assert!(s[5].1 - changed < Duration::from_millis(5));
+    assert_eq!(s[6].0, 1);
+    assert_eq!(s[6].1 - s[5].1, Duration::from_millis(5), "a fresh backoff");
+    handle.stop();
+    run.await.unwrap().unwrap();
+    factory.shutdown().await;
+}
