@@ -48,6 +48,10 @@ pub struct ApiSurfaceArgs {
     /// Print the files over N lines (library source outside `generated/`).
     #[arg(long, default_value_t = 1000)]
     long_files: usize,
+    /// Print the functions over N lines (library source outside
+    /// `generated/` and test modules).
+    #[arg(long, default_value_t = 100)]
+    long_functions: usize,
 }
 
 /// One crate's counts.
@@ -72,6 +76,7 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
     println!("|---|---|---|---|---|---|");
     let mut total = Surface::default();
     let mut long = Vec::new();
+    let mut long_fns = Vec::new();
     for name in CRATES {
         let src = root.join("crates").join(name).join("src");
         let s = count(&src).with_context(|| format!("counting {name}"))?;
@@ -85,10 +90,24 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
         total.lines += s.lines;
         total.generated_lines += s.generated_lines;
         for file in rust_files(&src)? {
-            let generated = is_generated(&file);
+            // generated code and test modules in files of their own
+            // (`#[cfg(test)] mod tests;`) are not held to the limits
+            let generated = is_generated(&file) || file.ends_with("tests.rs");
             let n = fs::read_to_string(&file)?.lines().count();
+            let shown = file.strip_prefix(&root).unwrap_or(&file).to_owned();
             if !generated && n > args.long_files {
-                long.push((file.strip_prefix(&root).unwrap_or(&file).to_owned(), n));
+                long.push((shown.clone(), n));
+            }
+            if !generated {
+                let parsed = syn::parse_file(&fs::read_to_string(&file)?)
+                    .with_context(|| format!("parsing {}", file.display()))?;
+                let mut fns = Vec::new();
+                functions(&parsed.items, &mut fns);
+                for (name, line, len) in fns {
+                    if len > args.long_functions {
+                        long_fns.push((format!("{}:{line}", shown.display()), name, len));
+                    }
+                }
             }
         }
     }
@@ -97,15 +116,78 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
         total.types, total.methods, total.root_reexports, total.lines, total.generated_lines
     );
     if long.is_empty() {
-        println!("\nno library file over {} lines outside generated/", args.long_files);
+        println!(
+            "\nno library file over {} lines outside generated/",
+            args.long_files
+        );
     } else {
-        println!("\nlibrary files over {} lines (outside generated/):", args.long_files);
+        println!(
+            "\nlibrary files over {} lines (outside generated/):",
+            args.long_files
+        );
         long.sort_by(|a, b| b.1.cmp(&a.1));
         for (file, n) in long {
             println!("  {n:>5}  {}", file.display());
         }
     }
+    if long_fns.is_empty() {
+        println!("no library function over {} lines", args.long_functions);
+    } else {
+        println!("\nlibrary functions over {} lines:", args.long_functions);
+        long_fns.sort_by(|a, b| b.2.cmp(&a.2));
+        for (at, name, n) in long_fns {
+            println!("  {n:>5}  {name}  {at}");
+        }
+    }
     Ok(())
+}
+
+/// Every function of `items` with a body (free, inherent and trait impl
+/// methods, trait defaults), test modules left out: name, first line,
+/// length in lines.
+fn functions(items: &[Item], out: &mut Vec<(String, usize, usize)>) {
+    use syn::spanned::Spanned as _;
+    let mut push = |name: String, start: usize, len: usize| out.push((name, start, len));
+    let lines =
+        |span: proc_macro2::Span| (span.start().line, span.end().line + 1 - span.start().line);
+    for item in live(items) {
+        match item {
+            Item::Fn(f) => {
+                let (at, n) = lines(f.span());
+                push(f.sig.ident.to_string(), at, n);
+            }
+            Item::Impl(imp) => {
+                for i in &imp.items {
+                    if let ImplItem::Fn(f) = i
+                        && !cfg_out(&f.attrs)
+                    {
+                        let (at, n) = lines(f.span());
+                        push(f.sig.ident.to_string(), at, n);
+                    }
+                }
+            }
+            Item::Trait(t) => {
+                for i in &t.items {
+                    if let TraitItem::Fn(f) = i
+                        && f.default.is_some()
+                    {
+                        let (at, n) = lines(f.span());
+                        push(f.sig.ident.to_string(), at, n);
+                    }
+                }
+            }
+            Item::Mod(m) => {
+                if let Some((_, inner)) = &m.content {
+                    let mut nested = Vec::new();
+                    functions(inner, &mut nested);
+                    for (name, line, len) in nested {
+                        push(name, line, len);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Counts the crate whose sources are in `src`.
