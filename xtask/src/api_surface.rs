@@ -125,7 +125,7 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
             "\nlibrary files over {} lines (outside generated/):",
             args.long_files
         );
-        long.sort_by(|a, b| b.1.cmp(&a.1));
+        long.sort_by_key(|f| std::cmp::Reverse(f.1));
         for (file, n) in long {
             println!("  {n:>5}  {}", file.display());
         }
@@ -134,7 +134,7 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
         println!("no library function over {} lines", args.long_functions);
     } else {
         println!("\nlibrary functions over {} lines:", args.long_functions);
-        long_fns.sort_by(|a, b| b.2.cmp(&a.2));
+        long_fns.sort_by_key(|f| std::cmp::Reverse(f.2));
         for (at, name, n) in long_fns {
             println!("  {n:>5}  {name}  {at}");
         }
