@@ -55,67 +55,8 @@ fn value(r: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Result<(), Cbor
         }
         Item::Bytes(b) => string(out, &bytes_to_str(b)),
         Item::Text(t) => string(out, &t),
-        Item::Array(n) => {
-            out.push(b'[');
-            let mut first = true;
-            let mut left = n;
-            if let Some(n) = n {
-                r.check_count(n)?;
-            }
-            loop {
-                match &mut left {
-                    Some(0) => break,
-                    Some(n) => *n -= 1,
-                    None => {
-                        if r.at_break()? {
-                            break;
-                        }
-                    }
-                }
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                value(r, out, depth + 1)?;
-            }
-            out.push(b']');
-        }
-        Item::Map(n) => {
-            out.push(b'{');
-            let mut keys = KeyCheck::new(r.position());
-            let mut first = true;
-            let mut left = n;
-            if let Some(n) = n {
-                r.check_count(n)?;
-            }
-            loop {
-                match &mut left {
-                    Some(0) => break,
-                    Some(n) => *n -= 1,
-                    None => {
-                        if r.at_break()? {
-                            break;
-                        }
-                    }
-                }
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                keys.check(r)?;
-                // a key reads as the decode reads it (tags and all): it
-                // must come out a JSON string
-                let (at, written) = (r.position(), out.len());
-                value(r, out, depth + 1)?;
-                if out.get(written) != Some(&b'"') {
-                    *r = Reader::at(r.buffer(), at);
-                    return Err(r.error("a map key that is not a string"));
-                }
-                out.push(b':');
-                value(r, out, depth + 1)?;
-            }
-            out.push(b'}');
-        }
+        Item::Array(n) => array(r, out, depth, n)?,
+        Item::Map(n) => map(r, out, depth, n)?,
         Item::Tag(TAG_SELF_DESCRIBED) => value(r, out, depth + 1)?,
         Item::Tag(t @ (TAG_BASE64 | TAG_BASE64URL | TAG_BASE16)) => {
             let at = r.position();
@@ -147,6 +88,84 @@ fn value(r: &mut Reader<'_>, out: &mut Vec<u8>, depth: usize) -> Result<(), Cbor
             return Err(r.error("a break outside an indefinite-length item"));
         }
     }
+    Ok(())
+}
+
+/// An array of `n` items (`None`: indefinite length), as a JSON array.
+fn array(
+    r: &mut Reader<'_>,
+    out: &mut Vec<u8>,
+    depth: usize,
+    n: Option<u64>,
+) -> Result<(), CborError> {
+    out.push(b'[');
+    let mut first = true;
+    let mut left = n;
+    if let Some(n) = n {
+        r.check_count(n)?;
+    }
+    loop {
+        match &mut left {
+            Some(0) => break,
+            Some(n) => *n -= 1,
+            None => {
+                if r.at_break()? {
+                    break;
+                }
+            }
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        value(r, out, depth + 1)?;
+    }
+    out.push(b']');
+    Ok(())
+}
+
+/// A map of `n` entries (`None`: indefinite length), as a JSON object:
+/// duplicate keys and keys that are not strings are errors.
+fn map(
+    r: &mut Reader<'_>,
+    out: &mut Vec<u8>,
+    depth: usize,
+    n: Option<u64>,
+) -> Result<(), CborError> {
+    out.push(b'{');
+    let mut keys = KeyCheck::new(r.position());
+    let mut first = true;
+    let mut left = n;
+    if let Some(n) = n {
+        r.check_count(n)?;
+    }
+    loop {
+        match &mut left {
+            Some(0) => break,
+            Some(n) => *n -= 1,
+            None => {
+                if r.at_break()? {
+                    break;
+                }
+            }
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        keys.check(r)?;
+        // a key reads as the decode reads it (tags and all): it
+        // must come out a JSON string
+        let (at, written) = (r.position(), out.len());
+        value(r, out, depth + 1)?;
+        if out.get(written) != Some(&b'"') {
+            *r = Reader::at(r.buffer(), at);
+            return Err(r.error("a map key that is not a string"));
+        }
+        out.push(b':');
+        value(r, out, depth + 1)?;
+    }
+    out.push(b'}');
     Ok(())
 }
 
