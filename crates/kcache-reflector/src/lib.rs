@@ -112,7 +112,11 @@
 //!   `[d, 2d)`, reset after 2 minutes without backoff; one step after
 //!   every cycle and before every retry inside one (a stalled watch, an
 //!   InternalError re-watch, a streaming list refused at `""` or ended
-//!   before its end bookmark), so no failure becomes a hot loop.
+//!   before its end bookmark), so no failure becomes a hot loop. A 429
+//!   (on a list, a streaming list or a watch: a consistent list the watch
+//!   cache cannot serve answers 429 in Kubernetes 1.37) waits at least
+//!   what the server asked for (`Retry-After`, else the Status's
+//!   `retryAfterSeconds`), at most the backoff cap.
 //! - **Deadlines and byte caps** ([`RequestTimeouts`],
 //!   [`ListOptions::max_list_page_bytes`],
 //!   [`ListOptions::max_initial_events_bytes`]): response headers of

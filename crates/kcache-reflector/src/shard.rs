@@ -200,6 +200,7 @@ mod tests {
             reason: String::new(),
             message: message.to_owned(),
             causes: Vec::new(),
+            retry_after: None,
         };
         assert!(rejects_selector(&api(
             500,

@@ -2051,3 +2051,52 @@ async fn resume_is_not_confirmed_by_an_early_eof() {
     assert!(run.seen().is_empty(), "{:?}", run.seen());
     run.stop().await;
 }
+
+/// A 429 on a LIST (Kubernetes 1.37 `ConsistentListFromCacheSkipTimeoutFallback`:
+/// a consistent list the watch cache cannot serve in time answers 429
+/// instead of going to etcd): the reflector backs off and lists again,
+/// waiting as long as the server asked when that is longer than its
+/// backoff step: the `Retry-After` header, else the Status's
+/// `details.retryAfterSeconds`, never past the backoff cap; with neither,
+/// the backoff step. The same on a streaming list. Reported, never fatal.
+#[tokio::test(start_paused = true)]
+async fn list_429_backs_off_with_retry_after() {
+    fn too_many(header: Option<u64>, body: Option<u64>) -> Reply {
+        let mut status = json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+            "message":"storage is (re)initializing","reason":"TooManyRequests","code":429});
+        if let Some(secs) = body {
+            status["details"] = json!({"retryAfterSeconds": secs});
+        }
+        let headers = header
+            .map(|s| vec![("retry-after", s.to_string())])
+            .unwrap_or_default();
+        Reply::JsonWithHeaders(429, headers, status.to_string())
+    }
+    // paged lists: header (5 s, over the 800 ms step), body only (3 s,
+    // over 1.6 s), neither (the 3.2 s step), an hour (capped at 30 s), then
+    // a list that succeeds
+    let (fake, store, run) = serve(builder, |r| match (r.is_watch(), r.nth) {
+        (false, 0) => too_many(Some(5), Some(1)),
+        (false, 1) => too_many(None, Some(3)),
+        (false, 2) => too_many(None, None),
+        (false, 3) => too_many(Some(3600), None),
+        (false, _) => list("7", "", vec![cm("a", "7")]),
+        _ => hang(),
+    });
+    store.wait_calls(1).await;
+    let lists = fake.lists();
+    assert_eq!(gaps(&lists), [5000, 3000, 3200, 30000]);
+    assert!(matches!(&store.calls()[0], Call::Replace(items, rv) if items.len() == 1 && rv == "7"));
+    let t = ErrorReason::TooManyRequests;
+    assert_eq!(run.reasons(), [t, t, t, t]);
+    run.stop().await;
+    // a streaming list: the same wait
+    let (fake, store, run) = serve(wl_builder, |r| match (r.is_watch(), r.nth) {
+        (true, 0) => too_many(Some(4), None),
+        (true, 1) => streaming_list(vec![], "3"),
+        _ => hang(),
+    });
+    store.wait_calls(1).await;
+    assert_eq!(gaps(&fake.requests()), [4000]);
+    run.stop().await;
+}

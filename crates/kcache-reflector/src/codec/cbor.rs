@@ -64,6 +64,7 @@ impl<K: 'static> WireCodec<K> for Cbor {
                 reason: String::new(),
                 message: format!("an undecodable CBOR Status: {e}"),
                 causes: Vec::new(),
+                retry_after: None,
             },
         }
     }

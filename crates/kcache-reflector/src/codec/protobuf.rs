@@ -81,6 +81,13 @@ fn status(http_status: Option<u16>, body: &[u8]) -> ApiError {
                 .unwrap_or(500),
             reason: s.reason,
             message: s.message,
+            retry_after: s
+                .details
+                .as_ref()
+                .and_then(|d| d.retry_after_seconds)
+                .and_then(|secs| u64::try_from(secs).ok())
+                .filter(|secs| *secs > 0)
+                .map(std::time::Duration::from_secs),
             causes: s
                 .details
                 .map(|d| {
@@ -97,12 +104,14 @@ fn status(http_status: Option<u16>, body: &[u8]) -> ApiError {
             reason: String::new(),
             message: "a protobuf body that is not a Status".to_owned(),
             causes: Vec::new(),
+            retry_after: None,
         },
         Err(e) => ApiError {
             code: http_status.unwrap_or(500),
             reason: String::new(),
             message: format!("an undecodable protobuf Status: {e}"),
             causes: Vec::new(),
+            retry_after: None,
         },
     }
 }

@@ -4,6 +4,7 @@
 //! recovery rules use.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -21,6 +22,12 @@ pub struct ApiError {
     pub message: String,
     /// The cause types of `details.causes` (e.g. `ResourceVersionTooLarge`).
     pub causes: Vec<String>,
+    /// How long the server asked the client to wait before retrying: the
+    /// response's `Retry-After` header (whole seconds), else the Status's
+    /// `details.retryAfterSeconds` (the apiserver sends both with a 429).
+    /// The reflector waits at least this long (at most its backoff cap)
+    /// before it retries.
+    pub retry_after: Option<Duration>,
 }
 
 /// A `metav1.Status` as serde reads it (from JSON or CBOR).
@@ -40,6 +47,8 @@ pub(crate) struct StatusWire {
 struct DetailsWire {
     #[serde(default)]
     causes: Vec<CauseWire>,
+    #[serde(default, rename = "retryAfterSeconds")]
+    retry_after_seconds: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -71,6 +80,7 @@ impl ApiError {
                     reason: String::new(),
                     message: text,
                     causes: Vec::new(),
+                    retry_after: None,
                 }
             }
         }
@@ -82,11 +92,31 @@ impl ApiError {
             code: s.code.filter(|c| *c != 0).or(http_status).unwrap_or(500),
             reason: s.reason.unwrap_or_default(),
             message: s.message.unwrap_or_default(),
+            retry_after: s
+                .details
+                .as_ref()
+                .and_then(|d| d.retry_after_seconds)
+                .and_then(retry_after_seconds),
             causes: s
                 .details
                 .map(|d| d.causes.into_iter().filter_map(|c| c.reason).collect())
                 .unwrap_or_default(),
         }
+    }
+
+    /// This error with the wait a `Retry-After` response header asks for
+    /// (whole seconds; an HTTP date or anything else is ignored), which
+    /// takes precedence over the body's `retryAfterSeconds`.
+    pub(crate) fn with_retry_after_header(mut self, headers: &http::HeaderMap) -> Self {
+        let header = headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .and_then(retry_after_seconds);
+        if header.is_some() {
+            self.retry_after = header;
+        }
+        self
     }
 
     /// `410 Gone` / reason `Expired` or `Gone`: the resourceVersion (or
@@ -160,3 +190,11 @@ impl fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+/// A server's retry-after in seconds as a wait: positive values only.
+fn retry_after_seconds(secs: i64) -> Option<Duration> {
+    u64::try_from(secs)
+        .ok()
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+}

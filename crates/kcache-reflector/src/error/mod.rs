@@ -513,6 +513,13 @@ impl ReflectorError {
         }
     }
 
+    /// How long the server asked to wait before a retry (`Retry-After` of
+    /// an API error answer, e.g. a 429 from a consistent LIST that the
+    /// watch cache cannot serve yet).
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.api_error().and_then(|e| e.retry_after)
+    }
+
     /// client-go's `isWatchErrorRetriable`: connection refused or 429 when
     /// opening a watch means "back off and watch again", without a relist.
     pub fn is_watch_retriable(&self) -> bool {

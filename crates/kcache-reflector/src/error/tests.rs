@@ -82,6 +82,7 @@ fn truncated_keeps_short_text_and_cuts_long_text_at_a_char_boundary() {
         reason: "InternalError".into(),
         message: "m".repeat(10),
         causes: vec![],
+        retry_after: None,
     };
     let t = Truncated(&e, 8).to_string();
     assert_eq!(

@@ -220,12 +220,16 @@ impl<K: 'static> Reflector<K> {
             };
             let mut backoff = Backoff::new(self.backoff.clone());
             loop {
+                let mut retry_after = None;
                 if let Err(e) = self.list_and_watch(&mut st, &mut backoff).await {
+                    // a 429 (a consistent LIST the watch cache cannot
+                    // serve yet) says how long to wait
+                    retry_after = e.retry_after();
                     self.report(&e);
                 }
                 // client-go's BackoffUntil(sliding): one backoff step after
-                // every list-and-watch return.
-                tokio::time::sleep(backoff.next_delay()).await;
+                // every list-and-watch return (at least the Retry-After).
+                tokio::time::sleep(self.retry_wait(&mut backoff, retry_after)).await;
             }
         };
         tokio::select! {

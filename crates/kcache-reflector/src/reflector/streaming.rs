@@ -146,7 +146,7 @@ impl<K: 'static> Reflector<K> {
     ) -> Result<(), ReflectorError> {
         if e.is_watch_retriable() {
             self.report(&e);
-            self.sleep_backoff(backoff, None).await;
+            self.sleep_retry(backoff, e.retry_after(), None).await;
         } else if e.is_expired() || e.is_too_large_resource_version() {
             self.report(&e);
             st.rv_unavailable = true;

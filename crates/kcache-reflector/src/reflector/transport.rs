@@ -134,6 +134,7 @@ impl<K: 'static> Reflector<K> {
         if status.is_success() {
             return Ok(resp);
         }
+        let headers = resp.headers().clone();
         let bytes = read_error_body(
             resp.into_body().into_data_stream(),
             MAX_ERROR_BODY,
@@ -143,7 +144,8 @@ impl<K: 'static> Reflector<K> {
         Err(ReflectorError::Api {
             op,
             resource: self.resource.clone(),
-            error: ApiError::from_status_bytes(Some(status.as_u16()), &bytes),
+            error: ApiError::from_status_bytes(Some(status.as_u16()), &bytes)
+                .with_retry_after_header(&headers),
         })
     }
 }

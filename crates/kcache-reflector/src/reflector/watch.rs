@@ -183,7 +183,8 @@ impl<K: 'static> Reflector<K> {
                         Ok(w) => w,
                         Err(e) if e.is_watch_retriable() => {
                             self.report(&e);
-                            self.sleep_backoff(backoff, resync.as_mut()).await;
+                            self.sleep_retry(backoff, e.retry_after(), resync.as_mut())
+                                .await;
                             continue;
                         }
                         Err(e) => return Err(e),

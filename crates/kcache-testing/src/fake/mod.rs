@@ -108,6 +108,9 @@ pub enum Reply {
     Typed(u16, &'static str, Vec<Bytes>, End),
     /// The reply, after this long (the response headers wait).
     Delayed(Duration, Box<Reply>),
+    /// A status, extra response headers (e.g. `Retry-After`) and a JSON
+    /// body.
+    JsonWithHeaders(u16, Vec<(&'static str, String)>, String),
 }
 
 /// A watch that sends nothing and never ends.
@@ -253,6 +256,15 @@ fn respond(reply: Reply, live: Arc<AtomicUsize>) -> Result<http::Response<RespBo
             .status(code)
             .header("content-type", "application/json")
             .body(frames(vec![Bytes::from(body)], End::Close, live)),
+        Reply::JsonWithHeaders(code, headers, body) => {
+            let mut b = http::Response::builder()
+                .status(code)
+                .header("content-type", "application/json");
+            for (name, value) in headers {
+                b = b.header(name, value);
+            }
+            b.body(frames(vec![Bytes::from(body)], End::Close, live))
+        }
         Reply::Stream(lines, end) => {
             let chunks = lines.into_iter().map(|l| Bytes::from(l + "\n")).collect();
             http::Response::builder()
