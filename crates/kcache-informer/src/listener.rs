@@ -15,6 +15,22 @@ use tokio::time::Instant;
 use crate::handler::ResourceEventHandler;
 use crate::metrics::ListenerMetrics;
 
+/// A handler call longer than this is slow (client-go 1.36 traces handlers
+/// slower than 100 ms).
+pub(crate) const SLOW_HANDLER: Duration = Duration::from_millis(100);
+/// At most one slow-handler WARN per handler per this long.
+const SLOW_HANDLER_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Slow calls of one handler since its last WARN.
+#[derive(Default)]
+struct SlowCalls {
+    /// When the last WARN was logged (wall clock: the listener runs on its
+    /// own thread, outside the runtime).
+    last_warn: Option<std::time::Instant>,
+    /// Slow calls since then, not yet logged.
+    unlogged: u64,
+}
+
 /// client-go's initial listener buffer size; the buffer doubles as needed.
 pub(crate) const INITIAL_BUFFER_SIZE: usize = 1024;
 
@@ -134,6 +150,7 @@ pub(crate) struct Listener<K> {
     delivered: AtomicU64,
     /// Set once, when the informer gets a metrics provider.
     metrics: OnceLock<ListenerMetrics>,
+    slow: Mutex<SlowCalls>,
     upstream_synced: SyncedFn,
     started: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -169,6 +186,7 @@ impl<K: 'static> Listener<K> {
             panics: AtomicU64::new(0),
             delivered: AtomicU64::new(0),
             metrics: OnceLock::new(),
+            slow: Mutex::new(SlowCalls::default()),
             upstream_synced,
             started: AtomicBool::new(false),
             thread: Mutex::new(None),
@@ -293,6 +311,7 @@ impl<K: 'static> Listener<K> {
 
     fn dispatch(&self, n: Notification<K>) -> Handled {
         let initial = n.is_initial_add();
+        let started = std::time::Instant::now();
         let result = catch_unwind(AssertUnwindSafe(|| match &n {
             Notification::Add {
                 obj,
@@ -305,6 +324,10 @@ impl<K: 'static> Listener<K> {
             Ok(()) => Handled::Returned,
             Err(_) => Handled::Panicked,
         };
+        let took = started.elapsed();
+        if took > SLOW_HANDLER {
+            self.slow_call(took, n.key());
+        }
         if let Err(panic) = result {
             let message = panic
                 .downcast_ref::<&str>()
@@ -322,6 +345,27 @@ impl<K: 'static> Listener<K> {
             self.pending_initial.fetch_sub(1, Ordering::SeqCst);
         }
         handled
+    }
+
+    /// Logs a slow handler call: a WARN naming the handler, at most one a
+    /// minute, with the slow calls since the last one.
+    fn slow_call(&self, took: Duration, key: &str) {
+        let mut slow = lock(&self.slow);
+        slow.unlogged += 1;
+        let due = slow
+            .last_warn
+            .is_none_or(|at| at.elapsed() >= SLOW_HANDLER_WARN_EVERY);
+        if due {
+            tracing::warn!(
+                handler = %self.name,
+                key,
+                took_ms = took.as_millis() as u64,
+                slow_calls = slow.unlogged,
+                "an event handler took over 100 ms: it delays every later event for this handler (move slow work out of the handler, e.g. into a work queue); logged at most once a minute"
+            );
+            slow.last_warn = Some(std::time::Instant::now());
+            slow.unlogged = 0;
+        }
     }
 
     /// Stops the listener: pending notifications are dropped, the thread

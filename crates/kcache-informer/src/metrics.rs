@@ -20,6 +20,23 @@
 //! | `kcache_informer_listener_delivered_total` | counter | `informer`, `handler` | notifications a handler returned from |
 //! | `kcache_informer_handler_panics_total` | counter | `informer`, `handler` | handler panics (each event skipped) |
 //!
+//! And client-go's informer metrics (client-go 1.36,
+//! `tools/cache/informer_metrics.go`; the names controller-runtime
+//! registers), labelled `name` (the informer's name, made unique in the
+//! process: a second live informer of the same name records under
+//! `<name>-2`, a third `<name>-3`..., said once at INFO), `group`,
+//! `version`, `resource`:
+//!
+//! | metric | kind | meaning |
+//! | --- | --- | --- |
+//! | `informer_queued_items` | gauge | keys with pending deltas in the informer's queue (DeltaFIFO), after each pop |
+//! | `informer_processing_latency_seconds` | histogram | time to handle one popped key's deltas (cache update and hand-off to the handlers) |
+//! | `informer_store_resource_version` | gauge | the 15 least significant digits of the resourceVersion the cache last took |
+//!
+//! A handler that takes more than 100 ms for one notification is named in
+//! a WARN (at most one a minute per handler, with the count of slow calls
+//! since the last).
+//!
 //! Informers with [snapshots](crate::SnapshotOptions) (warm restarts) also
 //! record, per informer:
 //!
@@ -42,9 +59,10 @@
 //! `PrometheusMetricsProvider` and re-exports the reflector's as
 //! `PrometheusReflectorMetricsProvider`.
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock, Mutex};
 
-pub use kcache_core::metrics::{CounterMetric, NoopMetric, SettableGaugeMetric};
+pub use kcache_core::metrics::{CounterMetric, HistogramMetric, NoopMetric, SettableGaugeMetric};
 /// The reflector's provider trait (`reflector_*` metrics), as the informer
 /// builders take it.
 pub use kcache_reflector::MetricsProvider as ReflectorMetricsProvider;
@@ -87,6 +105,78 @@ pub trait MetricsProvider: Send + Sync {
     fn new_snapshot_metrics(&self, _informer: &str) -> SnapshotMetrics {
         SnapshotMetrics::noop()
     }
+    /// `informer_queued_items{name,group,version,resource}` (client-go's
+    /// `NewQueuedItemMetric`).
+    fn new_queued_items_metric(&self, _id: &InformerId) -> Box<dyn SettableGaugeMetric> {
+        Box::new(NoopMetric)
+    }
+    /// `informer_processing_latency_seconds{name,group,version,resource}`
+    /// (client-go's `NewProcessingLatencyMetric`).
+    fn new_processing_latency_metric(&self, _id: &InformerId) -> Box<dyn HistogramMetric> {
+        Box::new(NoopMetric)
+    }
+    /// `informer_store_resource_version{name,group,version,resource}`
+    /// (client-go's `NewStoreResourceVersionMetric`).
+    fn new_store_resource_version_metric(&self, _id: &InformerId) -> Box<dyn SettableGaugeMetric> {
+        Box::new(NoopMetric)
+    }
+}
+
+/// Which informer client-go's informer metrics are about: its name (unique
+/// in the process) and its resource (client-go's
+/// `InformerNameAndResource`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InformerId {
+    /// The informer's name.
+    pub name: String,
+    /// The resource's API group (`""` for the core group).
+    pub group: String,
+    /// The resource's version.
+    pub version: String,
+    /// The resource's plural name.
+    pub resource: String,
+}
+
+/// The informer names in use by live informers with metrics (client-go's
+/// `NewInformerName` refuses a name twice).
+static NAMES_IN_USE: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Mutex::default);
+
+/// A name held in [`NAMES_IN_USE`] for as long as its informer lives.
+struct NameReservation(String);
+
+impl NameReservation {
+    /// `name`, or the first of `name-2`, `name-3`... no live informer holds.
+    fn take(name: &str) -> Self {
+        let mut names = NAMES_IN_USE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut candidate = name.to_owned();
+        let mut n = 1;
+        while !names.insert(candidate.clone()) {
+            n += 1;
+            candidate = format!("{name}-{n}");
+        }
+        NameReservation(candidate)
+    }
+}
+
+impl Drop for NameReservation {
+    fn drop(&mut self) {
+        NAMES_IN_USE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.0);
+    }
+}
+
+/// The resourceVersion as client-go's gauge shows it: its 15 least
+/// significant digits as a number (`None`: not a decimal number).
+pub(crate) fn resource_version_gauge(rv: &str) -> Option<f64> {
+    if rv.is_empty() || !rv.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let tail = &rv[rv.len().saturating_sub(15)..];
+    tail.parse::<u64>().ok().map(|v| v as f64)
 }
 
 /// The warm-restart metrics of one informer (see the [module](self) docs
@@ -150,13 +240,39 @@ pub(crate) struct InformerMetrics {
     provider: Arc<dyn MetricsProvider>,
     synced: Box<dyn SettableGaugeMetric>,
     cached_objects: Box<dyn SettableGaugeMetric>,
+    /// client-go's informer metrics, under the reserved name.
+    pub(crate) queued_items: Box<dyn SettableGaugeMetric>,
+    pub(crate) processing_latency: Box<dyn HistogramMetric>,
+    pub(crate) store_resource_version: Box<dyn SettableGaugeMetric>,
+    _name: NameReservation,
     /// Present when the informer has snapshots.
     snapshot: Option<SnapshotRecorder>,
 }
 
 impl InformerMetrics {
-    pub(crate) fn new(provider: Arc<dyn MetricsProvider>, informer: &str, snapshots: bool) -> Self {
+    pub(crate) fn new(
+        provider: Arc<dyn MetricsProvider>,
+        id: &InformerId,
+        snapshots: bool,
+    ) -> Self {
+        let informer = id.name.as_str();
+        let reservation = NameReservation::take(informer);
+        if reservation.0 != informer {
+            tracing::info!(
+                informer,
+                unique = %reservation.0,
+                "another live informer has this name: this one's informer_* metrics are labelled with the unique name (name informers with SharedIndexInformerBuilder::name to choose)"
+            );
+        }
+        let id = InformerId {
+            name: reservation.0.clone(),
+            ..id.clone()
+        };
         InformerMetrics {
+            queued_items: provider.new_queued_items_metric(&id),
+            processing_latency: provider.new_processing_latency_metric(&id),
+            store_resource_version: provider.new_store_resource_version_metric(&id),
+            _name: reservation,
             synced: provider.new_synced_metric(informer),
             cached_objects: provider.new_cached_objects_metric(informer),
             snapshot: snapshots.then(|| SnapshotRecorder {

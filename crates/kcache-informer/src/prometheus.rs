@@ -8,9 +8,29 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use kcache_core::metrics::prometheus::{Labels, family, labels};
+use kcache_core::metrics::prometheus::{HistogramFamily, Labels, family, histogram_family, labels};
+use prometheus_client::metrics::histogram::Histogram;
 
-use crate::metrics::{CounterMetric, MetricsProvider, SettableGaugeMetric, SnapshotMetrics};
+use crate::metrics::{
+    CounterMetric, HistogramMetric, InformerId, MetricsProvider, SettableGaugeMetric,
+    SnapshotMetrics,
+};
+
+fn resource(id: &InformerId) -> Labels {
+    labels(&[
+        ("name", &id.name),
+        ("group", &id.group),
+        ("version", &id.version),
+        ("resource", &id.resource),
+    ])
+}
+
+/// client-go's buckets for `informer_processing_latency_seconds`.
+fn latency_histogram() -> Histogram {
+    Histogram::new([
+        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
 
 type Count = Family<Labels, Gauge>;
 type Seconds = Family<Labels, Gauge<f64, AtomicU64>>;
@@ -67,6 +87,9 @@ pub struct PrometheusMetricsProvider {
     last_write_seconds: Seconds,
     last_write_bytes: Count,
     last_write_objects: Count,
+    queued_items: Count,
+    processing_latency: HistogramFamily,
+    store_resource_version: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
 impl PrometheusMetricsProvider {
@@ -145,6 +168,22 @@ impl PrometheusMetricsProvider {
                 "kcache_informer_snapshot_last_write_objects",
                 "Objects in the last snapshot written",
             ),
+            queued_items: family(
+                r,
+                "informer_queued_items",
+                "Number of items currently queued in the FIFO",
+            ),
+            processing_latency: histogram_family(
+                r,
+                "informer_processing_latency_seconds",
+                "Time taken to process events after popping from the queue",
+                latency_histogram,
+            ),
+            store_resource_version: family(
+                r,
+                "informer_store_resource_version",
+                "The 15 least significant digits of the resource version of the store",
+            ),
         }
     }
 }
@@ -152,6 +191,18 @@ impl PrometheusMetricsProvider {
 // prometheus-client's metrics are kcache-core's primitives (kcache-core's
 // `prometheus` feature): a family's metric is handed out as it is.
 impl MetricsProvider for PrometheusMetricsProvider {
+    fn new_queued_items_metric(&self, id: &InformerId) -> Box<dyn SettableGaugeMetric> {
+        Box::new(self.queued_items.get_or_create_owned(&resource(id)))
+    }
+    fn new_processing_latency_metric(&self, id: &InformerId) -> Box<dyn HistogramMetric> {
+        Box::new(self.processing_latency.get_or_create_owned(&resource(id)))
+    }
+    fn new_store_resource_version_metric(&self, id: &InformerId) -> Box<dyn SettableGaugeMetric> {
+        Box::new(
+            self.store_resource_version
+                .get_or_create_owned(&resource(id)),
+        )
+    }
     fn new_synced_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
         Box::new(self.synced.get_or_create_owned(&informer(name)))
     }

@@ -733,3 +733,91 @@ async fn shutdown_waits_for_a_handler_that_returns_within_the_bound() {
         logs.all()
     );
 }
+
+/// Issue 33: client-go 1.36's informer metrics under its names and labels
+/// (`informer_queued_items`, `informer_processing_latency_seconds`,
+/// `informer_store_resource_version`, by `name`, `group`, `version`,
+/// `resource`), the name unique in the process (a second live informer
+/// of the same name records under `<name>-2`), and a WARN naming a handler
+/// slower than 100 ms, at most once a minute.
+#[tokio::test]
+async fn informer_metrics_match_client_go_names() {
+    // the test thread's events here; the handler's (its own thread) in
+    // the binary-wide capture
+    let logs = Logs::capture();
+    kcache_testing::logs::capture_global_warnings();
+    let api = FakeApi::new();
+    let mut registry = prometheus_client::registry::Registry::default();
+    let provider = Arc::new(kcache_informer::PrometheusMetricsProvider::new(
+        &mut registry,
+    ));
+    let informer = api
+        .informer()
+        .name("cm-informer-metrics")
+        .metrics(provider.clone())
+        .build();
+    informer
+        .add_event_handler(ResourceEventHandlerFuncs::new().add_func(
+            |o: &CachedObject<ConfigMap>, _| {
+                if o.name().starts_with("slow") {
+                    std::thread::sleep(Duration::from_millis(150));
+                }
+            },
+        ))
+        .unwrap();
+    // the same name again, while the first lives
+    let twin = api
+        .informer()
+        .name("cm-informer-metrics")
+        .metrics(provider)
+        .build();
+    let run = Running::synced_start(informer.clone()).await;
+    let mut last = 0;
+    for name in ["a", "slow-1", "slow-2", "b"] {
+        last = api.create("ns", name, "1");
+    }
+    soon("cached", || informer.indexer().len() == 4).await;
+    soon("handled", || {
+        informer.listener_backlogs().first().map(|b| b.1) == Some(0)
+    })
+    .await;
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let labels = r#"{name="cm-informer-metrics",group="",version="v1",resource="configmaps"}"#;
+    assert!(
+        text.contains(&format!("informer_queued_items{labels} 0")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("informer_store_resource_version{labels} {last}")),
+        "{text}"
+    );
+    let pops = text
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!(
+                "informer_processing_latency_seconds_count{labels}"
+            ))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no latency count: {text}"));
+    assert!(pops >= 4, "one observation per popped key: {pops}");
+    assert!(
+        text.contains(r#"informer_queued_items{name="cm-informer-metrics-2",group="",version="v1",resource="configmaps"}"#),
+        "the twin records under a unique name: {text}"
+    );
+    assert!(logs.at(tracing::Level::WARN).is_empty(), "{:?}", logs.all());
+    let slow = || -> Vec<String> {
+        kcache_testing::logs::global_warnings()
+            .into_iter()
+            .filter(|l| l.contains("took over 100 ms") && l.contains("cm-informer-metrics#"))
+            .collect()
+    };
+    soon("slow handler named", || !slow().is_empty()).await;
+    let slow = slow();
+    assert_eq!(slow.len(), 1, "rate-limited: {slow:?}");
+    assert!(slow[0].contains("cm-informer-metrics#1"), "{}", slow[0]);
+    drop(twin);
+    run.stop().await;
+}

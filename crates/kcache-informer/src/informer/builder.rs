@@ -163,7 +163,8 @@ where
         }
         let metrics = OnceLock::new();
         if let Some(p) = self.metrics {
-            let _ = metrics.set(InformerMetrics::new(p, &name, self.snapshot.is_some()));
+            let id = super::informer_id::<K>(&name, &self.dyntype);
+            let _ = metrics.set(InformerMetrics::new(p, &id, self.snapshot.is_some()));
         }
         SharedIndexInformer {
             inner: Arc::new(Inner {

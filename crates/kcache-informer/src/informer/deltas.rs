@@ -24,7 +24,12 @@ impl<K: Resource + 'static> Inner<K> {
         is_in_initial_list: bool,
     ) -> Result<(), BoxError> {
         let _block = lock(&self.block_deltas);
+        let started = std::time::Instant::now();
+        let mut last_rv = None;
         for delta in deltas.into_vec() {
+            if let Some(rv) = delta.object.object().resource_version() {
+                last_rv = crate::metrics::resource_version_gauge(rv);
+            }
             match delta.kind {
                 DeltaType::Sync | DeltaType::Replaced | DeltaType::Added | DeltaType::Updated => {
                     let obj = delta.object.into_object();
@@ -63,6 +68,13 @@ impl<K: Resource + 'static> Inner<K> {
                     self.processor
                         .distribute(&Notification::Delete { obj }, false);
                 }
+            }
+        }
+        if let Some(m) = self.metrics() {
+            m.processing_latency
+                .observe(started.elapsed().as_secs_f64());
+            if let Some(rv) = last_rv {
+                m.store_resource_version.set(rv);
             }
         }
         Ok(())

@@ -250,7 +250,8 @@ where
                 return false;
             }
             let name = &self.inner.name;
-            let fresh = InformerMetrics::new(provider, name, self.inner.snapshot.is_some());
+            let id = informer_id::<K>(name, &self.inner.dyntype);
+            let fresh = InformerMetrics::new(provider, &id, self.inner.snapshot.is_some());
             let m = self.inner.metrics.get_or_init(|| fresh);
             for l in self.inner.processor.listeners() {
                 l.attach_metrics(m.listener(name, &l.name));
@@ -333,6 +334,17 @@ impl<K: Resource> Inner<K> {
     }
 
     /// Pushes the sync state and the cache size to the metrics, if any.
+    pub(crate) fn metrics(&self) -> Option<&InformerMetrics> {
+        self.metrics.get()
+    }
+
+    /// `informer_queued_items`: the keys left in the queue after a pop.
+    pub(crate) fn queued_items(&self, n: usize) {
+        if let Some(m) = self.metrics.get() {
+            m.queued_items.set(n as f64);
+        }
+    }
+
     fn push_cache_metrics(&self, synced: bool) {
         if let Some(m) = self.metrics.get() {
             m.cache(synced, self.indexer.len());
@@ -354,5 +366,18 @@ where
 {
     fn has_synced(&self) -> bool {
         self.inner.has_synced()
+    }
+}
+
+/// The identity client-go's informer metrics are labelled with.
+pub(crate) fn informer_id<K: Resource>(
+    name: &str,
+    dt: &K::DynamicType,
+) -> crate::metrics::InformerId {
+    crate::metrics::InformerId {
+        name: name.to_owned(),
+        group: K::group(dt).into_owned(),
+        version: K::version(dt).into_owned(),
+        resource: K::plural(dt).into_owned(),
     }
 }

@@ -190,7 +190,10 @@ where
                 self.record_write(r);
             }
             Step::SnapshotDue => state.snapshot_due = true,
-            Step::Popped(Ok(())) => state.pops += 1,
+            Step::Popped(Ok(())) => {
+                state.pops += 1;
+                self.inner.queued_items(queue.len());
+            }
             Step::Popped(Err(PopError::Closed)) => return false,
             Step::Popped(Err(PopError::Process(e))) => {
                 state.pops += 1;
