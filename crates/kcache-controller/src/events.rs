@@ -140,6 +140,20 @@ fn ref_parts(r: Option<&ObjectReference>) -> [String; 5] {
     ]
 }
 
+/// What makes two events the same (one series): the object they are
+/// about, their type, reason, action and note, and the related object.
+fn series_key(regarding: &ObjectReference, event: &Event) -> SeriesKey {
+    let mut key: SeriesKey = ref_parts(Some(regarding)).to_vec();
+    key.extend([
+        event.type_.as_str().to_owned(),
+        event.reason.clone(),
+        event.action.clone(),
+        event.note.clone().unwrap_or_default(),
+    ]);
+    key.extend(ref_parts(event.related.as_ref()));
+    key
+}
+
 struct SeriesEntry {
     namespace: String,
     name: String,
@@ -256,61 +270,90 @@ impl Recorder {
         regarding: &ObjectReference,
         event: &Event,
     ) -> Result<(), kube::Error> {
-        let mut key: SeriesKey = ref_parts(Some(regarding)).to_vec();
-        key.extend([
-            event.type_.as_str().to_owned(),
-            event.reason.clone(),
-            event.action.clone(),
-            event.note.clone().unwrap_or_default(),
-        ]);
-        key.extend(ref_parts(event.related.as_ref()));
+        let key = series_key(regarding, event);
         let now = Instant::now();
-        let plan = {
-            let mut series = self.series.lock();
-            match series.get_mut(&key) {
-                Some(e) if now.duration_since(e.last_seen) < SERIES_WINDOW => {
-                    e.count = e.count.saturating_add(1);
-                    e.last_seen = now;
-                    Plan::Fold {
-                        namespace: e.namespace.clone(),
-                        name: e.name.clone(),
-                        count: e.count,
-                    }
-                }
-                _ => Plan::Create,
-            }
-        };
+        let plan = self.plan(&key, now);
         let namespace = regarding
             .namespace
             .clone()
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| "default".to_owned());
-        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), &namespace);
         let wall = Timestamp::now();
         if let Plan::Fold {
             namespace: ns,
             name,
             count,
         } = &plan
+            && self.fold_into_series(ns, name, *count, wall).await?
         {
-            let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), ns);
-            let patch = serde_json::json!({
-                "series": { "count": count, "lastObservedTime": MicroTime(wall) }
-            });
-            let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
-            let patched = bounded(
-                self.timeout,
-                "patching an event series",
-                api.patch(name, &params, &patch),
-            );
-            match patched.await {
-                Ok(_) => return Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    // Gone (events expire): start a new series below.
-                }
-                Err(e) => return Err(e),
-            }
+            return Ok(());
         }
+        let name = self
+            .create_event(regarding, event, &namespace, wall)
+            .await?;
+        self.remember(key, namespace, name, now);
+        Ok(())
+    }
+
+    /// Whether the event of `key` continues a series seen within
+    /// [`SERIES_WINDOW`] (counted at `now`, then folded into it) or
+    /// starts a new one.
+    fn plan(&self, key: &SeriesKey, now: Instant) -> Plan {
+        let mut series = self.series.lock();
+        match series.get_mut(key) {
+            Some(e) if now.duration_since(e.last_seen) < SERIES_WINDOW => {
+                e.count = e.count.saturating_add(1);
+                e.last_seen = now;
+                Plan::Fold {
+                    namespace: e.namespace.clone(),
+                    name: e.name.clone(),
+                    count: e.count,
+                }
+            }
+            _ => Plan::Create,
+        }
+    }
+
+    /// Patches the series event `name` in `namespace` to `count`
+    /// occurrences, the last at `wall`: `false` when it is gone, and a new
+    /// series starts.
+    async fn fold_into_series(
+        &self,
+        namespace: &str,
+        name: &str,
+        count: i32,
+        wall: Timestamp,
+    ) -> Result<bool, kube::Error> {
+        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), namespace);
+        let patch = serde_json::json!({
+            "series": { "count": count, "lastObservedTime": MicroTime(wall) }
+        });
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let patched = bounded(
+            self.timeout,
+            "patching an event series",
+            api.patch(name, &params, &patch),
+        );
+        match patched.await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                // Gone (events expire): start a new series.
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Creates a new event about `regarding` in `namespace`, observed at
+    /// `wall`; its name.
+    async fn create_event(
+        &self,
+        regarding: &ObjectReference,
+        event: &Event,
+        namespace: &str,
+        wall: Timestamp,
+    ) -> Result<String, kube::Error> {
+        let api: Api<KubeEvent> = Api::namespaced(self.client.clone(), namespace);
         let regarding_name = regarding.name.clone().unwrap_or_default();
         let name = format!(
             "{}.{:016x}",
@@ -320,7 +363,7 @@ impl Recorder {
         let ev = KubeEvent {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                namespace: Some(namespace.clone()),
+                namespace: Some(namespace.to_owned()),
                 ..ObjectMeta::default()
             },
             event_time: Some(MicroTime(wall)),
@@ -340,6 +383,12 @@ impl Recorder {
             api.create(&PostParams::default(), &ev),
         )
         .await?;
+        Ok(name)
+    }
+
+    /// Starts the series of `key` with the event `name` just created,
+    /// making room first when the series cache is full.
+    fn remember(&self, key: SeriesKey, namespace: String, name: String, now: Instant) {
         let mut series = self.series.lock();
         if series.len() >= SERIES_CACHE_SIZE {
             // Forget finished series first, then the oldest half.
@@ -361,7 +410,6 @@ impl Recorder {
                 last_seen: now,
             },
         );
-        Ok(())
     }
 }
 

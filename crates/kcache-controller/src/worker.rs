@@ -160,121 +160,146 @@ where
             let started = Instant::now();
             // Decremented on drop too: a reconcile dropped at shutdown or
             // after a lost lease leaves the gauge right.
-            let _active = self.metrics.as_ref().map(|m| ActiveGuard::new(m.active.as_ref()));
-            let cached = self.primary.current().and_then(|set| {
-                let indexer = set.primary.indexer();
-                if self.read_own_writes {
-                    indexer.get_including_own_writes(key)
-                } else {
-                    indexer.get_by_key(key)
-                }
-            });
-            let decoded = match &cached {
-                Some(c) => c.decode().map(Some),
-                None => Ok(None),
-            };
-            let outcome = match decoded {
-                // The same cached object fails the same way on a retry: it
-                // is reconciled again when it changes.
-                Err(e) => Outcome::Failed(format!("decoding the cached object: {e}"), true),
-                Ok(object) => {
-                    let fire = cancellation.clone();
-                    let req = Request::new(key, object).with_details(
-                        cached,
-                        trigger,
-                        retries,
-                        cancellation,
-                        self.lease.clone(),
-                    );
-                    // Creating the future is inside the guard too: a
-                    // hand-written reconciler may panic before returning it.
-                    let fut = crate::consistency::reconciling(&self.ledger, key, async {
-                        self.reconciler.reconcile(req, self.ctx.clone()).await
-                    });
-                    let guarded = AssertUnwindSafe(fut).catch_unwind();
-                    let result = match self.reconcile_timeout {
-                        None => Some(guarded.await),
-                        Some(limit) => tokio::time::timeout(limit, guarded).await.ok(),
-                    };
-                    match result {
-                        Some(Ok(Ok(action))) => Outcome::Done(action),
-                        Some(Ok(Err(e))) => {
-                            Outcome::Failed(describe(&e), self.reconciler.is_terminal(&e))
-                        }
-                        Some(Err(p)) => Outcome::Panicked(panic_message(&*p)),
-                        None => {
-                            // the reconcile's own tasks see the cancellation;
-                            // its future was dropped by the timeout
-                            fire.cancel();
-                            Outcome::TimedOut(self.reconcile_timeout.unwrap_or_default())
-                        }
-                    }
-                }
-            };
+            let _active = self
+                .metrics
+                .as_ref()
+                .map(|m| ActiveGuard::new(m.active.as_ref()));
+            let outcome = self
+                .reconcile_cached(key, trigger, retries, cancellation)
+                .await;
             let elapsed = started.elapsed();
             if let Some(m) = &self.metrics {
                 m.time.observe(elapsed.as_secs_f64());
             }
-            match outcome {
-                Outcome::Done(action) => {
-                    self.queue.forget(&key.to_owned());
-                    match action.requeue_duration() {
-                        Some(d) => {
-                            tracing::debug!(?elapsed, requeue_after = ?d, "reconciled");
-                            if let Some(m) = &self.metrics {
-                                m.requeue_after.inc();
-                            }
-                            self.enq.requeue_after(key.to_owned(), d);
-                        }
-                        None => {
-                            tracing::debug!(?elapsed, "reconciled");
-                            if let Some(m) = &self.metrics {
-                                m.success.inc();
-                            }
-                        }
+            self.record_outcome(key, outcome, elapsed);
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Reconciles `key` with the primary's cached object (decoded), under
+    /// the ledger, within the reconcile timeout, a panic caught: how the
+    /// reconcile ended.
+    async fn reconcile_cached(
+        &self,
+        key: &str,
+        trigger: Trigger,
+        retries: u32,
+        cancellation: CancellationToken,
+    ) -> Outcome {
+        let cached = self.primary.current().and_then(|set| {
+            let indexer = set.primary.indexer();
+            if self.read_own_writes {
+                indexer.get_including_own_writes(key)
+            } else {
+                indexer.get_by_key(key)
+            }
+        });
+        let decoded = match &cached {
+            Some(c) => c.decode().map(Some),
+            None => Ok(None),
+        };
+        match decoded {
+            // The same cached object fails the same way on a retry: it
+            // is reconciled again when it changes.
+            Err(e) => Outcome::Failed(format!("decoding the cached object: {e}"), true),
+            Ok(object) => {
+                let fire = cancellation.clone();
+                let req = Request::new(key, object).with_details(
+                    cached,
+                    trigger,
+                    retries,
+                    cancellation,
+                    self.lease.clone(),
+                );
+                // Creating the future is inside the guard too: a
+                // hand-written reconciler may panic before returning it.
+                let fut = crate::consistency::reconciling(&self.ledger, key, async {
+                    self.reconciler.reconcile(req, self.ctx.clone()).await
+                });
+                let guarded = AssertUnwindSafe(fut).catch_unwind();
+                let result = match self.reconcile_timeout {
+                    None => Some(guarded.await),
+                    Some(limit) => tokio::time::timeout(limit, guarded).await.ok(),
+                };
+                match result {
+                    Some(Ok(Ok(action))) => Outcome::Done(action),
+                    Some(Ok(Err(e))) => {
+                        Outcome::Failed(describe(&e), self.reconciler.is_terminal(&e))
                     }
-                }
-                Outcome::Failed(e, true) => {
-                    // Retrying cannot fix it: the next change reconciles
-                    // the key again, with a fresh backoff.
-                    self.queue.forget(&key.to_owned());
-                    tracing::warn!(error = %e, ?elapsed, "reconcile failed with a terminal error: not retried");
-                    if let Some(m) = &self.metrics {
-                        m.error.inc();
-                        m.errors.inc();
-                        m.terminal.inc();
-                    }
-                }
-                Outcome::Failed(e, false) => {
-                    let retry_in = self.enq.retry(key.to_owned());
-                    tracing::warn!(error = %e, ?elapsed, retry_in = ?retry_in.unwrap_or_default(), "reconcile failed; retrying with backoff");
-                    if let Some(m) = &self.metrics {
-                        m.error.inc();
-                        m.errors.inc();
-                    }
-                }
-                Outcome::TimedOut(limit) => {
-                    let retry_in = self.enq.retry(key.to_owned());
-                    tracing::warn!(timeout = ?limit, retry_in = ?retry_in.unwrap_or_default(), "reconcile ran past the controller's reconcile timeout: cancelled, retrying with backoff (raise Config::reconcile_timeout if this reconcile is expected to take this long)");
-                    if let Some(m) = &self.metrics {
-                        m.error.inc();
-                        m.errors.inc();
-                        m.timeouts.inc();
-                    }
-                }
-                Outcome::Panicked(msg) => {
-                    let retry_in = self.enq.retry(key.to_owned());
-                    tracing::error!(panic = %msg, ?elapsed, retry_in = ?retry_in.unwrap_or_default(), "reconcile panicked; retrying with backoff");
-                    if let Some(m) = &self.metrics {
-                        m.error.inc();
-                        m.errors.inc();
-                        m.panics.inc();
+                    Some(Err(p)) => Outcome::Panicked(panic_message(&*p)),
+                    None => {
+                        // the reconcile's own tasks see the cancellation;
+                        // its future was dropped by the timeout
+                        fire.cancel();
+                        Outcome::TimedOut(self.reconcile_timeout.unwrap_or_default())
                     }
                 }
             }
         }
-        .instrument(span)
-        .await
+    }
+
+    /// Acts on how a reconcile of `key` ended: forgets the key's failures
+    /// or retries it with backoff, requeues it as asked, logs it (in the
+    /// reconcile's span) and counts it.
+    fn record_outcome(&self, key: &str, outcome: Outcome, elapsed: Duration) {
+        match outcome {
+            Outcome::Done(action) => {
+                self.queue.forget(&key.to_owned());
+                match action.requeue_duration() {
+                    Some(d) => {
+                        tracing::debug!(?elapsed, requeue_after = ?d, "reconciled");
+                        if let Some(m) = &self.metrics {
+                            m.requeue_after.inc();
+                        }
+                        self.enq.requeue_after(key.to_owned(), d);
+                    }
+                    None => {
+                        tracing::debug!(?elapsed, "reconciled");
+                        if let Some(m) = &self.metrics {
+                            m.success.inc();
+                        }
+                    }
+                }
+            }
+            Outcome::Failed(e, true) => {
+                // Retrying cannot fix it: the next change reconciles
+                // the key again, with a fresh backoff.
+                self.queue.forget(&key.to_owned());
+                tracing::warn!(error = %e, ?elapsed, "reconcile failed with a terminal error: not retried");
+                if let Some(m) = &self.metrics {
+                    m.error.inc();
+                    m.errors.inc();
+                    m.terminal.inc();
+                }
+            }
+            Outcome::Failed(e, false) => {
+                let retry_in = self.enq.retry(key.to_owned());
+                tracing::warn!(error = %e, ?elapsed, retry_in = ?retry_in.unwrap_or_default(), "reconcile failed; retrying with backoff");
+                if let Some(m) = &self.metrics {
+                    m.error.inc();
+                    m.errors.inc();
+                }
+            }
+            Outcome::TimedOut(limit) => {
+                let retry_in = self.enq.retry(key.to_owned());
+                tracing::warn!(timeout = ?limit, retry_in = ?retry_in.unwrap_or_default(), "reconcile ran past the controller's reconcile timeout: cancelled, retrying with backoff (raise Config::reconcile_timeout if this reconcile is expected to take this long)");
+                if let Some(m) = &self.metrics {
+                    m.error.inc();
+                    m.errors.inc();
+                    m.timeouts.inc();
+                }
+            }
+            Outcome::Panicked(msg) => {
+                let retry_in = self.enq.retry(key.to_owned());
+                tracing::error!(panic = %msg, ?elapsed, retry_in = ?retry_in.unwrap_or_default(), "reconcile panicked; retrying with backoff");
+                if let Some(m) = &self.metrics {
+                    m.error.inc();
+                    m.errors.inc();
+                    m.panics.inc();
+                }
+            }
+        }
     }
 }
 
