@@ -168,7 +168,8 @@ where
         t = lead_rx => t.ok(),
     };
     if let Some(leading) = leading {
-        tracing::info!(controller = %shared.name, "leading: starting workers");
+        tracing::info!(controller = %shared.name, queued = shared.queue.len(), "leading: starting workers");
+        shared.enq.end_quiet();
         if let Some(g) = &leader_gauge {
             g.set(1.0);
         }

@@ -114,6 +114,13 @@ impl Enqueuer {
         self
     }
 
+    /// Queues initial-list adds again (a standby that took over).
+    pub(crate) fn end_quiet(&self) {
+        if let Some(q) = &self.quiet {
+            q.store(false, Ordering::SeqCst);
+        }
+    }
+
     pub(crate) fn with_shard(mut self, shard: Option<Shard>) -> Self {
         self.shard = shard;
         self
@@ -126,15 +133,22 @@ impl Enqueuer {
         if self.shard.as_ref().is_some_and(|s| !s.owns(key)) {
             return false;
         }
-        let own = |t: &Trigger| matches!(t, Trigger::Requeue | Trigger::Retry);
-        let new_is_own = own(&trigger);
+        // no change behind them: a requeue, a retry, the initial list, a
+        // resync
+        let weak = |t: &Trigger| {
+            matches!(
+                t,
+                Trigger::Requeue | Trigger::Retry | Trigger::InitialList | Trigger::Resync
+            )
+        };
+        let new_is_weak = weak(&trigger);
         self.triggers
             .lock()
             .entry(key.to_owned())
             .and_modify(|t| {
-                // A change that comes while a requeue or retry waits is the
+                // A change that comes while one of those waits is the
                 // better explanation of the next reconcile.
-                if own(t) && !new_is_own {
+                if weak(t) && !new_is_weak {
                     *t = trigger.clone();
                 }
             })

@@ -64,6 +64,18 @@ pub struct Config {
     /// in `kcache_controller_reconcile_timeouts_total` and as a reconcile
     /// error, and logged as a WARN naming the timeout.
     pub reconcile_timeout: Option<Duration>,
+    /// Under leader election, what a standby reconciles when it takes
+    /// over. A standby is warm: its informers list, watch and sync while
+    /// another replica leads, and its handlers queue keys, but its workers
+    /// start only when it leads. With `true` (the default, as
+    /// controller-runtime's `EnableWarmup`) it then reconciles every key
+    /// of the initial list (at [`initial_list_priority`](Self::initial_list_priority))
+    /// and, first, every key that changed while it stood by; with `false`
+    /// only the keys that changed while it stood by (a faster takeover on
+    /// a large cluster, for a reconciler that trusts the last leader's
+    /// work: a key the last leader left failing is reconciled again at its
+    /// next change or resync).
+    pub full_resync_on_takeover: bool,
 }
 
 impl fmt::Debug for Config {
@@ -78,6 +90,7 @@ impl fmt::Debug for Config {
             .field("cache_sync_timeout", &self.cache_sync_timeout)
             .field("consistency", &self.consistency)
             .field("reconcile_timeout", &self.reconcile_timeout)
+            .field("full_resync_on_takeover", &self.full_resync_on_takeover)
             .finish()
     }
 }
@@ -94,6 +107,7 @@ impl Default for Config {
             cache_sync_timeout: Some(DEFAULT_CACHE_SYNC_TIMEOUT),
             consistency: Consistency::default(),
             reconcile_timeout: None,
+            full_resync_on_takeover: true,
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::metrics::MetricsProvider;
 #[cfg(feature = "prometheus")]
 use crate::metrics::MetricsRegistry;
 use crate::reconciler::Reconciler;
-use crate::run_mode::shard_metrics;
+use crate::run_mode::{RunMode, shard_metrics};
 use crate::server::Health;
 #[cfg(feature = "prometheus")]
 use crate::server::MetricsServer;
@@ -157,9 +157,14 @@ where
             &self.primary_kind,
             self.primary_namespaced,
         );
-        let enq = Enqueuer::new(queue.clone(), self.config.initial_list_priority)
+        let mut enq = Enqueuer::new(queue.clone(), self.config.initial_list_priority)
             .with_shard(self.mode.shard().cloned())
             .with_ledger(self.handle.ledger.clone());
+        if matches!(self.mode, RunMode::LeaderElected(..)) && !self.config.full_resync_on_takeover {
+            // a standby queues only what changes; the initial list's keys
+            // are not queued (lifted when it leads: see run_leader_elected)
+            enq = enq.quiet_initial(Arc::new(std::sync::atomic::AtomicBool::new(true)));
+        }
         let _ = self.handle.enqueuer.set(enq.clone());
         Ok(Running {
             name,

@@ -1,0 +1,229 @@
+//! Warm standby under leader election, on an in-process fake apiserver, the
+//! in-memory lease store and tokio's paused clock: a standby's informers
+//! run and sync while another replica leads, its handlers queue keys, its
+//! workers never run before it leads; when the leader dies (its process
+//! gone: no renewal, no release) the standby takes the lease when it
+//! expires and reconciles at once, the changes it saw while standing by
+//! first.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kcache_controller::{Action, Config, Controller, LeaderElectionConfig, Request, Trigger};
+use kcache_informer::SharedInformerFactory;
+use kcache_lease::testing::InMemoryLeaseLock;
+use kcache_testing::fake::{End, Fake, Reply, cm, cm_items, ev, list_json};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+const NAMES: &[&str] = &["a", "b", "c", "d", "e"];
+
+/// A factory listing the ConfigMaps [`NAMES`]; its first watch is fed by
+/// the returned sender (the others hang).
+fn factory() -> (SharedInformerFactory, mpsc::UnboundedSender<Bytes>) {
+    let list = list_json("100", "", cm_items(NAMES));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let rx = Mutex::new(Some(rx));
+    let fake = Fake::new(move |r| {
+        if r.is_watch() {
+            match rx.lock().take() {
+                Some(rx) => Reply::Channel(rx),
+                None => Reply::Chunks(vec![], End::Hang),
+            }
+        } else {
+            Reply::Json(200, list.clone())
+        }
+    });
+    let factory = SharedInformerFactory::builder(fake.client)
+        .tweak_list_options(|o| o.use_watch_list = false)
+        .build();
+    (factory, tx)
+}
+
+/// What one replica reconciled: key, trigger, when.
+type Log = Arc<Mutex<Vec<(String, Trigger, Instant)>>>;
+
+struct Replica {
+    factory: SharedInformerFactory,
+    watch: mpsc::UnboundedSender<Bytes>,
+    handle: kcache_controller::ControllerHandle,
+    run: tokio::task::JoinHandle<Result<(), kcache_controller::ControllerError>>,
+    log: Log,
+}
+
+/// Starts replica `id` competing for `lock` with `config`.
+fn replica(id: &str, lock: impl kcache_controller::LeaseLock + 'static, config: Config) -> Replica {
+    let (factory, watch) = factory();
+    let ctl = Controller::<ConfigMap>::new(&factory, config.name("cm"))
+        .leader_election(LeaderElectionConfig::new(id), lock);
+    let handle = ctl.handle();
+    let log: Log = Arc::default();
+    let run = tokio::spawn(ctl.run(
+        |req: Request<ConfigMap>, log: Log| async move {
+            log.lock()
+                .push((req.name.clone(), req.trigger.clone(), Instant::now()));
+            Ok::<_, io::Error>(Action::await_change())
+        },
+        log.clone(),
+    ));
+    Replica {
+        factory,
+        watch,
+        handle,
+        run,
+        log,
+    }
+}
+
+async fn settle(d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+fn holder(lock: &InMemoryLeaseLock) -> String {
+    lock.record().map(|r| r.holder_identity).unwrap_or_default()
+}
+
+/// The leader dies as a SIGKILL would have it: no more renewals (its lease
+/// requests fail), no release, its workers and informers gone.
+async fn kill(r: Replica, lock: &kcache_lease::testing::FlakyLeaseLock) {
+    lock.set_failing(true);
+    r.run.abort();
+    let _ = r.run.await;
+    r.factory.shutdown().await;
+}
+
+/// The standby's informer lists and syncs while the leader lives, and its
+/// workers do not run; after the leader is killed, the standby acquires
+/// the lease when it expires and its first reconcile starts within 50 ms
+/// of the acquire (the cache is synced and the keys are queued already).
+#[tokio::test(start_paused = true)]
+async fn standby_is_synced_before_it_leads() {
+    let lock = InMemoryLeaseLock::new();
+    let leader_lock = lock.handle();
+    let leader = replica("leader", leader_lock.clone(), Config::default());
+    settle(Duration::from_secs(1)).await;
+    assert_eq!(holder(&lock), "leader");
+    let standby = replica("standby", lock.clone(), Config::default());
+    settle(Duration::from_secs(20)).await;
+    assert!(
+        standby.handle.informer::<ConfigMap>().has_synced(),
+        "the standby's cache synced while the other replica leads"
+    );
+    assert_eq!(
+        standby
+            .handle
+            .informer::<ConfigMap>()
+            .indexer()
+            .list()
+            .len(),
+        NAMES.len()
+    );
+    assert!(standby.log.lock().is_empty(), "a standby reconciled");
+    assert_eq!(leader.log.lock().len(), NAMES.len());
+
+    let killed = Instant::now();
+    kill(leader, &leader_lock).await;
+    let mut acquired = None;
+    while Instant::now() < killed + Duration::from_secs(60) {
+        if holder(&lock) == "standby" {
+            acquired = Some(Instant::now());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let acquired = acquired.expect("the standby took the expired lease");
+    // the lease expires 15 s after the standby last saw it renewed (at a
+    // retry period before the kill at most: 2 s, jittered up to 4.4 s),
+    // and the standby tries again at its next retry period
+    assert!(
+        acquired - killed <= Duration::from_millis(15_000 + 2 * 4_400),
+        "{:?}",
+        acquired - killed
+    );
+    settle(Duration::from_millis(200)).await;
+    let log = standby.log.lock().clone();
+    assert_eq!(
+        log.len(),
+        NAMES.len(),
+        "every key reconciled on takeover: {log:?}"
+    );
+    let first = log[0].2;
+    assert!(
+        first - acquired <= Duration::from_millis(50),
+        "acquire to first reconcile: {:?}",
+        first - acquired
+    );
+    standby.handle.stop();
+    standby.run.await.unwrap().unwrap();
+    standby.factory.shutdown().await;
+}
+
+/// A standby never reconciles while another replica holds the lease, for
+/// as long as that lasts, though its handlers see every change.
+#[tokio::test(start_paused = true)]
+async fn no_reconcile_before_leading() {
+    let lock = InMemoryLeaseLock::new();
+    let leader = replica("leader", lock.clone(), Config::default());
+    settle(Duration::from_secs(1)).await;
+    let standby = replica("standby", lock.clone(), Config::default());
+    for i in 0..20 {
+        let line = format!("{}\n", ev("MODIFIED", cm("c", &(200 + i).to_string())));
+        standby.watch.send(Bytes::from(line)).unwrap();
+        settle(Duration::from_secs(10)).await;
+    }
+    assert_eq!(holder(&lock), "leader");
+    assert!(standby.handle.informer::<ConfigMap>().has_synced());
+    assert!(standby.log.lock().is_empty(), "{:?}", standby.log.lock());
+    for r in [leader, standby] {
+        r.handle.stop();
+        r.run.await.unwrap().unwrap();
+        r.factory.shutdown().await;
+    }
+}
+
+/// What changed while a replica stood by is reconciled first when it takes
+/// over (a live change outranks the initial list); with
+/// `Config::full_resync_on_takeover` off, only what changed is.
+#[tokio::test(start_paused = true)]
+async fn changes_while_standing_by_are_reconciled_on_takeover() {
+    for full_resync in [true, false] {
+        let lock = InMemoryLeaseLock::new();
+        let leader_lock = lock.handle();
+        let leader = replica("leader", leader_lock.clone(), Config::default());
+        settle(Duration::from_secs(1)).await;
+        let config = Config {
+            full_resync_on_takeover: full_resync,
+            ..Config::default()
+        };
+        let standby = replica("standby", lock.clone(), config);
+        settle(Duration::from_secs(5)).await;
+        let line = format!("{}\n", ev("MODIFIED", cm("c", "200")));
+        standby.watch.send(Bytes::from(line)).unwrap();
+        settle(Duration::from_secs(1)).await;
+        assert!(standby.log.lock().is_empty());
+        kill(leader, &leader_lock).await;
+        settle(Duration::from_secs(20)).await;
+        assert_eq!(holder(&lock), "standby");
+        let log = standby.log.lock().clone();
+        assert_eq!(log[0].0, "c", "the change first: {log:?}");
+        assert_eq!(log[0].1, Trigger::Updated);
+        if full_resync {
+            let mut keys: Vec<_> = log.iter().map(|(k, _, _)| k.as_str()).collect();
+            keys.sort_unstable();
+            assert_eq!(keys, NAMES, "every key on takeover");
+        } else {
+            assert_eq!(log.len(), 1, "only what changed: {log:?}");
+        }
+        standby.handle.stop();
+        standby.run.await.unwrap().unwrap();
+        standby.factory.shutdown().await;
+    }
+}
