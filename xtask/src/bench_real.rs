@@ -994,6 +994,57 @@ pub(crate) struct Row {
     pub(crate) rx_bytes: f64,
 }
 
+/// The sync table of a `--real` run: a row per client and mode (objects/s,
+/// peak and steady RSS, client, apiserver and etcd CPU per object, bytes
+/// received per object), for `clients` syncing `s.pods` objects called
+/// `noun`.
+pub(crate) fn sync_table(
+    t: &mut String,
+    res: &RealResults,
+    clients: &[RealClient],
+    s: &RealSettings,
+    noun: &str,
+) {
+    let _ = writeln!(
+        t,
+        "| sync of {} {noun} | objects/s | peak RSS | steady RSS | client CPU / object | apiserver CPU / object | etcd CPU / object | bytes received / object |",
+        s.pods
+    );
+    t.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for mode in [Mode::Paged, Mode::Streaming] {
+        let m = if mode == Mode::Paged {
+            "paged list"
+        } else {
+            "streaming list"
+        };
+        for &c in clients {
+            match row(res, c, mode, s) {
+                Some(r) => {
+                    let _ = writeln!(
+                        t,
+                        "| {m}: {} | {:.0} | {:.0} MiB | {:.0} MiB | {:.0} us | {:.0} us | {:.0} us | {} |",
+                        c.label(),
+                        r.objects_per_sec,
+                        r.peak_mib,
+                        r.steady_mib,
+                        r.client_us,
+                        r.apiserver_us,
+                        r.etcd_us,
+                        if r.rx_bytes.is_finite() {
+                            format!("{:.1} KB", r.rx_bytes / 1000.0)
+                        } else {
+                            "n/a".into()
+                        }
+                    );
+                }
+                None => {
+                    let _ = writeln!(t, "| {m}: {} | not run | | | | | | |", c.label());
+                }
+            }
+        }
+    }
+}
+
 pub(crate) fn row(res: &RealResults, c: RealClient, mode: Mode, s: &RealSettings) -> Option<Row> {
     let runs: Vec<&SyncRun> = res
         .syncs
@@ -1053,44 +1104,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
         res.total_secs,
         if s.quick { " (`--quick`)" } else { "" }
     );
-    let _ = writeln!(
-        t,
-        "| sync of {} Pods | objects/s | peak RSS | steady RSS | client CPU / object | apiserver CPU / object | etcd CPU / object | bytes received / object |",
-        s.pods
-    );
-    t.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    for mode in [Mode::Paged, Mode::Streaming] {
-        let m = if mode == Mode::Paged {
-            "paged list"
-        } else {
-            "streaming list"
-        };
-        for c in SYNC_CLIENTS {
-            match row(res, c, mode, s) {
-                Some(r) => {
-                    let _ = writeln!(
-                        t,
-                        "| {m}: {} | {:.0} | {:.0} MiB | {:.0} MiB | {:.0} us | {:.0} us | {:.0} us | {} |",
-                        c.label(),
-                        r.objects_per_sec,
-                        r.peak_mib,
-                        r.steady_mib,
-                        r.client_us,
-                        r.apiserver_us,
-                        r.etcd_us,
-                        if r.rx_bytes.is_finite() {
-                            format!("{:.1} KB", r.rx_bytes / 1000.0)
-                        } else {
-                            "n/a".into()
-                        }
-                    );
-                }
-                None => {
-                    let _ = writeln!(t, "| {m}: {} | not run | | | | | | |", c.label());
-                }
-            }
-        }
-    }
+    sync_table(&mut t, res, &SYNC_CLIENTS, s, "Pods");
     t.push_str(
         "\n| kcache / client-go | objects/s (goal ≥ 1x) | peak RSS (goal ≤ 0.5x) | client CPU / object (goal ≤ 0.3x) | apiserver CPU / object (goal ≤ 1x) |\n",
     );

@@ -31,7 +31,7 @@ use anyhow::{Context as _, bail};
 use crate::bench_compare::{Bins, loadavg, machine};
 use crate::bench_real::{
     AUDIT_POLICY, Load, Mode, Probe, RealClient, RealResults, RealSettings, Row, RunCtx, SyncRun,
-    code_list, mem_row, ratio, row, summary, write_docs_block,
+    code_list, mem_row, ratio, row, summary, sync_table, write_docs_block,
 };
 
 /// The clients of the custom-resource table, in the order they run.
@@ -239,44 +239,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
         res.total_secs,
         if s.quick { " (`--quick`)" } else { "" }
     );
-    let _ = writeln!(
-        t,
-        "| sync of {} custom resources | objects/s | peak RSS | steady RSS | client CPU / object | apiserver CPU / object | etcd CPU / object | bytes received / object |",
-        s.pods
-    );
-    t.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    for mode in [Mode::Paged, Mode::Streaming] {
-        let m = if mode == Mode::Paged {
-            "paged list"
-        } else {
-            "streaming list"
-        };
-        for c in CR_CLIENTS {
-            match row(res, c, mode, s) {
-                Some(r) => {
-                    let _ = writeln!(
-                        t,
-                        "| {m}: {} | {:.0} | {:.0} MiB | {:.0} MiB | {:.0} us | {:.0} us | {:.0} us | {} |",
-                        c.label(),
-                        r.objects_per_sec,
-                        r.peak_mib,
-                        r.steady_mib,
-                        r.client_us,
-                        r.apiserver_us,
-                        r.etcd_us,
-                        if r.rx_bytes.is_finite() {
-                            format!("{:.1} KB", r.rx_bytes / 1000.0)
-                        } else {
-                            "n/a".into()
-                        }
-                    );
-                }
-                None => {
-                    let _ = writeln!(t, "| {m}: {} | not run | | | | | | |", c.label());
-                }
-            }
-        }
-    }
+    sync_table(&mut t, res, &CR_CLIENTS, s, "custom resources");
 
     // steady memory per object (paged sync, kcache after background compression)
     let mems: Vec<(RealClient, f64)> = CR_CLIENTS
