@@ -443,20 +443,7 @@ async fn event_requeue_does_not_advance_backoff() {
     use kcache_controller::Trigger;
     use kcache_testing::fake::{cm, ev};
     use tokio::time::Instant;
-    let items = cm_items(&["flaky"]);
-    let list = list_json("100", "", items);
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<bytes::Bytes>();
-    let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| {
-        if r.is_watch() {
-            match rx.lock().take() {
-                Some(rx) => Reply::Channel(rx),
-                None => Reply::Chunks(vec![], End::Hang),
-            }
-        } else {
-            Reply::Json(200, list.clone())
-        }
-    });
+    let (fake, tx) = Fake::serving_with_watch(list_json("100", "", cm_items(&["flaky"])));
     let factory = SharedInformerFactory::builder(fake.client)
         .tweak_list_options(|o| o.use_watch_list = false)
         .build();

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{Action, Config, Controller, LeaderElectionConfig, Request, Trigger};
 use kcache_informer::SharedInformerFactory;
 use kcache_lease::testing::InMemoryLeaseLock;
-use kcache_testing::fake::{End, Fake, Reply, cm, cm_items, ev, list_json};
+use kcache_testing::fake::{Fake, cm, cm_items, ev, list_json};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -25,19 +25,7 @@ const NAMES: &[&str] = &["a", "b", "c", "d", "e"];
 /// A factory listing the ConfigMaps [`NAMES`]; its first watch is fed by
 /// the returned sender (the others hang).
 fn factory() -> (SharedInformerFactory, mpsc::UnboundedSender<Bytes>) {
-    let list = list_json("100", "", cm_items(NAMES));
-    let (tx, rx) = mpsc::unbounded_channel();
-    let rx = Mutex::new(Some(rx));
-    let fake = Fake::new(move |r| {
-        if r.is_watch() {
-            match rx.lock().take() {
-                Some(rx) => Reply::Channel(rx),
-                None => Reply::Chunks(vec![], End::Hang),
-            }
-        } else {
-            Reply::Json(200, list.clone())
-        }
-    });
+    let (fake, tx) = Fake::serving_with_watch(list_json("100", "", cm_items(NAMES)));
     let factory = SharedInformerFactory::builder(fake.client)
         .tweak_list_options(|o| o.use_watch_list = false)
         .build();

@@ -390,6 +390,26 @@ impl Fake {
         })
     }
 
+    /// A fake answering every list with `list` (a JSON body, status 200);
+    /// its first watch streams what the test sends on the returned sender
+    /// (one event line per send, e.g. [`ev`] plus a newline), later
+    /// watches hang, silent.
+    pub fn serving_with_watch(list: String) -> (Fake, mpsc::UnboundedSender<Bytes>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let rx = Mutex::new(Some(rx));
+        let fake = Fake::new(move |r| {
+            if r.is_watch() {
+                match rx.lock().take() {
+                    Some(rx) => Reply::Channel(rx),
+                    None => Reply::Chunks(vec![], End::Hang),
+                }
+            } else {
+                Reply::Json(200, list.clone())
+            }
+        });
+        (fake, tx)
+    }
+
     /// Every request so far, in order.
     pub fn requests(&self) -> Vec<Recorded> {
         self.log.lock().clone()
