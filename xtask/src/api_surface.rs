@@ -52,6 +52,10 @@ pub struct ApiSurfaceArgs {
     /// `generated/` and test modules).
     #[arg(long, default_value_t = 100)]
     long_functions: usize,
+    /// Count another checkout (e.g. a `git worktree` of an older commit,
+    /// for a before/after table) instead of this workspace.
+    #[arg(long)]
+    root: Option<PathBuf>,
 }
 
 /// One crate's counts.
@@ -71,7 +75,7 @@ struct Module {
 }
 
 pub fn run(args: ApiSurfaceArgs) -> Result<()> {
-    let root = workspace_root();
+    let root = args.root.clone().unwrap_or_else(workspace_root);
     println!("| crate | types | methods | root re-exports | lines | generated lines |");
     println!("|---|---|---|---|---|---|");
     let mut total = Surface::default();
@@ -79,6 +83,10 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
     let mut long_fns = Vec::new();
     for name in CRATES {
         let src = root.join("crates").join(name).join("src");
+        if !src.exists() {
+            println!("| {name} | (absent) | | | | |");
+            continue;
+        }
         let s = count(&src).with_context(|| format!("counting {name}"))?;
         println!(
             "| {name} | {} | {} | {} | {} | {} |",
