@@ -36,6 +36,7 @@ mod demo;
 mod deny;
 mod docsrs;
 mod e2e;
+mod failover_table;
 mod fuzz;
 mod protobuf_corpus;
 mod run;
@@ -93,6 +94,14 @@ enum Task {
     /// Build the cargo-fuzz targets (fuzz/) and run each for N seconds
     /// (default 60); fails on a crash.
     Fuzz(fuzz::FuzzArgs),
+    /// Measure leader failover on the local control plane: a leader-elected
+    /// controller in two processes, the leader killed with SIGKILL; kill to
+    /// lease expiry, to acquire, to the first reconcile (warm and cold
+    /// standby).
+    FailoverTable(failover_table::FailoverArgs),
+    /// One replica (a child of `failover-table`).
+    #[command(hide = true)]
+    FailoverReplica(failover_table::FailoverReplicaArgs),
     /// Count each library crate's public surface (types, methods, root
     /// re-exports, lines) and list library files over 1,000 lines.
     ApiSurface(api_surface::ApiSurfaceArgs),
@@ -129,6 +138,8 @@ fn main() -> ExitCode {
         Task::BenchCompare(args) => bench_compare::run(args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::ApiSurface(args) => api_surface::run(args),
+        Task::FailoverTable(args) => failover_table::run(args),
+        Task::FailoverReplica(args) => failover_table::replica(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
