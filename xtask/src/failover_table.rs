@@ -7,11 +7,12 @@
 //! duration), acquire, and acquire-to-first-reconcile.
 //!
 //! Rows: kcache warm standby (the default: informers synced while standing
-//! by) and kcache cold (the replica runs a bare `LeaderElector` first and
+//! by), kcache cold (the replica runs a bare `LeaderElector` first and
 //! builds its informers only once it holds the lease, as a controller
-//! wrapped in client-go's `leaderelection.RunOrDie` does). The
-//! controller-runtime rows of issue 33 are not built (see
-//! docs/controller.md).
+//! wrapped in client-go's `leaderelection.RunOrDie` does), and
+//! controller-runtime 0.24 with and without `EnableWarmup` (a small Go
+//! controller, `benches/compare/controller-runtime`, built here from Go
+//! modules). Leader and standby of a row are the same program.
 //!
 //! Wall-clock instants (all processes on this machine): the kill, the
 //! Lease's `renewTime` before it and `acquireTime` after it (written by the
@@ -156,22 +157,86 @@ struct Proc {
     first: Arc<std::sync::Mutex<Option<i64>>>,
 }
 
-fn spawn(kubeconfig: &Path, ns: &str, id: &str, mode: &str) -> anyhow::Result<Proc> {
-    let mut child = Command::new(std::env::current_exe()?)
-        .args([
-            "failover-replica",
-            "--id",
-            id,
-            "--namespace",
-            ns,
-            "--mode",
-            mode,
-        ])
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
+/// Where a replica's stderr goes: `target/failover/<id>.log`.
+fn log_file(id: &str) -> anyhow::Result<Stdio> {
+    let dir = workspace_root().join("target/failover");
+    std::fs::create_dir_all(&dir)?;
+    Ok(Stdio::from(std::fs::File::create(
+        dir.join(format!("{id}.log")),
+    )?))
+}
+
+/// A row of the table: which program stands by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    KcacheWarm,
+    KcacheCold,
+    CrWarmup,
+    CrPlain,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [
+        Kind::KcacheWarm,
+        Kind::KcacheCold,
+        Kind::CrWarmup,
+        Kind::CrPlain,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Kind::KcacheWarm => "kcache, warm standby (default)",
+            Kind::KcacheCold => "kcache, cold (informers start after the acquire)",
+            Kind::CrWarmup => "controller-runtime 0.24, `EnableWarmup`",
+            Kind::CrPlain => "controller-runtime 0.24, default (sources start after the acquire)",
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Kind::KcacheWarm => "warm",
+            Kind::KcacheCold => "cold",
+            Kind::CrWarmup => "crwarm",
+            Kind::CrPlain => "crplain",
+        }
+    }
+}
+
+fn spawn(kubeconfig: &Path, ns: &str, id: &str, kind: Kind, cr_bin: &Path) -> anyhow::Result<Proc> {
+    let mut cmd = match kind {
+        Kind::KcacheWarm | Kind::KcacheCold => {
+            let mut c = Command::new(std::env::current_exe()?);
+            let mode = if kind == Kind::KcacheWarm {
+                "warm"
+            } else {
+                "cold"
+            };
+            c.args([
+                "failover-replica",
+                "--id",
+                id,
+                "--namespace",
+                ns,
+                "--mode",
+                mode,
+            ])
+            .arg("--kubeconfig")
+            .arg(kubeconfig);
+            c
+        }
+        Kind::CrWarmup | Kind::CrPlain => {
+            let mut c = Command::new(cr_bin);
+            c.args(["-namespace", ns, "-lease", LEASE])
+                .arg(format!("-warmup={}", kind == Kind::CrWarmup))
+                .arg("-kubeconfig")
+                .arg(kubeconfig);
+            c
+        }
+    };
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log_file(id)?)
         .kill_on_drop(true)
         .spawn()?;
     let stdout = child.stdout.take().context("stdout")?;
@@ -211,7 +276,7 @@ async fn wait_for(
             return Ok(v);
         }
         if start.elapsed() > limit {
-            bail!("no {what} within {limit:?}");
+            bail!("no {what} within {limit:?} (the replicas' stderr: target/failover/*.log)");
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -238,24 +303,32 @@ async fn failover(
     client: &kube::Client,
     kubeconfig: &Path,
     ns: &str,
-    mode: &str,
+    kind: Kind,
     tag: &str,
+    cr_bin: &Path,
 ) -> anyhow::Result<Failover> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let _ = leases.delete(LEASE, &DeleteParams::default()).await;
-    let mut leader = spawn(kubeconfig, ns, &format!("{tag}-leader"), "warm")?;
-    wait_for(
-        "leader's first reconcile",
-        &leader.first,
-        Duration::from_secs(180),
-    )
-    .await?;
-    let standby = spawn(kubeconfig, ns, &format!("{tag}-standby"), mode)?;
-    if mode == "warm" {
-        wait_for("standby sync", &standby.synced, Duration::from_secs(180)).await?;
+    let leader_kind = match kind {
+        Kind::KcacheCold => Kind::KcacheWarm,
+        k => k,
+    };
+    let mut leader = spawn(
+        kubeconfig,
+        ns,
+        &format!("{tag}-leader"),
+        leader_kind,
+        cr_bin,
+    )?;
+    let limit = Duration::from_secs(180);
+    wait_for("leader's first reconcile", &leader.first, limit).await?;
+    let standby = spawn(kubeconfig, ns, &format!("{tag}-standby"), kind, cr_bin)?;
+    if kind == Kind::KcacheWarm {
+        wait_for("standby sync", &standby.synced, limit).await?;
     }
-    // a few renewals after the standby is up
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // the standby up (a warm one synced: 20,000 objects take a few
+    // seconds), a few renewals seen
+    tokio::time::sleep(Duration::from_secs(10)).await;
     let killed = now_ms();
     leader.child.start_kill()?;
     let _ = leader.child.wait().await;
@@ -316,11 +389,25 @@ pub fn run(args: FailoverArgs) -> anyhow::Result<()> {
             .await?;
         eprintln!("    created in {:.0?}", started.elapsed());
         let kubeconfig = cp.kubeconfig_path().to_owned();
+        let cr_bin = workspace_root().join("target/failover/cr-failover");
+        eprintln!("==> building the controller-runtime controller (Go, controller-runtime v0.24.1)");
+        let status = std::process::Command::new("go")
+            .current_dir(workspace_root().join("benches/compare/controller-runtime"))
+            .args(["build", "-mod=readonly", "-o"])
+            .arg(&cr_bin)
+            .arg(".")
+            .status()
+            .context("running go build")?;
+        if !status.success() {
+            bail!("go build of benches/compare/controller-runtime failed");
+        }
         let mut rows = Vec::new();
-        for mode in ["warm", "cold"] {
+        for kind in Kind::ALL {
             let mut runs = Vec::new();
             for rep in 0..args.reps {
-                let f = failover(&client, &kubeconfig, &ns, mode, &format!("{mode}{rep}")).await?;
+                let tag = format!("{}{rep}", kind.tag());
+                let f = failover(&client, &kubeconfig, &ns, kind, &tag, &cr_bin).await?;
+                let mode = kind.tag();
                 eprintln!(
                     "    {mode} #{}: kill->expiry {} ms, expiry->acquire {} ms, acquire->first reconcile {} ms, total {} ms",
                     rep + 1,
@@ -331,7 +418,7 @@ pub fn run(args: FailoverArgs) -> anyhow::Result<()> {
                 );
                 runs.push(f);
             }
-            rows.push((mode, runs));
+            rows.push((kind, runs));
         }
         let table = render(&args, &rows);
         println!("{table}");
@@ -342,22 +429,19 @@ pub fn run(args: FailoverArgs) -> anyhow::Result<()> {
     })
 }
 
-fn render(args: &FailoverArgs, rows: &[(&str, Vec<Failover>)]) -> String {
+fn render(args: &FailoverArgs, rows: &[(Kind, Vec<Failover>)]) -> String {
     let mut t = format!(
         "N = {} ConfigMaps (512 B of data each) in one namespace of the local control plane \
-         (kube-apiserver v1.37.2); a leader-elected kcache controller in two processes with \
+         (kube-apiserver v1.37.2); a leader-elected controller of them in two processes (leader and \
+         standby of a row are the same program; controller-runtime 0.24.1 runs on client-go 0.36) with \
          client-go's lease timings (15 s lease, 10 s renew deadline, 2 s retry period); the leader \
          killed with SIGKILL; medians of {} failovers per row.\n\n\
          | row | kill -> lease expiry | expiry -> acquire | acquire -> first reconcile | kill -> first reconcile |\n\
          |---|---:|---:|---:|---:|\n",
         args.objects, args.reps
     );
-    for (mode, runs) in rows {
-        let label = if *mode == "warm" {
-            "kcache, warm standby (default)"
-        } else {
-            "kcache, cold (informers start after the acquire)"
-        };
+    for (kind, runs) in rows {
+        let label = kind.label();
         let m = |f: fn(&Failover) -> i64| median(runs.iter().map(f).collect());
         t.push_str(&format!(
             "| {label} | {} ms | {} ms | {} ms | {} ms |\n",

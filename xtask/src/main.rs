@@ -115,6 +115,9 @@ fn main() -> ExitCode {
         Task::Demo(_) => "error,kube_client=off",
         // bench-compare --real polls the apiserver while it starts
         Task::BenchCompare(_) => "warn,kube_client=off",
+        // failover-table polls the apiserver while it starts, and its
+        // replicas lose their connections when killed
+        Task::FailoverTable(_) | Task::FailoverReplica(_) => "warn,kube_client=off",
         _ => "warn",
     };
     tracing_subscriber::fmt()
