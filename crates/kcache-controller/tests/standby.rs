@@ -215,3 +215,47 @@ async fn changes_while_standing_by_are_reconciled_on_takeover() {
         standby.factory.shutdown().await;
     }
 }
+
+/// `Config::warm_standby` off: a cold standby does not start its informers
+/// while another replica leads (its cache never syncs), and
+/// after the leader is killed it takes the lease, then starts its
+/// informers and reconciles every key.
+#[tokio::test(start_paused = true)]
+async fn cold_standby_starts_its_informers_only_when_leading() {
+    let lock = InMemoryLeaseLock::new();
+    let leader_lock = lock.handle();
+    let leader = replica("leader", leader_lock.clone(), Config::default());
+    settle(Duration::from_secs(1)).await;
+    let config = Config {
+        warm_standby: false,
+        ..Config::default()
+    };
+    let (factory, watch) = factory();
+    let ctl = Controller::<ConfigMap>::new(&factory, config.name("cm"))
+        .leader_election(LeaderElectionConfig::new("standby"), lock.clone());
+    let handle = ctl.handle();
+    let log: Log = Arc::default();
+    let run = tokio::spawn(ctl.run(
+        |req: Request<ConfigMap>, log: Log| async move {
+            log.lock()
+                .push((req.name.clone(), req.trigger.clone(), Instant::now()));
+            Ok::<_, io::Error>(Action::await_change())
+        },
+        log.clone(),
+    ));
+    settle(Duration::from_secs(30)).await;
+    assert!(
+        !handle.informer::<ConfigMap>().has_synced(),
+        "a cold standby started its informers"
+    );
+    assert!(log.lock().is_empty());
+    kill(leader, &leader_lock).await;
+    settle(Duration::from_secs(25)).await;
+    assert_eq!(holder(&lock), "standby");
+    assert!(handle.informer::<ConfigMap>().has_synced());
+    assert_eq!(log.lock().len(), NAMES.len(), "{:?}", log.lock());
+    handle.stop();
+    run.await.unwrap().unwrap();
+    drop(watch);
+    factory.shutdown().await;
+}

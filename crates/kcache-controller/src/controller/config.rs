@@ -76,6 +76,15 @@ pub struct Config {
     /// work: a key the last leader left failing is reconciled again at its
     /// next change or resync).
     pub full_resync_on_takeover: bool,
+    /// Under leader election, whether a standby runs its informers while
+    /// another replica leads (default `true`: a warm standby, see
+    /// [`full_resync_on_takeover`](Self::full_resync_on_takeover)). With
+    /// `false` (a small cluster, or a process that cannot afford a second
+    /// copy of the cache) the controller first wins the lease, then
+    /// registers its handlers, starts its informers and waits for them,
+    /// then starts its workers: nothing is cached or watched while
+    /// standing by, and the takeover waits for a full list.
+    pub warm_standby: bool,
 }
 
 impl fmt::Debug for Config {
@@ -91,6 +100,7 @@ impl fmt::Debug for Config {
             .field("consistency", &self.consistency)
             .field("reconcile_timeout", &self.reconcile_timeout)
             .field("full_resync_on_takeover", &self.full_resync_on_takeover)
+            .field("warm_standby", &self.warm_standby)
             .finish()
     }
 }
@@ -108,6 +118,7 @@ impl Default for Config {
             consistency: Consistency::default(),
             reconcile_timeout: None,
             full_resync_on_takeover: true,
+            warm_standby: true,
         }
     }
 }

@@ -53,6 +53,15 @@ where
         if run.controller.shard_field.is_some() {
             return run.run_with_sharded_informers(reconciler, ctx).await;
         }
+        if !run.controller.config.warm_standby
+            && let RunMode::LeaderElected(cfg, lock) = &run.controller.mode
+            && !wait_for_lease(&run.name, cfg, lock, &run.controller.handle.stop).await?
+        {
+            // stopped while standing by: nothing was started
+            run.queue.shut_down();
+            run.controller.handle.health.set_stopped();
+            return Ok(());
+        }
         let handles = run.register_sources()?;
         run.attach_informer_metrics(&handles);
         let mut cleanup = Cleanup {
@@ -538,4 +547,42 @@ impl Cleanup {
             let _ = task.await;
         }
     }
+}
+
+/// A cold standby ([`Config::warm_standby`] off): holds the lease before
+/// anything starts, with a bare elector that does not release it when it
+/// stops (the controller's own elector, the same identity, renews it from
+/// then on). `false` when `stop` came first.
+///
+/// [`Config::warm_standby`]: super::Config::warm_standby
+async fn wait_for_lease(
+    name: &str,
+    config: &kcache_lease::LeaderElectionConfig,
+    lock: &Arc<dyn kcache_lease::LeaseLock>,
+    stop: &CancellationToken,
+) -> Result<bool, ControllerError> {
+    let elector =
+        kcache_lease::LeaderElector::new(config.clone().release_on_cancel(false), lock.clone())?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let election = CancellationToken::new();
+    let task = tokio::spawn({
+        let election = election.clone();
+        async move {
+            let callbacks = kcache_lease::LeaderCallbacks {
+                on_started_leading: Box::new(move |_| {
+                    let _ = tx.send(());
+                }),
+                ..kcache_lease::LeaderCallbacks::default()
+            };
+            elector.run(election, callbacks).await
+        }
+    });
+    tracing::info!(controller = %name, "cold standby: waiting for the lease before starting the informers");
+    let leading = tokio::select! {
+        _ = stop.cancelled() => false,
+        r = rx => r.is_ok(),
+    };
+    election.cancel();
+    let _ = task.await;
+    Ok(leading)
 }
