@@ -19,7 +19,8 @@
 //! the same name as another is counted once per name, macros are not
 //! expanded. It is a yardstick for the before/after table, not rustdoc.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -56,6 +57,11 @@ pub struct ApiSurfaceArgs {
     /// for a before/after table) instead of this workspace.
     #[arg(long)]
     root: Option<PathBuf>,
+    /// Write docs/api.md: every crate's public types with their public
+    /// methods, one line per type (issue 32's "the whole public surface
+    /// of each crate on one screen").
+    #[arg(long)]
+    write_docs: bool,
 }
 
 /// One crate's counts.
@@ -66,7 +72,13 @@ pub struct Surface {
     pub root_reexports: usize,
     pub lines: usize,
     pub generated_lines: usize,
+    /// Every counted type (with its kind) and its counted methods; the
+    /// free functions under [`FREE_FUNCTIONS`].
+    pub listing: BTreeMap<String, Vec<String>>,
 }
+
+/// The key of [`Surface::listing`] that holds the free functions.
+const FREE_FUNCTIONS: &str = "(free functions)";
 
 /// A parsed module: its items, whether it is nameable from outside.
 struct Module {
@@ -81,6 +93,7 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
     let mut total = Surface::default();
     let mut long = Vec::new();
     let mut long_fns = Vec::new();
+    let mut listings = Vec::new();
     for name in CRATES {
         let src = root.join("crates").join(name).join("src");
         if !src.exists() {
@@ -97,6 +110,7 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
         total.root_reexports += s.root_reexports;
         total.lines += s.lines;
         total.generated_lines += s.generated_lines;
+        listings.push((name, s.listing));
         for file in rust_files(&src)? {
             // generated code and test modules in files of their own
             // (`#[cfg(test)] mod tests;`) are not held to the limits
@@ -147,7 +161,44 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
             println!("  {n:>5}  {name}  {at}");
         }
     }
+    if args.write_docs {
+        let path = root.join("docs/api.md");
+        fs::write(&path, api_md(&listings))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("\nwrote {}", path.display());
+    }
     Ok(())
+}
+
+/// docs/api.md from the crates' listings.
+fn api_md(listings: &[(&&'static str, BTreeMap<String, Vec<String>>)]) -> String {
+    let mut out = String::from(
+        "# The public surface, crate by crate\n\n\
+         Written by `cargo xtask api-surface --write-docs` from the source \
+         (what it counts is in `xtask/src/api_surface.rs`): every public \
+         type a user can name, with its public methods (trait methods \
+         included), and each crate's free functions. A name defined in \
+         several modules (the `MetricsProvider`s) is listed once, with the \
+         methods of all of them. Run the command \
+         after changing a public item; the counts it prints are the \
+         table of issue 32.\n",
+    );
+    for (name, listing) in listings {
+        let types = listing.keys().filter(|k| *k != FREE_FUNCTIONS).count();
+        let methods: usize = listing.values().map(Vec::len).sum();
+        let _ = write!(
+            out,
+            "\n## {name}\n\n{types} types, {methods} methods and functions.\n\n"
+        );
+        for (ty, fns) in listing {
+            if fns.is_empty() {
+                let _ = writeln!(out, "- `{ty}`");
+            } else {
+                let _ = writeln!(out, "- `{ty}`: {}", fns.join(", "));
+            }
+        }
+    }
+    out
 }
 
 /// Every function of `items` with a body (free, inherent and trait impl
@@ -229,13 +280,15 @@ pub fn count(src: &Path) -> Result<Surface> {
             };
             if is_pub(vis) && (module.public || reexported.contains(&name)) {
                 s.types += 1;
+                let entry = s.listing.entry(name.clone()).or_default();
                 types.insert(name);
                 if let Item::Trait(t) = item {
-                    s.methods += t
-                        .items
-                        .iter()
-                        .filter(|i| matches!(i, TraitItem::Fn(_)))
-                        .count();
+                    for i in &t.items {
+                        if let TraitItem::Fn(f) = i {
+                            s.methods += 1;
+                            entry.push(f.sig.ident.to_string());
+                        }
+                    }
                 }
             }
         }
@@ -250,26 +303,41 @@ pub fn count(src: &Path) -> Result<Surface> {
                     let Some(last) = p.path.segments.last() else {
                         continue;
                     };
-                    if !types.contains(&last.ident.to_string()) {
+                    let ty = last.ident.to_string();
+                    if !types.contains(&ty) {
                         continue;
                     }
-                    s.methods += imp
-                        .items
-                        .iter()
-                        .filter(|i| matches!(i, ImplItem::Fn(f) if is_pub(&f.vis) && !cfg_out(&f.attrs)))
-                        .count();
+                    for i in &imp.items {
+                        if let ImplItem::Fn(f) = i
+                            && is_pub(&f.vis)
+                            && !cfg_out(&f.attrs)
+                        {
+                            s.methods += 1;
+                            s.listing
+                                .entry(ty.clone())
+                                .or_default()
+                                .push(f.sig.ident.to_string());
+                        }
+                    }
                 }
                 Item::Fn(f)
                     if is_pub(&f.vis)
                         && (module.public || reexported.contains(&f.sig.ident.to_string())) =>
                 {
                     s.methods += 1;
+                    s.listing
+                        .entry(FREE_FUNCTIONS.to_owned())
+                        .or_default()
+                        .push(f.sig.ident.to_string());
                 }
                 _ => {}
             }
         }
     }
     s.root_reexports = root_reexports;
+    for fns in s.listing.values_mut() {
+        fns.sort();
+    }
     for file in rust_files(src)? {
         let n = fs::read_to_string(&file)?.lines().count();
         if is_generated(&file) {
@@ -412,6 +480,23 @@ fn rust_files(dir: &Path) -> Result<Vec<PathBuf>> {
 mod tests {
     use super::*;
 
+    /// docs/api.md is what `--write-docs` writes from today's source:
+    /// a public item added or removed without rerunning it fails here.
+    #[test]
+    fn api_md_is_current() {
+        let root = workspace_root();
+        let mut listings = Vec::new();
+        for name in CRATES {
+            let s = count(&root.join("crates").join(name).join("src")).unwrap();
+            listings.push((name, s.listing));
+        }
+        let written = fs::read_to_string(root.join("docs/api.md")).unwrap();
+        assert!(
+            written == api_md(&listings),
+            "docs/api.md is stale: run `cargo xtask api-surface --write-docs`"
+        );
+    }
+
     #[test]
     fn counts_nameable_items_only() {
         let dir = tempfile::tempdir().unwrap();
@@ -436,5 +521,18 @@ mod tests {
         let s = count(src).unwrap();
         // Shown, T; a, shown_fn, m, n; Shown, shown_fn at the root
         assert_eq!((s.types, s.methods, s.root_reexports), (2, 4, 2));
+        let listing: Vec<_> = s
+            .listing
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.join(",")))
+            .collect();
+        assert_eq!(
+            listing,
+            [
+                ("(free functions)", "shown_fn".to_owned()),
+                ("Shown", "a".to_owned()),
+                ("T", "m,n".to_owned())
+            ]
+        );
     }
 }

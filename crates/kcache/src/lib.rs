@@ -11,7 +11,7 @@
 //!
 //! | module | crate | what it is |
 //! |---|---|---|
-//! | [`core`] | `kcache-core` | the cached object (JSON bytes + metadata, typed on demand), keys, selectors, tombstones, the `ReflectorStore` trait |
+//! | [`core`] | `kcache-core` | the cached object (wire bytes + metadata, typed on demand), keys, selectors, tombstones, the `ReflectorStore` trait |
 //! | [`indexer`] | `kcache-indexer` | thread-safe store with named indexes, listers |
 //! | [`deltafifo`] | `kcache-deltafifo` | DeltaFIFO and RealFIFO |
 //! | [`reflector`] | `kcache-reflector` | list + watch into a store, with client-go's recovery rules |
