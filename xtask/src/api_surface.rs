@@ -178,7 +178,7 @@ fn api_md(listings: &[(&&'static str, BTreeMap<String, Vec<String>>)]) -> String
          (what it counts is in `xtask/src/api_surface.rs`): every public \
          type a user can name, with its public methods (trait methods \
          included), and each crate's free functions. A name defined in \
-         several modules (the `MetricsProvider`s) is listed once, with the \
+         several modules is listed once, with the \
          methods of all of them. Run the command \
          after changing a public item; the counts it prints are the \
          table of issue 32.\n",

@@ -126,7 +126,7 @@ pub use membership_store::KubeMembershipStore;
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use metrics::MetricsRegistry;
-pub use metrics::{MetricsProvider, NoopMetricsProvider};
+pub use metrics::{ControllerMetricsProvider, NoopControllerMetricsProvider};
 pub use predicate::{Predicate, PredicateEvent};
 pub use reconciler::{Reconciler, Request, Trigger};
 pub use retry::TerminalError;

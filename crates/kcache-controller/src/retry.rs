@@ -39,8 +39,9 @@ use std::any::Any;
 use std::error::Error as StdError;
 use std::fmt;
 
-/// A boxed error, as reconcilers often return.
-pub type BoxError = Box<dyn StdError + Send + Sync>;
+/// A boxed error, as reconcilers often return: kcache-core's, the one
+/// `BoxError` of the workspace.
+pub use kcache_core::BoxError;
 
 /// A reconcile error that retrying cannot fix: counted, logged, not
 /// retried (see the [module docs](self)).

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::Config;
 use crate::error::ControllerError;
-use crate::metrics::{MetricsProvider, SettableGaugeMetric};
+use crate::metrics::{ControllerMetricsProvider, SettableGaugeMetric};
 use crate::reconciler::{Reconciler, Trigger};
 use crate::server::Health;
 use crate::shard_informers::Caches;
@@ -68,7 +68,7 @@ impl RunMode {
         config: &Config,
         stop: &CancellationToken,
         health: &Health,
-        metrics: Option<&dyn MetricsProvider>,
+        metrics: Option<&dyn ControllerMetricsProvider>,
         elector: Option<Arc<LeaderElector>>,
     ) -> Result<(), ControllerError>
     where
@@ -103,7 +103,7 @@ impl RunMode {
 /// the refresher that counts owned keys at scrape time (none when `m` is
 /// never scraped).
 pub(crate) fn shard_metrics<K>(
-    m: &dyn MetricsProvider,
+    m: &dyn ControllerMetricsProvider,
     shard: &Shard,
     name: &str,
     primary: &Caches<K>,

@@ -405,8 +405,10 @@ pub(crate) struct SourceHandle {
 
 /// Gives an informer its metrics providers.
 pub(crate) type AttachMetrics = Box<
-    dyn Fn(Arc<dyn kcache_informer::MetricsProvider>, Option<Arc<dyn ReflectorMetricsProvider>>)
-        + Send
+    dyn Fn(
+            Arc<dyn kcache_informer::InformerMetricsProvider>,
+            Option<Arc<dyn ReflectorMetricsProvider>>,
+        ) + Send
         + Sync,
 >;
 

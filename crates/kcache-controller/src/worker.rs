@@ -20,7 +20,7 @@ use tracing::Instrument as _;
 use crate::action::Action;
 use crate::consistency::{Admission, StaleGate, WriteLedger};
 use crate::controller::Config;
-use crate::metrics::{CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider};
+use crate::metrics::{ControllerMetricsProvider, CounterMetric, GaugeMetric, HistogramMetric};
 use crate::reconciler::{Reconciler, Request, Trigger};
 use crate::retry::describe;
 use crate::shard_informers::Caches;
@@ -41,7 +41,7 @@ pub(crate) struct WorkerMetrics {
 
 impl WorkerMetrics {
     /// The reconcile metrics of controller `name` (and its worker count).
-    pub(crate) fn new(m: &dyn MetricsProvider, name: &str, workers: usize) -> Self {
+    pub(crate) fn new(m: &dyn ControllerMetricsProvider, name: &str, workers: usize) -> Self {
         m.new_max_concurrent_reconciles_metric(name)
             .set(workers as f64);
         Self {

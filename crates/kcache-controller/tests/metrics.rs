@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kcache_controller::MetricsRegistry;
-use kcache_controller::metrics::MetricsProvider;
+use kcache_controller::metrics::ControllerMetricsProvider;
 use kcache_informer::ReflectorMetricsProvider;
 use kcache_testing::fake::{Fake, Reply};
 use kube::Client;
@@ -39,8 +39,8 @@ fn sample(scrape: &str, line_prefix: &str) -> Option<f64> {
 /// not written at all).
 fn touch_every_family(registry: &MetricsRegistry) {
     use kcache_reflector::ErrorReason;
-    use kcache_workqueue::MetricsProvider as _;
-    let p: &dyn MetricsProvider = registry;
+    use kcache_workqueue::WorkQueueMetricsProvider as _;
+    let p: &dyn ControllerMetricsProvider = registry;
     p.new_reconcile_total_metric("c", "success").inc();
     p.new_reconcile_errors_metric("c").inc();
     p.new_reconcile_panics_metric("c").inc();

@@ -207,7 +207,7 @@ impl MapProvider {
     }
 }
 
-impl kcache_controller::MetricsProvider for MapProvider {
+impl kcache_controller::ControllerMetricsProvider for MapProvider {
     fn new_reconcile_total_metric(
         &self,
         c: &str,

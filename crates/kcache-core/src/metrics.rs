@@ -3,9 +3,9 @@
 //! its own, in the same shape, like client-go's `workqueue` package).
 //!
 //! Each layer has a small provider trait that creates its named metrics
-//! from these primitives (`kcache_reflector::MetricsProvider`,
-//! `kcache_informer::metrics::MetricsProvider`,
-//! `kcache_controller::metrics::MetricsProvider`; kcache-lease takes the
+//! from these primitives (`kcache_reflector::ReflectorMetricsProvider`,
+//! `kcache_informer::metrics::InformerMetricsProvider`,
+//! `kcache_controller::metrics::ControllerMetricsProvider`; kcache-lease takes the
 //! primitives themselves), and a Prometheus implementation behind its own
 //! `prometheus` feature.
 //! [`NoopMetric`] records nothing (the default).

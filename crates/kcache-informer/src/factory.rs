@@ -18,7 +18,7 @@ use kcache_reflector::ListOptions;
 
 use crate::background_compression::BackgroundCompression;
 use crate::informer::{DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, SharedIndexInformer};
-use crate::metrics::{MetricsProvider, ReflectorMetricsProvider};
+use crate::metrics::{InformerMetricsProvider, ReflectorMetricsProvider};
 use crate::snapshot::SnapshotOptions;
 use kcache_core::ShardSelector;
 use kcache_core::sync::lock;
@@ -92,7 +92,7 @@ struct Config {
     /// the tweak.
     shard_selector: Option<ShardSelector>,
     reflector_metrics: Option<Arc<dyn ReflectorMetricsProvider>>,
-    metrics: Option<Arc<dyn MetricsProvider>>,
+    metrics: Option<Arc<dyn InformerMetricsProvider>>,
     tweak: Option<Tweak>,
     default_resync: Duration,
     resync_for: HashMap<TypeId, Duration>,
@@ -220,7 +220,7 @@ impl SharedInformerFactoryBuilder {
     }
     /// Every informer (and its handlers) reports its metrics here (see
     /// [`metrics`](crate::metrics)).
-    pub fn metrics(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+    pub fn metrics(mut self, provider: Arc<dyn InformerMetricsProvider>) -> Self {
         self.config.metrics = Some(provider);
         self
     }

@@ -50,12 +50,12 @@
 //!
 //! # Metrics
 //!
-//! An informer given a [`MetricsProvider`] (on its builder, its factory's,
+//! An informer given a [`InformerMetricsProvider`] (on its builder, its factory's,
 //! or later with [`SharedIndexInformer::set_metrics`]) records its sync
 //! state, cache size, per-handler backlog, deliveries and panics, and
 //! warm-restart figures (see [`metrics`]); its reflector records into a
 //! [`ReflectorMetricsProvider`]. The `prometheus` feature adds
-//! `PrometheusMetricsProvider` and re-exports the reflector's as
+//! `PrometheusInformerMetricsProvider` and re-exports the reflector's as
 //! `PrometheusReflectorMetricsProvider`.
 //!
 //! # Background compression
@@ -160,8 +160,8 @@ pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};
 /// dependency on kcache-reflector for it.
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub use kcache_reflector::PrometheusMetricsProvider as PrometheusReflectorMetricsProvider;
-pub use metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetricsProvider};
+pub use kcache_reflector::PrometheusReflectorMetricsProvider;
+pub use metrics::{InformerMetricsProvider, NoopInformerMetricsProvider, ReflectorMetricsProvider};
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub use prometheus::PrometheusMetricsProvider;
+pub use prometheus::PrometheusInformerMetricsProvider;

@@ -56,7 +56,7 @@
 //! The reflector under each informer records into its own provider
 //! ([`ReflectorMetricsProvider`], `reflector_*` metrics), given with
 //! `reflector_metrics` on the same builders. The `prometheus` feature adds
-//! `PrometheusMetricsProvider` and re-exports the reflector's as
+//! `PrometheusInformerMetricsProvider` and re-exports the reflector's as
 //! `PrometheusReflectorMetricsProvider`.
 
 use std::collections::HashSet;
@@ -65,14 +65,14 @@ use std::sync::{Arc, LazyLock, Mutex};
 pub use kcache_core::metrics::{CounterMetric, HistogramMetric, NoopMetric, SettableGaugeMetric};
 /// The reflector's provider trait (`reflector_*` metrics), as the informer
 /// builders take it.
-pub use kcache_reflector::MetricsProvider as ReflectorMetricsProvider;
+pub use kcache_reflector::ReflectorMetricsProvider;
 
 use crate::snapshot::{SnapshotStatus, StartKind};
 
 /// Creates the metrics of a named informer and of its handlers. `informer`
 /// is the informer's name, `handler` a handler's (`<informer>#<n>`). Every
 /// metric a provider does not create records nothing.
-pub trait MetricsProvider: Send + Sync {
+pub trait InformerMetricsProvider: Send + Sync {
     /// `kcache_informer_synced`.
     fn new_synced_metric(&self, _informer: &str) -> Box<dyn SettableGaugeMetric> {
         Box::new(NoopMetric)
@@ -230,14 +230,14 @@ impl std::fmt::Debug for SnapshotMetrics {
 
 /// A provider whose metrics record nothing (the trait's defaults).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoopMetricsProvider;
+pub struct NoopInformerMetricsProvider;
 
-impl MetricsProvider for NoopMetricsProvider {}
+impl InformerMetricsProvider for NoopInformerMetricsProvider {}
 
 /// The metrics of one informer, created once its provider is known; the
 /// provider stays for the informer's handlers.
 pub(crate) struct InformerMetrics {
-    provider: Arc<dyn MetricsProvider>,
+    provider: Arc<dyn InformerMetricsProvider>,
     synced: Box<dyn SettableGaugeMetric>,
     cached_objects: Box<dyn SettableGaugeMetric>,
     /// client-go's informer metrics, under the reserved name.
@@ -251,7 +251,7 @@ pub(crate) struct InformerMetrics {
 
 impl InformerMetrics {
     pub(crate) fn new(
-        provider: Arc<dyn MetricsProvider>,
+        provider: Arc<dyn InformerMetricsProvider>,
         id: &InformerId,
         snapshots: bool,
     ) -> Self {

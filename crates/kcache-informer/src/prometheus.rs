@@ -1,4 +1,4 @@
-//! A [`MetricsProvider`] on the `prometheus-client` crate (feature
+//! A [`InformerMetricsProvider`] on the `prometheus-client` crate (feature
 //! `prometheus`).
 
 use std::sync::atomic::AtomicU64;
@@ -12,7 +12,7 @@ use kcache_core::metrics::prometheus::{HistogramFamily, Labels, family, histogra
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::metrics::{
-    CounterMetric, HistogramMetric, InformerId, MetricsProvider, SettableGaugeMetric,
+    CounterMetric, HistogramMetric, InformerId, InformerMetricsProvider, SettableGaugeMetric,
     SnapshotMetrics,
 };
 
@@ -56,12 +56,12 @@ fn handler(informer: &str, handler: &str) -> Labels {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use kcache_informer::{PrometheusMetricsProvider, PrometheusReflectorMetricsProvider};
+/// use kcache_informer::{PrometheusInformerMetricsProvider, PrometheusReflectorMetricsProvider};
 /// use prometheus_client::registry::Registry;
 ///
 /// # fn build(client: kube::Client) {
 /// let mut registry = Registry::default();
-/// let informers = PrometheusMetricsProvider::new(&mut registry);
+/// let informers = PrometheusInformerMetricsProvider::new(&mut registry);
 /// let reflectors = PrometheusReflectorMetricsProvider::new(&mut registry);
 /// let factory = kcache_informer::SharedInformerFactory::builder(client)
 ///     .metrics(Arc::new(informers))
@@ -71,7 +71,7 @@ fn handler(informer: &str, handler: &str) -> Labels {
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct PrometheusMetricsProvider {
+pub struct PrometheusInformerMetricsProvider {
     synced: Count,
     cached_objects: Count,
     backlog: Count,
@@ -92,7 +92,7 @@ pub struct PrometheusMetricsProvider {
     store_resource_version: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
-impl PrometheusMetricsProvider {
+impl PrometheusInformerMetricsProvider {
     /// Creates the metric families and registers them in `registry`.
     pub fn new(registry: &mut Registry) -> Self {
         let r = registry;
@@ -190,7 +190,7 @@ impl PrometheusMetricsProvider {
 
 // prometheus-client's metrics are kcache-core's primitives (kcache-core's
 // `prometheus` feature): a family's metric is handed out as it is.
-impl MetricsProvider for PrometheusMetricsProvider {
+impl InformerMetricsProvider for PrometheusInformerMetricsProvider {
     fn new_queued_items_metric(&self, id: &InformerId) -> Box<dyn SettableGaugeMetric> {
         Box::new(self.queued_items.get_or_create_owned(&resource(id)))
     }

@@ -570,7 +570,8 @@ async fn real_fifo_informer_behaves_the_same() {
 async fn listener_backlog_and_panics_are_exported_to_prometheus() {
     let api = FakeApi::new();
     let mut registry = prometheus_client::registry::Registry::default();
-    let reflector_metrics = kcache_reflector::PrometheusMetricsProvider::new(&mut registry);
+    let reflector_metrics =
+        kcache_reflector::PrometheusReflectorMetricsProvider::new(&mut registry);
     let informer = api
         .informer()
         .reflector_metrics(Arc::new(reflector_metrics))
@@ -580,7 +581,7 @@ async fn listener_backlog_and_panics_are_exported_to_prometheus() {
     informer
         .add_event_handler(ResourceEventHandlerFuncs::new().add_func(move |_, _| g2.wait()))
         .unwrap();
-    let metrics = kcache_informer::PrometheusMetricsProvider::new(&mut registry);
+    let metrics = kcache_informer::PrometheusInformerMetricsProvider::new(&mut registry);
     assert!(informer.set_metrics(Arc::new(metrics)));
     let run = Running::synced_start(informer.clone()).await;
     for i in 0..5 {
@@ -748,7 +749,7 @@ async fn informer_metrics_match_client_go_names() {
     kcache_testing::logs::capture_global_warnings();
     let api = FakeApi::new();
     let mut registry = prometheus_client::registry::Registry::default();
-    let provider = Arc::new(kcache_informer::PrometheusMetricsProvider::new(
+    let provider = Arc::new(kcache_informer::PrometheusInformerMetricsProvider::new(
         &mut registry,
     ));
     let informer = api

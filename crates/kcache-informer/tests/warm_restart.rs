@@ -303,7 +303,7 @@ async fn fresh_snapshot_resumes_without_a_list() {
 
     let (client, log) = recording_client(w.cp.config());
     let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = kcache_informer::PrometheusMetricsProvider::new(&mut registry);
+    let metrics = kcache_informer::PrometheusInformerMetricsProvider::new(&mut registry);
     let run = Run::start(
         client,
         &w.ns,

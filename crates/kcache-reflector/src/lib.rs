@@ -17,7 +17,7 @@
 //!
 //! # Features
 //!
-//! - `prometheus`: `PrometheusMetricsProvider`, the `reflector_*`
+//! - `prometheus`: `PrometheusReflectorMetricsProvider`, the `reflector_*`
 //!   metrics through `prometheus-client`.
 //! - `fuzzing`: not a stable API, for kcache's fuzz targets, their smoke
 //!   test (`tests/fuzz-checks`) and benchmarks: the framers
@@ -201,11 +201,12 @@ pub use limits::{
 };
 pub use list_options::ListOptions;
 pub use metrics::{
-    CounterMetric, MetricsProvider, NoopMetric, NoopMetricsProvider, SettableGaugeMetric,
+    CounterMetric, NoopMetric, NoopReflectorMetricsProvider, ReflectorMetricsProvider,
+    SettableGaugeMetric,
 };
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub use prometheus::PrometheusMetricsProvider;
+pub use prometheus::PrometheusReflectorMetricsProvider;
 pub use reflector::{
     DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, RESUME_WATCH_TIMEOUT, Reflector,
     ReflectorBuilder, WATCH_IDLE_MARGIN, WatchErrorHandler,

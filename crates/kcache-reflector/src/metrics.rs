@@ -17,7 +17,7 @@
 //! The resourceVersion itself is not exported: it is opaque (a string the
 //! apiserver may change the shape of), and a float would round it.
 //!
-//! The `prometheus` feature adds [`PrometheusMetricsProvider`](crate::PrometheusMetricsProvider).
+//! The `prometheus` feature adds [`PrometheusReflectorMetricsProvider`](crate::PrometheusReflectorMetricsProvider).
 
 pub use kcache_core::metrics::{CounterMetric, NoopMetric, SettableGaugeMetric};
 
@@ -25,7 +25,7 @@ use crate::error::ErrorReason;
 
 /// Creates the metrics of a named reflector. Every metric a provider does
 /// not create records nothing.
-pub trait MetricsProvider: Send + Sync {
+pub trait ReflectorMetricsProvider: Send + Sync {
     /// `reflector_lists_total`.
     fn new_lists_metric(&self, _name: &str) -> Box<dyn CounterMetric> {
         Box::new(NoopMetric)
@@ -55,9 +55,9 @@ pub trait MetricsProvider: Send + Sync {
 /// A provider whose metrics record nothing (the trait's defaults): the
 /// default.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoopMetricsProvider;
+pub struct NoopReflectorMetricsProvider;
 
-impl MetricsProvider for NoopMetricsProvider {}
+impl ReflectorMetricsProvider for NoopReflectorMetricsProvider {}
 
 /// The metrics of one reflector.
 pub(crate) struct ReflectorMetrics {
@@ -70,7 +70,7 @@ pub(crate) struct ReflectorMetrics {
 }
 
 impl ReflectorMetrics {
-    pub(crate) fn new(p: &dyn MetricsProvider, name: &str) -> Self {
+    pub(crate) fn new(p: &dyn ReflectorMetricsProvider, name: &str) -> Self {
         ReflectorMetrics {
             lists: p.new_lists_metric(name),
             watches: p.new_watches_metric(name),

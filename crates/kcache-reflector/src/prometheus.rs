@@ -1,4 +1,4 @@
-//! A [`MetricsProvider`] on the `prometheus-client` crate.
+//! A [`ReflectorMetricsProvider`] on the `prometheus-client` crate.
 
 use std::sync::atomic::AtomicU64;
 
@@ -10,7 +10,7 @@ use prometheus_client::registry::Registry;
 use kcache_core::metrics::prometheus::{Labels, family};
 
 use crate::error::ErrorReason;
-use crate::metrics::{CounterMetric, MetricsProvider, SettableGaugeMetric};
+use crate::metrics::{CounterMetric, ReflectorMetricsProvider, SettableGaugeMetric};
 
 fn labels(name: &str) -> Labels {
     kcache_core::metrics::prometheus::labels(&[("name", name)])
@@ -24,7 +24,7 @@ fn labels(name: &str) -> Labels {
 ///
 /// Register it once per registry and share it (it is cheap to clone).
 #[derive(Clone, Debug)]
-pub struct PrometheusMetricsProvider {
+pub struct PrometheusReflectorMetricsProvider {
     lists: Family<Labels, Counter>,
     watches: Family<Labels, Counter>,
     events: Family<Labels, Counter>,
@@ -33,7 +33,7 @@ pub struct PrometheusMetricsProvider {
     last_sync: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
-impl PrometheusMetricsProvider {
+impl PrometheusReflectorMetricsProvider {
     /// Creates the metric families and registers them in `registry`.
     pub fn new(registry: &mut Registry) -> Self {
         let r = registry;
@@ -66,7 +66,7 @@ impl PrometheusMetricsProvider {
 
 // prometheus-client's metrics are kcache-core's primitives (kcache-core's
 // `prometheus` feature): a family's metric is handed out as it is.
-impl MetricsProvider for PrometheusMetricsProvider {
+impl ReflectorMetricsProvider for PrometheusReflectorMetricsProvider {
     fn new_lists_metric(&self, name: &str) -> Box<dyn CounterMetric> {
         Box::new(self.lists.get_or_create_owned(&labels(name)))
     }

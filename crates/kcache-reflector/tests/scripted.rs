@@ -19,8 +19,8 @@ use fake::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_reflector::{
-    BackoffConfig, BadEventKind, ErrorReason, ListOptions, MetricsProvider,
-    PrometheusMetricsProvider, Reflector, ReflectorBuilder, ReflectorError, RequestTimeouts,
+    BackoffConfig, BadEventKind, ErrorReason, ListOptions, PrometheusReflectorMetricsProvider,
+    Reflector, ReflectorBuilder, ReflectorError, ReflectorMetricsProvider, RequestTimeouts,
 };
 use kube::core::PartialObjectMeta;
 use parking_lot::Mutex;
@@ -1682,9 +1682,9 @@ async fn resume_from_empty_rv_lists_as_usual() {
 // ---------------------------------------------------------------- deadlines, byte caps, backoff on every retry
 
 /// A Prometheus registry, and a metrics provider that registers in it.
-fn prometheus() -> (Registry, Arc<dyn MetricsProvider>) {
+fn prometheus() -> (Registry, Arc<dyn ReflectorMetricsProvider>) {
     let mut registry = Registry::default();
-    let provider = PrometheusMetricsProvider::new(&mut registry);
+    let provider = PrometheusReflectorMetricsProvider::new(&mut registry);
     (registry, Arc::new(provider))
 }
 

@@ -47,9 +47,9 @@
 //!
 //! # Metrics
 //!
-//! A named queue given a [`MetricsProvider`] reports client-go's metrics
+//! A named queue given a [`WorkQueueMetricsProvider`] reports client-go's metrics
 //! (`workqueue_depth`, `workqueue_adds_total`, ...; see [`metrics`]). The
-//! `prometheus` feature provides [`PrometheusMetricsProvider`].
+//! `prometheus` feature provides [`PrometheusWorkQueueMetricsProvider`].
 //!
 //! # Example: a worker loop
 //!
@@ -137,10 +137,10 @@ mod table;
 mod waiters;
 
 pub use error::{BuildError, RateLimiterError};
-pub use metrics::{MetricsProvider, NoopMetricsProvider};
+pub use metrics::{NoopWorkQueueMetricsProvider, WorkQueueMetricsProvider};
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub use prometheus::PrometheusMetricsProvider;
+pub use prometheus::PrometheusWorkQueueMetricsProvider;
 pub use queue::{
     AddOpts, DEFAULT_PRIORITY_AGING, DEFAULT_UNFINISHED_WORK_UPDATE_PERIOD, QueueItem, WorkQueue,
     WorkQueueBuilder,

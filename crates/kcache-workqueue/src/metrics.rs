@@ -18,7 +18,7 @@
 //!
 //! The two unfinished-work gauges are recomputed every 500 ms by default
 //! ([`WorkQueueBuilder::unfinished_work_update_period`](crate::WorkQueueBuilder::unfinished_work_update_period)).
-//! The `prometheus` feature adds [`PrometheusMetricsProvider`](crate::PrometheusMetricsProvider).
+//! The `prometheus` feature adds [`PrometheusWorkQueueMetricsProvider`](crate::PrometheusWorkQueueMetricsProvider).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -62,7 +62,7 @@ pub trait HistogramMetric: Send + Sync {
 
 /// Creates the metrics of a named queue. `name` is the value of the `name`
 /// label.
-pub trait MetricsProvider: Send + Sync {
+pub trait WorkQueueMetricsProvider: Send + Sync {
     /// `workqueue_depth`.
     fn new_depth_metric(&self, name: &str) -> Box<dyn GaugeMetric>;
     /// `workqueue_adds_total`.
@@ -81,7 +81,7 @@ pub trait MetricsProvider: Send + Sync {
     /// `workqueue_retries_total`.
     fn new_retries_metric(&self, name: &str) -> Box<dyn CounterMetric>;
     /// Whether the metrics are recorded at all. A provider that returns
-    /// `false` (like [`NoopMetricsProvider`]) spares the queue its
+    /// `false` (like [`NoopWorkQueueMetricsProvider`]) spares the queue its
     /// bookkeeping and its updater task.
     fn enabled(&self) -> bool {
         true
@@ -108,9 +108,9 @@ impl HistogramMetric for NoopMetric {
 
 /// A provider whose metrics record nothing: the default.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoopMetricsProvider;
+pub struct NoopWorkQueueMetricsProvider;
 
-impl MetricsProvider for NoopMetricsProvider {
+impl WorkQueueMetricsProvider for NoopWorkQueueMetricsProvider {
     fn new_depth_metric(&self, _name: &str) -> Box<dyn GaugeMetric> {
         Box::new(NoopMetric)
     }
@@ -154,7 +154,7 @@ pub(crate) struct QueueMetrics<T> {
 }
 
 impl<T: Hash + Eq + Clone> QueueMetrics<T> {
-    pub(crate) fn new(provider: &dyn MetricsProvider, name: &str) -> Self {
+    pub(crate) fn new(provider: &dyn WorkQueueMetricsProvider, name: &str) -> Self {
         Self {
             depth: provider.new_depth_metric(name),
             adds: provider.new_adds_metric(name),
@@ -207,7 +207,7 @@ impl<T: Hash + Eq + Clone> QueueMetrics<T> {
     }
 }
 
-impl<P: MetricsProvider + ?Sized> MetricsProvider for std::sync::Arc<P> {
+impl<P: WorkQueueMetricsProvider + ?Sized> WorkQueueMetricsProvider for std::sync::Arc<P> {
     fn new_depth_metric(&self, name: &str) -> Box<dyn GaugeMetric> {
         (**self).new_depth_metric(name)
     }

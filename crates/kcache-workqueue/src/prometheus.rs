@@ -1,4 +1,4 @@
-//! A [`MetricsProvider`] on the `prometheus-client` crate.
+//! A [`WorkQueueMetricsProvider`] on the `prometheus-client` crate.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -8,7 +8,7 @@ use prometheus_client::registry::{Metric, Registry};
 use std::sync::atomic::AtomicU64;
 
 use crate::metrics::{
-    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, SettableGaugeMetric,
+    CounterMetric, GaugeMetric, HistogramMetric, SettableGaugeMetric, WorkQueueMetricsProvider,
 };
 
 type Labels = Vec<(String, String)>;
@@ -34,7 +34,7 @@ fn labels(name: &str) -> Labels {
 /// `workqueue_unfinished_work_seconds`,
 /// `workqueue_longest_running_processor_seconds`, `workqueue_retries_total`.
 #[derive(Clone, Debug)]
-pub struct PrometheusMetricsProvider {
+pub struct PrometheusWorkQueueMetricsProvider {
     depth: Family<Labels, Gauge>,
     adds: Family<Labels, Counter>,
     latency: HistogramFamily,
@@ -44,7 +44,7 @@ pub struct PrometheusMetricsProvider {
     retries: Family<Labels, Counter>,
 }
 
-impl PrometheusMetricsProvider {
+impl PrometheusWorkQueueMetricsProvider {
     /// Creates the metric families and registers them in `registry`.
     pub fn new(registry: &mut Registry) -> Self {
         // prometheus-client appends `_total` to counters.
@@ -142,7 +142,7 @@ impl HistogramMetric for Histogram {
     }
 }
 
-impl MetricsProvider for PrometheusMetricsProvider {
+impl WorkQueueMetricsProvider for PrometheusWorkQueueMetricsProvider {
     fn new_depth_metric(&self, name: &str) -> Box<dyn GaugeMetric> {
         Box::new(self.depth.get_or_create_owned(&labels(name)))
     }

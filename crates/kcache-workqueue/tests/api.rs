@@ -11,7 +11,7 @@ fn assert_send<F: Send>(_: &F) {}
 #[test]
 fn handles_and_futures_are_send() {
     assert_send_sync::<WorkQueue<String>>();
-    assert_send_sync::<kcache_workqueue::PrometheusMetricsProvider>();
+    assert_send_sync::<kcache_workqueue::PrometheusWorkQueueMetricsProvider>();
     let q: WorkQueue<String> = WorkQueue::new();
     let get = q.get();
     assert_send(&get);

@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kcache_workqueue::metrics::{
-    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, SettableGaugeMetric,
+    CounterMetric, GaugeMetric, HistogramMetric, SettableGaugeMetric, WorkQueueMetricsProvider,
 };
 use kcache_workqueue::{
-    AddOpts, BuildError, ItemExponentialFailureRateLimiter, NoopMetricsProvider,
-    PrometheusMetricsProvider, QueueItem, WorkQueue, WorkQueueBuilder,
+    AddOpts, BuildError, ItemExponentialFailureRateLimiter, NoopWorkQueueMetricsProvider,
+    PrometheusWorkQueueMetricsProvider, QueueItem, WorkQueue, WorkQueueBuilder,
 };
 use tokio::task::yield_now;
 use tokio::time::advance;
@@ -123,7 +123,7 @@ impl HistogramMetric for TestMetric {
     }
 }
 
-impl MetricsProvider for TestProvider {
+impl WorkQueueMetricsProvider for TestProvider {
     fn new_depth_metric(&self, name: &str) -> Box<dyn GaugeMetric> {
         self.metric("depth", name)
     }
@@ -330,7 +330,7 @@ fn metrics_need_a_runtime() {
     assert!(
         WorkQueue::<u8>::builder()
             .name("x")
-            .metrics(NoopMetricsProvider)
+            .metrics(NoopWorkQueueMetricsProvider)
             .build()
             .is_ok()
     );
@@ -416,7 +416,7 @@ async fn no_task_without_metrics() {
 #[tokio::test(start_paused = true)]
 async fn prometheus_provider_exposes_client_go_names() {
     let mut registry = prometheus_client::registry::Registry::default();
-    let provider = PrometheusMetricsProvider::new(&mut registry);
+    let provider = PrometheusWorkQueueMetricsProvider::new(&mut registry);
     let q: WorkQueue<&str> = WorkQueue::builder()
         .name("pods")
         .metrics(provider.clone())

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kcache_workqueue::{
-    AddOpts, ItemExponentialFailureRateLimiter, NoopMetricsProvider, WorkQueue,
+    AddOpts, ItemExponentialFailureRateLimiter, NoopWorkQueueMetricsProvider, WorkQueue,
 };
 
 mod common;
@@ -52,7 +52,7 @@ async fn stress(with_metrics: bool) {
         Duration::from_millis(2),
     ));
     if with_metrics {
-        builder = builder.name("stress").metrics(NoopMetricsProvider);
+        builder = builder.name("stress").metrics(NoopWorkQueueMetricsProvider);
     }
     let q: WorkQueue<usize> = builder.build().unwrap();
     let book = Arc::new(Book {

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ledger::{Freshness, Wanted, WriteLedger};
 use super::type_cache::TypeCache;
-use crate::metrics::{CounterMetric, HistogramMetric, MetricsProvider};
+use crate::metrics::{ControllerMetricsProvider, CounterMetric, HistogramMetric};
 use crate::reconciler::Trigger;
 use crate::source::Enqueuer;
 
@@ -47,7 +47,7 @@ pub(crate) struct GateMetrics {
 }
 
 impl GateMetrics {
-    pub(crate) fn new(m: &dyn MetricsProvider, controller: &str) -> Self {
+    pub(crate) fn new(m: &dyn ControllerMetricsProvider, controller: &str) -> Self {
         GateMetrics {
             deferred: m.new_stale_reconciles_deferred_metric(controller),
             wait: m.new_stale_reconcile_wait_metric(controller),

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::MetricsBind;
 use super::{Config, Controller, ControllerHandle};
 use crate::error::ControllerError;
-use crate::metrics::MetricsProvider;
+use crate::metrics::ControllerMetricsProvider;
 #[cfg(feature = "prometheus")]
 use crate::metrics::MetricsRegistry;
 use crate::predicate::Predicate;
@@ -325,7 +325,7 @@ where
     /// metrics without Prometheus, or into another system. Replaces
     /// [`metrics`](Self::metrics)' registry as the recorder (not as the
     /// registry served).
-    pub fn metrics_provider(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+    pub fn metrics_provider(mut self, provider: Arc<dyn ControllerMetricsProvider>) -> Self {
         self.metrics = Some(provider);
         self
     }

@@ -15,7 +15,7 @@ use kcache_core::ShardField;
 use kcache_informer::{SharedIndexInformer, SharedInformerFactory};
 use kube::Resource;
 
-use crate::metrics::MetricsProvider;
+use crate::metrics::ControllerMetricsProvider;
 #[cfg(feature = "prometheus")]
 use crate::metrics::MetricsRegistry;
 use crate::predicate::Predicate;
@@ -72,7 +72,7 @@ pub struct Controller<K: Resource> {
     mode: RunMode,
     /// Set when both leader election and sharding were asked for.
     conflicting_modes: bool,
-    metrics: Option<Arc<dyn MetricsProvider>>,
+    metrics: Option<Arc<dyn ControllerMetricsProvider>>,
     #[cfg(feature = "prometheus")]
     registry: Option<MetricsRegistry>,
     #[cfg(feature = "prometheus")]

@@ -17,7 +17,7 @@ use super::Controller;
 use super::MetricsBind;
 use crate::consistency::{GateMetrics, StaleGate};
 use crate::error::{ControllerError, UnsyncedInformer};
-use crate::metrics::MetricsProvider;
+use crate::metrics::ControllerMetricsProvider;
 #[cfg(feature = "prometheus")]
 use crate::metrics::MetricsRegistry;
 use crate::reconciler::Reconciler;
@@ -127,7 +127,7 @@ where
             self.metrics = self
                 .registry
                 .clone()
-                .map(|r| Arc::new(r) as Arc<dyn MetricsProvider>);
+                .map(|r| Arc::new(r) as Arc<dyn ControllerMetricsProvider>);
         }
     }
 
@@ -519,7 +519,7 @@ async fn wait_for_sync(
 #[derive(Default)]
 struct Cleanup {
     primary: Option<(CancellationToken, tokio::task::JoinHandle<()>)>,
-    shard_refresher: Option<(Arc<dyn MetricsProvider>, u64)>,
+    shard_refresher: Option<(Arc<dyn ControllerMetricsProvider>, u64)>,
     #[cfg(feature = "prometheus")]
     server: Option<MetricsServer>,
     watcher: Option<tokio::task::JoinHandle<()>>,

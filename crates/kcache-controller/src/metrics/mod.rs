@@ -1,4 +1,4 @@
-//! The controller's metrics: a provider trait ([`MetricsProvider`]) that
+//! The controller's metrics: a provider trait ([`ControllerMetricsProvider`]) that
 //! creates this layer's named metrics from kcache-core's primitives, a
 //! no-op default, and (feature `prometheus`, on by default) the
 //! `prometheus-client` registry served on `/metrics`
@@ -59,7 +59,7 @@ pub type Refresher = Box<dyn Fn() + Send + Sync>;
 
 /// Creates the controller layer's metrics (see the [module](self) docs for
 /// their names), and hands out the providers of the layers below.
-pub trait MetricsProvider: Send + Sync {
+pub trait ControllerMetricsProvider: Send + Sync {
     /// `controller_runtime_reconcile_total{controller,result}`.
     fn new_reconcile_total_metric(&self, controller: &str, result: &str) -> Box<dyn CounterMetric>;
     /// `controller_runtime_reconcile_errors_total{controller}`.
@@ -123,11 +123,11 @@ pub trait MetricsProvider: Send + Sync {
         Box::new(NoopMetric)
     }
     /// The provider for the controller's work queue (none: not recorded).
-    fn workqueue_provider(&self) -> Option<Arc<dyn kcache_workqueue::MetricsProvider>> {
+    fn workqueue_provider(&self) -> Option<Arc<dyn kcache_workqueue::WorkQueueMetricsProvider>> {
         None
     }
     /// The provider for the controller's informers (none: not recorded).
-    fn informer_provider(&self) -> Option<Arc<dyn kcache_informer::MetricsProvider>> {
+    fn informer_provider(&self) -> Option<Arc<dyn kcache_informer::InformerMetricsProvider>> {
         None
     }
     /// The provider for the reflectors of the controller's informers, set
@@ -150,9 +150,9 @@ pub trait MetricsProvider: Send + Sync {
 
 /// A provider whose metrics record nothing: the default.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NoopMetricsProvider;
+pub struct NoopControllerMetricsProvider;
 
-impl MetricsProvider for NoopMetricsProvider {
+impl ControllerMetricsProvider for NoopControllerMetricsProvider {
     fn new_reconcile_total_metric(&self, _: &str, _: &str) -> Box<dyn CounterMetric> {
         Box::new(NoopMetric)
     }

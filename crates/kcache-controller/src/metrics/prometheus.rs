@@ -16,7 +16,8 @@ use kcache_core::metrics::prometheus::{HistogramFamily, Labels, family, histogra
 
 use super::rest_client::{RestClientMetrics, RestClientMetricsLayer};
 use super::{
-    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, Refresher, SettableGaugeMetric,
+    ControllerMetricsProvider, CounterMetric, GaugeMetric, HistogramMetric, Refresher,
+    SettableGaugeMetric,
 };
 
 fn reconcile_time_histogram() -> Histogram {
@@ -147,8 +148,8 @@ type SharedRefresher = Arc<dyn Fn() + Send + Sync>;
 struct Inner {
     registry: Mutex<Registry>,
     families: Families,
-    workqueue: kcache_workqueue::PrometheusMetricsProvider,
-    informer: kcache_informer::PrometheusMetricsProvider,
+    workqueue: kcache_workqueue::PrometheusWorkQueueMetricsProvider,
+    informer: kcache_informer::PrometheusInformerMetricsProvider,
     reflector: kcache_informer::PrometheusReflectorMetricsProvider,
     rest_client: RestClientMetrics,
     refreshers: Mutex<Vec<(u64, SharedRefresher)>>,
@@ -186,8 +187,8 @@ impl MetricsRegistry {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let families = Families::new(&mut registry);
-        let workqueue = kcache_workqueue::PrometheusMetricsProvider::new(&mut registry);
-        let informer = kcache_informer::PrometheusMetricsProvider::new(&mut registry);
+        let workqueue = kcache_workqueue::PrometheusWorkQueueMetricsProvider::new(&mut registry);
+        let informer = kcache_informer::PrometheusInformerMetricsProvider::new(&mut registry);
         let reflector = kcache_informer::PrometheusReflectorMetricsProvider::new(&mut registry);
         let rest_client = RestClientMetrics::new(&mut registry);
         super::process::register(&mut registry);
@@ -212,14 +213,14 @@ impl MetricsRegistry {
 
     /// The workqueue metrics provider, for queues built by hand (the
     /// controller uses it for its own queue).
-    pub fn workqueue_provider(&self) -> kcache_workqueue::PrometheusMetricsProvider {
+    pub fn workqueue_provider(&self) -> kcache_workqueue::PrometheusWorkQueueMetricsProvider {
         self.inner.workqueue.clone()
     }
 
     /// The informer metrics provider (`kcache_informer_*`), for informers
     /// and factories built by hand (the controller sets it on the
     /// informers it watches).
-    pub fn informer_provider(&self) -> Arc<dyn kcache_informer::MetricsProvider> {
+    pub fn informer_provider(&self) -> Arc<dyn kcache_informer::InformerMetricsProvider> {
         Arc::new(self.inner.informer.clone())
     }
 
@@ -291,7 +292,7 @@ impl MetricsRegistry {
     }
 }
 
-impl MetricsProvider for MetricsRegistry {
+impl ControllerMetricsProvider for MetricsRegistry {
     fn new_reconcile_total_metric(&self, controller: &str, result: &str) -> Box<dyn CounterMetric> {
         let l = labels(&[("controller", controller), ("result", result)]);
         Box::new(self.inner.families.reconcile_total.get_or_create_owned(&l))
@@ -378,10 +379,10 @@ impl MetricsProvider for MetricsRegistry {
                 .get_or_create_owned(&l),
         )
     }
-    fn workqueue_provider(&self) -> Option<Arc<dyn kcache_workqueue::MetricsProvider>> {
+    fn workqueue_provider(&self) -> Option<Arc<dyn kcache_workqueue::WorkQueueMetricsProvider>> {
         Some(Arc::new(self.inner.workqueue.clone()))
     }
-    fn informer_provider(&self) -> Option<Arc<dyn kcache_informer::MetricsProvider>> {
+    fn informer_provider(&self) -> Option<Arc<dyn kcache_informer::InformerMetricsProvider>> {
         Some(MetricsRegistry::informer_provider(self))
     }
     fn reflector_provider(&self) -> Option<Arc<dyn kcache_informer::ReflectorMetricsProvider>> {

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, FifoKind, Inner, Lifecycle, SharedIndexInformer};
 use crate::background_compression::BackgroundCompression;
-use crate::metrics::{InformerMetrics, MetricsProvider, ReflectorMetricsProvider};
+use crate::metrics::{InformerMetrics, InformerMetricsProvider, ReflectorMetricsProvider};
 use crate::processor::SharedProcessor;
 use crate::snapshot::{SnapshotOptions, SnapshotStatus};
 
@@ -27,7 +27,7 @@ pub struct SharedIndexInformerBuilder<K: Resource> {
     fifo_kind: FifoKind,
     name: Option<String>,
     reflector_metrics: Option<Arc<dyn ReflectorMetricsProvider>>,
-    metrics: Option<Arc<dyn MetricsProvider>>,
+    metrics: Option<Arc<dyn InformerMetricsProvider>>,
     snapshot: Option<SnapshotOptions>,
     handler_shutdown_timeout: Duration,
     background_compression: BackgroundCompression,
@@ -107,7 +107,7 @@ where
     /// Where the informer and its handlers report their metrics (sync
     /// state, cache size, handler backlogs, deliveries, panics, warm
     /// restarts: see [`metrics`](crate::metrics)).
-    pub fn metrics(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+    pub fn metrics(mut self, provider: Arc<dyn InformerMetricsProvider>) -> Self {
         self.metrics = Some(provider);
         self
     }

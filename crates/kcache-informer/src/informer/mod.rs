@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::background_compression::{BackgroundCompression, BackgroundCompressionStats, Counters};
 use crate::error::InformerError;
 use crate::listener::Listener;
-use crate::metrics::{InformerMetrics, MetricsProvider, ReflectorMetricsProvider};
+use crate::metrics::{InformerMetrics, InformerMetricsProvider, ReflectorMetricsProvider};
 use crate::processor::SharedProcessor;
 use crate::snapshot::{SnapshotOptions, SnapshotStatus};
 
@@ -241,7 +241,7 @@ where
     /// `false`, and nothing changes, when the informer has a provider
     /// already (from its builder, its factory or an earlier call): an
     /// informer shared by several users is recorded once.
-    pub fn set_metrics(&self, provider: Arc<dyn MetricsProvider>) -> bool {
+    pub fn set_metrics(&self, provider: Arc<dyn InformerMetricsProvider>) -> bool {
         {
             // under the lifecycle lock: no handler is added meanwhile
             let _lc = lock(&self.inner.lifecycle);

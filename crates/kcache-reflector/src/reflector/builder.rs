@@ -18,7 +18,7 @@ use crate::codec::{self, Target};
 use crate::decode::EventDecoder;
 use crate::error::ReflectorError;
 use crate::list_options::ListOptions;
-use crate::metrics::{MetricsProvider, NoopMetricsProvider, ReflectorMetrics};
+use crate::metrics::{NoopReflectorMetricsProvider, ReflectorMetrics, ReflectorMetricsProvider};
 use crate::shard::Sharding;
 
 /// Configures a [`Reflector`]; obtained from [`Reflector::builder`] or
@@ -32,7 +32,7 @@ pub struct ReflectorBuilder<K: Resource> {
     backoff: BackoffConfig,
     name: Option<String>,
     handler: Option<WatchErrorHandler>,
-    metrics: Arc<dyn MetricsProvider>,
+    metrics: Arc<dyn ReflectorMetricsProvider>,
     resume_from: Option<String>,
 }
 
@@ -92,8 +92,8 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
         self
     }
 
-    /// Where metrics go (default: [`NoopMetricsProvider`]).
-    pub fn metrics(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+    /// Where metrics go (default: [`NoopReflectorMetricsProvider`]).
+    pub fn metrics(mut self, provider: Arc<dyn ReflectorMetricsProvider>) -> Self {
         self.metrics = provider;
         self
     }
@@ -228,7 +228,7 @@ impl<K: Resource + 'static> Reflector<K> {
             backoff: BackoffConfig::default(),
             name: None,
             handler: None,
-            metrics: Arc::new(NoopMetricsProvider),
+            metrics: Arc::new(NoopReflectorMetricsProvider),
             resume_from: None,
         }
     }

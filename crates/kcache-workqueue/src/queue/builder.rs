@@ -21,7 +21,7 @@ use super::{
     DEFAULT_PRIORITY_AGING, DEFAULT_UNFINISHED_WORK_UPDATE_PERIOD, FAR_FUTURE, QueueItem, WorkQueue,
 };
 use crate::error::BuildError;
-use crate::metrics::{MetricsProvider, QueueMetrics};
+use crate::metrics::{QueueMetrics, WorkQueueMetricsProvider};
 use crate::rate_limiter::{RateLimiter, default_controller_rate_limiter};
 use crate::ready::ReadyQueue;
 use crate::slab::Slab;
@@ -44,7 +44,7 @@ use crate::waiters::Waiters;
 pub struct WorkQueueBuilder<T> {
     name: Option<String>,
     limiter: Option<Box<dyn RateLimiter<T>>>,
-    pub(super) metrics: Option<Arc<dyn MetricsProvider>>,
+    pub(super) metrics: Option<Arc<dyn WorkQueueMetricsProvider>>,
     aging: Option<Duration>,
     update_period: Duration,
 }
@@ -91,7 +91,7 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
     }
 
     /// Where a named queue reports its metrics.
-    pub fn metrics(mut self, provider: impl MetricsProvider + 'static) -> Self {
+    pub fn metrics(mut self, provider: impl WorkQueueMetricsProvider + 'static) -> Self {
         self.metrics = Some(Arc::new(provider));
         self
     }
@@ -164,7 +164,10 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
         self.build_with(None)
     }
 
-    pub(super) fn build_with(self, provider: Option<Arc<dyn MetricsProvider>>) -> WorkQueue<T> {
+    pub(super) fn build_with(
+        self,
+        provider: Option<Arc<dyn WorkQueueMetricsProvider>>,
+    ) -> WorkQueue<T> {
         let name = self.name;
         let (metrics, retries) = match (&provider, &name) {
             (Some(p), Some(n)) => (

@@ -142,7 +142,7 @@ fn deferred_done_after_shutdown_still_counts() {
 fn metrics_queue() -> WorkQueue<String> {
     WorkQueue::builder()
         .name("deferred")
-        .metrics(crate::NoopMetricsProvider)
+        .metrics(crate::NoopWorkQueueMetricsProvider)
         .build_with_metrics_for_test()
 }
 

@@ -840,7 +840,7 @@ impl kcache_reflector::CounterMetric for ReasonCounter {
 /// Every error the reflector met, by reason: also the ones no watch-error
 /// handler hears of, such as a list refused with 410 Gone that the
 /// reflector retries at once from the newest state (as client-go does).
-impl kcache_reflector::MetricsProvider for ErrorCounts {
+impl kcache_reflector::ReflectorMetricsProvider for ErrorCounts {
     fn new_events_metric(&self, _name: &str) -> Box<dyn kcache_reflector::CounterMetric> {
         Box::new(EventCounter(self.watch_events.clone()))
     }
