@@ -72,8 +72,9 @@ pub struct Surface {
     pub root_reexports: usize,
     pub lines: usize,
     pub generated_lines: usize,
-    /// Every counted type (with its kind) and its counted methods; the
-    /// free functions under [`FREE_FUNCTIONS`].
+    /// Every counted type's name and its counted methods; the free
+    /// functions under [`FREE_FUNCTIONS`]. `methods` is the sum of its
+    /// lists.
     pub listing: BTreeMap<String, Vec<String>>,
 }
 
@@ -285,7 +286,6 @@ pub fn count(src: &Path) -> Result<Surface> {
                 if let Item::Trait(t) = item {
                     for i in &t.items {
                         if let TraitItem::Fn(f) = i {
-                            s.methods += 1;
                             entry.push(f.sig.ident.to_string());
                         }
                     }
@@ -312,7 +312,6 @@ pub fn count(src: &Path) -> Result<Surface> {
                             && is_pub(&f.vis)
                             && !cfg_out(&f.attrs)
                         {
-                            s.methods += 1;
                             s.listing
                                 .entry(ty.clone())
                                 .or_default()
@@ -324,7 +323,6 @@ pub fn count(src: &Path) -> Result<Surface> {
                     if is_pub(&f.vis)
                         && (module.public || reexported.contains(&f.sig.ident.to_string())) =>
                 {
-                    s.methods += 1;
                     s.listing
                         .entry(FREE_FUNCTIONS.to_owned())
                         .or_default()
@@ -338,6 +336,7 @@ pub fn count(src: &Path) -> Result<Surface> {
     for fns in s.listing.values_mut() {
         fns.sort();
     }
+    s.methods = s.listing.values().map(Vec::len).sum();
     for file in rust_files(src)? {
         let n = fs::read_to_string(&file)?.lines().count();
         if is_generated(&file) {
