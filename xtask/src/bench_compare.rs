@@ -83,6 +83,17 @@ pub struct CompareArgs {
     /// kube-runtime `DynamicObject`). See [`crate::bench_real_cr`].
     #[arg(long, requires = "real")]
     custom_resources: bool,
+    /// `--real`: kcache's JSON path at this build against the same client
+    /// built from commit REV (checked out and built under
+    /// target/bench-compare), in alternating pairs on one control plane
+    /// (`--reps` pairs per sync mode). See [`crate::json_ab`].
+    #[arg(
+        long,
+        requires = "real",
+        conflicts_with = "custom_resources",
+        value_name = "REV"
+    )]
+    json_baseline: Option<String>,
     /// `--real`: status updates of the update load (quick: 1,000; full: 5,000).
     #[arg(long)]
     updates: Option<usize>,
@@ -170,6 +181,8 @@ pub(crate) struct Bins {
     pub(crate) release: PathBuf,
     /// The client-go client.
     pub(crate) client_go: PathBuf,
+    /// kcache's client built from an earlier commit (`--json-baseline`).
+    pub(crate) kcache_baseline: Option<PathBuf>,
 }
 
 impl Bins {
@@ -513,6 +526,18 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
             settle_ms: if args.quick { 500 } else { 1000 },
             clk_tck: crate::bench_real::clk_tck(),
         };
+        if let Some(rev) = &args.json_baseline {
+            let mut bins = bins(&out);
+            if !args.no_build {
+                build_rust(
+                    "build kcache-client and real-load (release)",
+                    &["--bin", "kcache-client", "--bin", "real-load"],
+                )?;
+            }
+            bins.kcache_baseline = Some(crate::json_ab::build_baseline(rev)?);
+            let pairs = rs.reps;
+            return crate::json_ab::run(&bins, rev, rs, pairs, &out, args.write_docs);
+        }
         let bins = build(&out, args.no_build)?;
         if args.custom_resources {
             return crate::bench_real_cr::run(&bins, rs, &out, args.write_docs);
@@ -743,6 +768,7 @@ fn bins(out: &Path) -> Bins {
     Bins {
         release: target_dir().join("release"),
         client_go: out.join("client-go-bench"),
+        kcache_baseline: None,
     }
 }
 

@@ -31,7 +31,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -78,6 +78,9 @@ pub enum RealClient {
     KcacheProtobuf,
     /// kcache with JSON forced (`--wire-format json`).
     KcacheJson,
+    /// The same, built from an earlier commit (`--json-baseline REV`, see
+    /// [`crate::json_ab`]): [`Bins::kcache_baseline`].
+    KcacheJsonBaseline,
     /// kcache asking for protobuf, background compression off (the
     /// reference for what compression costs and saves).
     KcacheProtobufBgOff,
@@ -137,6 +140,7 @@ impl RealClient {
         match self {
             RealClient::KcacheProtobuf => "kcache (protobuf)",
             RealClient::KcacheJson => "kcache (JSON forced)",
+            RealClient::KcacheJsonBaseline => "kcache (JSON forced), baseline build",
             RealClient::KcacheProtobufBgOff => "kcache (protobuf, background compression off)",
             RealClient::ClientGo => "client-go 0.37 (default: protobuf)",
             RealClient::KubeRuntime => "kube-runtime 5 (JSON)",
@@ -154,6 +158,7 @@ impl RealClient {
             self,
             RealClient::KcacheProtobuf
                 | RealClient::KcacheJson
+                | RealClient::KcacheJsonBaseline
                 | RealClient::KcacheProtobufBgOff
                 | RealClient::KcacheCrJson
                 | RealClient::KcacheCrCbor
@@ -172,11 +177,25 @@ impl RealClient {
         let mut cmd = match self {
             RealClient::KcacheProtobuf
             | RealClient::KcacheJson
+            | RealClient::KcacheJsonBaseline
             | RealClient::KcacheProtobufBgOff
             | RealClient::KcacheCrJson
             | RealClient::KcacheCrCbor => {
-                let mut c = Command::new(bins.release.join("kcache-client"));
-                let wf = if matches!(self, RealClient::KcacheJson | RealClient::KcacheCrJson) {
+                let mut c = Command::new(if self == RealClient::KcacheJsonBaseline {
+                    // no silent fallback to this build: without a baseline
+                    // the run fails on a missing file
+                    bins.kcache_baseline
+                        .clone()
+                        .unwrap_or_else(|| bins.release.join("kcache-client-baseline-not-built"))
+                } else {
+                    bins.release.join("kcache-client")
+                });
+                let wf = if matches!(
+                    self,
+                    RealClient::KcacheJson
+                        | RealClient::KcacheJsonBaseline
+                        | RealClient::KcacheCrJson
+                ) {
                     "json"
                 } else {
                     "auto"
@@ -375,8 +394,6 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
     };
     let audit_log = out.join("real-audit.log");
     let _ = std::fs::remove_file(&audit_log);
-    let policy = out.join("real-audit-policy.yaml");
-    std::fs::write(&policy, AUDIT_POLICY)?;
     eprintln!(
         "\n==> bench-compare --real: N={} Pods, {} runs per client and mode, update load {} at {}/s; clients' stderr in {}",
         s.pods,
@@ -385,57 +402,17 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
         s.update_rate,
         log.display()
     );
-    let rt = tokio::runtime::Runtime::new()?;
-    let cp = rt
-        .block_on(
-            kcache_envtest::ControlPlane::builder()
-                .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
-                .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
-                .apiserver_arg("--audit-log-format=json")
-                .apiserver_arg("--audit-log-maxsize=1000")
-                .start(),
-        )
-        .context("starting the local control plane (set KCACHE_KUBE_APISERVER and KCACHE_ETCD to use prebuilt binaries)")?;
-    let (Some(etcd_pid), Some(api_pid)) = cp.pids() else {
-        bail!("the control plane has no process ids");
-    };
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    eprintln!(
-        "==> control plane at {} (kube-apiserver pid {api_pid}, etcd pid {etcd_pid}), {:.0}s",
-        cp.server_url(),
-        started.elapsed().as_secs_f64()
-    );
-
-    // Load the Pods.
-    let mut load = Command::new(bins.release.join("real-load"));
-    load.env("KUBECONFIG", &kubeconfig)
-        .env_remove("RUST_LOG")
-        .args(["create", "--pods", &s.pods.to_string()])
-        .stderr(Stdio::inherit());
-    let o = load.output().context("real-load create")?;
-    if !o.status.success() {
-        bail!("real-load create failed ({})", o.status);
-    }
-    res.load = serde_json::from_slice(&o.stdout).context("real-load output")?;
-    eprintln!("==> loaded: {}", res.load);
-
-    let probe = Probe {
-        api_pid,
-        etcd_pid,
-        clk_tck: s.clk_tck,
-        idle: (0.0, 0.0),
-    };
-    let mut probe = probe;
-    // the apiserver is still busy for a while after the load (its caches,
-    // garbage collection): let it settle, then measure its rate at rest
-    std::thread::sleep(Duration::from_secs(if s.quick { 5 } else { 15 }));
-    probe.idle = probe.idle_rates(Duration::from_secs(3));
-    res.idle = probe.idle;
-    eprintln!(
-        "==> at rest: kube-apiserver {:.1}% of a core, etcd {:.1}%",
-        probe.idle.0 * 100.0,
-        probe.idle.1 * 100.0
-    );
+    let plane = start_plane(
+        bins,
+        &s,
+        out,
+        &audit_log,
+        false,
+        &["create", "--pods", &s.pods.to_string()],
+    )?;
+    res.load = plane.load.clone();
+    res.idle = plane.probe.idle;
+    let (kubeconfig, probe) = (&plane.kubeconfig, &plane.probe);
 
     let total = 2 * s.reps * SYNC_CLIENTS.len()
         + 2 * 2 * s.onoff_pairs
@@ -445,10 +422,10 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
     let t0 = Instant::now();
     let ctx = RunCtx {
         bins,
-        kubeconfig: &kubeconfig,
+        kubeconfig,
         log: &log,
         audit_log: &audit_log,
-        probe: &probe,
+        probe,
         s: &s,
         out,
     };
@@ -557,7 +534,7 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
             res.memory.push(r);
         }
     }
-    drop(cp);
+    drop(plane);
     res.total_secs = started.elapsed().as_secs_f64();
     res.machine
         .push(("load average at the end".into(), loadavg()));
@@ -575,6 +552,97 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
         write_docs_real(&md)?;
     }
     Ok(())
+}
+
+/// The local control plane of a `--real` run: started (with the audit log
+/// of [`AUDIT_POLICY`], and `CBORServingAndStorage` when `cbor`), loaded by
+/// `real-load {load_args}`, then left to settle and measured at rest.
+pub(crate) struct Plane {
+    /// Dropped first: stops kube-apiserver and etcd.
+    _cp: kcache_envtest::ControlPlane,
+    _rt: tokio::runtime::Runtime,
+    /// The control plane's kubeconfig.
+    pub(crate) kubeconfig: PathBuf,
+    /// Its processes' CPU, with their rates at rest.
+    pub(crate) probe: Probe,
+    /// What `real-load` printed.
+    pub(crate) load: Value,
+}
+
+/// Starts and loads a [`Plane`].
+pub(crate) fn start_plane(
+    bins: &Bins,
+    s: &RealSettings,
+    out: &Path,
+    audit_log: &Path,
+    cbor: bool,
+    load_args: &[&str],
+) -> anyhow::Result<Plane> {
+    let started = Instant::now();
+    let _ = std::fs::remove_file(audit_log);
+    let policy = out.join("real-audit-policy.yaml");
+    std::fs::write(&policy, AUDIT_POLICY)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let cp = rt
+        .block_on(
+            kcache_envtest::ControlPlane::builder()
+                .cbor_serving_and_storage(cbor)
+                .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
+                .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
+                .apiserver_arg("--audit-log-format=json")
+                .apiserver_arg("--audit-log-maxsize=1000")
+                .start(),
+        )
+        .context("starting the local control plane (set KCACHE_KUBE_APISERVER and KCACHE_ETCD to use prebuilt binaries)")?;
+    let (Some(etcd_pid), Some(api_pid)) = cp.pids() else {
+        bail!("the control plane has no process ids");
+    };
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    eprintln!(
+        "==> control plane at {}{} (kube-apiserver pid {api_pid}, etcd pid {etcd_pid}), {:.0}s",
+        cp.server_url(),
+        if cbor {
+            " with CBORServingAndStorage"
+        } else {
+            ""
+        },
+        started.elapsed().as_secs_f64()
+    );
+    let mut load = Command::new(bins.release.join("real-load"));
+    load.env("KUBECONFIG", &kubeconfig)
+        .env_remove("RUST_LOG")
+        .args(load_args)
+        .stderr(Stdio::inherit());
+    let o = load
+        .output()
+        .with_context(|| format!("real-load {}", load_args.join(" ")))?;
+    if !o.status.success() {
+        bail!("real-load {} failed ({})", load_args.join(" "), o.status);
+    }
+    let load: Value = serde_json::from_slice(&o.stdout).context("real-load output")?;
+    eprintln!("==> loaded: {load}");
+    let mut probe = Probe {
+        api_pid,
+        etcd_pid,
+        clk_tck: s.clk_tck,
+        idle: (0.0, 0.0),
+    };
+    // the apiserver is still busy for a while after the load (its caches,
+    // garbage collection): let it settle, then measure its rate at rest
+    std::thread::sleep(Duration::from_secs(if s.quick { 5 } else { 15 }));
+    probe.idle = probe.idle_rates(Duration::from_secs(3));
+    eprintln!(
+        "==> at rest: kube-apiserver {:.1}% of a core, etcd {:.1}%",
+        probe.idle.0 * 100.0,
+        probe.idle.1 * 100.0
+    );
+    Ok(Plane {
+        _cp: cp,
+        _rt: rt,
+        kubeconfig,
+        probe,
+        load,
+    })
 }
 
 /// Records LISTs and WATCHes of Pods and of the custom resource (request

@@ -23,15 +23,12 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-use anyhow::{Context as _, bail};
+use std::time::Instant;
 
 use crate::bench_compare::{Bins, loadavg, machine};
 use crate::bench_real::{
-    AUDIT_POLICY, Load, Mode, Probe, RealClient, RealResults, RealSettings, Row, RunCtx, SyncRun,
-    code_list, mem_row, ratio, row, summary, sync_table, write_docs_block,
+    Load, Mode, RealClient, RealResults, RealSettings, Row, RunCtx, SyncRun, code_list, mem_row,
+    ratio, row, start_plane, summary, sync_table, write_docs_block,
 };
 
 /// The clients of the custom-resource table, in the order they run.
@@ -61,72 +58,32 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
     };
     let audit_log = out.join("real-cr-audit.log");
     let _ = std::fs::remove_file(&audit_log);
-    let policy = out.join("real-audit-policy.yaml");
-    std::fs::write(&policy, AUDIT_POLICY)?;
     eprintln!(
         "\n==> bench-compare --real --custom-resources: N={} custom resources, {} runs per client and mode; clients' stderr in {}",
         s.pods,
         s.reps,
         log.display()
     );
-    let rt = tokio::runtime::Runtime::new()?;
-    let cp = rt
-        .block_on(
-            kcache_envtest::ControlPlane::builder()
-                .cbor_serving_and_storage(true)
-                .apiserver_arg(format!("--audit-policy-file={}", policy.display()))
-                .apiserver_arg(format!("--audit-log-path={}", audit_log.display()))
-                .apiserver_arg("--audit-log-format=json")
-                .apiserver_arg("--audit-log-maxsize=1000")
-                .start(),
-        )
-        .context("starting the local control plane with CBORServingAndStorage (set KCACHE_KUBE_APISERVER and KCACHE_ETCD to use prebuilt binaries)")?;
-    let (Some(etcd_pid), Some(api_pid)) = cp.pids() else {
-        bail!("the control plane has no process ids");
-    };
-    let kubeconfig = cp.kubeconfig_path().to_path_buf();
-    eprintln!(
-        "==> control plane at {} with CBORServingAndStorage (kube-apiserver pid {api_pid}, etcd pid {etcd_pid}), {:.0}s",
-        cp.server_url(),
-        started.elapsed().as_secs_f64()
-    );
-
-    let mut load = Command::new(bins.release.join("real-load"));
-    load.env("KUBECONFIG", &kubeconfig)
-        .env_remove("RUST_LOG")
-        .args(["create-crs", "--count", &s.pods.to_string()])
-        .stderr(Stdio::inherit());
-    let o = load.output().context("real-load create-crs")?;
-    if !o.status.success() {
-        bail!("real-load create-crs failed ({})", o.status);
-    }
-    res.load = serde_json::from_slice(&o.stdout).context("real-load create-crs output")?;
-    eprintln!("==> loaded: {}", res.load);
-
-    let mut probe = Probe {
-        api_pid,
-        etcd_pid,
-        clk_tck: s.clk_tck,
-        idle: (0.0, 0.0),
-    };
-    std::thread::sleep(Duration::from_secs(if s.quick { 5 } else { 15 }));
-    probe.idle = probe.idle_rates(Duration::from_secs(3));
-    res.idle = probe.idle;
-    eprintln!(
-        "==> at rest: kube-apiserver {:.1}% of a core, etcd {:.1}%",
-        probe.idle.0 * 100.0,
-        probe.idle.1 * 100.0
-    );
+    let plane = start_plane(
+        bins,
+        &s,
+        out,
+        &audit_log,
+        true,
+        &["create-crs", "--count", &s.pods.to_string()],
+    )?;
+    res.load = plane.load.clone();
+    res.idle = plane.probe.idle;
 
     let total = 2 * s.reps * CR_CLIENTS.len() + s.mem_reps * CR_CLIENTS.len();
     let mut done = 0usize;
     let t0 = Instant::now();
     let ctx = RunCtx {
         bins,
-        kubeconfig: &kubeconfig,
+        kubeconfig: &plane.kubeconfig,
         log: &log,
         audit_log: &audit_log,
-        probe: &probe,
+        probe: &plane.probe,
         s: &s,
         out,
     };
@@ -174,7 +131,7 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
             res.memory.push(r);
         }
     }
-    drop(cp);
+    drop(plane);
     res.total_secs = started.elapsed().as_secs_f64();
     res.machine
         .push(("load average at the end".into(), loadavg()));

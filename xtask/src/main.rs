@@ -38,6 +38,7 @@ mod docsrs;
 mod e2e;
 mod failover_table;
 mod fuzz;
+mod json_ab;
 mod protobuf_corpus;
 mod run;
 mod shard_table;
