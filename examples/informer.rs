@@ -60,7 +60,10 @@ async fn main() -> anyhow::Result<()> {
     indexers.insert(BY_NODE.to_string(), field_index_func("/spec/nodeName"));
     indexers.insert(BY_APP.to_string(), label_index_func("app"));
     let informer = SharedIndexInformer::<Pod>::builder(client)
-        .list_options(options)
+        .config(kcache_informer::InformerConfig {
+            list: options,
+            ..kcache_informer::InformerConfig::default()
+        })
         .indexers(indexers)
         .build();
     informer.add_event_handler(

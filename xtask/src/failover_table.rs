@@ -122,8 +122,14 @@ pub fn replica(args: FailoverReplicaArgs) -> anyhow::Result<()> {
             let _ = task.await;
         }
         let factory = SharedInformerFactory::builder(client.clone())
-            .namespace(&args.namespace)
-            .strip_managed_fields(true)
+            .config(kcache_informer::InformerConfig {
+                list: kcache_informer::ListOptions {
+                    namespace: Some(args.namespace.clone()),
+                    object_options: kcache_core::ObjectOptions::new().strip_managed_fields(true),
+                    ..kcache_informer::ListOptions::default()
+                },
+                ..kcache_informer::InformerConfig::default()
+            })
             .build();
         let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("failover"))
             .leader_election(election, lock);

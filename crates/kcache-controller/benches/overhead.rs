@@ -48,7 +48,13 @@ fn list_body() -> Bytes {
 /// list with `list` and holds every watch open, silent.
 fn factory(list: Bytes) -> SharedInformerFactory {
     SharedInformerFactory::builder(Fake::serving(list).client)
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build()
 }
 

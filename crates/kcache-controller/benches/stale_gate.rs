@@ -90,7 +90,13 @@ async fn controller(
 ) -> Duration {
     let fake = fake(list.clone());
     let factory = SharedInformerFactory::builder(fake.client.clone())
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let config = Config {
         consistency,

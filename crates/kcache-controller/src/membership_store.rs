@@ -214,9 +214,15 @@ impl MembershipStore for KubeMembershipStore {
 
     async fn watch(&self, group: &str, wake: Arc<Notify>, stop: CancellationToken) {
         let informer = SharedIndexInformer::<Lease>::builder(self.client.clone())
-            .namespace(self.namespace.clone())
-            .label_selector(selector(group))
-            .name(format!("shard-leases/{}/{group}", self.namespace))
+            .config(kcache_informer::InformerConfig {
+                list: kcache_informer::ListOptions {
+                    namespace: Some(self.namespace.clone()),
+                    label_selector: Some(selector(group)),
+                    ..kcache_informer::ListOptions::default()
+                },
+                name: Some(format!("shard-leases/{}/{group}", self.namespace)),
+                ..kcache_informer::InformerConfig::default()
+            })
             .build();
         let (w1, w2, w3) = (wake.clone(), wake.clone(), wake);
         let handler = ResourceEventHandlerFuncs::<Lease>::new()

@@ -51,8 +51,14 @@ async fn env(prefix: &str, delay: Duration) -> Env {
     // JSON: the proxy injects at line boundaries (a protobuf watch is
     // length-prefixed)
     let factory = SharedInformerFactory::builder(watching)
-        .namespace(&t.ns)
-        .tweak_list_options(|o| o.wire_format = WireFormat::Json)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(t.ns.clone()),
+                wire_format: WireFormat::Json,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     Env {
         ns: t.ns,

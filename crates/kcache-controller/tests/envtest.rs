@@ -29,7 +29,13 @@ async fn setup(prefix: &str) -> (Client, String) {
 
 fn factory(client: &Client, ns: &str) -> SharedInformerFactory {
     SharedInformerFactory::builder(client.clone())
-        .namespace(ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.into()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build()
 }
 
@@ -354,7 +360,13 @@ async fn a_dynamic_primary_informer_works_and_is_run_by_the_controller() {
         client.clone(),
         ar.clone(),
     )
-    .namespace(ns.clone())
+    .config(kcache_informer::InformerConfig {
+        list: kcache_informer::ListOptions {
+            namespace: Some(ns.clone()),
+            ..kcache_informer::ListOptions::default()
+        },
+        ..kcache_informer::InformerConfig::default()
+    })
     .build();
     let seen = Arc::new(Mutex::new(Vec::<(String, Option<String>)>::new()));
     let controller = Controller::for_informer(&factory, informer.clone(), &ar, Config::default());

@@ -26,7 +26,13 @@ use tokio_util::sync::CancellationToken;
 fn factory(names: &[&str]) -> SharedInformerFactory {
     let list = list_json("100", "", cm_items(names));
     SharedInformerFactory::builder(Fake::serving(list).client)
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build()
 }
 

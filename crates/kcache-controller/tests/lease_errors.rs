@@ -49,7 +49,13 @@ async fn lease_errors_are_warned_and_fail_readiness() {
     // one ConfigMap listed, every watch held open, silent
     let list = list_json("100", "", cm_items(&["a"]));
     let factory = SharedInformerFactory::builder(Fake::serving(list).client)
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let registry = MetricsRegistry::new();
     let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))

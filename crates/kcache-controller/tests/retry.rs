@@ -61,7 +61,13 @@ async fn terminal_errors_are_not_retried() {
     let (logs, _guard) = LogBuffer::set_default(tracing::Level::INFO);
     let factory =
         SharedInformerFactory::builder(client(&["invalid", "flaky", "undecodable"], false))
-            .tweak_list_options(|o| o.use_watch_list = false)
+            .config(kcache_informer::InformerConfig {
+                list: kcache_informer::ListOptions {
+                    use_watch_list: false,
+                    ..kcache_informer::ListOptions::default()
+                },
+                ..kcache_informer::InformerConfig::default()
+            })
             .build();
     let registry = MetricsRegistry::new();
     let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))
@@ -132,7 +138,13 @@ async fn terminal_errors_are_not_retried() {
 #[tokio::test(start_paused = true)]
 async fn cache_sync_timeout_names_the_informers() {
     let factory = SharedInformerFactory::builder(client(&[], true))
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let ctl = Controller::<ConfigMap>::new(
         &factory,
@@ -290,7 +302,13 @@ impl kcache_controller::ControllerMetricsProvider for MapProvider {
 #[tokio::test(start_paused = true)]
 async fn a_metrics_provider_of_your_own_records_reconciles() {
     let factory = SharedInformerFactory::builder(client(&["ok", "invalid"], false))
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let provider = MapProvider::default();
     let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm").workers(3))
@@ -336,7 +354,13 @@ async fn reconcile_timeout_cancels_and_retries() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let (logs, _guard) = LogBuffer::set_default(tracing::Level::INFO);
     let factory = SharedInformerFactory::builder(client(&["slow", "quick"], false))
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let registry = MetricsRegistry::new();
     let config = Config {
@@ -445,7 +469,13 @@ async fn event_requeue_does_not_advance_backoff() {
     use tokio::time::Instant;
     let (fake, tx) = Fake::serving_with_watch(list_json("100", "", cm_items(&["flaky"])));
     let factory = SharedInformerFactory::builder(fake.client)
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let ctl = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"));
     let handle = ctl.handle();

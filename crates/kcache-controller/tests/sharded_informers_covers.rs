@@ -193,7 +193,13 @@ fn a_alone(hold_secret_lists: bool) -> (Arc<FakeApi>, InMemoryMembershipStore, R
 /// namespace with sharded informers.
 fn start_a(client: kube::Client, store: &InMemoryMembershipStore) -> Replica {
     let factory = SharedInformerFactory::builder(client)
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let controller = Controller::<ConfigMap>::new(&factory, Config::default().name("cm"))
         .owns::<Secret>()

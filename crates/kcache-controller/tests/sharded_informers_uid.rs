@@ -46,7 +46,13 @@ async fn uid_sharded_replicas_cache_and_reconcile_only_their_share() {
     let mut replicas: Vec<(String, SharedInformerFactory, ControllerHandle, _)> = Vec::new();
     for id in ["u1", "u2", "u3"] {
         let factory = SharedInformerFactory::builder(client.clone())
-            .namespace(&ns)
+            .config(kcache_informer::InformerConfig {
+                list: kcache_informer::ListOptions {
+                    namespace: Some(ns.clone()),
+                    ..kcache_informer::ListOptions::default()
+                },
+                ..kcache_informer::InformerConfig::default()
+            })
             .build();
         let shard = ShardConfig::new("cm-uid-shards", id)
             .replicas_hint(3)

@@ -58,7 +58,13 @@ async fn shared_primary_informer_runs_once() {
 
     let lists = Arc::new(AtomicUsize::new(0));
     let factory = SharedInformerFactory::builder(client(lists.clone()))
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let (seen_a, seen_b): (Seen, Seen) = Default::default();
     let a = Controller::<ConfigMap>::new(&factory, Config::default().name("a"));
@@ -94,9 +100,12 @@ async fn shared_primary_informer_runs_once() {
     // An informer nobody else runs is run by its controller, and stopped
     // with it.
     let own = SharedIndexInformer::<ConfigMap>::builder(client(lists.clone()))
-        .list_options(kcache_informer::ListOptions {
-            use_watch_list: false,
-            ..Default::default()
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..Default::default()
+            },
+            ..kcache_informer::InformerConfig::default()
         })
         .build();
     let other = SharedInformerFactory::new(client(Arc::new(AtomicUsize::new(0))));

@@ -27,7 +27,13 @@ const NAMES: &[&str] = &["a", "b", "c", "d", "e"];
 fn factory() -> (SharedInformerFactory, mpsc::UnboundedSender<Bytes>) {
     let (fake, tx) = Fake::serving_with_watch(list_json("100", "", cm_items(NAMES)));
     let factory = SharedInformerFactory::builder(fake.client)
-        .tweak_list_options(|o| o.use_watch_list = false)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     (factory, tx)
 }

@@ -128,10 +128,13 @@ fn client(d: &Data) -> Client {
 
 fn informer(client: Client, strip: bool) -> SharedIndexInformer<Pod> {
     SharedIndexInformer::<Pod>::builder(client)
-        .list_options(ListOptions {
-            use_watch_list: false,
-            object_options: ObjectOptions::new().strip_managed_fields(strip),
-            ..ListOptions::default()
+        .config(kcache_informer::InformerConfig {
+            list: ListOptions {
+                use_watch_list: false,
+                object_options: ObjectOptions::new().strip_managed_fields(strip),
+                ..ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
         })
         .build()
 }

@@ -14,16 +14,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::InformerError;
 use kcache_deltafifo::TransformFunc;
-use kcache_reflector::ListOptions;
 
-use crate::background_compression::BackgroundCompression;
-use crate::informer::{DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, SharedIndexInformer};
+use crate::informer::{InformerConfig, SharedIndexInformer};
 use crate::metrics::{InformerMetricsProvider, ReflectorMetricsProvider};
 use crate::snapshot::SnapshotOptions;
 use kcache_core::ShardSelector;
 use kcache_core::sync::lock;
-
-type Tweak = Arc<dyn Fn(&mut ListOptions) + Send + Sync>;
 
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 enum InformerKey {
@@ -87,31 +83,28 @@ struct Entry {
 
 #[derive(Clone)]
 struct Config {
-    list_options: ListOptions,
+    /// Every informer's config (its `name` is not used: each informer is
+    /// named after its resource).
+    informers: InformerConfig,
     /// Set by [`SharedInformerFactory::with_shard_selector`]: applied after
-    /// the tweak.
+    /// the config's shard selector.
     shard_selector: Option<ShardSelector>,
     reflector_metrics: Option<Arc<dyn ReflectorMetricsProvider>>,
     metrics: Option<Arc<dyn InformerMetricsProvider>>,
-    tweak: Option<Tweak>,
-    default_resync: Duration,
     resync_for: HashMap<TypeId, Duration>,
     transforms: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
     transform_ids: HashMap<TypeId, String>,
-    snapshots: Option<SnapshotOptions>,
     /// Resources named with `snapshot_for*`: persisted even if Secrets.
     snapshot_named: HashSet<Gvr>,
     /// Resources named with `skip_snapshot_for*`: never persisted.
     snapshot_skipped: HashSet<Gvr>,
-    handler_shutdown_timeout: Duration,
-    background_compression: BackgroundCompression,
 }
 
 impl Config {
     /// Whether the informer of `gvr` persists snapshots: snapshots are on,
     /// it is not skipped, and it is not core/v1 secrets unless named.
     fn snapshots_for(&self, gvr: &Gvr) -> Option<&SnapshotOptions> {
-        let options = self.snapshots.as_ref()?;
+        let options = self.informers.snapshot.as_ref()?;
         if self.snapshot_skipped.contains(gvr) {
             return None;
         }
@@ -143,12 +136,13 @@ struct Inner {
 /// ```no_run
 /// # async fn run(client: kube::Client) {
 /// use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-/// use kcache_informer::SharedInformerFactory;
+/// use kcache_core::ObjectOptions;
+/// use kcache_informer::{InformerConfig, SharedInformerFactory};
 ///
-/// let factory = SharedInformerFactory::builder(client)
-///     .namespace("prod")
-///     .strip_managed_fields(true)
-///     .build();
+/// let mut config = InformerConfig::default();
+/// config.list.namespace = Some("prod".into());
+/// config.list.object_options = ObjectOptions::new().strip_managed_fields(true);
+/// let factory = SharedInformerFactory::builder(client).config(config).build();
 /// let pods = factory.informer::<Pod>();
 /// let same_pods = factory.informer::<Pod>(); // the same informer
 /// let config_maps = factory.informer::<ConfigMap>();
@@ -183,34 +177,20 @@ pub struct SharedInformerFactoryBuilder {
 }
 
 impl SharedInformerFactoryBuilder {
-    /// Every informer watches only this namespace.
-    pub fn namespace(mut self, ns: impl Into<String>) -> Self {
-        self.config.list_options.namespace = Some(ns.into());
-        self
-    }
-    /// Adjusts every informer's list options (selectors, page size...).
-    pub fn tweak_list_options(
-        mut self,
-        f: impl Fn(&mut ListOptions) + Send + Sync + 'static,
-    ) -> Self {
-        self.config.tweak = Some(Arc::new(f));
-        self
-    }
-    /// The default resync period of every informer (0: none).
-    pub fn default_resync(mut self, period: Duration) -> Self {
-        self.config.default_resync = period;
+    /// What every informer of the factory does (default:
+    /// [`InformerConfig::default`]): namespace and selectors
+    /// ([`InformerConfig::list`]), resync, warm restarts (a folder: one
+    /// file per informer, Secrets left out unless named with
+    /// [`snapshot_for`](Self::snapshot_for)), shutdown timeout, background
+    /// compression. Its `name` is not used: each informer is named after
+    /// its resource.
+    pub fn config(mut self, config: InformerConfig) -> Self {
+        self.config.informers = config;
         self
     }
     /// The resync period of the informer for `K`.
     pub fn resync_for<K: 'static>(mut self, period: Duration) -> Self {
         self.config.resync_for.insert(TypeId::of::<K>(), period);
-        self
-    }
-    /// Cut `metadata.managedFields` from every cached object while it is
-    /// decoded from the apiserver's bytes.
-    pub fn strip_managed_fields(mut self, strip: bool) -> Self {
-        let opts = self.config.list_options.object_options.clone();
-        self.config.list_options.object_options = opts.strip_managed_fields(strip);
         self
     }
     /// Every informer's reflector reports its metrics here.
@@ -238,26 +218,6 @@ impl SharedInformerFactoryBuilder {
         self.config
             .transform_ids
             .insert(TypeId::of::<K>(), id.into());
-        self
-    }
-    /// Warm restarts for every informer but Secrets: each persists its
-    /// cache in this folder (one file per informer, named after what it
-    /// caches) and resumes from it on start (see [`SnapshotOptions`]).
-    ///
-    /// core/v1 Secrets (their informer, and their metadata-only or dynamic
-    /// informer) are not persisted unless named with
-    /// [`snapshot_for`](Self::snapshot_for): a snapshot holds the objects'
-    /// JSON as the apiserver sent it. Other types can be left out with
-    /// [`skip_snapshot_for`](Self::skip_snapshot_for).
-    pub fn snapshot_dir(self, dir: impl Into<std::path::PathBuf>) -> Self {
-        self.snapshots(SnapshotOptions::dir(dir))
-    }
-    /// Warm restarts for every informer but Secrets (see
-    /// [`snapshot_dir`](Self::snapshot_dir)) with these options. The
-    /// location must be a folder ([`SnapshotOptions::dir`]): given a file,
-    /// its folder is used.
-    pub fn snapshots(mut self, options: SnapshotOptions) -> Self {
-        self.config.snapshots = Some(options);
         self
     }
     /// Persist `K`'s informer too, when snapshots are on: needed only for
@@ -303,21 +263,6 @@ impl SharedInformerFactoryBuilder {
         self.config.snapshot_skipped.insert(gvr);
         self
     }
-    /// How long a stopping informer waits for each handler to return from
-    /// the call it is in, for every informer (see
-    /// [`SharedIndexInformerBuilder::handler_shutdown_timeout`](crate::SharedIndexInformerBuilder::handler_shutdown_timeout);
-    /// default 10 s).
-    pub fn handler_shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.config.handler_shutdown_timeout = timeout;
-        self
-    }
-    /// How every informer compresses its quiet objects in the background
-    /// (see [`SharedIndexInformerBuilder::background_compression`](crate::SharedIndexInformerBuilder::background_compression);
-    /// default on, [`BackgroundCompression::off`] to keep objects as received).
-    pub fn background_compression(mut self, config: BackgroundCompression) -> Self {
-        self.config.background_compression = config;
-        self
-    }
     /// Builds the factory.
     pub fn build(self) -> SharedInformerFactory {
         SharedInformerFactory {
@@ -343,28 +288,22 @@ impl SharedInformerFactory {
         SharedInformerFactoryBuilder {
             client,
             config: Config {
-                list_options: ListOptions::default(),
+                informers: InformerConfig::default(),
                 shard_selector: None,
                 reflector_metrics: None,
                 metrics: None,
-                tweak: None,
-                default_resync: Duration::ZERO,
                 resync_for: HashMap::new(),
                 transforms: HashMap::new(),
                 transform_ids: HashMap::new(),
-                snapshots: None,
                 snapshot_named: HashSet::new(),
                 snapshot_skipped: HashSet::new(),
-                handler_shutdown_timeout: DEFAULT_HANDLER_SHUTDOWN_TIMEOUT,
-                background_compression: BackgroundCompression::default(),
             },
         }
     }
 
     /// A new factory with this one's client and settings whose informers
-    /// all list and watch only `selector`'s share (set after the
-    /// [`tweak_list_options`](SharedInformerFactoryBuilder::tweak_list_options)
-    /// function). It has informers of its own (none yet), started and shut
+    /// all list and watch only `selector`'s share (in place of the
+    /// config's [`ListOptions::shard_selector`](kcache_reflector::ListOptions::shard_selector)). It has informers of its own (none yet), started and shut
     /// down on their own: a sharded controller builds one per set of hash
     /// ranges and drops the old one when its ranges change.
     pub fn with_shard_selector(&self, selector: ShardSelector) -> SharedInformerFactory {
@@ -433,47 +372,39 @@ impl SharedInformerFactory {
             return informer.clone();
         }
         let cfg = &self.inner.config;
-        let mut options = cfg.list_options.clone();
-        if let Some(tweak) = &cfg.tweak {
-            tweak(&mut options);
-        }
+        let mut config = cfg.informers.clone();
+        config.name = None;
         if let Some(selector) = &cfg.shard_selector {
-            options.shard_selector = Some(selector.clone());
+            config.list.shard_selector = Some(selector.clone());
         }
-        let resync = cfg
-            .resync_for
-            .get(&TypeId::of::<K>())
-            .copied()
-            .unwrap_or(cfg.default_resync);
+        if let Some(period) = cfg.resync_for.get(&TypeId::of::<K>()) {
+            config.resync_period = *period;
+        }
         let gvr = gvr_of::<K>(&dyntype);
+        config.snapshot = cfg.snapshots_for(&gvr).map(|s| {
+            let s = s.clone().into_dir();
+            match cfg.transform_ids.get(&TypeId::of::<K>()) {
+                Some(id) => s.transform_id(id.clone()),
+                None => s,
+            }
+        });
         let mut builder =
             SharedIndexInformer::<K>::builder_with(self.inner.client.clone(), dyntype)
-                .list_options(options)
-                .resync_period(resync)
-                .handler_shutdown_timeout(cfg.handler_shutdown_timeout)
-                .background_compression(cfg.background_compression.clone());
+                .config(config);
         if let Some(m) = &cfg.reflector_metrics {
             builder = builder.reflector_metrics(m.clone());
         }
         if let Some(m) = &cfg.metrics {
             builder = builder.metrics(m.clone());
         }
-        if let Some(s) = cfg.snapshots_for(&gvr) {
-            let mut s = s.clone().into_dir();
-            if let Some(id) = cfg.transform_ids.get(&TypeId::of::<K>()) {
-                s = s.transform_id(id.clone());
-            }
-            builder = builder.snapshot(s);
-        }
-        let informer = builder.build();
         if let Some(t) = cfg
             .transforms
             .get(&TypeId::of::<K>())
             .and_then(|t| t.downcast_ref::<TransformFunc<K>>())
         {
-            // A fresh informer has not started: this cannot fail.
-            let _ = informer.set_transform(t.clone());
+            builder = builder.transform(t.clone());
         }
+        let informer = builder.build();
         informers.insert(
             key,
             Entry {

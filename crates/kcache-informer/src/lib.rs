@@ -16,12 +16,18 @@
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
-//! use kcache_informer::{ResourceEventHandlerFuncs, SharedIndexInformer, wait_for_cache_sync};
+//! use kcache_informer::{
+//!     InformerConfig, ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer,
+//!     wait_for_cache_sync,
+//! };
 //! use tokio_util::sync::CancellationToken;
 //!
 //! # async fn run(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! let informer = SharedIndexInformer::<ConfigMap>::builder(client)
-//!     .namespace("default")
+//!     .config(InformerConfig {
+//!         list: ListOptions { namespace: Some("default".into()), ..ListOptions::default() },
+//!         ..InformerConfig::default()
+//!     })
 //!     .build();
 //! let registration = informer.add_event_handler(
 //!     ResourceEventHandlerFuncs::new()
@@ -44,6 +50,19 @@
 //! # }
 //! ```
 //!
+//! # Configuration
+//!
+//! What an informer does is one plain value, [`InformerConfig`]: what its
+//! reflector asks for ([`ListOptions`]: namespace, selectors, paging,
+//! wire format, timeouts, size caps, managedFields stripping), resync,
+//! FIFO, warm restarts, shutdown timeout, background compression. The same
+//! value configures one informer ([`SharedIndexInformerBuilder::config`])
+//! or every informer of a factory
+//! ([`SharedInformerFactoryBuilder::config`]). The builders take only what
+//! must be registered: indexers, a transform, a watch error handler,
+//! metrics providers (and, on the factory, per-type resyncs, transforms
+//! and snapshot choices).
+//!
 //! Handlers are synchronous (like client-go's) and run on their listener's
 //! thread: keep them quick, typically computing a key and adding it to a
 //! work queue.
@@ -64,8 +83,7 @@
 //! and LZ4-compresses those not written for 30 s in a background task
 //! (the hot set stays plain, the quiet bulk takes about a third of the
 //! memory); readers see the same values and handlers no event. Tune it or
-//! turn it off with [`BackgroundCompression`] on the builder or the
-//! factory; [`SharedIndexInformer::background_compression_stats`] reports
+//! turn it off with [`InformerConfig::background_compression`]; [`SharedIndexInformer::background_compression_stats`] reports
 //! its work. See [`background_compression`].
 //!
 //! # Warm restarts
@@ -84,14 +102,19 @@
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::Pod;
-//! use kcache_informer::{SharedIndexInformer, SnapshotOptions, StartKind, wait_for_cache_sync};
+//! use kcache_informer::{
+//!     InformerConfig, SharedIndexInformer, SnapshotOptions, StartKind, wait_for_cache_sync,
+//! };
 //! use tokio_util::sync::CancellationToken;
 //!
 //! # async fn run(config: kube::Config) -> Result<(), Box<dyn std::error::Error>> {
 //! let server = config.cluster_url.to_string();
 //! let client = kube::Client::try_from(config)?;
 //! let informer = SharedIndexInformer::<Pod>::builder(client)
-//!     .snapshot(SnapshotOptions::dir("/var/lib/my-controller/cache").server_url(server))
+//!     .config(InformerConfig {
+//!         snapshot: Some(SnapshotOptions::dir("/var/lib/my-controller/cache").server_url(server)),
+//!         ..InformerConfig::default()
+//!     })
 //!     .build();
 //! let cancel = CancellationToken::new();
 //! let run = tokio::spawn({
@@ -136,8 +159,9 @@ pub use factory::{SharedInformerFactory, SharedInformerFactoryBuilder};
 pub use freshness::FreshnessError;
 pub use handler::{FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs};
 pub use informer::{
-    DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, FifoKind, HasSynced, ResourceEventHandlerRegistration,
-    SharedIndexInformer, SharedIndexInformerBuilder, strip_managed_fields, wait_for_cache_sync,
+    DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, FifoKind, HasSynced, InformerConfig,
+    ResourceEventHandlerRegistration, SharedIndexInformer, SharedIndexInformerBuilder,
+    wait_for_cache_sync,
 };
 pub use kcache_core::ResourceVersion;
 /// Server-side sharding's selector types ([`ListOptions::shard_selector`]),

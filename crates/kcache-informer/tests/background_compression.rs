@@ -62,11 +62,12 @@ async fn quiet_objects_are_compressed_after_the_quiet_time_and_not_before() {
     let quiet = Duration::from_secs(8);
     let informer = api
         .informer()
-        .background_compression(
-            BackgroundCompression::default()
+        .config(kcache_informer::InformerConfig {
+            background_compression: BackgroundCompression::default()
                 .quiet_for(quiet)
                 .batch_size(7),
-        )
+            ..support::on_fake()
+        })
         .build();
     let rec = Recorder::default();
     informer.add_event_handler(rec.clone()).unwrap();
@@ -174,8 +175,14 @@ async fn off_switch_means_no_object_is_ever_compressed() {
         api.create("ns", &format!("cm-{i}"), &data(i));
     }
     let factory = SharedInformerFactory::builder(api.client.clone())
-        .tweak_list_options(|o| o.use_watch_list = false)
-        .background_compression(BackgroundCompression::off())
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                use_watch_list: false,
+                ..kcache_informer::ListOptions::default()
+            },
+            background_compression: BackgroundCompression::off(),
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let informer = factory.informer::<ConfigMap>();
     assert!(!informer.background_compression().is_enabled());
@@ -203,11 +210,12 @@ async fn freed_memory_is_released_after_a_megabyte_is_replaced() {
         let quiet = Duration::from_secs(4);
         let informer = api
             .informer()
-            .background_compression(
-                BackgroundCompression::default()
+            .config(kcache_informer::InformerConfig {
+                background_compression: BackgroundCompression::default()
                     .quiet_for(quiet)
                     .release_freed_memory(release),
-            )
+                ..support::on_fake()
+            })
             .build();
         assert_eq!(
             informer.background_compression().releases_freed_memory(),
@@ -260,11 +268,14 @@ async fn protobuf_objects_are_compressed_and_decode_the_same() {
     });
     let quiet = Duration::from_secs(4);
     let informer = SharedIndexInformer::<ConfigMap>::builder(fake.client.clone())
-        .list_options(ListOptions {
-            use_watch_list: false,
-            ..ListOptions::default()
+        .config(kcache_informer::InformerConfig {
+            list: ListOptions {
+                use_watch_list: false,
+                ..ListOptions::default()
+            },
+            background_compression: BackgroundCompression::default().quiet_for(quiet),
+            ..kcache_informer::InformerConfig::default()
         })
-        .background_compression(BackgroundCompression::default().quiet_for(quiet))
         .build();
     let (cancel, task) = spawn_run(&informer);
     eventually("synced", Duration::from_secs(5), || informer.has_synced()).await;
@@ -329,10 +340,12 @@ async fn snapshots_of_compressed_objects_restore_the_same_values() {
         .server_url("http://fake");
     let first = api
         .informer()
-        .snapshot(snapshots.clone())
-        .background_compression(
-            BackgroundCompression::default().quiet_for(Duration::from_millis(100)),
-        )
+        .config(kcache_informer::InformerConfig {
+            snapshot: Some(snapshots.clone()),
+            background_compression: BackgroundCompression::default()
+                .quiet_for(Duration::from_millis(100)),
+            ..support::on_fake()
+        })
         .build();
     let (cancel, task) = spawn_run(&first);
     eventually("synced", Duration::from_secs(10), || first.has_synced()).await;
@@ -347,8 +360,11 @@ async fn snapshots_of_compressed_objects_restore_the_same_values() {
 
     let second = api
         .informer()
-        .snapshot(snapshots)
-        .background_compression(BackgroundCompression::off())
+        .config(kcache_informer::InformerConfig {
+            snapshot: Some(snapshots),
+            background_compression: BackgroundCompression::off(),
+            ..support::on_fake()
+        })
         .build();
     let (cancel, task) = spawn_run(&second);
     // a warm start is current once the resumed watch is confirmed: this

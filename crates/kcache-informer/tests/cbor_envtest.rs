@@ -161,19 +161,23 @@ fn start(
     format: WireFormat,
 ) -> (Running, Arc<AtomicBool>) {
     let old_rv = Arc::new(AtomicBool::new(false));
+    let (handler, errors) = record_watch_errors(|e| (e.reason(), e.to_string()));
     let informer = SharedIndexInformer::<DynamicObject>::builder_with(
         client(cp, mode, old_rv.clone()),
         widget_resource(),
     )
-    .list_options(ListOptions {
-        namespace: Some(ns.to_owned()),
-        use_watch_list: mode == Mode::Streaming,
-        page_size: if mode == Mode::Paged { 2 } else { 0 },
-        wire_format: format,
-        ..ListOptions::default()
+    .config(kcache_informer::InformerConfig {
+        list: ListOptions {
+            namespace: Some(ns.to_owned()),
+            use_watch_list: mode == Mode::Streaming,
+            page_size: if mode == Mode::Paged { 2 } else { 0 },
+            wire_format: format,
+            ..ListOptions::default()
+        },
+        ..kcache_informer::InformerConfig::default()
     })
+    .watch_error_handler(handler)
     .build();
-    let errors = record_watch_errors(&informer, |e| (e.reason(), e.to_string()));
     let (cancel, task) = spawn_run(&informer);
     (
         Running {
@@ -403,11 +407,14 @@ async fn cbor_gate_off_falls_back_to_json() {
     });
     let informer = |client: Client, format| {
         SharedIndexInformer::<DynamicObject>::builder_with(client, widget_resource())
-            .list_options(ListOptions {
-                namespace: Some(t.ns.clone()),
-                use_watch_list: false,
-                wire_format: format,
-                ..ListOptions::default()
+            .config(kcache_informer::InformerConfig {
+                list: ListOptions {
+                    namespace: Some(t.ns.clone()),
+                    use_watch_list: false,
+                    wire_format: format,
+                    ..ListOptions::default()
+                },
+                ..kcache_informer::InformerConfig::default()
             })
             .build()
     };

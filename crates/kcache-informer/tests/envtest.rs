@@ -27,7 +27,13 @@ async fn typed_informer_follows_create_update_delete() {
     create(&api, &config_map("before").data("v", "1").build()).await;
 
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
-        .namespace(&ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.clone()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let rec = Recorder::default();
     let reg = informer.add_event_handler(rec.clone()).unwrap();
@@ -84,7 +90,13 @@ async fn dynamic_informer_for_a_crd() {
         "gadgets",
     );
     let factory = SharedInformerFactory::builder(cp.client().unwrap())
-        .namespace(&ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.clone()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let informer = factory.dynamic_informer(&ar);
     assert_eq!(informer.name(), factory.dynamic_informer(&ar).name());
@@ -123,7 +135,13 @@ async fn metadata_only_informer_caches_no_data() {
     let api: Api<ConfigMap> = Api::namespaced(cp.client().unwrap(), &ns);
     create(&api, &config_map("m").data("v", "secret-ish").build()).await;
     let factory = SharedInformerFactory::builder(cp.client().unwrap())
-        .namespace(&ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.clone()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let informer = factory.metadata_informer::<ConfigMap>();
     factory.start();
@@ -149,7 +167,13 @@ async fn metadata_only_informer_caches_no_data() {
 async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_cache() {
     let TestNamespace { cp, ns, .. } = namespace("inf-slow").await;
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
-        .namespace(&ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.clone()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let fast = Recorder::default();
     informer.add_event_handler(fast.clone()).unwrap();
@@ -197,7 +221,13 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
         create(&api, &config_map(&format!("c{i}")).data("v", "1").build()).await;
     }
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
-        .namespace(&ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.clone()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let rec = Recorder::default();
     informer.add_event_handler(rec.clone()).unwrap();

@@ -17,8 +17,14 @@ use tokio_util::sync::CancellationToken;
 
 fn factory(api: &FakeApi) -> SharedInformerFactory {
     SharedInformerFactory::builder(api.client.clone())
-        .tweak_list_options(|o: &mut ListOptions| o.use_watch_list = false)
-        .default_resync(Duration::from_secs(30))
+        .config(kcache_informer::InformerConfig {
+            list: ListOptions {
+                use_watch_list: false,
+                ..ListOptions::default()
+            },
+            resync_period: Duration::from_secs(30),
+            ..kcache_informer::InformerConfig::default()
+        })
         .resync_for::<ConfigMap>(Duration::from_secs(10))
         .build()
 }
@@ -197,8 +203,14 @@ async fn factory_shutdown_is_bounded_with_a_stuck_handler() {
     let api = FakeApi::new();
     api.create("ns", "a", "1");
     let f = SharedInformerFactory::builder(api.client.clone())
-        .tweak_list_options(|o: &mut ListOptions| o.use_watch_list = false)
-        .handler_shutdown_timeout(Duration::from_secs(20))
+        .config(kcache_informer::InformerConfig {
+            list: ListOptions {
+                use_watch_list: false,
+                ..ListOptions::default()
+            },
+            handler_shutdown_timeout: Duration::from_secs(20),
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let informer = f.informer::<ConfigMap>();
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();

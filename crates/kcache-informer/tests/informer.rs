@@ -10,7 +10,7 @@ use std::time::Duration;
 use kcache_core::{CachedObject, ObjectOrTombstone};
 use kcache_informer::{
     InformerError, ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer,
-    strip_managed_fields, wait_for_cache_sync,
+    SharedIndexInformerBuilder, TransformFunc, wait_for_cache_sync,
 };
 use kcache_testing::eventually;
 use kcache_testing::logs::Logs;
@@ -123,11 +123,19 @@ impl Running {
 /// A fake apiserver holding a ConfigMap (`v: "1"`) per (namespace, name),
 /// and an informer on it.
 fn informer_on_fake(objects: &[(&str, &str)]) -> (FakeApi, SharedIndexInformer<ConfigMap>) {
+    informer_on_fake_with(objects, |b| b)
+}
+
+/// [`informer_on_fake`] with `f` applied to the informer's builder.
+fn informer_on_fake_with(
+    objects: &[(&str, &str)],
+    f: impl FnOnce(SharedIndexInformerBuilder<ConfigMap>) -> SharedIndexInformerBuilder<ConfigMap>,
+) -> (FakeApi, SharedIndexInformer<ConfigMap>) {
     let api = FakeApi::new();
     for (ns, name) in objects {
         api.create(ns, name, "1");
     }
-    let informer = api.informer().build();
+    let informer = f(api.informer()).build();
     (api, informer)
 }
 
@@ -251,40 +259,36 @@ async fn clean_end_of_watch_rewatches_without_relist() {
 #[tokio::test]
 async fn list_errors_reach_the_watch_error_handler() {
     // TestSharedInformerErrorHandling
-    let (api, informer) = informer_on_fake(&[("ns", "a")]);
-    api.fail_lists(1);
     let errors = Arc::new(AtomicUsize::new(0));
     let e2 = errors.clone();
-    informer
-        .set_watch_error_handler(Arc::new(move |_e| {
+    let (api, informer) = informer_on_fake_with(&[("ns", "a")], |b| {
+        b.watch_error_handler(Arc::new(move |_e| {
             e2.fetch_add(1, Ordering::SeqCst);
         }))
-        .unwrap();
+    });
+    api.fail_lists(1);
     let run = Running::synced_start(informer.clone()).await; // recovers after the backoff
     assert!(errors.load(Ordering::SeqCst) >= 1);
     assert_eq!(cached_keys(&informer), fake_keys(&api));
-    // settings that must come before run
-    assert!(matches!(
-        informer.set_watch_error_handler(Arc::new(|_e| {})),
-        Err(InformerError::AlreadyStarted(_))
-    ));
     run.stop().await;
 }
 
+/// A transform that cuts managedFields (as `ObjectOptions` does while
+/// reading, here after).
+fn strip_managed_fields() -> TransformFunc<ConfigMap> {
+    Arc::new(|o: CachedObject<ConfigMap>| o.without_managed_fields().map_err(Into::into))
+}
+
 #[tokio::test]
-async fn transform_runs_before_caching_and_only_before_start() {
+async fn transform_runs_before_caching() {
     // TestSharedInformerTransformer
-    let (_api, informer) = informer_on_fake(&[("ns", "a")]);
-    informer.set_transform(strip_managed_fields()).unwrap();
+    let (_api, informer) =
+        informer_on_fake_with(&[("ns", "a")], |b| b.transform(strip_managed_fields()));
     let run = Running::synced_start(informer.clone()).await;
     let cached = informer.indexer().get_by_key("ns/a").unwrap();
     let v: serde_json::Value = serde_json::from_slice(cached.bytes()).unwrap();
     assert!(v["metadata"].get("managedFields").is_none());
     assert_eq!(v["data"]["v"], "1");
-    assert!(matches!(
-        informer.set_transform(strip_managed_fields()),
-        Err(InformerError::AlreadyStarted(_))
-    ));
     run.stop().await;
 }
 
@@ -294,16 +298,15 @@ async fn transform_runs_before_caching_and_only_before_start() {
 /// objects, transformed once.
 #[tokio::test]
 async fn relist_keeps_unchanged_objects_and_transforms_only_changed_ones() {
-    let (api, informer) = informer_on_fake(&[("ns", "keep"), ("ns", "change")]);
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
-    let strip = strip_managed_fields::<ConfigMap>();
-    informer
-        .set_transform(Arc::new(move |o| {
+    let strip = strip_managed_fields();
+    let (api, informer) = informer_on_fake_with(&[("ns", "keep"), ("ns", "change")], |b| {
+        b.transform(Arc::new(move |o| {
             c.fetch_add(1, Ordering::SeqCst);
             strip(o)
         }))
-        .unwrap();
+    });
     let (run, rec) = Running::recorded(informer.clone()).await;
     let keep = informer.indexer().get_by_key("ns/keep").unwrap();
     let change = informer.indexer().get_by_key("ns/change").unwrap();
@@ -548,7 +551,10 @@ async fn real_fifo_informer_behaves_the_same() {
     api.create("ns", "a", "1");
     let informer = api
         .informer()
-        .fifo(kcache_informer::FifoKind::RealFifo)
+        .config(kcache_informer::InformerConfig {
+            fifo: kcache_informer::FifoKind::RealFifo,
+            ..support::on_fake()
+        })
         .build();
     let (run, rec) = Running::recorded(informer.clone()).await;
     api.update("ns", "a", "2");
@@ -645,8 +651,11 @@ async fn shutdown_is_bounded_with_a_stuck_handler() {
     let timeout = Duration::from_secs(15);
     let informer = api
         .informer()
-        .name("stuck")
-        .handler_shutdown_timeout(timeout)
+        .config(kcache_informer::InformerConfig {
+            name: Some(("stuck").into()),
+            handler_shutdown_timeout: timeout,
+            ..support::on_fake()
+        })
         .build();
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
     let (h1, release1) = stuck_handler(entered_tx.clone());
@@ -709,7 +718,10 @@ async fn shutdown_waits_for_a_handler_that_returns_within_the_bound() {
     api.create("ns", "a", "1");
     let informer = api
         .informer()
-        .handler_shutdown_timeout(Duration::from_secs(60))
+        .config(kcache_informer::InformerConfig {
+            handler_shutdown_timeout: Duration::from_secs(60),
+            ..support::on_fake()
+        })
         .build();
     let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel();
     let (h, release) = stuck_handler(entered_tx);
@@ -754,7 +766,10 @@ async fn informer_metrics_match_client_go_names() {
     ));
     let informer = api
         .informer()
-        .name("cm-informer-metrics")
+        .config(kcache_informer::InformerConfig {
+            name: Some(("cm-informer-metrics").into()),
+            ..support::on_fake()
+        })
         .metrics(provider.clone())
         .build();
     informer
@@ -769,7 +784,10 @@ async fn informer_metrics_match_client_go_names() {
     // the same name again, while the first lives
     let twin = api
         .informer()
-        .name("cm-informer-metrics")
+        .config(kcache_informer::InformerConfig {
+            name: Some(("cm-informer-metrics").into()),
+            ..support::on_fake()
+        })
         .metrics(provider)
         .build();
     let run = Running::synced_start(informer.clone()).await;

@@ -16,14 +16,18 @@ use support::{ConfigMap, FakeApi, record_watch_errors, spawn_run};
 async fn list_page_cap_reaches_the_reflector() {
     let api = FakeApi::new();
     api.create("ns", "a", &"x".repeat(2000));
+    let (handler, reasons) = record_watch_errors(|e| e.reason());
     let informer = SharedIndexInformer::<ConfigMap>::builder(api.client.clone())
-        .list_options(ListOptions {
-            use_watch_list: false,
-            max_list_page_bytes: 1000,
-            ..ListOptions::default()
+        .config(kcache_informer::InformerConfig {
+            list: ListOptions {
+                use_watch_list: false,
+                max_list_page_bytes: 1000,
+                ..ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
         })
+        .watch_error_handler(handler)
         .build();
-    let reasons = record_watch_errors(&informer, |e| e.reason());
     let (cancel, task) = spawn_run(&informer);
     eventually("the cap error", Duration::from_secs(10), || {
         !reasons.lock().unwrap().is_empty()
@@ -50,10 +54,13 @@ async fn wire_format_reaches_the_reflector() {
         let api = FakeApi::new();
         api.create("ns", "a", "x");
         let informer = SharedIndexInformer::<ConfigMap>::builder(api.client.clone())
-            .list_options(ListOptions {
-                use_watch_list: false,
-                wire_format: format,
-                ..ListOptions::default()
+            .config(kcache_informer::InformerConfig {
+                list: ListOptions {
+                    use_watch_list: false,
+                    wire_format: format,
+                    ..ListOptions::default()
+                },
+                ..kcache_informer::InformerConfig::default()
             })
             .build();
         let (cancel, task) = spawn_run(&informer);

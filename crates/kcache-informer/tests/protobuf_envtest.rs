@@ -80,16 +80,20 @@ where
     K::DynamicType: Clone + Send + Sync + 'static,
 {
     let (client, uris) = client(cp, mode);
+    let (handler, errors) = record_watch_errors(|e| e.to_string());
     let informer = SharedIndexInformer::<K>::builder_with(client, dyntype)
-        .list_options(ListOptions {
-            namespace: Some(ns.to_owned()),
-            use_watch_list: mode == Mode::Streaming,
-            page_size: if mode == Mode::Paged { 2 } else { 0 },
-            wire_format: format,
-            ..ListOptions::default()
+        .config(kcache_informer::InformerConfig {
+            list: ListOptions {
+                namespace: Some(ns.to_owned()),
+                use_watch_list: mode == Mode::Streaming,
+                page_size: if mode == Mode::Paged { 2 } else { 0 },
+                wire_format: format,
+                ..ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
         })
+        .watch_error_handler(handler)
         .build();
-    let errors = record_watch_errors(&informer, |e| e.to_string());
     let (cancel, task) = spawn_run(&informer);
     Running {
         informer,

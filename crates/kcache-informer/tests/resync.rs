@@ -22,7 +22,13 @@ fn noop() -> ResourceEventHandlerFuncs<ConfigMap> {
 #[tokio::test]
 async fn check_period_follows_the_shortest_handler_before_start() {
     let api = FakeApi::new();
-    let informer = api.informer().resync_period(12 * H).build();
+    let informer = api
+        .informer()
+        .config(kcache_informer::InformerConfig {
+            resync_period: 12 * H,
+            ..support::on_fake()
+        })
+        .build();
     let r1 = informer
         .add_event_handler_with_resync_period(noop(), 12 * H)
         .unwrap();
@@ -70,7 +76,13 @@ async fn an_informer_without_resync_gives_no_handler_a_resync() {
 #[tokio::test]
 async fn after_start_a_short_period_is_raised_to_the_check_period() {
     let api = FakeApi::new();
-    let informer = api.informer().resync_period(M).build();
+    let informer = api
+        .informer()
+        .config(kcache_informer::InformerConfig {
+            resync_period: M,
+            ..support::on_fake()
+        })
+        .build();
     let (cancel, task) = spawn_run(&informer);
     eventually("started", Duration::from_secs(10), || {
         informer.has_started()
@@ -96,7 +108,13 @@ fn sync_counter(count: Arc<AtomicUsize>) -> ResourceEventHandlerFuncs<ConfigMap>
 async fn sync_updates_go_only_to_handlers_whose_resync_is_due() {
     let api = FakeApi::new();
     api.create("ns", "a", "1");
-    let informer: SharedIndexInformer<ConfigMap> = api.informer().resync_period(S).build();
+    let informer: SharedIndexInformer<ConfigMap> = api
+        .informer()
+        .config(kcache_informer::InformerConfig {
+            resync_period: S,
+            ..support::on_fake()
+        })
+        .build();
     let (every_1s, every_3s, never) = (
         Arc::new(AtomicUsize::new(0)),
         Arc::new(AtomicUsize::new(0)),

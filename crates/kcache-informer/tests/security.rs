@@ -124,18 +124,18 @@ async fn run_informer(
     expect: u64,
     run_for: Duration,
 ) -> (bool, Vec<(ErrorReason, String)>) {
-    let informer = SharedIndexInformer::<ConfigMap>::builder(client)
-        .namespace(ns)
-        .build();
     let errors: Arc<Mutex<Vec<(ErrorReason, String)>>> = Arc::default();
     let e2 = errors.clone();
-    informer
-        .set_watch_error_handler(Arc::new(move |e| {
+    let mut config = kcache_informer::InformerConfig::default();
+    config.list.namespace = Some(ns.to_owned());
+    let informer = SharedIndexInformer::<ConfigMap>::builder(client)
+        .config(config)
+        .watch_error_handler(Arc::new(move |e| {
             e2.lock()
                 .unwrap()
                 .push((e.reason(), format!("{e} / {e:?}")));
         }))
-        .unwrap();
+        .build();
     let count = Count::default();
     informer.add_event_handler(count.clone()).unwrap();
     let cancel = CancellationToken::new();

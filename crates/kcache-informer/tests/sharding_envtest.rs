@@ -129,11 +129,14 @@ impl Member {
     ) -> Member {
         let (client, bytes) = counting_client(cp.config()).expect("a counting client");
         let informer = SharedIndexInformer::<ConfigMap>::builder(client)
-            .list_options(ListOptions {
-                label_selector: Some(format!("{LABEL}={run}")),
-                use_watch_list,
-                shard_selector: selector,
-                ..ListOptions::default()
+            .config(kcache_informer::InformerConfig {
+                list: ListOptions {
+                    label_selector: Some(format!("{LABEL}={run}")),
+                    use_watch_list,
+                    shard_selector: selector,
+                    ..ListOptions::default()
+                },
+                ..kcache_informer::InformerConfig::default()
             })
             .build();
         let cancel = CancellationToken::new();

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{
     FifoKind, SharedIndexInformer, SharedInformerFactory, SnapshotOptions, StartKind,
-    TransformFunc, wait_for_cache_sync,
+    wait_for_cache_sync,
 };
 use kcache_testing::builders::config_map;
 use kcache_testing::envtest::{
@@ -233,10 +233,13 @@ impl Run {
         list_options.object_options = list_options.object_options.strip_managed_fields(true);
         Run::spawn(
             SharedIndexInformer::<ConfigMap>::builder(client)
-                .list_options(list_options)
-                .name(name)
-                .snapshot(options)
-                .fifo(fifo)
+                .config(kcache_informer::InformerConfig {
+                    list: list_options,
+                    name: Some(name.into()),
+                    snapshot: Some(options),
+                    fifo,
+                    ..kcache_informer::InformerConfig::default()
+                })
                 .build(),
         )
     }
@@ -526,9 +529,12 @@ async fn unusable_snapshots_start_cold_with_one_warning() {
     };
     let run = Run::spawn(
         SharedIndexInformer::<ConfigMap>::builder(w.cp.client().unwrap())
-            .list_options(list_options)
-            .name("warm-bad-selector")
-            .snapshot(SnapshotOptions::file(&good).write_on_shutdown(false))
+            .config(kcache_informer::InformerConfig {
+                list: list_options,
+                name: Some(("warm-bad-selector").into()),
+                snapshot: Some(SnapshotOptions::file(&good).write_on_shutdown(false)),
+                ..kcache_informer::InformerConfig::default()
+            })
             .build(),
     );
     run.synced().await;
@@ -546,8 +552,14 @@ async fn factory_snapshots_every_informer() {
     let w = world("factory", 4).await;
     let make = |client: Client| {
         SharedInformerFactory::builder(client)
-            .namespace(&w.ns)
-            .snapshots(SnapshotOptions::dir(&w.dir).interval(Duration::ZERO))
+            .config(kcache_informer::InformerConfig {
+                list: kcache_informer::ListOptions {
+                    namespace: Some(w.ns.clone()),
+                    ..kcache_informer::ListOptions::default()
+                },
+                snapshot: Some(SnapshotOptions::dir(&w.dir).interval(Duration::ZERO)),
+                ..kcache_informer::InformerConfig::default()
+            })
             .build()
     };
     let factory = make(w.cp.client().unwrap());
@@ -624,9 +636,16 @@ async fn factory_snapshots_skip_secrets_unless_named() {
            -> Vec<bool> {
         std::fs::create_dir_all(dir).unwrap();
         let factory = tweak(
-            SharedInformerFactory::builder(w.cp.client().unwrap())
-                .namespace(&w.ns)
-                .snapshot_dir(dir),
+            SharedInformerFactory::builder(w.cp.client().unwrap()).config(
+                kcache_informer::InformerConfig {
+                    list: kcache_informer::ListOptions {
+                        namespace: Some(w.ns.clone()),
+                        ..kcache_informer::ListOptions::default()
+                    },
+                    snapshot: Some(kcache_informer::SnapshotOptions::dir(dir)),
+                    ..kcache_informer::InformerConfig::default()
+                },
+            ),
         )
         .build();
         let enabled = vec![
@@ -731,18 +750,22 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
     let w = world("transform", 6).await;
     let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let start = async |name: &str, options: SnapshotOptions| {
-        let informer = SharedIndexInformer::<ConfigMap>::builder(w.cp.client().unwrap())
-            .namespace(&w.ns)
-            .name(name)
-            .snapshot(options)
-            .build();
         let c = calls.clone();
-        let strip = kcache_informer::strip_managed_fields::<ConfigMap>();
-        let counting: TransformFunc<ConfigMap> = Arc::new(move |o| {
-            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            strip(o)
-        });
-        informer.set_transform(counting).unwrap();
+        let informer = SharedIndexInformer::<ConfigMap>::builder(w.cp.client().unwrap())
+            .config(kcache_informer::InformerConfig {
+                list: kcache_informer::ListOptions {
+                    namespace: Some(w.ns.clone()),
+                    ..kcache_informer::ListOptions::default()
+                },
+                name: Some(name.into()),
+                snapshot: Some(options),
+                ..kcache_informer::InformerConfig::default()
+            })
+            .transform(Arc::new(move |o: kcache_core::CachedObject<ConfigMap>| {
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                o.without_managed_fields().map_err(Into::into)
+            }))
+            .build();
         let run = Run::spawn(informer);
         run.synced().await;
         run

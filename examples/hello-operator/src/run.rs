@@ -55,11 +55,12 @@ pub async fn run(
     settings: Settings,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let mut factory = SharedInformerFactory::builder(client.clone()).strip_managed_fields(true);
-    if let Some(ns) = &settings.namespace {
-        factory = factory.namespace(ns.clone());
-    }
-    let factory = factory.build();
+    let mut config = InformerConfig::default();
+    config.list.namespace = settings.namespace.clone();
+    config.list.object_options = ObjectOptions::new().strip_managed_fields(true);
+    let factory = SharedInformerFactory::builder(client.clone())
+        .config(config)
+        .build();
     let controller = Controller::<Greeting>::new(&factory, Config::default().name(NAME))
         // Reconcile a Greeting when the ConfigMap it controls changes.
         .owns::<ConfigMap>()

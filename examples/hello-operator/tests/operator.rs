@@ -498,7 +498,13 @@ async fn a_copy_follows_its_source() {
     let kcache_testing::envtest::TestNamespace { client, ns, .. } =
         kcache_testing::envtest::namespace("copier").await;
     let factory = SharedInformerFactory::builder(client.clone())
-        .namespace(ns.clone())
+        .config(kcache::prelude::InformerConfig {
+            list: kcache::prelude::ListOptions {
+                namespace: Some(ns.clone()),
+                ..kcache::prelude::ListOptions::default()
+            },
+            ..kcache::prelude::InformerConfig::default()
+        })
         .build();
     let controller = same_type_primary_and_watched(&factory).expect("index");
     let handle = controller.handle();

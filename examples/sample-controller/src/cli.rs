@@ -20,7 +20,8 @@ use kcache_controller::metrics::RestClientMetricsLayer;
 use kcache_controller::{
     Config, KubeLeaseLock, LeaderElectionConfig, LeaseTimings, MetricsRegistry, Request,
 };
-use kcache_informer::SharedInformerFactory;
+use kcache_core::ObjectOptions;
+use kcache_informer::{InformerConfig, SharedInformerFactory};
 
 use crate::{Context, Foo, simulator};
 
@@ -173,13 +174,13 @@ pub async fn run(args: Args, hooks: Hooks) -> anyhow::Result<()> {
                 .build()
         }
     };
-    let mut fb = SharedInformerFactory::builder(client.clone())
-        .strip_managed_fields(true)
-        .reflector_metrics(metrics.reflector_provider());
-    if let Some(ns) = &args.namespace {
-        fb = fb.namespace(ns.clone());
-    }
-    let factory = fb.build();
+    let mut config = InformerConfig::default();
+    config.list.namespace = args.namespace.clone();
+    config.list.object_options = ObjectOptions::new().strip_managed_fields(true);
+    let factory = SharedInformerFactory::builder(client.clone())
+        .config(config)
+        .reflector_metrics(metrics.reflector_provider())
+        .build();
     let (mut controller, ctx) = crate::build_controller(
         &factory,
         client.clone(),

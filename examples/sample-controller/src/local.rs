@@ -133,10 +133,16 @@ impl Running {
 /// status simulator on `client`, watching `namespace` only, on one shared
 /// informer factory (caching without managedFields).
 pub fn start_local(client: &Client, namespace: &str, options: LocalOptions) -> Running {
-    let mut builder = SharedInformerFactory::builder(client.clone())
-        .namespace(namespace)
-        .strip_managed_fields(true)
-        .background_compression(options.background_compression.clone());
+    let mut builder =
+        SharedInformerFactory::builder(client.clone()).config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(namespace.into()),
+                object_options: kcache_core::ObjectOptions::new().strip_managed_fields(true),
+                ..kcache_informer::ListOptions::default()
+            },
+            background_compression: options.background_compression.clone(),
+            ..kcache_informer::InformerConfig::default()
+        });
     if let Some(metrics) = &options.metrics {
         builder = builder.reflector_metrics(metrics.reflector_provider());
     }

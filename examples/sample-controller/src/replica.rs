@@ -10,7 +10,8 @@ use anyhow::Context as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use kcache_controller::lease::shard::Shard;
 use kcache_controller::{Config, KubeMembershipStore, Reconciler, ShardConfig, ShardField};
-use kcache_informer::SharedInformerFactory;
+use kcache_core::ObjectOptions;
+use kcache_informer::{InformerConfig, SharedInformerFactory};
 
 use crate::{Context, Foo, Running, build_controller};
 
@@ -139,11 +140,12 @@ where
     R: Reconciler<Foo, Context>,
 {
     let (client, bytes) = counting_client(kube_config)?;
-    let mut fb = SharedInformerFactory::builder(client.clone()).strip_managed_fields(true);
-    if let Some(ns) = &config.namespace {
-        fb = fb.namespace(ns);
-    }
-    let factory = fb.build();
+    let mut informers = InformerConfig::default();
+    informers.list.namespace = config.namespace.clone();
+    informers.list.object_options = ObjectOptions::new().strip_managed_fields(true);
+    let factory = SharedInformerFactory::builder(client.clone())
+        .config(informers)
+        .build();
     let (mut controller, ctx) = build_controller(
         &factory,
         client.clone(),

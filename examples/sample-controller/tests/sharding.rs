@@ -129,7 +129,13 @@ async fn start_replica(
 ) -> Replica {
     let client = cp.client().expect("client");
     let factory = SharedInformerFactory::builder(client.clone())
-        .namespace(ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.into()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let (controller, ctx) =
         build_controller(&factory, client.clone(), Config::default().workers(4));
@@ -245,7 +251,13 @@ async fn sharded_replicas_split_hand_over_and_converge() {
 
     // The Deployment stand-in, unsharded, on its own factory.
     let sim_factory = SharedInformerFactory::builder(client.clone())
-        .namespace(&ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.clone()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let (sim, sim_ctx) = build_simulator(&sim_factory, client.clone());
     let sim_handle = sim.handle();
@@ -495,7 +507,13 @@ async fn sharding_misuse_and_a_stolen_lease_stop_the_controller_with_an_error() 
     let ns = cp.create_namespace("shard-err").await.expect("namespace");
     let client = cp.client().expect("client");
     let factory = SharedInformerFactory::builder(client.clone())
-        .namespace(&ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.clone()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let store = || KubeMembershipStore::new(client.clone(), &ns);
     let noop = |_req: Request<ConfigMap>, _ctx: Arc<()>| async {

@@ -233,18 +233,20 @@ impl Proxied {
         let http = HttpFaults::default();
         let mut options = path.options(&ns);
         options.watch_idle_timeout = setup.watch_idle;
-        let mut builder = SharedIndexInformer::<ConfigMap>::builder(
-            http.client(proxy.config(cp.config()).expect("config")),
-        )
-        .list_options(options);
         if setup.http_mode {
-            builder = builder.wire_format(kcache_informer::WireFormat::Json);
+            options.wire_format = kcache_informer::WireFormat::Json;
         }
         let errors = ErrorCounts::default();
-        let informer = builder.reflector_metrics(Arc::new(errors.clone())).build();
-        informer
-            .set_watch_error_handler(errors.handler())
-            .expect("error handler");
+        let informer = SharedIndexInformer::<ConfigMap>::builder(
+            http.client(proxy.config(cp.config()).expect("config")),
+        )
+        .config(kcache_informer::InformerConfig {
+            list: options,
+            ..kcache_informer::InformerConfig::default()
+        })
+        .watch_error_handler(errors.handler())
+        .reflector_metrics(Arc::new(errors.clone()))
+        .build();
         let rec = Recorder::default();
         informer.add_event_handler(rec.clone()).expect("handler");
         let (cancel, task) = spawn_informer(&informer);
@@ -1047,7 +1049,13 @@ async fn handler_panics_and_blocks() {
         .await
         .expect("namespace");
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().expect("client"))
-        .namespace(&ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.clone()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let rec = Recorder::default();
     let panicky = Panicky {

@@ -208,7 +208,13 @@ async fn soak() {
     // 2. informer sync
     let rss_before = rss_mb();
     let informer = SharedIndexInformer::<ConfigMap>::builder(client.clone())
-        .namespace(&ns)
+        .config(kcache_informer::InformerConfig {
+            list: kcache_informer::ListOptions {
+                namespace: Some(ns.clone()),
+                ..kcache_informer::ListOptions::default()
+            },
+            ..kcache_informer::InformerConfig::default()
+        })
         .build();
     let lag = Lag::default();
     let reg = informer.add_event_handler(lag.clone()).expect("handler");

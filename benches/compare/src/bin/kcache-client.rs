@@ -20,8 +20,8 @@ use kcache_bench_compare::real::{
 use kcache_bench_compare::{END_MARKER, Report, proc_cpu_secs, proc_status_kb};
 use kcache_core::{Compression, ObjectOptions};
 use kcache_informer::{
-    BackgroundCompression, ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer,
-    SharedIndexInformerBuilder,
+    BackgroundCompression, InformerConfig, ListOptions, ResourceEventHandlerFuncs,
+    SharedIndexInformer, SharedIndexInformerBuilder,
 };
 use kube::api::DynamicObject;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
@@ -255,12 +255,14 @@ where
         ..ListOptions::default()
     };
     wire_format::apply(&mut opts, args.wire_format);
-    builder
-        .list_options(opts)
-        .background_compression(match args.background_compression {
+    builder.config(InformerConfig {
+        list: opts,
+        background_compression: match args.background_compression {
             OnOff::On => BackgroundCompression::default(),
             OnOff::Off => BackgroundCompression::off(),
-        })
+        },
+        ..InformerConfig::default()
+    })
 }
 
 /// An informer running in a task of its own.

@@ -32,17 +32,21 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default().await?;
     let baseline = proc_status_kb("VmRSS");
     let informer = SharedIndexInformer::<Pod>::builder(client)
-        .list_options(ListOptions {
-            use_watch_list: false,
-            object_options: ObjectOptions::new().strip_managed_fields(args.strip_managed_fields),
-            ..ListOptions::default()
+        .config(kcache_informer::InformerConfig {
+            list: ListOptions {
+                use_watch_list: false,
+                object_options: ObjectOptions::new()
+                    .strip_managed_fields(args.strip_managed_fields),
+                ..ListOptions::default()
+            },
+            snapshot: Some(
+                SnapshotOptions::dir(&args.snapshot_dir)
+                    // the replay server serves Pods only: no kube-system GET
+                    .cluster_id("replay")
+                    .interval(Duration::ZERO),
+            ),
+            ..kcache_informer::InformerConfig::default()
         })
-        .snapshot(
-            SnapshotOptions::dir(&args.snapshot_dir)
-                // the replay server serves Pods only: no kube-system GET
-                .cluster_id("replay")
-                .interval(Duration::ZERO),
-        )
         .build();
     let cancel = CancellationToken::new();
     let start = Instant::now();

@@ -20,11 +20,11 @@ use crate::source::Enqueuer;
 
 fn informer(label_selector: Option<&str>) -> SharedIndexInformer<ConfigMap> {
     let fake = Fake::serving(Bytes::from_static(b"{}"));
-    let mut b = SharedIndexInformer::<ConfigMap>::builder(fake.client.clone());
-    if let Some(s) = label_selector {
-        b = b.label_selector(s);
-    }
-    b.build()
+    let mut config = kcache_informer::InformerConfig::default();
+    config.list.label_selector = label_selector.map(str::to_owned);
+    SharedIndexInformer::<ConfigMap>::builder(fake.client.clone())
+        .config(config)
+        .build()
 }
 
 /// A ledger of a Deployment controller caching ConfigMaps.

@@ -1,9 +1,9 @@
 //! The shared index informer: [`SharedIndexInformer`], its shared state
 //! ([`Inner`], [`Lifecycle`]) and its accessors, plus the free helpers
-//! ([`FifoKind`], [`strip_managed_fields`], [`HasSynced`],
+//! ([`FifoKind`], [`HasSynced`],
 //! [`wait_for_cache_sync`]).
 //!
-//! The rest lives beside it: the builder in [`builder`], handler
+//! The rest lives beside it: the config in [`config`], the builder in [`builder`], handler
 //! registration in [`handlers`], the run (queue, reflector, loop,
 //! shutdown) in [`run`], and delta handling with the reflector's store in
 //! [`deltas`].
@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use kcache_core::ShardSelector;
 use kcache_core::sync::lock;
-use kcache_core::{BoxError, CachedObject, ShardSelector};
 use kcache_deltafifo::{Queue, TransformFunc};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
 use kcache_reflector::{ListOptions, Reflector, ShardFilterMode, WatchErrorHandler};
@@ -22,24 +22,25 @@ use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
 use crate::background_compression::{BackgroundCompression, BackgroundCompressionStats, Counters};
-use crate::error::InformerError;
 use crate::listener::Listener;
 use crate::metrics::{InformerMetrics, InformerMetricsProvider, ReflectorMetricsProvider};
 use crate::processor::SharedProcessor;
 use crate::snapshot::{SnapshotOptions, SnapshotStatus};
 
 mod builder;
+mod config;
 mod deltas;
 mod handlers;
 mod run;
 
 pub use builder::SharedIndexInformerBuilder;
+pub use config::InformerConfig;
 pub use handlers::ResourceEventHandlerRegistration;
 pub(crate) use run::{InitialQueue, Started};
 
 /// How long a stopping informer waits, by default, for each handler to
 /// return from the call it is in (see
-/// [`SharedIndexInformerBuilder::handler_shutdown_timeout`]).
+/// [`InformerConfig::handler_shutdown_timeout`]).
 pub const DEFAULT_HANDLER_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Which queue sits between the reflector and the indexer.
@@ -50,12 +51,6 @@ pub enum FifoKind {
     DeltaFifo,
     /// client-go 1.33+'s in-order FIFO: one entry per event.
     RealFifo,
-}
-
-/// A transform that cuts `metadata.managedFields` out of each object's
-/// bytes (no typed decode); usually the biggest saving in memory.
-pub fn strip_managed_fields<K: 'static>() -> TransformFunc<K> {
-    Arc::new(|obj: CachedObject<K>| obj.without_managed_fields().map_err(BoxError::from))
 }
 
 /// Something whose cache can be synced: informers and handler
@@ -189,28 +184,6 @@ where
     /// indexed at once).
     pub fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), IndexError> {
         self.inner.indexer.add_indexers(indexers)
-    }
-
-    /// Sets the transform applied once to every object before it is cached.
-    /// Only before [`run`](Self::run).
-    pub fn set_transform(&self, transform: TransformFunc<K>) -> Result<(), InformerError> {
-        let mut lc = lock(&self.inner.lifecycle);
-        if lc.started {
-            return Err(InformerError::AlreadyStarted("set_transform"));
-        }
-        lc.transform = Some(transform);
-        Ok(())
-    }
-
-    /// Sets the handler called with every list/watch error. Only before
-    /// [`run`](Self::run).
-    pub fn set_watch_error_handler(&self, handler: WatchErrorHandler) -> Result<(), InformerError> {
-        let mut lc = lock(&self.inner.lifecycle);
-        if lc.started {
-            return Err(InformerError::AlreadyStarted("set_watch_error_handler"));
-        }
-        lc.watch_error_handler = Some(handler);
-        Ok(())
     }
 
     /// Whether the cache is known current: the first complete list has

@@ -15,23 +15,22 @@ use kcache_informer::{
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Sets a watch error handler on `informer` that records `f` of every
-/// error it is given.
-pub fn record_watch_errors<K, T>(
-    informer: &SharedIndexInformer<K>,
+/// A watch error handler (for a builder's `watch_error_handler`) that
+/// records `f` of every error it is given, and what it recorded.
+pub fn record_watch_errors<T>(
     f: impl Fn(&kcache_reflector::ReflectorError) -> T + Send + Sync + 'static,
-) -> std::sync::Arc<std::sync::Mutex<Vec<T>>>
+) -> (
+    kcache_informer::WatchErrorHandler,
+    std::sync::Arc<std::sync::Mutex<Vec<T>>>,
+)
 where
-    K: kube::Resource + Send + Sync + 'static,
-    K::DynamicType: Clone + Send + Sync + 'static,
     T: Send + 'static,
 {
     let seen: std::sync::Arc<std::sync::Mutex<Vec<T>>> = Default::default();
     let s2 = seen.clone();
-    informer
-        .set_watch_error_handler(std::sync::Arc::new(move |e| s2.lock().unwrap().push(f(e))))
-        .expect("set before the informer starts");
-    seen
+    let handler: kcache_informer::WatchErrorHandler =
+        std::sync::Arc::new(move |e| s2.lock().unwrap().push(f(e)));
+    (handler, seen)
 }
 
 /// Runs the informer on a task; returns the token that stops it and the
@@ -58,9 +57,18 @@ pub trait InformerOnFake {
 
 impl InformerOnFake for FakeApi {
     fn informer(&self) -> SharedIndexInformerBuilder<ConfigMap> {
-        SharedIndexInformer::<ConfigMap>::builder(self.client.clone()).list_options(ListOptions {
+        SharedIndexInformer::<ConfigMap>::builder(self.client.clone()).config(on_fake())
+    }
+}
+
+/// The config of [`InformerOnFake::informer`] (classic list + watch): the
+/// base of a test's own config on the fake.
+pub fn on_fake() -> kcache_informer::InformerConfig {
+    kcache_informer::InformerConfig {
+        list: ListOptions {
             use_watch_list: false,
             ..ListOptions::default()
-        })
+        },
+        ..kcache_informer::InformerConfig::default()
     }
 }
