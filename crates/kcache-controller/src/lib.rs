@@ -89,6 +89,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod action;
+mod config;
 pub mod consistency;
 mod controller;
 mod error;
@@ -106,11 +107,11 @@ mod source;
 mod worker;
 
 pub use action::Action;
-pub use consistency::{Consistency, DEFAULT_MAX_STALE_WAIT};
-pub use controller::{
-    Config, Controller, ControllerHandle, DEFAULT_CACHE_SYNC_TIMEOUT,
-    DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY, NotLeading,
+pub use config::{
+    Config, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY,
 };
+pub use consistency::{Consistency, DEFAULT_MAX_STALE_WAIT};
+pub use controller::{Controller, ControllerHandle, NotLeading};
 pub use error::{ControllerError, UnsyncedInformer};
 pub use kcache_core::{ShardField, ShardSelector};
 /// Leader election and shard membership on Leases: the

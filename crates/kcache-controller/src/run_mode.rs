@@ -9,7 +9,7 @@ use kcache_lease::{LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLo
 use kube::Resource;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::Config;
+use crate::config::Config;
 use crate::error::ControllerError;
 use crate::metrics::{ControllerMetricsProvider, SettableGaugeMetric};
 use crate::reconciler::{Reconciler, Trigger};

@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use crate::action::Action;
+use crate::config::Config;
 use crate::consistency::{Admission, StaleGate, WriteLedger};
-use crate::controller::Config;
 use crate::metrics::{ControllerMetricsProvider, CounterMetric, GaugeMetric, HistogramMetric};
 use crate::reconciler::{Reconciler, Request, Trigger};
 use crate::retry::describe;

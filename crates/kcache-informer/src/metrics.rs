@@ -62,7 +62,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
 
-pub use kcache_core::metrics::{CounterMetric, HistogramMetric, NoopMetric, SettableGaugeMetric};
+pub use kcache_metrics::{CounterMetric, HistogramMetric, NoopMetric, SettableGaugeMetric};
 /// The reflector's provider trait (`reflector_*` metrics), as the informer
 /// builders take it.
 pub use kcache_reflector::ReflectorMetricsProvider;

@@ -1,6 +1,6 @@
 //! kcache's fault suite (issue 9). The tests live under `tests/`:
 //! informers run against a real local control plane (kcache-envtest)
-//! behind a fault-injecting TCP proxy ([`kcache_envtest::proxy`]) and a
+//! behind a fault-injecting TCP proxy (kcache-envtest's `proxy` module) and a
 //! client layer that answers 429/500, while a seeded driver creates,
 //! updates and deletes ConfigMaps. See `docs/reliability.md`. This library
 //! holds what the fault-8 candidate processes (`src/bin`) and the tests

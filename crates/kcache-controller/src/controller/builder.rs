@@ -20,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "prometheus")]
 use super::MetricsBind;
-use super::{Config, Controller, ControllerHandle};
+use super::{Controller, ControllerHandle};
+use crate::config::Config;
 use crate::error::ControllerError;
 use crate::metrics::ControllerMetricsProvider;
 #[cfg(feature = "prometheus")]

@@ -1,5 +1,5 @@
 //! The controller: [`Controller`] (the primary, its sources, the run
-//! mode), with its parts beside it: the settings in [`config`], the
+//! mode), with its parts beside it (its settings are [`crate::config`]): the
 //! [`ControllerHandle`] in [`handle`], the builder methods in [`builder`]
 //! and the run path (steps, cache sync, workers, cleanup) in [`run`].
 
@@ -9,12 +9,12 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kcache_core::ShardField;
 use kcache_informer::{SharedIndexInformer, SharedInformerFactory};
 use kube::Resource;
 
+use crate::config::Config;
 use crate::metrics::ControllerMetricsProvider;
 #[cfg(feature = "prometheus")]
 use crate::metrics::MetricsRegistry;
@@ -24,24 +24,10 @@ use crate::shard_informers::PrimaryOf;
 use crate::source::SourceFn;
 
 mod builder;
-mod config;
 mod handle;
 mod run;
 
-pub use config::Config;
 pub use handle::{ControllerHandle, NotLeading};
-
-/// The priority of keys queued from an informer's initial list: below live
-/// changes (priority 0), so that a restart's full list does not delay them
-/// (controller-runtime's `LowPriority`).
-pub const INITIAL_LIST_PRIORITY: i32 = -100;
-
-/// The default time running reconciles get to finish at shutdown.
-pub const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The default time `run` waits for the caches to sync (controller-runtime's
-/// `CacheSyncTimeout`).
-pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
 type ShutdownFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 

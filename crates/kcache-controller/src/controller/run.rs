@@ -554,7 +554,7 @@ impl Cleanup {
 /// stops (the controller's own elector, the same identity, renews it from
 /// then on). `false` when `stop` came first.
 ///
-/// [`Config::warm_standby`]: super::Config::warm_standby
+/// [`Config::warm_standby`]: crate::Config::warm_standby
 async fn wait_for_lease(
     name: &str,
     config: &kcache_lease::LeaderElectionConfig,

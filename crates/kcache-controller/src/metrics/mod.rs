@@ -36,7 +36,7 @@
 
 use std::sync::Arc;
 
-pub use kcache_core::metrics::{
+pub use kcache_metrics::{
     CounterMetric, GaugeMetric, HistogramMetric, NoopMetric, SettableGaugeMetric,
 };
 

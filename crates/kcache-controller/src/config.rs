@@ -1,4 +1,7 @@
-//! [`Config`]: a controller's settings, as plain data.
+//! [`Config`]: a controller's settings, as plain data, and their defaults.
+//!
+//! A module of its own, below [`controller`](crate::controller), the run
+//! modes and the workers, which all read it (no module circle).
 
 use std::fmt;
 use std::sync::Arc;
@@ -6,8 +9,19 @@ use std::time::Duration;
 
 use kcache_workqueue::RateLimiter;
 
-use super::{DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, INITIAL_LIST_PRIORITY};
 use crate::consistency::Consistency;
+
+/// The priority of keys queued from an informer's initial list: below live
+/// changes (priority 0), so that a restart's full list does not delay them
+/// (controller-runtime's `LowPriority`).
+pub const INITIAL_LIST_PRIORITY: i32 = -100;
+
+/// The default time running reconciles get to finish at shutdown.
+pub const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default time `run` waits for the caches to sync (controller-runtime's
+/// `CacheSyncTimeout`).
+pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Controller settings: plain data, built once and handed to
 /// [`Controller::new`](crate::Controller::new) whole (like kube-runtime's `watcher::Config`); see
