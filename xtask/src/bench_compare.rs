@@ -100,6 +100,10 @@ pub struct CompareArgs {
     /// `--real`: updates per second of the update load (quick: 200; full: 250).
     #[arg(long)]
     update_rate: Option<f64>,
+    /// `--real`: steady-memory runs per client (quick: 1; full: 2; with
+    /// `--json-baseline`: pairs).
+    #[arg(long)]
+    mem_reps: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -520,7 +524,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<()> {
                 .update_rate
                 .unwrap_or(if args.quick { 200.0 } else { 250.0 }),
             update_reps: if args.quick { 1 } else { 3 },
-            mem_reps: if args.quick { 1 } else { 2 },
+            mem_reps: args.mem_reps.unwrap_or(if args.quick { 1 } else { 2 }),
             onoff_pairs: if args.quick { 3 } else { 10 },
             quick: args.quick,
             settle_ms: if args.quick { 500 } else { 1000 },
