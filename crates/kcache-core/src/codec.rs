@@ -5,8 +5,23 @@
 
 use serde::de::{self, DeserializeOwned};
 
-use crate::object::{Format, ObjectError};
+use crate::object::error::ObjectError;
 use crate::protobuf::{self, TypeMeta};
+
+/// The encoding of a cached object's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Format {
+    /// JSON (`application/json`): any resource.
+    Json,
+    /// Kubernetes protobuf (`application/vnd.kubernetes.protobuf`): the
+    /// object's own message, without the `k8s\0` envelope. Built-in types
+    /// only (see [`protobuf::is_builtin_kind`](crate::protobuf::is_builtin_kind)).
+    Protobuf,
+    /// Kubernetes CBOR (`application/cbor`, KEP-4222): custom resources
+    /// and built-in types, from an apiserver with CBOR serving on.
+    Cbor,
+}
 
 /// How a cached object's bytes are encoded.
 #[derive(Debug, Clone, Copy)]

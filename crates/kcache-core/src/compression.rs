@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
-use crate::object::ObjectError;
+use crate::object::error::ObjectError;
 
 /// JSON shorter than this is never compressed (nor used as a dictionary).
 const MIN_COMPRESS_LEN: usize = 64;

@@ -1,7 +1,7 @@
 //! Cutting `metadata.managedFields` out of an object's JSON bytes without a
 //! full decode.
 
-use crate::object::ObjectError;
+use crate::object::error::ObjectError;
 
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r')

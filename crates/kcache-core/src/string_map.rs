@@ -1,10 +1,11 @@
 //! A compact, sorted, immutable string-to-string map for labels and annotations.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Deserialize;
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 
 use crate::selector::LabelSet;
 
@@ -173,9 +174,7 @@ impl<'de> Deserialize<'de> for StringMap {
                 // Borrowed from the input where it has no escapes: the
                 // only copies are into the packed text.
                 let mut v = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some((k, val)) =
-                    map.next_entry::<crate::object::CowStr<'de>, crate::object::CowStr<'de>>()?
-                {
+                while let Some((k, val)) = map.next_entry::<CowStr<'de>, CowStr<'de>>()? {
                     v.push((k.0, val.0));
                 }
                 Ok(StringMap::from_pairs(v))
@@ -185,6 +184,31 @@ impl<'de> Deserialize<'de> for StringMap {
             }
         }
         d.deserialize_map(V)
+    }
+}
+
+/// A string borrowed from the input when it has no escapes, owned otherwise.
+pub(crate) struct CowStr<'a>(pub(crate) Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for CowStr<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CowStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 

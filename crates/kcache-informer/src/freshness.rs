@@ -14,13 +14,6 @@ use kube::Resource;
 
 use crate::informer::SharedIndexInformer;
 
-/// When an informer last swept its own writes against its freshness.
-#[derive(Debug, Default)]
-pub(crate) struct OwnWriteSweep {
-    at: Option<ResourceVersion>,
-    writes_since: usize,
-}
-
 /// Waiting for the cache to reach a resourceVersion failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]

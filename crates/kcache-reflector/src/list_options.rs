@@ -6,8 +6,11 @@ use kcache_core::{ObjectOptions, ShardSelector};
 
 use crate::framing::DEFAULT_MAX_FRAME;
 use crate::limits::{DEFAULT_MAX_LIST_BYTES, RequestTimeouts};
-use crate::reflector::DEFAULT_MIN_WATCH_TIMEOUT;
 use crate::wire_format::WireFormat;
+
+/// client-go's default minimum watch timeout: watches ask for a server-side
+/// timeout in `[min, 2 * min)`.
+pub const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How a reflector lists and watches: namespace, selectors, page size,
 /// streaming lists, object options, watch timeouts, deadlines, size caps,

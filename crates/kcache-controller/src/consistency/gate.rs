@@ -11,8 +11,9 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::ledger::{Freshness, Wanted, WriteLedger};
+use super::ledger::{Freshness, WriteLedger};
 use super::type_cache::TypeCache;
+use super::wanted::Wanted;
 use crate::metrics::{ControllerMetricsProvider, CounterMetric, HistogramMetric};
 use crate::reconciler::Trigger;
 use crate::source::Enqueuer;

@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use kcache_core::{IncomparableResourceVersion, ResourceVersion};
+use kcache_core::IncomparableResourceVersion;
 use parking_lot::{Mutex, RwLock};
 
 use super::Consistency;
 use super::type_cache::TypeCache;
+use super::wanted::Wanted;
 use super::write::{Written, parse};
 use crate::source::owner_key;
 
@@ -24,43 +25,6 @@ const SWEEP_AT: usize = 4096;
 /// Most keys with writes outstanding; past it new writes are not recorded
 /// for the gate (said once).
 pub(crate) const MAX_PENDING_KEYS: usize = 100_000;
-
-/// What a cache must have seen of a write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Wanted {
-    /// The cache's freshness at the version the write returned.
-    Version(ResourceVersion),
-    /// The deletion of the object with `uid` under `key`.
-    Deletion { key: String, uid: Arc<str> },
-}
-
-impl Wanted {
-    /// The version waited for (none for a deletion, whose version only the
-    /// watch's event carries).
-    pub(crate) fn version(&self) -> Option<&ResourceVersion> {
-        match self {
-            Wanted::Version(rv) => Some(rv),
-            Wanted::Deletion { .. } => None,
-        }
-    }
-
-    fn same_slot(&self, other: &Wanted) -> bool {
-        match (self, other) {
-            (Wanted::Version(_), Wanted::Version(_)) => true,
-            (Wanted::Deletion { key: a, .. }, Wanted::Deletion { key: b, .. }) => a == b,
-            _ => false,
-        }
-    }
-}
-
-impl std::fmt::Display for Wanted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Wanted::Version(rv) => write!(f, "{rv}"),
-            Wanted::Deletion { key, .. } => write!(f, "the deletion of {key}"),
-        }
-    }
-}
 
 /// Whether the cache is fresh enough for a reconcile of a key.
 pub(crate) enum Freshness {

@@ -44,6 +44,7 @@ mod ledger;
 #[cfg(test)]
 mod tests;
 mod type_cache;
+mod wanted;
 mod write;
 
 use std::time::Duration;

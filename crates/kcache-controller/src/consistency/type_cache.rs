@@ -12,7 +12,7 @@ use kcache_informer::{SharedIndexInformer, StoreFreshness};
 use kube::Resource;
 use parking_lot::Mutex;
 
-use super::ledger::Wanted;
+use super::wanted::Wanted;
 use crate::source::owner_key;
 
 /// Most object versions kept for skipping own events, per type.

@@ -3,7 +3,6 @@
 //! of the declared field paths, read by walking the [`PathNode`] trie
 //! ([`NodeSeed`], [`NodeVisitor`]); everything else is skipped unread.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::Deserialize;
@@ -13,38 +12,13 @@ use serde_json::value::RawValue;
 use super::field_trie::PathNode;
 use super::metadata::MetaStrings;
 use super::{Metadata, ObjectError, OwnerReference};
-use crate::string_map::StringMap;
+use crate::string_map::{CowStr, StringMap};
 
 pub(super) fn span_in(bytes: &[u8], part: &str) -> Option<(usize, usize)> {
     let base = bytes.as_ptr() as usize;
     let start = (part.as_ptr() as usize).checked_sub(base)?;
     let end = start.checked_add(part.len())?;
     (end <= bytes.len()).then_some((start, end))
-}
-
-/// A string borrowed from the input when it has no escapes, owned otherwise.
-pub(crate) struct CowStr<'a>(pub(crate) Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for CowStr<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = CowStr<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(CowStr(Cow::Borrowed(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(CowStr(Cow::Owned(v.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
-                Ok(CowStr(Cow::Owned(v)))
-            }
-        }
-        d.deserialize_str(V)
-    }
 }
 
 #[derive(Deserialize)]

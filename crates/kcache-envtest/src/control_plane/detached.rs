@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ControlPlane;
 use super::files::write_file;
+use super::pid::pid_alive;
 use crate::binaries::cache_dir;
 use crate::error::EnvtestError;
 
@@ -39,17 +40,6 @@ pub fn detached_state() -> Result<DetachedState, EnvtestError> {
     let text = fs::read_to_string(&path).map_err(|_| EnvtestError::NotRunning(path.clone()))?;
     serde_json::from_str(&text)
         .map_err(|e| EnvtestError::State(format!("unreadable state file {}: {e}", path.display())))
-}
-
-/// Whether a process with this PID is alive (and not a zombie).
-pub fn pid_alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // state is the field after the ")" that ends the command name
-        Ok(stat) => {
-            !matches!(stat.rsplit(')').next().map(str::trim_start), Some(s) if s.starts_with('Z'))
-        }
-        Err(_) => false,
-    }
 }
 
 /// Stops the detached control plane started by `cargo xtask controlplane

@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use super::detached::pid_alive;
+use super::pid::pid_alive;
 use crate::error::EnvtestError;
 
 /// Writes `text` to `path`, readable and writable by this user only (mode

@@ -25,11 +25,13 @@ mod builder;
 mod cluster;
 mod detached;
 mod files;
+mod pid;
 mod process;
 mod start;
 
 pub use builder::{AuditPolicy, ControlPlaneBuilder};
-pub use detached::{DetachedState, detached_state, detached_state_path, pid_alive, stop_detached};
+pub use detached::{DetachedState, detached_state, detached_state_path, stop_detached};
+pub use pid::pid_alive;
 
 /// The environment variable that points [`ControlPlane::shared`] at an
 /// existing cluster instead of a local control plane.

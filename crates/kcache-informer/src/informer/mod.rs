@@ -53,6 +53,13 @@ pub enum FifoKind {
     RealFifo,
 }
 
+/// When an informer last swept its own writes against its freshness.
+#[derive(Debug, Default)]
+pub(crate) struct OwnWriteSweep {
+    pub(crate) at: Option<kcache_core::ResourceVersion>,
+    pub(crate) writes_since: usize,
+}
+
 /// Something whose cache can be synced: informers and handler
 /// registrations. See [`wait_for_cache_sync`].
 pub trait HasSynced: Send + Sync {
@@ -120,7 +127,7 @@ pub(crate) struct Inner<K: Resource> {
     /// on it.
     pub(crate) freshness: kcache_deltafifo::StoreFreshness,
     /// When own writes were last swept against the freshness.
-    pub(crate) own_write_sweep: Mutex<crate::freshness::OwnWriteSweep>,
+    pub(crate) own_write_sweep: Mutex<OwnWriteSweep>,
 }
 
 /// One reflector, one FIFO, one indexer, any number of handlers: client-go's

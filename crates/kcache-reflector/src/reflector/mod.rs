@@ -54,9 +54,7 @@ pub type WatchErrorHandler = Arc<dyn Fn(&ReflectorError) + Send + Sync>;
 /// client-go's default page size.
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
 
-/// client-go's default minimum watch timeout: watches ask for a server-side
-/// timeout in `[min, 2 * min)`.
-pub const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+pub use crate::list_options::DEFAULT_MIN_WATCH_TIMEOUT;
 
 /// Added to a watch's requested server-side timeout to get the default
 /// client-side idle limit (see [`ListOptions::watch_idle_timeout`]).
