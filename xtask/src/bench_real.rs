@@ -273,7 +273,8 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn name(self) -> &'static str {
+    /// `paged` or `streaming`.
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mode::Paged => "paged",
             Mode::Streaming => "streaming",
@@ -402,17 +403,7 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
         s.update_rate,
         log.display()
     );
-    let plane = start_plane(
-        bins,
-        &s,
-        out,
-        &audit_log,
-        false,
-        &["create", "--pods", &s.pods.to_string()],
-    )?;
-    res.load = plane.load.clone();
-    res.idle = plane.probe.idle;
-    let (kubeconfig, probe) = (&plane.kubeconfig, &plane.probe);
+    let plane = start_plane(bins, &s, out, &audit_log, false, &mut res)?;
 
     let total = 2 * s.reps * SYNC_CLIENTS.len()
         + 2 * 2 * s.onoff_pairs
@@ -420,15 +411,7 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
         + s.mem_reps * SYNC_CLIENTS.len();
     let mut done = 0usize;
     let t0 = Instant::now();
-    let ctx = RunCtx {
-        bins,
-        kubeconfig,
-        log: &log,
-        audit_log: &audit_log,
-        probe,
-        s: &s,
-        out,
-    };
+    let ctx = plane.ctx(bins, &log, &audit_log, &s, out);
     // One counted sync, logged as `[done/total] secs  {what}  client  #n`.
     let run_logged = |c: RealClient,
                       mode: Mode,
@@ -536,27 +519,21 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
     }
     drop(plane);
     res.total_secs = started.elapsed().as_secs_f64();
-    res.machine
-        .push(("load average at the end".into(), loadavg()));
     res.settings = Some(s.clone());
-    let md = markdown(&res, &s);
-    println!("\n{md}");
-    std::fs::write(out.join("real.md"), &md)?;
-    std::fs::write(out.join("real.json"), serde_json::to_string_pretty(&res)?)?;
-    eprintln!(
-        "==> bench-compare --real: done in {:.0}s; real.md, real.json, real-audit.log in {}",
-        res.total_secs,
-        out.display()
-    );
-    if write_docs {
-        write_docs_real(&md)?;
-    }
-    Ok(())
+    finish(
+        &mut res,
+        |res| markdown(res, &s),
+        out,
+        "real",
+        "--real",
+        write_docs.then_some((BEGIN, END)),
+    )
 }
 
 /// The local control plane of a `--real` run: started (with the audit log
-/// of [`AUDIT_POLICY`], and `CBORServingAndStorage` when `cbor`), loaded by
-/// `real-load {load_args}`, then left to settle and measured at rest.
+/// of [`AUDIT_POLICY`]), loaded with N Pods or, with `custom_resources`,
+/// N custom resources (the control plane then has `CBORServingAndStorage`
+/// on), then left to settle and measured at rest.
 pub(crate) struct Plane {
     /// Dropped first: stops kube-apiserver and etcd.
     _cp: kcache_envtest::ControlPlane,
@@ -565,19 +542,47 @@ pub(crate) struct Plane {
     pub(crate) kubeconfig: PathBuf,
     /// Its processes' CPU, with their rates at rest.
     pub(crate) probe: Probe,
-    /// What `real-load` printed.
-    pub(crate) load: Value,
 }
 
-/// Starts and loads a [`Plane`].
+impl Plane {
+    /// The context of this plane's client runs.
+    pub(crate) fn ctx<'a>(
+        &'a self,
+        bins: &'a Bins,
+        log: &'a Path,
+        audit_log: &'a Path,
+        s: &'a RealSettings,
+        out: &'a Path,
+    ) -> RunCtx<'a> {
+        RunCtx {
+            bins,
+            kubeconfig: &self.kubeconfig,
+            log,
+            audit_log,
+            probe: &self.probe,
+            s,
+            out,
+        }
+    }
+}
+
+/// Starts and loads a [`Plane`]; what the load printed and the rates at rest
+/// go into `res`.
 pub(crate) fn start_plane(
     bins: &Bins,
     s: &RealSettings,
     out: &Path,
     audit_log: &Path,
-    cbor: bool,
-    load_args: &[&str],
+    custom_resources: bool,
+    res: &mut RealResults,
 ) -> anyhow::Result<Plane> {
+    let cbor = custom_resources;
+    let n = s.pods.to_string();
+    let load_args: &[&str] = if custom_resources {
+        &["create-crs", "--count", &n]
+    } else {
+        &["create", "--pods", &n]
+    };
     let started = Instant::now();
     let _ = std::fs::remove_file(audit_log);
     let policy = out.join("real-audit-policy.yaml");
@@ -636,12 +641,13 @@ pub(crate) fn start_plane(
         probe.idle.0 * 100.0,
         probe.idle.1 * 100.0
     );
+    res.load = load;
+    res.idle = probe.idle;
     Ok(Plane {
         _cp: cp,
         _rt: rt,
         kubeconfig,
         probe,
-        load,
     })
 }
 
@@ -1441,15 +1447,43 @@ fn memory_tables(t: &mut String, res: &RealResults, s: &RealSettings) {
 const BEGIN: &str = "<!-- bench-compare-real:begin -->";
 const END: &str = "<!-- bench-compare-real:end -->";
 
-fn write_docs_real(md: &str) -> anyhow::Result<()> {
-    write_docs_block(BEGIN, END, md)
-}
-
 /// Replaces the block between `begin` and `end` in docs/performance.md.
 pub(crate) fn write_docs_block(begin: &str, end: &str, md: &str) -> anyhow::Result<()> {
     let path = workspace_root().join("docs/performance.md");
     crate::bench_compare::replace_marked_block(&path, begin, end, md)?;
     eprintln!("==> wrote {}", path.display());
+    Ok(())
+}
+
+/// The end of a `--real` run: the load average, the table printed and
+/// written with the results as `{stem}.md` and `{stem}.json` under `out`,
+/// and, with `write_docs`, the table into docs/performance.md between
+/// `begin` and `end`.
+pub(crate) fn finish(
+    res: &mut RealResults,
+    md: impl FnOnce(&RealResults) -> String,
+    out: &Path,
+    stem: &str,
+    what: &str,
+    docs: Option<(&str, &str)>,
+) -> anyhow::Result<()> {
+    res.machine
+        .push(("load average at the end".into(), loadavg()));
+    let md = md(res);
+    println!("\n{md}");
+    std::fs::write(out.join(format!("{stem}.md")), &md)?;
+    std::fs::write(
+        out.join(format!("{stem}.json")),
+        serde_json::to_string_pretty(&*res)?,
+    )?;
+    eprintln!(
+        "==> bench-compare {what}: done in {:.0}s; {stem}.md, {stem}.json in {}",
+        res.total_secs,
+        out.display()
+    );
+    if let Some((begin, end)) = docs {
+        write_docs_block(begin, end, &md)?;
+    }
     Ok(())
 }
 

@@ -25,10 +25,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::bench_compare::{Bins, loadavg, machine};
+use crate::bench_compare::{Bins, machine};
 use crate::bench_real::{
-    Load, Mode, RealClient, RealResults, RealSettings, Row, RunCtx, SyncRun, code_list, mem_row,
-    ratio, row, start_plane, summary, sync_table, write_docs_block,
+    Load, Mode, RealClient, RealResults, RealSettings, Row, SyncRun, code_list, finish, mem_row,
+    ratio, row, start_plane, summary, sync_table,
 };
 
 /// The clients of the custom-resource table, in the order they run.
@@ -64,36 +64,19 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
         s.reps,
         log.display()
     );
-    let plane = start_plane(
-        bins,
-        &s,
-        out,
-        &audit_log,
-        true,
-        &["create-crs", "--count", &s.pods.to_string()],
-    )?;
-    res.load = plane.load.clone();
-    res.idle = plane.probe.idle;
+    let plane = start_plane(bins, &s, out, &audit_log, true, &mut res)?;
 
     let total = 2 * s.reps * CR_CLIENTS.len() + s.mem_reps * CR_CLIENTS.len();
     let mut done = 0usize;
     let t0 = Instant::now();
-    let ctx = RunCtx {
-        bins,
-        kubeconfig: &plane.kubeconfig,
-        log: &log,
-        audit_log: &audit_log,
-        probe: &plane.probe,
-        s: &s,
-        out,
-    };
+    let ctx = plane.ctx(bins, &log, &audit_log, &s, out);
     for mode in [Mode::Paged, Mode::Streaming] {
         // the first sync after the load is the slowest whoever runs it
         let r = ctx.run_one(RealClient::KcacheCrCbor, mode, Load::Sync)?;
         eprintln!(
             "[warm-up] {:>4.0}s  {:<9} {:<44} (not counted): {}",
             t0.elapsed().as_secs_f64(),
-            mode_name(mode),
+            mode.name(),
             RealClient::KcacheCrCbor.label(),
             summary(&r, s.pods)
         );
@@ -107,7 +90,7 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
                 eprintln!(
                     "[{done:>2}/{total}] {:>4.0}s  {:<9} {:<44} #{}: {}",
                     t0.elapsed().as_secs_f64(),
-                    mode_name(mode),
+                    mode.name(),
                     c.label(),
                     rep + 1,
                     summary(&r, s.pods)
@@ -133,32 +116,15 @@ pub fn run(bins: &Bins, s: RealSettings, out: &Path, write_docs: bool) -> anyhow
     }
     drop(plane);
     res.total_secs = started.elapsed().as_secs_f64();
-    res.machine
-        .push(("load average at the end".into(), loadavg()));
     res.settings = Some(s.clone());
-    let md = markdown(&res, &s);
-    println!("\n{md}");
-    std::fs::write(out.join("real-cr.md"), &md)?;
-    std::fs::write(
-        out.join("real-cr.json"),
-        serde_json::to_string_pretty(&res)?,
-    )?;
-    eprintln!(
-        "==> bench-compare --real --custom-resources: done in {:.0}s; real-cr.md, real-cr.json, real-cr-audit.log in {}",
-        res.total_secs,
-        out.display()
-    );
-    if write_docs {
-        write_docs_block(BEGIN, END, &md)?;
-    }
-    Ok(())
-}
-
-fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Paged => "paged",
-        Mode::Streaming => "streaming",
-    }
+    finish(
+        &mut res,
+        |res| markdown(res, &s),
+        out,
+        "real-cr",
+        "--real --custom-resources",
+        write_docs.then_some((BEGIN, END)),
+    )
 }
 
 /// client-go's best configuration in `mode`: the one with the lower client
@@ -243,7 +209,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
             let _ = writeln!(
                 t,
                 "| {}: {} | {} | {} | {} | {} | {mem} | {} |",
-                mode_name(mode),
+                mode.name(),
                 c.label(),
                 gc.label(),
                 ratio(k.objects_per_sec, g.objects_per_sec),
@@ -254,7 +220,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
             if c == RealClient::KcacheCrCbor {
                 goals.push(format!(
                     "{}: client CPU {} ({}), apiserver CPU {} ({})",
-                    mode_name(mode),
+                    mode.name(),
                     ratio(k.client_us, g.client_us),
                     met(k.client_us <= 0.3 * g.client_us),
                     ratio(k.apiserver_us, g.apiserver_us),
@@ -289,7 +255,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings) -> String {
                 let _ = writeln!(
                     t,
                     "- {} {}: {}",
-                    mode_name(mode),
+                    mode.name(),
                     c.label(),
                     code_list(&r.audit, ", ")
                 );

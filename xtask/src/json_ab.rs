@@ -20,10 +20,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use crate::bench::{clean_cargo, target_dir};
-use crate::bench_compare::{Bins, loadavg, machine, median};
+use crate::bench_compare::{Bins, machine, median};
 use crate::bench_real::{
-    Load, Mode, RealClient, RealResults, RealSettings, RunCtx, SyncRun, mem_row, start_plane,
-    summary, sync_table, write_docs_block,
+    Load, Mode, RealClient, RealResults, RealSettings, SyncRun, finish, mem_row, start_plane,
+    summary, sync_table,
 };
 use crate::run::{step, workspace_root};
 
@@ -112,25 +112,8 @@ pub fn run(
         s.mem_reps,
         log.display()
     );
-    let plane = start_plane(
-        bins,
-        &s,
-        out,
-        &audit_log,
-        false,
-        &["create", "--pods", &s.pods.to_string()],
-    )?;
-    res.load = plane.load.clone();
-    res.idle = plane.probe.idle;
-    let ctx = RunCtx {
-        bins,
-        kubeconfig: &plane.kubeconfig,
-        log: &log,
-        audit_log: &audit_log,
-        probe: &plane.probe,
-        s: &s,
-        out,
-    };
+    let plane = start_plane(bins, &s, out, &audit_log, false, &mut res)?;
+    let ctx = plane.ctx(bins, &log, &audit_log, &s, out);
     let total = 2 * 2 * pairs + 2 * s.mem_reps;
     let mut done = 0usize;
     let t0 = Instant::now();
@@ -151,7 +134,7 @@ pub fn run(
         for pair in 0..pairs {
             for c in order(pair) {
                 let r = ctx.run_one(c, mode, Load::Sync)?;
-                logged(&r, mode_name(mode), pair + 1);
+                logged(&r, mode.name(), pair + 1);
                 res.syncs.push(r);
             }
         }
@@ -165,24 +148,14 @@ pub fn run(
     }
     drop(plane);
     res.total_secs = started.elapsed().as_secs_f64();
-    res.machine
-        .push(("load average at the end".into(), loadavg()));
-    let md = markdown(&res, &s, rev);
-    println!("\n{md}");
-    std::fs::write(out.join("json-ab.md"), &md)?;
-    std::fs::write(
-        out.join("json-ab.json"),
-        serde_json::to_string_pretty(&res)?,
-    )?;
-    eprintln!(
-        "==> bench-compare --real --json-baseline: done in {:.0}s; json-ab.md, json-ab.json in {}",
-        res.total_secs,
-        out.display()
-    );
-    if write_docs {
-        write_docs_block(BEGIN, END, &md)?;
-    }
-    Ok(())
+    finish(
+        &mut res,
+        |res| markdown(res, &s, rev),
+        out,
+        "json-ab",
+        "--real --json-baseline",
+        write_docs.then_some((BEGIN, END)),
+    )
 }
 
 /// ABBA: the baseline first in even pairs, this build first in odd ones.
@@ -192,13 +165,6 @@ fn order(pair: usize) -> [RealClient; 2] {
         o.swap(0, 1);
     }
     o
-}
-
-fn mode_name(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Paged => "paged",
-        Mode::Streaming => "streaming",
-    }
 }
 
 /// The median over pairs of `f(this build) / f(baseline)`; runs pair up in
@@ -254,7 +220,7 @@ pub fn markdown(res: &RealResults, s: &RealSettings, rev: &str) -> String {
         let _ = writeln!(
             t,
             "| {} ({} pairs) | {} | {} | {} | {} |",
-            mode_name(mode),
+            mode.name(),
             res.syncs
                 .iter()
                 .filter(|r| r.mode == mode && r.client == RealClient::KcacheJson)

@@ -77,7 +77,9 @@ async fn settle(d: Duration) {
     let end = Instant::now() + d;
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_millis(10)).await;
-        std::thread::sleep(Duration::from_micros(100));
+        // real time for the listener threads, which the paused clock does
+        // not wait for (100 us per step failed once with the machine busy)
+        std::thread::sleep(Duration::from_micros(500));
     }
 }
 
