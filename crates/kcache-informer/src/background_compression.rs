@@ -67,10 +67,9 @@ fn scan_len(batch: usize, stored: usize) -> usize {
 /// default ([`BackgroundCompression::default`]), [`off`](Self::off) to keep
 /// every object as received.
 ///
-/// Set it with
-/// [`SharedIndexInformerBuilder::background_compression`](crate::SharedIndexInformerBuilder::background_compression)
-/// or, for all the informers of a factory,
-/// [`SharedInformerFactoryBuilder::background_compression`](crate::SharedInformerFactoryBuilder::background_compression).
+/// Set it in
+/// [`InformerConfig::background_compression`](crate::InformerConfig::background_compression),
+/// for one informer or for all the informers of a factory.
 ///
 /// An object not written for [`quiet_for`](Self::quiet_for) (default
 /// 30 s; compressed between 1x and 1.25x that time after its last write)

@@ -261,7 +261,7 @@ impl InformerMetrics {
             tracing::info!(
                 informer,
                 unique = %reservation.0,
-                "another live informer has this name: this one's informer_* metrics are labelled with the unique name (name informers with SharedIndexInformerBuilder::name to choose)"
+                "another live informer has this name: this one's informer_* metrics are labelled with the unique name (name informers with InformerConfig::name to choose)"
             );
         }
         let id = InformerId {

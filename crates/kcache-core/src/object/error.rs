@@ -4,7 +4,7 @@
 
 use crate::protobuf::{ProtoDecodeError, WireError};
 
-/// Error building a [`CachedObject`] from bytes or from a value.
+/// Error building a [`CachedObject`](crate::CachedObject) from bytes or from a value.
 ///
 /// Malformed input always yields one of these; construction never panics.
 #[derive(Debug, thiserror::Error)]
@@ -24,7 +24,7 @@ pub enum ObjectError {
         /// Why it was rejected.
         reason: &'static str,
     },
-    /// Serializing a typed value (in [`CachedObject::from_object`]) failed.
+    /// Serializing a typed value (in [`CachedObject::from_object`](crate::CachedObject::from_object)) failed.
     #[error("serializing the object to JSON failed")]
     Serialize(#[source] serde_json::Error),
     /// The metadata's strings (name, namespace, uid, resourceVersion,

@@ -171,7 +171,7 @@ where
     }
 
     /// The background compression settings (see
-    /// [`SharedIndexInformerBuilder::background_compression`]).
+    /// [`InformerConfig::background_compression`]).
     pub fn background_compression(&self) -> &BackgroundCompression {
         &self.inner.background_compression
     }

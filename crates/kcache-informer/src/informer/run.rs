@@ -36,7 +36,7 @@ where
     /// stopped (listener threads included, within the handler shutdown
     /// timeout). A second call is an error.
     ///
-    /// With [snapshots](super::SharedIndexInformerBuilder::snapshot), a matching
+    /// With [snapshots](crate::InformerConfig::snapshot), a matching
     /// snapshot is loaded first (warm start), snapshots are written while
     /// synced, and a last one after cancellation (what is still queued is
     /// processed first, so handlers may receive a few events after
@@ -49,7 +49,7 @@ where
     /// before spawning, use [`try_start`](Self::try_start).
     ///
     /// On shutdown, each handler gets up to the
-    /// [handler shutdown timeout](super::SharedIndexInformerBuilder::handler_shutdown_timeout)
+    /// [handler shutdown timeout](crate::InformerConfig::handler_shutdown_timeout)
     /// to return from the call it is in; a handler that does not is named in
     /// a WARN and its thread is left running, detached, and `run` returns.
     pub async fn run(&self, cancel: CancellationToken) -> Result<(), InformerError> {
