@@ -38,6 +38,7 @@ use crate::metrics::ReflectorMetrics;
 use crate::shard::Sharding;
 
 mod builder;
+mod initial_buffer;
 mod list;
 mod resync;
 mod sharding;

@@ -14,8 +14,8 @@ use kube::core::Request;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::initial_buffer::{InitialBuffer, WATCH_LIST_PROGRESS};
 use super::resync::tick;
-use super::streaming::{InitialBuffer, WATCH_LIST_PROGRESS};
 use super::transport::DataStream;
 use super::{MAX_LOGGED_RV, MAX_LOGGED_URI, RESUME_WATCH_TIMEOUT, Reflector, WATCH_IDLE_MARGIN};
 use crate::backoff::Backoff;
