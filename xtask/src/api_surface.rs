@@ -32,7 +32,6 @@ use crate::run::workspace_root;
 
 /// The library crates whose surface is counted, in layer order.
 const CRATES: &[&str] = &[
-    "kcache-metrics",
     "kcache-core",
     "kcache-indexer",
     "kcache-deltafifo",

@@ -52,6 +52,7 @@ mod compression;
 mod error_chain;
 mod key;
 mod managed_fields;
+pub mod metrics;
 mod object;
 pub mod protobuf;
 mod resource_version;

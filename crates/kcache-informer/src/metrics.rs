@@ -62,7 +62,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
 
-pub use kcache_metrics::{CounterMetric, HistogramMetric, NoopMetric, SettableGaugeMetric};
+pub use kcache_core::metrics::{CounterMetric, HistogramMetric, NoopMetric, SettableGaugeMetric};
 /// The reflector's provider trait (`reflector_*` metrics), as the informer
 /// builders take it.
 pub use kcache_reflector::ReflectorMetricsProvider;
@@ -261,7 +261,7 @@ impl InformerMetrics {
             tracing::info!(
                 informer,
                 unique = %reservation.0,
-                "another live informer has this name: this one's informer_* metrics are labelled with the unique name (name informers with InformerConfig::name to choose)"
+                "another live informer has this name: this one's informer_* metrics are labelled with the unique name (name informers with SharedIndexInformerBuilder::name to choose)"
             );
         }
         let id = InformerId {

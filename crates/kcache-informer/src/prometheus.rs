@@ -8,7 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use kcache_metrics::prometheus::{HistogramFamily, Labels, family, histogram_family, labels};
+use kcache_core::metrics::prometheus::{HistogramFamily, Labels, family, histogram_family, labels};
 use prometheus_client::metrics::histogram::Histogram;
 
 use crate::metrics::{

@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::resource_lock::{LeaderElectionRecord, LeaseError, LeaseLock};
 use crate::timings::{LeaseTimings, LeaseTimingsError};
-use kcache_metrics::CounterMetric;
+use kcache_core::metrics::CounterMetric;
 
 /// Leader election settings: this candidate's identity, the
 /// [`LeaseTimings`] (default 15 s lease, 10 s renew deadline, 2 s retry

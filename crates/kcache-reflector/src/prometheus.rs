@@ -7,13 +7,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use kcache_metrics::prometheus::{Labels, family};
+use kcache_core::metrics::prometheus::{Labels, family};
 
 use crate::error::ErrorReason;
 use crate::metrics::{CounterMetric, ReflectorMetricsProvider, SettableGaugeMetric};
 
 fn labels(name: &str) -> Labels {
-    kcache_metrics::prometheus::labels(&[("name", name)])
+    kcache_core::metrics::prometheus::labels(&[("name", name)])
 }
 
 /// Registers the reflector metrics in a `prometheus-client` [`Registry`],

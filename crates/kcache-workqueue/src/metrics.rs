@@ -25,12 +25,40 @@ use std::hash::Hash;
 
 use tokio::time::Instant;
 
-/// The metric primitives the provider hands out, from kcache-metrics (the
-/// one crate this one depends on: every kcache layer records into the same
-/// four).
-pub use kcache_metrics::{
-    CounterMetric, GaugeMetric, HistogramMetric, NoopMetric, SettableGaugeMetric,
-};
+// The four primitives have the shape of kcache-core's
+// (`kcache_core::metrics`), so one Prometheus adapter reads the same in every
+// crate; they are defined here because this crate depends on no other
+// kcache crate (like client-go's `workqueue` package).
+
+/// A value that only goes up.
+pub trait CounterMetric: Send + Sync {
+    /// Adds `n`.
+    fn inc_by(&self, n: u64);
+    /// Adds one.
+    fn inc(&self) {
+        self.inc_by(1);
+    }
+}
+
+/// A value that goes up and down by one.
+pub trait GaugeMetric: Send + Sync {
+    /// Adds one.
+    fn inc(&self);
+    /// Subtracts one.
+    fn dec(&self);
+}
+
+/// A value that is set.
+pub trait SettableGaugeMetric: Send + Sync {
+    /// Sets the value.
+    fn set(&self, value: f64);
+}
+
+/// A distribution of observed values.
+pub trait HistogramMetric: Send + Sync {
+    /// Records one value.
+    fn observe(&self, value: f64);
+}
 
 /// Creates the metrics of a named queue. `name` is the value of the `name`
 /// label.
@@ -58,6 +86,24 @@ pub trait WorkQueueMetricsProvider: Send + Sync {
     fn enabled(&self) -> bool {
         true
     }
+}
+
+/// A metric that records nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoopMetric;
+
+impl CounterMetric for NoopMetric {
+    fn inc_by(&self, _n: u64) {}
+}
+impl GaugeMetric for NoopMetric {
+    fn inc(&self) {}
+    fn dec(&self) {}
+}
+impl SettableGaugeMetric for NoopMetric {
+    fn set(&self, _value: f64) {}
+}
+impl HistogramMetric for NoopMetric {
+    fn observe(&self, _value: f64) {}
 }
 
 /// A provider whose metrics record nothing: the default.

@@ -1,17 +1,18 @@
 //! A [`WorkQueueMetricsProvider`] on the `prometheus-client` crate.
 
-use std::sync::atomic::AtomicU64;
-
-use kcache_metrics::prometheus::{HistogramFamily, Labels, family, histogram_family};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
+use std::sync::atomic::AtomicU64;
 
 use crate::metrics::{
     CounterMetric, GaugeMetric, HistogramMetric, SettableGaugeMetric, WorkQueueMetricsProvider,
 };
+
+type Labels = Vec<(String, String)>;
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
     // client-go's buckets: 10 ns, 100 ns, ..., 10^9 * 10 ns = 10 s.
@@ -19,7 +20,7 @@ fn duration_histogram() -> Histogram {
 }
 
 fn labels(name: &str) -> Labels {
-    kcache_metrics::prometheus::labels(&[("name", name)])
+    vec![("name".to_owned(), name.to_owned())]
 }
 
 /// Registers client-go's workqueue metrics in a `prometheus-client`
@@ -85,6 +86,59 @@ impl PrometheusWorkQueueMetricsProvider {
                 "Total number of retries handled by workqueue",
             ),
         }
+    }
+}
+
+// The family helpers of kcache-core's `metrics::prometheus`, kept here as
+// this crate depends on no other kcache crate.
+
+/// A new family of `M`, registered in `registry` as `name` with `help`.
+fn family<M>(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, M>
+where
+    M: Default,
+    Family<Labels, M>: Metric,
+{
+    let family = Family::default();
+    registry.register(name, help, family.clone());
+    family
+}
+
+/// A new family of histograms with the buckets of `buckets`, registered
+/// as [`family`] registers one.
+fn histogram_family(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    buckets: fn() -> Histogram,
+) -> HistogramFamily {
+    let family = Family::new_with_constructor(buckets);
+    registry.register(name, help, family.clone());
+    family
+}
+
+// prometheus-client's metrics are this crate's primitives as they are (the
+// same impls as kcache-core's `prometheus` feature gives the other crates).
+impl CounterMetric for Counter {
+    fn inc_by(&self, n: u64) {
+        Counter::inc_by(self, n);
+    }
+}
+impl GaugeMetric for Gauge {
+    fn inc(&self) {
+        Gauge::inc(self);
+    }
+    fn dec(&self) {
+        Gauge::dec(self);
+    }
+}
+impl SettableGaugeMetric for Gauge<f64, AtomicU64> {
+    fn set(&self, value: f64) {
+        Gauge::set(self, value);
+    }
+}
+impl HistogramMetric for Histogram {
+    fn observe(&self, value: f64) {
+        Histogram::observe(self, value);
     }
 }
 

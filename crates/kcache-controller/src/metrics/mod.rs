@@ -36,7 +36,7 @@
 
 use std::sync::Arc;
 
-pub use kcache_metrics::{
+pub use kcache_core::metrics::{
     CounterMetric, GaugeMetric, HistogramMetric, NoopMetric, SettableGaugeMetric,
 };
 

@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use kcache_metrics::prometheus::{HistogramFamily, Labels, family, histogram_family, labels};
+use kcache_core::metrics::prometheus::{HistogramFamily, Labels, family, histogram_family, labels};
 
 use super::rest_client::{RestClientMetrics, RestClientMetricsLayer};
 use super::{

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use kcache_metrics::prometheus::{HistogramFamily, Labels, family, histogram_family, labels};
+use kcache_core::metrics::prometheus::{HistogramFamily, Labels, family, histogram_family, labels};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;

@@ -126,7 +126,7 @@ use tokio_util::sync::CancellationToken;
 use coordinator::Coordinator;
 
 use crate::timings::{LeaseTimings, LeaseTimingsError};
-use kcache_metrics::{CounterMetric, SettableGaugeMetric};
+use kcache_core::metrics::{CounterMetric, SettableGaugeMetric};
 
 pub use hash::{KeyPoint, Placement, View};
 pub use store::{

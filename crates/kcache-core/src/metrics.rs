@@ -1,47 +1,20 @@
-//! The metric primitives every kcache layer records into: the work queue
-//! (which depends on no other kcache crate, like client-go's `workqueue`
-//! package, and on this one only), the reflector, the informer, leader
-//! election and the controller.
+//! The metric primitives every kcache layer above the core records into
+//! (the work queue, which depends on no kcache crate, has the same four of
+//! its own, in the same shape, like client-go's `workqueue` package).
 //!
 //! Each layer has a small provider trait that creates its named metrics
 //! from these primitives (`kcache_reflector::ReflectorMetricsProvider`,
 //! `kcache_informer::metrics::InformerMetricsProvider`,
-//! `kcache_workqueue::WorkQueueMetricsProvider`,
-//! `kcache_controller::metrics::ControllerMetricsProvider`; kcache-lease
-//! takes the primitives themselves), and a Prometheus implementation behind
-//! its own `prometheus` feature. [`NoopMetric`] records nothing (the
-//! default).
+//! `kcache_controller::metrics::ControllerMetricsProvider`; kcache-lease takes the
+//! primitives themselves), and a Prometheus implementation behind its own
+//! `prometheus` feature.
+//! [`NoopMetric`] records nothing (the default).
 //!
 //! With this crate's `prometheus` feature (turned on by the `prometheus`
-//! feature of the crates above), `prometheus-client`'s `Counter`, `Gauge`
-//! and `Histogram` implement the primitives, so a provider hands out a
-//! family's metric as it is: `Box::new(family.get_or_create_owned(&labels))`;
-//! [`prometheus`] builds and registers the families.
-//!
-//! ```
-//! use std::sync::atomic::{AtomicU64, Ordering};
-//! use kcache_metrics::{CounterMetric, NoopMetric};
-//!
-//! /// A counter of your own metrics system.
-//! #[derive(Default)]
-//! struct Adds(AtomicU64);
-//!
-//! impl CounterMetric for Adds {
-//!     fn inc_by(&self, n: u64) {
-//!         self.0.fetch_add(n, Ordering::Relaxed);
-//!     }
-//! }
-//!
-//! let adds = Adds::default();
-//! adds.inc();
-//! adds.inc_by(2);
-//! assert_eq!(adds.0.load(Ordering::Relaxed), 3);
-//! NoopMetric.inc(); // records nothing
-//! ```
-
-// docs.rs (rustdoc --cfg docsrs, nightly): items behind a feature carry a
-// badge naming it.
-#![cfg_attr(docsrs, feature(doc_cfg))]
+//! feature of the crates above, never by their defaults alone, except
+//! kcache-controller's, whose `prometheus` is a default), `prometheus-client`'s `Counter`,
+//! `Gauge` and `Histogram` implement the primitives, so a provider hands
+//! out a family's metric as it is: `Box::new(family.get_or_create_owned(&labels))`.
 
 /// A value that only goes up.
 pub trait CounterMetric: Send + Sync {
