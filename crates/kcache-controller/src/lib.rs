@@ -98,6 +98,7 @@ pub mod finalizer;
 mod membership_store;
 pub mod metrics;
 mod predicate;
+mod queued;
 mod reconciler;
 pub mod retry;
 mod run_mode;

@@ -1,8 +1,8 @@
 //! Where keys come from: the event handlers the controller registers on
 //! the primary, owned and watched informers, and the enqueuer that queues
-//! each key with the trigger that explains its next reconcile.
+//! each key with the trigger that explains its next reconcile (carried by
+//! the queue: [`QueuedKey`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -14,19 +14,18 @@ use kcache_informer::{
     SharedIndexInformer, SharedInformerFactory,
 };
 use kcache_lease::Shard;
-use kcache_workqueue::{AddOpts, WorkQueue};
+use kcache_workqueue::AddOpts;
 use kube::Resource;
-use parking_lot::Mutex;
 
 use crate::consistency::{TypeCache, WriteLedger};
 use crate::predicate::{Predicate, PredicateEvent};
+use crate::queued::{KeyQueue, QueuedKey};
 use crate::reconciler::Trigger;
 
 /// Queues keys with their trigger.
 #[derive(Clone)]
 pub(crate) struct Enqueuer {
-    pub(crate) queue: WorkQueue<String>,
-    triggers: Arc<Mutex<HashMap<String, Trigger>>>,
+    pub(crate) queue: KeyQueue,
     low_priority: i32,
     /// Sharded: keys this replica does not own are not queued.
     shard: Option<Shard>,
@@ -42,10 +41,9 @@ pub(crate) struct Enqueuer {
 }
 
 impl Enqueuer {
-    pub(crate) fn new(queue: WorkQueue<String>, low_priority: i32) -> Self {
+    pub(crate) fn new(queue: KeyQueue, low_priority: i32) -> Self {
         Self {
             queue,
-            triggers: Arc::new(Mutex::new(HashMap::new())),
             low_priority,
             shard: None,
             quiet: None,
@@ -126,34 +124,10 @@ impl Enqueuer {
         self
     }
 
-    fn note(&self, key: &str, trigger: Trigger) -> bool {
-        if self.queue.shutting_down() {
-            return false;
-        }
-        if self.shard.as_ref().is_some_and(|s| !s.owns(key)) {
-            return false;
-        }
-        // no change behind them: a requeue, a retry, the initial list, a
-        // resync
-        let weak = |t: &Trigger| {
-            matches!(
-                t,
-                Trigger::Requeue | Trigger::Retry | Trigger::InitialList | Trigger::Resync
-            )
-        };
-        let new_is_weak = weak(&trigger);
-        self.triggers
-            .lock()
-            .entry(key.to_owned())
-            .and_modify(|t| {
-                // A change that comes while one of those waits is the
-                // better explanation of the next reconcile.
-                if weak(t) && !new_is_weak {
-                    *t = trigger.clone();
-                }
-            })
-            .or_insert(trigger);
-        true
+    /// Whether `key` may be queued: not while the queue shuts down, not a
+    /// key of another shard.
+    fn may_queue(&self, key: &str) -> bool {
+        !self.queue.shutting_down() && !self.shard.as_ref().is_some_and(|s| !s.owns(key))
     }
 
     pub(crate) fn enqueue(&self, key: String, trigger: Trigger, initial: bool) {
@@ -165,34 +139,33 @@ impl Enqueuer {
         {
             return;
         }
-        if !self.note(&key, trigger) {
+        if !self.may_queue(&key) {
             return;
         }
+        let item = QueuedKey::new(key, trigger);
         if initial {
             self.queue
-                .add_with_opts(key, AddOpts::priority(self.low_priority));
+                .add_with_opts(item, AddOpts::priority(self.low_priority));
         } else {
-            self.queue.add(key);
+            self.queue.add(item);
         }
     }
 
     pub(crate) fn requeue_after(&self, key: String, after: Duration) {
-        if self.note(&key, Trigger::Requeue) {
-            self.queue.add_after(key, after);
+        if self.may_queue(&key) {
+            self.queue
+                .add_after(QueuedKey::new(key, Trigger::Requeue), after);
         }
     }
 
     /// Queues `key` through the rate limiter; the wait it got.
     pub(crate) fn retry(&self, key: String) -> Option<Duration> {
-        if self.note(&key, Trigger::Retry) {
-            self.queue.add_rate_limited(key)
+        if self.may_queue(&key) {
+            self.queue
+                .add_rate_limited(QueuedKey::new(key, Trigger::Retry))
         } else {
             None
         }
-    }
-
-    pub(crate) fn take_trigger(&self, key: &str) -> Option<Trigger> {
-        self.triggers.lock().remove(key)
     }
 }
 
@@ -529,19 +502,28 @@ mod tests {
             "metadata": {"name": name, "namespace": ns, "resourceVersion": rv, "ownerReferences": refs}}))
     }
 
-    fn enqueuer() -> (Enqueuer, WorkQueue<String>) {
-        let q: WorkQueue<String> = WorkQueue::builder().strict_priority().build().unwrap();
+    fn enqueuer() -> (Enqueuer, KeyQueue) {
+        let q = crate::queued::builder().strict_priority().build().unwrap();
         (Enqueuer::new(q.clone(), crate::INITIAL_LIST_PRIORITY), q)
     }
 
-    async fn drain(q: &WorkQueue<String>) -> Vec<String> {
+    /// The queued keys with their triggers, in the order handed out.
+    async fn drain_triggers(q: &KeyQueue) -> Vec<(String, Trigger)> {
         let mut out = Vec::new();
         while !q.is_empty() {
             let k = q.get().await.unwrap();
             q.done(&k);
-            out.push(k);
+            out.push((k.key, k.trigger));
         }
         out
+    }
+
+    async fn drain(q: &KeyQueue) -> Vec<String> {
+        drain_triggers(q)
+            .await
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect()
     }
 
     #[test]
@@ -605,13 +587,15 @@ mod tests {
         let stranger = child("ns", "d2", "1", None);
         ResourceEventHandler::<Obj>::on_add(&h, &a, false);
         ResourceEventHandler::<Obj>::on_add(&h, &stranger, false);
-        assert_eq!(drain(&q).await, ["ns/foo-a"]);
         assert_eq!(
-            enq.take_trigger("ns/foo-a"),
-            Some(Trigger::Owned {
-                kind: "Deployment".into(),
-                key: "ns/d1".into()
-            })
+            drain_triggers(&q).await,
+            [(
+                "ns/foo-a".to_owned(),
+                Trigger::Owned {
+                    kind: "Deployment".into(),
+                    key: "ns/d1".into()
+                }
+            )]
         );
         // a resync (same resourceVersion) is ignored
         ResourceEventHandler::<Obj>::on_update(&h, &a, &a);
@@ -677,32 +661,43 @@ mod tests {
         ResourceEventHandler::<Obj>::on_add(&h, &foo("old", "1", 1), true);
         ResourceEventHandler::<Obj>::on_add(&h, &foo("live", "2", 1), false);
         // live changes first, then the initial list
-        assert_eq!(drain(&q).await, ["ns/live", "ns/old"]);
-        assert_eq!(enq.take_trigger("ns/old"), Some(Trigger::InitialList));
-        assert_eq!(enq.take_trigger("ns/live"), Some(Trigger::Added));
+        assert_eq!(
+            drain_triggers(&q).await,
+            [
+                ("ns/live".to_owned(), Trigger::Added),
+                ("ns/old".to_owned(), Trigger::InitialList)
+            ]
+        );
         // status-only update (same generation) filtered; spec change passes
         ResourceEventHandler::<Obj>::on_update(&h, &foo("a", "3", 1), &foo("a", "4", 1));
         assert!(q.is_empty());
         ResourceEventHandler::<Obj>::on_update(&h, &foo("a", "4", 1), &foo("a", "5", 2));
-        assert_eq!(drain(&q).await, ["ns/a"]);
-        assert_eq!(enq.take_trigger("ns/a"), Some(Trigger::Updated));
+        assert_eq!(
+            drain_triggers(&q).await,
+            [("ns/a".to_owned(), Trigger::Updated)]
+        );
         ResourceEventHandler::<Obj>::on_delete(&h, &ObjectOrTombstone::Object(foo("a", "5", 2)));
-        assert_eq!(drain(&q).await, ["ns/a"]);
-        assert_eq!(enq.take_trigger("ns/a"), Some(Trigger::Deleted));
+        assert_eq!(
+            drain_triggers(&q).await,
+            [("ns/a".to_owned(), Trigger::Deleted)]
+        );
     }
 
     #[tokio::test]
     async fn a_live_change_replaces_a_requeue_as_trigger() {
-        let (enq, _q) = enqueuer();
+        let (enq, q) = enqueuer();
         enq.requeue_after("ns/a".into(), Duration::from_secs(60));
         enq.enqueue("ns/a".into(), Trigger::Updated, false);
         enq.retry("ns/a".into());
-        assert_eq!(enq.take_trigger("ns/a"), Some(Trigger::Updated));
+        assert_eq!(
+            drain_triggers(&q).await,
+            [("ns/a".to_owned(), Trigger::Updated)]
+        );
         enq.enqueue("ns/b".into(), Trigger::Added, false);
         enq.enqueue("ns/b".into(), Trigger::Updated, false);
         assert_eq!(
-            enq.take_trigger("ns/b"),
-            Some(Trigger::Added),
+            drain_triggers(&q).await,
+            [("ns/b".to_owned(), Trigger::Added)],
             "the first cause stays"
         );
     }
@@ -744,7 +739,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let a = &shards[0].0;
-        let q: WorkQueue<String> = WorkQueue::builder().build().unwrap();
+        let q = crate::queued::builder().build().unwrap();
         let enq = Enqueuer::new(q.clone(), -100).with_shard(Some(a.clone()));
         for k in keys.iter() {
             enq.enqueue(k.clone(), Trigger::Added, false);
@@ -755,7 +750,7 @@ mod tests {
         let view = View::new(["a", "b"]);
         assert!(owned.iter().all(|k| view.owned_by(k, "a")));
         // an unsharded queue takes everything
-        let q2: WorkQueue<String> = WorkQueue::builder().build().unwrap();
+        let q2 = crate::queued::builder().build().unwrap();
         let all = Enqueuer::new(q2.clone(), -100);
         for k in keys.iter() {
             all.enqueue(k.clone(), Trigger::Added, false);

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use futures::FutureExt as _;
 use kcache_lease::{LeaderElector, Shard};
-use kcache_workqueue::WorkQueue;
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
@@ -21,6 +20,7 @@ use crate::action::Action;
 use crate::config::Config;
 use crate::consistency::{Admission, StaleGate, WriteLedger};
 use crate::metrics::{ControllerMetricsProvider, CounterMetric, GaugeMetric, HistogramMetric};
+use crate::queued::{KeyQueue, QueuedKey};
 use crate::reconciler::{Reconciler, Request, Trigger};
 use crate::retry::describe;
 use crate::shard_informers::Caches;
@@ -62,7 +62,7 @@ impl WorkerMetrics {
 /// reconciler.
 pub(crate) struct Shared<K: Resource, C, R> {
     pub(crate) name: String,
-    pub(crate) queue: WorkQueue<String>,
+    pub(crate) queue: KeyQueue,
     pub(crate) enq: Enqueuer,
     pub(crate) primary: Caches<K>,
     pub(crate) reconciler: R,
@@ -141,14 +141,14 @@ where
     C: Send + Sync + 'static,
     R: Reconciler<K, C>,
 {
-    async fn process(&self, key: &str, cancellation: CancellationToken) {
-        let trigger = self.enq.take_trigger(key).unwrap_or(Trigger::Manual);
+    async fn process(&self, queued: &QueuedKey, cancellation: CancellationToken) {
+        let (key, trigger) = (queued.key.as_str(), queued.trigger.clone());
         if let Some(gate) = &self.gate
             && matches!(gate.admit(key, &trigger), Admission::Deferred)
         {
             return;
         }
-        let retries = self.queue.num_requeues(&key.to_owned());
+        let retries = self.queue.num_requeues(queued);
         let span = tracing::info_span!(
             "reconcile",
             controller = %self.name,
@@ -171,7 +171,7 @@ where
             if let Some(m) = &self.metrics {
                 m.time.observe(elapsed.as_secs_f64());
             }
-            self.record_outcome(key, outcome, elapsed);
+            self.record_outcome(queued, outcome, elapsed);
         }
         .instrument(span)
         .await
@@ -242,10 +242,11 @@ where
     /// Acts on how a reconcile of `key` ended: forgets the key's failures
     /// or retries it with backoff, requeues it as asked, logs it (in the
     /// reconcile's span) and counts it.
-    fn record_outcome(&self, key: &str, outcome: Outcome, elapsed: Duration) {
+    fn record_outcome(&self, queued: &QueuedKey, outcome: Outcome, elapsed: Duration) {
+        let key = &queued.key;
         match outcome {
             Outcome::Done(action) => {
-                self.queue.forget(&key.to_owned());
+                self.queue.forget(queued);
                 match action.requeue_duration() {
                     Some(d) => {
                         tracing::debug!(?elapsed, requeue_after = ?d, "reconciled");
@@ -265,7 +266,7 @@ where
             Outcome::Failed(e, true) => {
                 // Retrying cannot fix it: the next change reconciles
                 // the key again, with a fresh backoff.
-                self.queue.forget(&key.to_owned());
+                self.queue.forget(queued);
                 tracing::warn!(error = %e, ?elapsed, "reconcile failed with a terminal error: not retried");
                 if let Some(m) = &self.metrics {
                     m.error.inc();
@@ -340,25 +341,23 @@ where
                 let covered = shared
                     .primary
                     .current()
-                    .is_some_and(|set| shared.primary.covers(&set, &key));
+                    .is_some_and(|set| shared.primary.covers(&set, &key.key));
                 if !covered {
-                    shared.enq.take_trigger(&key);
                     shared.queue.forget(&key);
                     shared.queue.done(&key);
-                    tracing::debug!(controller = %shared.name, key = %key, "not in this replica's cached ranges: dropped");
+                    tracing::debug!(controller = %shared.name, key = %key.key, "not in this replica's cached ranges: dropped");
                     continue;
                 }
                 // Sharded: a key is reconciled only while this replica owns
                 // it; the guard tells a release to wait for the reconcile.
                 let guard = match &shared.shard {
                     None => None,
-                    Some(s) => match s.try_begin(&key) {
+                    Some(s) => match s.try_begin(&key.key) {
                         Some(g) => Some(g),
                         None => {
-                            shared.enq.take_trigger(&key);
                             shared.queue.forget(&key);
                             shared.queue.done(&key);
-                            tracing::debug!(controller = %shared.name, key = %key, "not owned by this shard: dropped");
+                            tracing::debug!(controller = %shared.name, key = %key.key, "not owned by this shard: dropped");
                             continue;
                         }
                     },
@@ -368,7 +367,7 @@ where
                 // election task has noticed the lost lease.
                 if shared.lease.as_ref().is_some_and(|e| !e.may_act()) {
                     shared.queue.done(&key);
-                    tracing::debug!(controller = %shared.name, key = %key, "past the renew deadline: not starting the reconcile");
+                    tracing::debug!(controller = %shared.name, key = %key.key, "past the renew deadline: not starting the reconcile");
                     return;
                 }
                 shared.process(&key, cancel.child_token()).await;

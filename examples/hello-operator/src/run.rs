@@ -75,8 +75,7 @@ pub async fn run(
         .serve_metrics_on(settings.probes)
         .shutdown_on_signal()
         .shutdown_on(stop);
-    // Writes through the lease's fence: refused once this replica may
-    // have lost the lease.
+    // Writes go through the lease's fence: refused once the lease may be lost.
     let client = controller.handle().fenced_client(client);
     let ctx = Arc::new(Context {
         client: client.clone(),

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::queued::KeyQueue;
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::ResourceVersion;
 use kcache_informer::SharedIndexInformer;
 use kcache_testing::fake::Fake;
-use kcache_workqueue::WorkQueue;
 use serde_json::json;
 
 use super::ledger::{Freshness, WriteLedger};
@@ -349,8 +349,8 @@ async fn nothing_is_recorded_before_the_controller_runs_or_with_everything_off()
     assert_eq!(stale_at(&off, "ns/web"), None);
 }
 
-fn gate(ledger: &Arc<WriteLedger>, max_wait: Duration) -> (StaleGate, WorkQueue<String>, Enqueuer) {
-    let q: WorkQueue<String> = WorkQueue::builder().build().unwrap();
+fn gate(ledger: &Arc<WriteLedger>, max_wait: Duration) -> (StaleGate, KeyQueue, Enqueuer) {
+    let q = crate::queued::builder().build().unwrap();
     let enq = Enqueuer::new(q.clone(), -100);
     (
         StaleGate::new(ledger.clone(), enq.clone(), max_wait, None),
@@ -362,7 +362,7 @@ fn gate(ledger: &Arc<WriteLedger>, max_wait: Duration) -> (StaleGate, WorkQueue<
 #[tokio::test(start_paused = true)]
 async fn a_deferred_reconcile_is_queued_again_when_the_cache_catches_up() {
     let (ledger, cms) = ledger(Consistency::default());
-    let (gate, q, enq) = gate(&ledger, Duration::from_secs(10));
+    let (gate, q, _enq) = gate(&ledger, Duration::from_secs(10));
     ledger.record(
         Some("ns/web"),
         &http::Method::POST,
@@ -388,7 +388,7 @@ async fn a_deferred_reconcile_is_queued_again_when_the_cache_catches_up() {
     .await;
     assert_eq!(q.len(), 1);
     assert_eq!(
-        enq.take_trigger("ns/web"),
+        q.get().await.map(|k| k.trigger),
         Some(Trigger::Updated),
         "its own trigger"
     );

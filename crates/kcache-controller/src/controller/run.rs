@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use kcache_informer::{HasSynced, SharedIndexInformer, SharedInformerFactory};
 use kcache_lease::shard::ShardError;
-use kcache_workqueue::WorkQueue;
 use kube::Resource;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
@@ -20,6 +19,7 @@ use crate::error::{ControllerError, UnsyncedInformer};
 use crate::metrics::ControllerMetricsProvider;
 #[cfg(feature = "prometheus")]
 use crate::metrics::MetricsRegistry;
+use crate::queued::KeyQueue;
 use crate::reconciler::Reconciler;
 use crate::run_mode::{RunMode, shard_metrics};
 use crate::server::Health;
@@ -151,9 +151,9 @@ where
             .unwrap_or_else(|| self.primary_kind.to_lowercase());
         self.handle.health.set_name(&name);
         self.settle_metrics();
-        let mut qb = WorkQueue::<String>::builder().name(name.clone());
+        let mut qb = crate::queued::builder().name(name.clone());
         if let Some(rl) = &self.config.rate_limiter {
-            qb = qb.rate_limiter(rl.clone());
+            qb = qb.rate_limiter(crate::queued::ByKey(rl.clone()));
         }
         if let Some(p) = self.metrics.as_ref().and_then(|m| m.workqueue_provider()) {
             qb = qb.metrics(p);
@@ -189,7 +189,7 @@ where
 /// its name, queue and enqueuer.
 struct Running<K: Resource> {
     name: String,
-    queue: WorkQueue<String>,
+    queue: KeyQueue,
     enq: Enqueuer,
     controller: Controller<K>,
 }
@@ -526,7 +526,7 @@ struct Cleanup {
 }
 
 impl Cleanup {
-    async fn run(self, handles: Vec<SourceHandle>, queue: &WorkQueue<String>) {
+    async fn run(self, handles: Vec<SourceHandle>, queue: &KeyQueue) {
         queue.shut_down();
         for h in handles {
             (h.remove)();

@@ -16,7 +16,7 @@ use super::inbox::Inbox;
 use super::inner::Inner;
 use super::lock::QueueLock;
 use super::queues::Queues;
-use super::state::{GROUP, State};
+use super::state::{GROUP, MergeFn, State};
 use super::{
     DEFAULT_PRIORITY_AGING, DEFAULT_UNFINISHED_WORK_UPDATE_PERIOD, FAR_FUTURE, QueueItem, WorkQueue,
 };
@@ -47,6 +47,7 @@ pub struct WorkQueueBuilder<T> {
     pub(super) metrics: Option<Arc<dyn WorkQueueMetricsProvider>>,
     aging: Option<Duration>,
     update_period: Duration,
+    merge: Option<MergeFn<T>>,
 }
 
 impl<T> fmt::Debug for WorkQueueBuilder<T> {
@@ -57,6 +58,7 @@ impl<T> fmt::Debug for WorkQueueBuilder<T> {
             .field("metrics", &self.metrics.is_some())
             .field("aging", &self.aging)
             .field("update_period", &self.update_period)
+            .field("merge", &self.merge.is_some())
             .finish()
     }
 }
@@ -71,6 +73,7 @@ impl<T> Default for WorkQueueBuilder<T> {
             metrics: None,
             aging: Some(DEFAULT_PRIORITY_AGING),
             update_period: DEFAULT_UNFINISHED_WORK_UPDATE_PERIOD,
+            merge: None,
         }
     }
 }
@@ -108,6 +111,58 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
     /// higher priority item is ready (it can starve).
     pub fn strict_priority(mut self) -> Self {
         self.aging = None;
+        self
+    }
+
+    /// How an add of an item equal to one the queue holds (waiting, or
+    /// being processed) combines with the held copy, for items that carry
+    /// more than their identity (a key with the reason it was queued, equal
+    /// by key): `merge(held, added, waiting)` updates `held` and returns
+    /// what to drop. `waiting` is false when `held` was handed out by
+    /// [`get`](WorkQueue::get) and not added since: `held` is then what the
+    /// next `get` hands out, so the added item usually replaces it.
+    /// Without a merge the queue keeps the held copy (client-go's
+    /// deduplication).
+    ///
+    /// ```
+    /// use kcache_workqueue::WorkQueue;
+    ///
+    /// #[derive(Debug, Clone)]
+    /// struct Request { key: String, reasons: Vec<&'static str> }
+    /// impl PartialEq for Request {
+    ///     fn eq(&self, other: &Self) -> bool { self.key == other.key }
+    /// }
+    /// impl Eq for Request {}
+    /// impl std::hash::Hash for Request {
+    ///     fn hash<H: std::hash::Hasher>(&self, h: &mut H) { self.key.hash(h) }
+    /// }
+    ///
+    /// # let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// # rt.block_on(async {
+    /// let queue: WorkQueue<Request> = WorkQueue::builder()
+    ///     .merge(|held: &mut Request, mut added: Request, waiting| {
+    ///         if waiting {
+    ///             held.reasons.append(&mut added.reasons);
+    ///             added
+    ///         } else {
+    ///             std::mem::replace(held, added)
+    ///         }
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// let req = |r| Request { key: "ns/a".into(), reasons: vec![r] };
+    /// queue.add(req("added"));
+    /// queue.add(req("updated"));
+    /// assert_eq!(queue.len(), 1);
+    /// let got = queue.get().await.unwrap();
+    /// assert_eq!(got.reasons, ["added", "updated"]);
+    /// queue.add(req("deleted")); // while processing: the next round's
+    /// queue.done(&got);
+    /// assert_eq!(queue.get().await.unwrap().reasons, ["deleted"]);
+    /// # });
+    /// ```
+    pub fn merge(mut self, merge: impl Fn(&mut T, T, bool) -> T + Send + Sync + 'static) -> Self {
+        self.merge = Some(Box::new(merge));
         self
     }
 
@@ -191,6 +246,7 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
                     drained_signal: false,
                     tags: Vec::new(),
                     unlinked: Vec::with_capacity(GROUP),
+                    merge: self.merge,
                     q: Queues {
                         ready: ReadyQueue::new(aging_nanos.is_none()),
                         delayed: BTreeMap::new(),

@@ -47,7 +47,14 @@ pub(super) struct State<T> {
     ///
     /// [`HANDED_OUT`]: super::hints
     pub(super) unlinked: Vec<(u32, SlotIdx)>,
+    /// How an add of an item the queue holds combines with the held copy
+    /// (see [`WorkQueueBuilder::merge`](super::WorkQueueBuilder::merge)):
+    /// `None` keeps the held copy, as client-go does.
+    pub(super) merge: Option<MergeFn<T>>,
 }
+
+/// See [`State::merge`].
+pub(super) type MergeFn<T> = Box<dyn Fn(&mut T, T, bool) -> T + Send + Sync>;
 
 impl<T: QueueItem> State<T> {
     /// Adds `item` (to be ready at `ready_at`, nanoseconds since the epoch);
@@ -74,11 +81,21 @@ impl<T: QueueItem> State<T> {
         now: u64,
     ) -> (Wake, Option<T>) {
         let slots = &self.q.slots;
-        let (idx, duplicate) = match self
+        let probe = self
             .items
-            .probe(tag, |i| slots[i as usize].key.as_ref() == Some(&item))
-        {
-            Probe::Found(_, idx) => (idx, Some(item)),
+            .probe(tag, |i| slots[i as usize].key.as_ref() == Some(&item));
+        let (idx, duplicate) = match probe {
+            Probe::Found(_, idx) => {
+                let slot = &mut self.q.slots[idx as usize];
+                // Not waiting: the held copy was handed out by `get`, and
+                // this add starts the item's next round.
+                let waiting = slot.place != Place::Nowhere;
+                let left = match (&self.merge, slot.key.as_mut()) {
+                    (Some(merge), Some(held)) => merge(held, item, waiting),
+                    _ => item,
+                };
+                (idx, Some(left))
+            }
             Probe::Vacant(pos) => {
                 let idx = self.q.alloc_slot(item, tag);
                 self.items.insert_at(pos, idx, tag);

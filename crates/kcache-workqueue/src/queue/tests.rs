@@ -153,3 +153,53 @@ impl WorkQueueBuilder<String> {
         self.build_with(provider)
     }
 }
+
+/// An item equal by its first field, carrying its second.
+#[derive(Debug, Clone)]
+struct Tagged(&'static str, u32);
+impl PartialEq for Tagged {
+    fn eq(&self, other: &Self) -> bool {
+        self.0 == other.0
+    }
+}
+impl Eq for Tagged {}
+impl std::hash::Hash for Tagged {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.hash(h)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn merge_sees_whether_the_held_copy_waits() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let queue: WorkQueue<Tagged> = WorkQueue::builder()
+        .merge({
+            let seen = seen.clone();
+            move |held: &mut Tagged, added: Tagged, waiting| {
+                seen.lock().unwrap().push((held.1, added.1, waiting));
+                std::mem::replace(held, added)
+            }
+        })
+        .build()
+        .unwrap();
+    queue.add_after(Tagged("a", 1), Duration::from_secs(5));
+    // delayed, then ready (the add moves it up)
+    queue.add(Tagged("a", 2));
+    queue.add(Tagged("a", 3));
+    let got = queue.get().await.unwrap();
+    assert_eq!(got.1, 3, "the merged copy is handed out");
+    // handed out: not waiting; then parked while processed: waiting
+    queue.add(Tagged("a", 4));
+    queue.add(Tagged("a", 5));
+    queue.done(&got);
+    assert_eq!(queue.get().await.unwrap().1, 5);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(1, 2, true), (2, 3, true), (3, 4, false), (4, 5, true)]
+    );
+    // without a merge the held copy stays (client-go)
+    let plain: WorkQueue<Tagged> = WorkQueue::new();
+    plain.add(Tagged("a", 1));
+    plain.add(Tagged("a", 2));
+    assert_eq!(plain.get().await.unwrap().1, 1);
+}
