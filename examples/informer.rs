@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kcache_core::{FieldPaths, ObjectOptions};
 use kcache_indexer::{Indexers, field_index_func, label_index_func};
 use kcache_informer::{
-    ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer, wait_for_cache_sync,
+    ResourceEventHandlerFuncs, SharedIndexInformer, WatchConfig, wait_for_cache_sync,
 };
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -50,18 +50,20 @@ async fn main() -> anyhow::Result<()> {
 
     // spec.nodeName is extracted while the bytes are ingested: the node
     // index needs no typed decode.
-    let options = ListOptions {
-        object_options: ObjectOptions::new()
-            .strip_managed_fields(true)
-            .field_paths(FieldPaths::new(["/spec/nodeName"])?),
-        ..ListOptions::default()
+    let options = WatchConfig {
+        object_options: ObjectOptions {
+            strip_managed_fields: true,
+            field_paths: Some(FieldPaths::new(["/spec/nodeName"])?),
+            ..ObjectOptions::default()
+        },
+        ..WatchConfig::default()
     };
     let mut indexers = Indexers::new();
     indexers.insert(BY_NODE.to_string(), field_index_func("/spec/nodeName"));
     indexers.insert(BY_APP.to_string(), label_index_func("app"));
     let informer = SharedIndexInformer::<Pod>::builder(client)
         .config(kcache_informer::InformerConfig {
-            list: options,
+            watch: options,
             ..kcache_informer::InformerConfig::default()
         })
         .indexers(indexers)

@@ -123,10 +123,13 @@ pub fn replica(args: FailoverReplicaArgs) -> anyhow::Result<()> {
         }
         let factory = SharedInformerFactory::builder(client.clone())
             .config(kcache_informer::InformerConfig {
-                list: kcache_informer::ListOptions {
+                watch: kcache_informer::WatchConfig {
                     namespace: Some(args.namespace.clone()),
-                    object_options: kcache_core::ObjectOptions::new().strip_managed_fields(true),
-                    ..kcache_informer::ListOptions::default()
+                    object_options: kcache_core::ObjectOptions {
+                        strip_managed_fields: true,
+                        ..Default::default()
+                    },
+                    ..kcache_informer::WatchConfig::default()
                 },
                 ..kcache_informer::InformerConfig::default()
             })

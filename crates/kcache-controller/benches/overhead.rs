@@ -49,9 +49,9 @@ fn list_body() -> Bytes {
 fn factory(list: Bytes) -> SharedInformerFactory {
     SharedInformerFactory::builder(Fake::serving(list).client)
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

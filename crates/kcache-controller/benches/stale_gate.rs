@@ -91,9 +91,9 @@ async fn controller(
     let fake = fake(list.clone());
     let factory = SharedInformerFactory::builder(fake.client.clone())
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

@@ -215,10 +215,10 @@ impl MembershipStore for KubeMembershipStore {
     async fn watch(&self, group: &str, wake: Arc<Notify>, stop: CancellationToken) {
         let informer = SharedIndexInformer::<Lease>::builder(self.client.clone())
             .config(kcache_informer::InformerConfig {
-                list: kcache_informer::ListOptions {
+                watch: kcache_informer::WatchConfig {
                     namespace: Some(self.namespace.clone()),
                     label_selector: Some(selector(group)),
-                    ..kcache_informer::ListOptions::default()
+                    ..kcache_informer::WatchConfig::default()
                 },
                 name: Some(format!("shard-leases/{}/{group}", self.namespace)),
                 ..kcache_informer::InformerConfig::default()

@@ -127,7 +127,7 @@ impl Enqueuer {
     /// Whether `key` may be queued: not while the queue shuts down, not a
     /// key of another shard.
     fn may_queue(&self, key: &str) -> bool {
-        !self.queue.shutting_down() && !self.shard.as_ref().is_some_and(|s| !s.owns(key))
+        !self.queue.shutting_down() && self.shard.as_ref().is_none_or(|s| s.owns(key))
     }
 
     pub(crate) fn enqueue(&self, key: String, trigger: Trigger, initial: bool) {

@@ -52,10 +52,10 @@ async fn env(prefix: &str, delay: Duration) -> Env {
     // length-prefixed)
     let factory = SharedInformerFactory::builder(watching)
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 namespace: Some(t.ns.clone()),
                 wire_format: WireFormat::Json,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

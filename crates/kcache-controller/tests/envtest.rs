@@ -30,9 +30,9 @@ async fn setup(prefix: &str) -> (Client, String) {
 fn factory(client: &Client, ns: &str) -> SharedInformerFactory {
     SharedInformerFactory::builder(client.clone())
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 namespace: Some(ns.into()),
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -361,9 +361,9 @@ async fn a_dynamic_primary_informer_works_and_is_run_by_the_controller() {
         ar.clone(),
     )
     .config(kcache_informer::InformerConfig {
-        list: kcache_informer::ListOptions {
+        watch: kcache_informer::WatchConfig {
             namespace: Some(ns.clone()),
-            ..kcache_informer::ListOptions::default()
+            ..kcache_informer::WatchConfig::default()
         },
         ..kcache_informer::InformerConfig::default()
     })

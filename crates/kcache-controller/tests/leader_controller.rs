@@ -27,9 +27,9 @@ fn factory(names: &[&str]) -> SharedInformerFactory {
     let list = list_json("100", "", cm_items(names));
     SharedInformerFactory::builder(Fake::serving(list).client)
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

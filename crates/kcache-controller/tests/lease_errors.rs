@@ -50,9 +50,9 @@ async fn lease_errors_are_warned_and_fail_readiness() {
     let list = list_json("100", "", cm_items(&["a"]));
     let factory = SharedInformerFactory::builder(Fake::serving(list).client)
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

@@ -62,9 +62,9 @@ async fn terminal_errors_are_not_retried() {
     let factory =
         SharedInformerFactory::builder(client(&["invalid", "flaky", "undecodable"], false))
             .config(kcache_informer::InformerConfig {
-                list: kcache_informer::ListOptions {
+                watch: kcache_informer::WatchConfig {
                     use_watch_list: false,
-                    ..kcache_informer::ListOptions::default()
+                    ..kcache_informer::WatchConfig::default()
                 },
                 ..kcache_informer::InformerConfig::default()
             })
@@ -139,9 +139,9 @@ async fn terminal_errors_are_not_retried() {
 async fn cache_sync_timeout_names_the_informers() {
     let factory = SharedInformerFactory::builder(client(&[], true))
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -303,9 +303,9 @@ impl kcache_controller::ControllerMetricsProvider for MapProvider {
 async fn a_metrics_provider_of_your_own_records_reconciles() {
     let factory = SharedInformerFactory::builder(client(&["ok", "invalid"], false))
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -355,9 +355,9 @@ async fn reconcile_timeout_cancels_and_retries() {
     let (logs, _guard) = LogBuffer::set_default(tracing::Level::INFO);
     let factory = SharedInformerFactory::builder(client(&["slow", "quick"], false))
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -470,9 +470,9 @@ async fn event_requeue_does_not_advance_backoff() {
     let (fake, tx) = Fake::serving_with_watch(list_json("100", "", cm_items(&["flaky"])));
     let factory = SharedInformerFactory::builder(fake.client)
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

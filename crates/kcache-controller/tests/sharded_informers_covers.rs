@@ -194,9 +194,9 @@ fn a_alone(hold_secret_lists: bool) -> (Arc<FakeApi>, InMemoryMembershipStore, R
 fn start_a(client: kube::Client, store: &InMemoryMembershipStore) -> Replica {
     let factory = SharedInformerFactory::builder(client)
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

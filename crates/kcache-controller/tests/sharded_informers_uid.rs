@@ -47,9 +47,9 @@ async fn uid_sharded_replicas_cache_and_reconcile_only_their_share() {
     for id in ["u1", "u2", "u3"] {
         let factory = SharedInformerFactory::builder(client.clone())
             .config(kcache_informer::InformerConfig {
-                list: kcache_informer::ListOptions {
+                watch: kcache_informer::WatchConfig {
                     namespace: Some(ns.clone()),
-                    ..kcache_informer::ListOptions::default()
+                    ..kcache_informer::WatchConfig::default()
                 },
                 ..kcache_informer::InformerConfig::default()
             })

@@ -28,9 +28,9 @@ fn factory() -> (SharedInformerFactory, mpsc::UnboundedSender<Bytes>) {
     let (fake, tx) = Fake::serving_with_watch(list_json("100", "", cm_items(NAMES)));
     let factory = SharedInformerFactory::builder(fake.client)
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

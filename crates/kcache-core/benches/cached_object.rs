@@ -44,9 +44,11 @@ fn varied_inputs() -> Vec<Bytes> {
 }
 
 fn lz4() -> ObjectOptions {
-    ObjectOptions::new()
-        .strip_managed_fields(true)
-        .compression(Compression::lz4())
+    ObjectOptions {
+        strip_managed_fields: true,
+        compression: Compression::lz4(),
+        ..ObjectOptions::default()
+    }
 }
 
 fn held_per_object<T>(inputs: &[Bytes], build: impl Fn(Bytes) -> T) -> f64 {
@@ -77,7 +79,10 @@ fn memory_report(inputs: &[Bytes], varied: &[Bytes]) {
         "  CachedObject (bytes kept, metadata)      {plain:>8.0} B  = {:.3}x JSON",
         plain / json
     );
-    let stripping = ObjectOptions::new().strip_managed_fields(true);
+    let stripping = ObjectOptions {
+        strip_managed_fields: true,
+        ..ObjectOptions::default()
+    };
     let stripped = held_with(inputs, &stripping);
     println!(
         "  CachedObject (managedFields stripped)    {stripped:>8.0} B  = {:.3}x JSON",
@@ -90,7 +95,13 @@ fn memory_report(inputs: &[Bytes], varied: &[Bytes]) {
     );
     let vjson = varied.iter().map(|b| b.len()).sum::<usize>() as f64 / N as f64;
     // fresh options: a compression dictionary is shared by the objects of one `ObjectOptions`
-    let stripped = held_with(varied, &ObjectOptions::new().strip_managed_fields(true));
+    let stripped = held_with(
+        varied,
+        &ObjectOptions {
+            strip_managed_fields: true,
+            ..ObjectOptions::default()
+        },
+    );
     println!(
         "  varied Pods, mean JSON {vjson:.0} B: stripped {stripped:>8.0} B  = {:.3}x JSON",
         stripped / vjson
@@ -123,13 +134,17 @@ fn construction(c: &mut Criterion, inputs: &[Bytes]) {
     g.bench_function("from_bytes", |b| {
         b.iter(|| CachedObject::<Pod>::from_bytes(inputs[next()].clone()).unwrap())
     });
-    let strip = ObjectOptions::new().strip_managed_fields(true);
+    let strip = ObjectOptions {
+        strip_managed_fields: true,
+        ..ObjectOptions::default()
+    };
     g.bench_function("from_bytes_strip_managed_fields", |b| {
         b.iter(|| CachedObject::<Pod>::from_bytes_with(inputs[next()].clone(), &strip).unwrap())
     });
-    let fields = strip
-        .clone()
-        .field_paths(FieldPaths::new(["/spec/nodeName", "/status/phase"]).unwrap());
+    let fields = ObjectOptions {
+        field_paths: Some(FieldPaths::new(["/spec/nodeName", "/status/phase"]).unwrap()),
+        ..strip.clone()
+    };
     g.bench_function("from_bytes_strip_and_2_field_paths", |b| {
         b.iter(|| CachedObject::<Pod>::from_bytes_with(inputs[next()].clone(), &fields).unwrap())
     });
@@ -147,7 +162,10 @@ fn compression(c: &mut Criterion, varied: &[Bytes]) {
     let mut g = c.benchmark_group("compression");
     g.throughput(Throughput::Elements(1));
     let mut next = cycle_inputs();
-    let strip = ObjectOptions::new().strip_managed_fields(true);
+    let strip = ObjectOptions {
+        strip_managed_fields: true,
+        ..ObjectOptions::default()
+    };
     let compress = lz4();
     g.bench_function("from_bytes_with_strip", |b| {
         b.iter(|| CachedObject::<Pod>::from_bytes_with(varied[next()].clone(), &strip).unwrap())

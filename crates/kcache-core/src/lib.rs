@@ -27,9 +27,11 @@
 //!   "metadata":{"name":"web-0","namespace":"prod","labels":{"app":"web"},
 //!               "managedFields":[{"manager":"kubectl"}]},
 //!   "spec":{"nodeName":"node-7"}}"#;
-//! let options = ObjectOptions::new()
-//!     .strip_managed_fields(true)
-//!     .field_paths(FieldPaths::new(["/spec/nodeName"])?);
+//! let options = ObjectOptions {
+//!     strip_managed_fields: true,
+//!     field_paths: Some(FieldPaths::new(["/spec/nodeName"])?),
+//!     ..ObjectOptions::default()
+//! };
 //! let pod: CachedObject<serde_json::Value> = CachedObject::from_bytes_with(&json[..], &options)?;
 //!
 //! assert_eq!(pod.key(), "prod/web-0");

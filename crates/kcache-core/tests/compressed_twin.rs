@@ -51,9 +51,11 @@ fn assert_same_view(a: &CachedObject<Pod>, b: &CachedObject<Pod>) {
 
 #[test]
 fn json_twins_read_the_same_and_are_smaller() {
-    let options = ObjectOptions::new()
-        .strip_managed_fields(true)
-        .field_paths(paths());
+    let options = ObjectOptions {
+        strip_managed_fields: true,
+        field_paths: Some(paths()),
+        ..ObjectOptions::default()
+    };
     let pods: Vec<CachedObject<Pod>> = (0..50)
         .map(|i| CachedObject::from_bytes_with(common::pod::varied_pod(i), &options).unwrap())
         .collect();
@@ -78,9 +80,11 @@ fn json_twins_read_the_same_and_are_smaller() {
     assert!(twin_heap * 2 < plain, "{twin_heap} vs {plain}");
     // The twin equals an object compressed on the ingest path with the
     // same dictionary, compared without decompressing.
-    let ingest = ObjectOptions::new()
-        .strip_managed_fields(true)
-        .compression(Compression::lz4_with_dictionary(dict.clone()));
+    let ingest = ObjectOptions {
+        strip_managed_fields: true,
+        compression: Compression::lz4_with_dictionary(dict.clone()),
+        ..ObjectOptions::default()
+    };
     let built: CachedObject<Pod> =
         CachedObject::from_bytes_with(common::pod::varied_pod(7), &ingest).unwrap();
     let twin = pods[7].compressed_with(&dict).unwrap();
@@ -90,9 +94,15 @@ fn json_twins_read_the_same_and_are_smaller() {
 
 #[test]
 fn protobuf_twins_stay_protobuf_and_read_the_same() {
-    let options = ObjectOptions::new().field_paths(paths());
+    let options = ObjectOptions {
+        field_paths: Some(paths()),
+        ..ObjectOptions::default()
+    };
     for strip in [false, true] {
-        let options = options.clone().strip_managed_fields(strip);
+        let options = ObjectOptions {
+            strip_managed_fields: strip,
+            ..options.clone()
+        };
         let p: CachedObject<Pod> =
             CachedObject::from_protobuf_envelope_with(data("pod.pb"), &options).unwrap();
         assert_eq!(p.format(), Format::Protobuf);
@@ -115,7 +125,8 @@ fn protobuf_twins_stay_protobuf_and_read_the_same() {
     let json: CachedObject<Pod> = CachedObject::from_bytes(data("pod.json")).unwrap();
     let jdict = CompressionDictionary::new(json.encoded().unwrap());
     let p: CachedObject<Pod> =
-        CachedObject::from_protobuf_envelope_with(data("pod.pb"), &ObjectOptions::new()).unwrap();
+        CachedObject::from_protobuf_envelope_with(data("pod.pb"), &ObjectOptions::default())
+            .unwrap();
     if let Some(twin) = p.compressed_with(&jdict) {
         assert_same_view(&p, &twin);
     }

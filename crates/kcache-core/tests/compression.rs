@@ -7,21 +7,32 @@ use kcache_core::{CachedObject, Compression, CompressionDictionary, FieldPaths, 
 use serde_json::Value;
 
 fn compressed() -> ObjectOptions {
-    ObjectOptions::new()
-        .strip_managed_fields(true)
-        .compression(Compression::lz4())
+    ObjectOptions {
+        strip_managed_fields: true,
+        compression: Compression::lz4(),
+        ..ObjectOptions::default()
+    }
 }
 
 fn plain() -> ObjectOptions {
-    ObjectOptions::new().strip_managed_fields(true)
+    ObjectOptions {
+        strip_managed_fields: true,
+        ..ObjectOptions::default()
+    }
 }
 
 #[test]
 fn round_trip_decode_metadata_and_fields_match_uncompressed() {
     let paths =
         FieldPaths::new(["/spec/nodeName", "/status/phase", "/metadata/labels/app"]).unwrap();
-    let copts = compressed().field_paths(paths.clone());
-    let popts = plain().field_paths(paths);
+    let copts = ObjectOptions {
+        field_paths: Some(paths.clone()),
+        ..compressed()
+    };
+    let popts = ObjectOptions {
+        field_paths: Some(paths),
+        ..plain()
+    };
     for i in 0..50 {
         let bytes = common::pod::varied_pod(i);
         let c: CachedObject<Pod> = CachedObject::from_bytes_with(bytes.clone(), &copts).unwrap();
@@ -63,7 +74,7 @@ fn heap_size_shrinks_by_a_clear_margin() {
         c_heap += c.heap_size();
         p_heap += p.heap_size();
     }
-    let dict = copts.compression_mode().dictionary().unwrap().len();
+    let dict = copts.compression.dictionary().unwrap().len();
     let ratio = c_heap as f64 / p_heap as f64;
     println!(
         "over {n} varied Pods: received JSON {} B, stored JSON (managedFields cut) {} B, \
@@ -129,14 +140,11 @@ fn equality_across_compressed_and_plain() {
 #[test]
 fn dictionary_learned_once_and_shared() {
     let copts = compressed();
-    assert!(copts.compression_mode().is_enabled());
-    assert!(
-        copts.compression_mode().dictionary().is_none(),
-        "not learned yet"
-    );
+    assert!(copts.compression.is_enabled());
+    assert!(copts.compression.dictionary().is_none(), "not learned yet");
     let first: CachedObject<Pod> =
         CachedObject::from_bytes_with(common::pod::varied_pod(0), &copts).unwrap();
-    let dict = copts.compression_mode().dictionary().unwrap().clone();
+    let dict = copts.compression.dictionary().unwrap().clone();
     // Learned from the first object's JSON after the managedFields cut.
     assert_eq!(dict.as_bytes(), first.json().unwrap().as_ref());
     let clone = copts.clone();
@@ -152,14 +160,17 @@ fn dictionary_learned_once_and_shared() {
     for o in std::iter::once(&first).chain(&objs) {
         assert!(o.dictionary().unwrap().ptr_eq(&dict));
     }
-    assert!(clone.compression_mode().dictionary().unwrap().ptr_eq(&dict));
+    assert!(clone.compression.dictionary().unwrap().ptr_eq(&dict));
     // A fresh setting learns its own.
     let fresh = compressed();
     let o: CachedObject<Pod> =
         CachedObject::from_bytes_with(common::pod::varied_pod(5), &fresh).unwrap();
     assert!(!o.dictionary().unwrap().ptr_eq(&dict));
     // A dictionary given up front is used as is.
-    let given = ObjectOptions::new().compression(Compression::lz4_with_dictionary(dict.clone()));
+    let given = ObjectOptions {
+        compression: Compression::lz4_with_dictionary(dict.clone()),
+        ..ObjectOptions::default()
+    };
     let o: CachedObject<Pod> =
         CachedObject::from_bytes_with(common::pod::varied_pod(6), &given).unwrap();
     assert!(o.dictionary().unwrap().ptr_eq(&dict));
@@ -186,7 +197,10 @@ fn strip_managed_fields_then_compress() {
     assert_eq!(c.decode().unwrap(), expected);
 
     // Compressed without the cut, then cut afterwards: same dictionary, same JSON.
-    let keep = ObjectOptions::new().compression(Compression::lz4());
+    let keep = ObjectOptions {
+        compression: Compression::lz4(),
+        ..ObjectOptions::default()
+    };
     let full: CachedObject<Value> = CachedObject::from_bytes_with(bytes, &keep).unwrap();
     assert!(full.is_compressed());
     assert!(String::from_utf8_lossy(&full.json().unwrap()).contains("managedFields"));
@@ -201,7 +215,10 @@ fn strip_managed_fields_then_compress() {
 
 #[test]
 fn tiny_objects_stay_plain() {
-    let copts = compressed().copy_bytes(true);
+    let copts = ObjectOptions {
+        copy_bytes: true,
+        ..compressed()
+    };
     let tiny = br#"{"metadata":{"name":"a","namespace":"b"}}"#;
     let o: CachedObject<Value> = CachedObject::from_bytes_with(&tiny[..], &copts).unwrap();
     assert!(!o.is_compressed());
@@ -210,9 +227,12 @@ fn tiny_objects_stay_plain() {
     assert_eq!(o.json().unwrap().as_ref(), &tiny[..]);
     assert_eq!(o.key(), "b/a");
     // A small object with little redundancy, and no dictionary match, stays plain too.
-    let copts = ObjectOptions::new().compression(Compression::lz4_with_dictionary(
-        CompressionDictionary::new(b"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"),
-    ));
+    let copts = ObjectOptions {
+        compression: Compression::lz4_with_dictionary(CompressionDictionary::new(
+            b"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+        )),
+        ..ObjectOptions::default()
+    };
     let small = br#"{"metadata":{"name":"q7","namespace":"x1","uid":"0f8e2d4c-6b1a-4937-8c25-e3d0a9b7f146"}}"#;
     let o: CachedObject<Value> = CachedObject::from_bytes_with(&small[..], &copts).unwrap();
     assert!(!o.is_compressed());

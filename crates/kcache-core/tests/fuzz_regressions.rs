@@ -12,9 +12,15 @@ fn invalid_utf8_outside_metadata_is_rejected() {
     bytes[x] = 0x88;
     assert!(serde_json::from_slice::<serde_json::Value>(&bytes).is_err());
     for options in [
-        ObjectOptions::new(),
-        ObjectOptions::new().strip_managed_fields(true),
-        ObjectOptions::new().copy_bytes(true),
+        ObjectOptions::default(),
+        ObjectOptions {
+            strip_managed_fields: true,
+            ..ObjectOptions::default()
+        },
+        ObjectOptions {
+            copy_bytes: true,
+            ..ObjectOptions::default()
+        },
     ] {
         match CachedObject::<()>::from_bytes_with(bytes.clone(), &options) {
             Err(ObjectError::Json(e)) => assert!(e.to_string().contains("UTF-8"), "{e}"),

@@ -13,7 +13,10 @@ use kcache_core::{
 use serde_json::Value;
 
 fn strip() -> ObjectOptions {
-    ObjectOptions::new().strip_managed_fields(true)
+    ObjectOptions {
+        strip_managed_fields: true,
+        ..ObjectOptions::default()
+    }
 }
 
 #[test]
@@ -223,9 +226,11 @@ fn field_paths_are_extracted_in_the_same_pass() {
         "/status/conditions/0/lastProbeTime",
     ])
     .unwrap();
-    let opts = ObjectOptions::new()
-        .field_paths(paths)
-        .strip_managed_fields(true);
+    let opts = ObjectOptions {
+        field_paths: Some(paths),
+        strip_managed_fields: true,
+        ..ObjectOptions::default()
+    };
     let obj: CachedObject<Pod> =
         CachedObject::from_bytes_with(common::pod::realistic_pod(7, "ns"), &opts).unwrap();
     assert_eq!(obj.field("/spec/nodeName"), Some("worker-node-007"));
@@ -254,7 +259,10 @@ fn field_paths_are_extracted_in_the_same_pass() {
 #[test]
 fn nested_and_overlapping_field_paths() {
     let paths = FieldPaths::new(["/spec", "/spec/a/b", "/x~1y", "/m~0n"]).unwrap();
-    let opts = ObjectOptions::new().field_paths(paths);
+    let opts = ObjectOptions {
+        field_paths: Some(paths),
+        ..ObjectOptions::default()
+    };
     let obj: CachedObject<Value> = CachedObject::from_bytes_with(
         r#"{"metadata":{"name":"a"},"spec":{"a":{"b":"c\"d"}},"x/y":1,"m~n":"t"}"#,
         &opts,
@@ -403,9 +411,14 @@ fn copy_bytes_detaches_from_a_larger_buffer() {
     let item = list.slice(1..26);
     let kept: CachedObject<Value> = CachedObject::from_bytes(item.clone()).unwrap();
     assert_eq!(kept.bytes().as_ptr(), item.as_ptr(), "zero-copy by default");
-    let copied: CachedObject<Value> =
-        CachedObject::from_bytes_with(item.clone(), &ObjectOptions::new().copy_bytes(true))
-            .unwrap();
+    let copied: CachedObject<Value> = CachedObject::from_bytes_with(
+        item.clone(),
+        &ObjectOptions {
+            copy_bytes: true,
+            ..ObjectOptions::default()
+        },
+    )
+    .unwrap();
     assert_ne!(copied.bytes().as_ptr(), item.as_ptr());
     assert_eq!(copied.bytes(), &item);
     assert_eq!(copied.key(), "a");

@@ -48,7 +48,7 @@ where
     // Cached objects: same metadata and key, same typed value, same JSON.
     let j: CachedObject<K> = CachedObject::from_bytes(json.clone()).unwrap();
     let p: CachedObject<K> =
-        CachedObject::from_protobuf_envelope_with(pb.clone(), &ObjectOptions::new())
+        CachedObject::from_protobuf_envelope_with(pb.clone(), &ObjectOptions::default())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(p.format(), Format::Protobuf);
     assert_eq!(j.format(), Format::Json);
@@ -61,7 +61,10 @@ where
     assert!(p.json_len() < j.json_len(), "{name}: protobuf is smaller");
 
     // managedFields cut from protobuf bytes: same as cut from JSON.
-    let strip = ObjectOptions::new().strip_managed_fields(true);
+    let strip = ObjectOptions {
+        strip_managed_fields: true,
+        ..ObjectOptions::default()
+    };
     let js: CachedObject<Value> = CachedObject::from_bytes_with(json.clone(), &strip).unwrap();
     let ps: CachedObject<Value> =
         CachedObject::from_protobuf_envelope_with(pb.clone(), &strip).unwrap();
@@ -81,7 +84,10 @@ where
     assert_eq!(later.decode().unwrap(), js.decode().unwrap());
 
     // Compressed protobuf (the dictionary learned from this object).
-    let compressed = ObjectOptions::new().compression(Compression::lz4());
+    let compressed = ObjectOptions {
+        compression: Compression::lz4(),
+        ..ObjectOptions::default()
+    };
     let pc: CachedObject<K> =
         CachedObject::from_protobuf_envelope_with(pb.clone(), &compressed).unwrap();
     assert_eq!(pc.decode().unwrap(), from_json);
@@ -178,7 +184,7 @@ fn protobuf_list_items_equal_json_list_items() {
         let obj: CachedObject<Pod> = CachedObject::from_protobuf_with(
             bytes::Bytes::copy_from_slice(item),
             item_type,
-            &ObjectOptions::new(),
+            &ObjectOptions::default(),
         )
         .unwrap();
         let from_json_obj: CachedObject<Pod> =
@@ -215,7 +221,7 @@ fn protobuf_watch_frames_from_the_apiserver() {
     assert!(types.contains(&"MODIFIED"), "{types:?}");
     for e in &events {
         let obj: CachedObject<ConfigMap> =
-            CachedObject::from_protobuf_envelope_with(e.object.to_vec(), &ObjectOptions::new())
+            CachedObject::from_protobuf_envelope_with(e.object.to_vec(), &ObjectOptions::default())
                 .unwrap();
         assert_eq!(obj.namespace(), Some("corpus"));
         obj.decode().unwrap();
@@ -226,7 +232,7 @@ fn protobuf_watch_frames_from_the_apiserver() {
         .map(|e| {
             CachedObject::<ConfigMap>::from_protobuf_envelope_with(
                 e.object.to_vec(),
-                &ObjectOptions::new(),
+                &ObjectOptions::default(),
             )
             .unwrap()
         })
@@ -276,7 +282,7 @@ fn protobuf_watch_frames_from_the_apiserver() {
     assert!(matches!(
         CachedObject::<ConfigMap>::from_protobuf_envelope_with(
             last.object.to_vec(),
-            &ObjectOptions::new()
+            &ObjectOptions::default()
         ),
         Err(ObjectError::MissingName)
     ));
@@ -322,7 +328,10 @@ fn field_paths_on_protobuf_equal_json() {
         "/kind",
     ])
     .unwrap();
-    let options = ObjectOptions::new().field_paths(paths.clone());
+    let options = ObjectOptions {
+        field_paths: Some(paths.clone()),
+        ..ObjectOptions::default()
+    };
     let j: CachedObject<Value> = CachedObject::from_bytes_with(data("pod.json"), &options).unwrap();
     let p: CachedObject<Value> =
         CachedObject::from_protobuf_envelope_with(data("pod.pb"), &options).unwrap();
@@ -352,9 +361,11 @@ fn field_paths_on_protobuf_equal_json() {
 #[test]
 fn a_protobuf_pod_costs_less_memory_than_its_json() {
     for strip in [false, true] {
-        let options = ObjectOptions::new()
-            .strip_managed_fields(strip)
-            .copy_bytes(true);
+        let options = ObjectOptions {
+            strip_managed_fields: strip,
+            copy_bytes: true,
+            ..ObjectOptions::default()
+        };
         let j: CachedObject<Pod> =
             CachedObject::from_bytes_with(data("pod.json"), &options).unwrap();
         let p: CachedObject<Pod> =
@@ -388,14 +399,17 @@ fn unknown_kinds_and_malformed_objects_are_errors() {
     let mut json_envelope = pb[..pb.len()].to_vec();
     json_envelope.extend_from_slice(b"\x22\x10application/json");
     assert!(matches!(
-        CachedObject::<Value>::from_protobuf_envelope_with(json_envelope, &ObjectOptions::new()),
+        CachedObject::<Value>::from_protobuf_envelope_with(
+            json_envelope,
+            &ObjectOptions::default()
+        ),
         Err(ObjectError::Protobuf(_))
     ));
     // JSON where protobuf is expected.
     assert!(matches!(
         CachedObject::<Value>::from_protobuf_envelope_with(
             data("configmap.json"),
-            &ObjectOptions::new()
+            &ObjectOptions::default()
         ),
         Err(ObjectError::Protobuf(_))
     ));

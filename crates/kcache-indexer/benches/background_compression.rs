@@ -24,7 +24,10 @@ const N: usize = 10_000;
 const BATCH: usize = 256;
 
 fn pods(strip: bool) -> Vec<CachedObject<Pod>> {
-    let options = ObjectOptions::new().strip_managed_fields(strip);
+    let options = ObjectOptions {
+        strip_managed_fields: strip,
+        ..ObjectOptions::default()
+    };
     (0..N)
         .map(|i| CachedObject::from_bytes_with(pod::varied_pod(i), &options).unwrap())
         .collect()

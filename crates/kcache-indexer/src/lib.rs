@@ -13,7 +13,7 @@
 //! more.insert("by-app".to_string(), label_index_func("app"));
 //! idx.add_indexers(more)?;
 //!
-//! let opts = ObjectOptions::new().field_paths(FieldPaths::new(["/spec/nodeName"])?);
+//! let opts = ObjectOptions { field_paths: Some(FieldPaths::new(["/spec/nodeName"])?), ..ObjectOptions::default() };
 //! let pod = br#"{"metadata":{"name":"p","namespace":"ns","labels":{"app":"web"}},"spec":{"nodeName":"n1"}}"#;
 //! idx.add(CachedObject::from_bytes_with(&pod[..], &opts)?)?;
 //!

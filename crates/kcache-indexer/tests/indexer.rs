@@ -389,7 +389,10 @@ fn delete_with_tombstone_uses_its_key() {
 #[test]
 fn metadata_field_and_typed_index_functions() {
     let paths = FieldPaths::new(["/spec/nodeName"]).unwrap();
-    let opts = ObjectOptions::new().field_paths(paths);
+    let opts = ObjectOptions {
+        field_paths: Some(paths),
+        ..ObjectOptions::default()
+    };
     let pod = |name: &str, node: &str, owner: &str| -> CachedObject<Pod> {
         let j = serde_json::json!({"metadata": {"name": name, "namespace": "ns",
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": owner}]},

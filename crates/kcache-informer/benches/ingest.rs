@@ -13,7 +13,7 @@ use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Pod;
 use kcache_core::ObjectOptions;
-use kcache_informer::{ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer};
+use kcache_informer::{ResourceEventHandlerFuncs, SharedIndexInformer, WatchConfig};
 use kcache_testing::fake::{End, Fake, Reply};
 use kube::Client;
 use serde_json::{Value, json};
@@ -129,10 +129,13 @@ fn client(d: &Data) -> Client {
 fn informer(client: Client, strip: bool) -> SharedIndexInformer<Pod> {
     SharedIndexInformer::<Pod>::builder(client)
         .config(kcache_informer::InformerConfig {
-            list: ListOptions {
+            watch: WatchConfig {
                 use_watch_list: false,
-                object_options: ObjectOptions::new().strip_managed_fields(strip),
-                ..ListOptions::default()
+                object_options: ObjectOptions {
+                    strip_managed_fields: strip,
+                    ..ObjectOptions::default()
+                },
+                ..WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

@@ -140,8 +140,8 @@ struct Inner {
 /// use kcache_informer::{InformerConfig, SharedInformerFactory};
 ///
 /// let mut config = InformerConfig::default();
-/// config.list.namespace = Some("prod".into());
-/// config.list.object_options = ObjectOptions::new().strip_managed_fields(true);
+/// config.watch.namespace = Some("prod".into());
+/// config.watch.object_options.strip_managed_fields = true;
 /// let factory = SharedInformerFactory::builder(client).config(config).build();
 /// let pods = factory.informer::<Pod>();
 /// let same_pods = factory.informer::<Pod>(); // the same informer
@@ -179,7 +179,7 @@ pub struct SharedInformerFactoryBuilder {
 impl SharedInformerFactoryBuilder {
     /// What every informer of the factory does (default:
     /// [`InformerConfig::default`]): namespace and selectors
-    /// ([`InformerConfig::list`]), resync, warm restarts (a folder: one
+    /// ([`InformerConfig::watch`]), resync, warm restarts (a folder: one
     /// file per informer, Secrets left out unless named with
     /// [`snapshot_for`](Self::snapshot_for)), shutdown timeout, background
     /// compression. Its `name` is not used: each informer is named after
@@ -303,7 +303,7 @@ impl SharedInformerFactory {
 
     /// A new factory with this one's client and settings whose informers
     /// all list and watch only `selector`'s share (in place of the
-    /// config's [`ListOptions::shard_selector`](kcache_reflector::ListOptions::shard_selector)). It has informers of its own (none yet), started and shut
+    /// config's [`WatchConfig::shard_selector`](kcache_reflector::WatchConfig::shard_selector)). It has informers of its own (none yet), started and shut
     /// down on their own: a sharded controller builds one per set of hash
     /// ranges and drops the old one when its ranges change.
     pub fn with_shard_selector(&self, selector: ShardSelector) -> SharedInformerFactory {
@@ -375,7 +375,7 @@ impl SharedInformerFactory {
         let mut config = cfg.informers.clone();
         config.name = None;
         if let Some(selector) = &cfg.shard_selector {
-            config.list.shard_selector = Some(selector.clone());
+            config.watch.shard_selector = Some(selector.clone());
         }
         if let Some(period) = cfg.resync_for.get(&TypeId::of::<K>()) {
             config.resync_period = *period;

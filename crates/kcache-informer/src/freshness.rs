@@ -95,7 +95,7 @@ where
     /// recorded (not when the cache already holds that version). Forgets
     /// the own writes the cache's freshness has passed first.
     pub fn record_own_write(&self, body: Bytes) -> Result<bool, StoreError> {
-        let obj = CachedObject::<K>::from_bytes_with(body, &self.inner.list_options.object_options)
+        let obj = CachedObject::<K>::from_bytes_with(body, &self.inner.watch.object_options)
             .map_err(|e| StoreError::Other(Box::new(e)))?;
         let transform = lock(&self.inner.lifecycle).transform.clone();
         let obj = match transform {
@@ -156,7 +156,7 @@ where
     /// its namespace, label selector and shard selector admit it. `None`
     /// when it cannot tell (the informer has a field selector).
     pub fn would_cache(&self, meta: &Metadata) -> Option<bool> {
-        let o = &self.inner.list_options;
+        let o = &self.inner.watch;
         if o.field_selector.as_deref().is_some_and(|s| !s.is_empty()) {
             return None;
         }

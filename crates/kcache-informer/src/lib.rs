@@ -17,7 +17,7 @@
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use kcache_informer::{
-//!     InformerConfig, ListOptions, ResourceEventHandlerFuncs, SharedIndexInformer,
+//!     InformerConfig, WatchConfig, ResourceEventHandlerFuncs, SharedIndexInformer,
 //!     wait_for_cache_sync,
 //! };
 //! use tokio_util::sync::CancellationToken;
@@ -25,7 +25,7 @@
 //! # async fn run(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! let informer = SharedIndexInformer::<ConfigMap>::builder(client)
 //!     .config(InformerConfig {
-//!         list: ListOptions { namespace: Some("default".into()), ..ListOptions::default() },
+//!         watch: WatchConfig { namespace: Some("default".into()), ..WatchConfig::default() },
 //!         ..InformerConfig::default()
 //!     })
 //!     .build();
@@ -53,7 +53,7 @@
 //! # Configuration
 //!
 //! What an informer does is one plain value, [`InformerConfig`]: what its
-//! reflector asks for ([`ListOptions`]: namespace, selectors, paging,
+//! reflector asks for ([`WatchConfig`]: namespace, selectors, paging,
 //! wire format, timeouts, size caps, managedFields stripping), resync,
 //! FIFO, warm restarts, shutdown timeout, background compression. The same
 //! value configures one informer ([`SharedIndexInformerBuilder::config`])
@@ -164,19 +164,19 @@ pub use informer::{
     wait_for_cache_sync,
 };
 pub use kcache_core::ResourceVersion;
-/// Server-side sharding's selector types ([`ListOptions::shard_selector`]),
+/// Server-side sharding's selector types ([`WatchConfig::shard_selector`]),
 /// re-exported from kcache-core.
 pub use kcache_core::{ShardField, ShardRange, ShardSelector};
 pub use kcache_deltafifo::StoreFreshness;
 /// The transform type of the informer's queue, re-exported from
 /// kcache-deltafifo (the queue applies it).
 pub use kcache_deltafifo::TransformFunc;
+/// The reflector's settings that [`WatchConfig`] carries, re-exported so an
+/// informer user needs no direct dependency on kcache-reflector.
+pub use kcache_reflector::{Limits, RequestTimeouts, ShardFilterMode, WireFormat};
 /// The watch configuration (owned by the reflector and passed to it whole)
 /// and the reflector's error hook, re-exported from kcache-reflector.
-pub use kcache_reflector::{ListOptions, WatchErrorHandler};
-/// The reflector's settings that [`ListOptions`] carries, re-exported so an
-/// informer user needs no direct dependency on kcache-reflector.
-pub use kcache_reflector::{RequestTimeouts, ShardFilterMode, WireFormat};
+pub use kcache_reflector::{WatchConfig, WatchErrorHandler};
 pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};
 
 /// kcache-reflector's Prometheus provider (`reflector_*` metrics), for the

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use kcache_core::{Format, everything};
 use kcache_informer::{
-    BackgroundCompression, ListOptions, SharedIndexInformer, SharedInformerFactory,
+    BackgroundCompression, SharedIndexInformer, SharedInformerFactory, WatchConfig,
 };
 use kcache_testing::eventually;
 use kcache_testing::fake::{End, Fake, pb_field, pb_list, pb_watch};
@@ -176,9 +176,9 @@ async fn off_switch_means_no_object_is_ever_compressed() {
     }
     let factory = SharedInformerFactory::builder(api.client.clone())
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             background_compression: BackgroundCompression::off(),
             ..kcache_informer::InformerConfig::default()
@@ -269,9 +269,9 @@ async fn protobuf_objects_are_compressed_and_decode_the_same() {
     let quiet = Duration::from_secs(4);
     let informer = SharedIndexInformer::<ConfigMap>::builder(fake.client.clone())
         .config(kcache_informer::InformerConfig {
-            list: ListOptions {
+            watch: WatchConfig {
                 use_watch_list: false,
-                ..ListOptions::default()
+                ..WatchConfig::default()
             },
             background_compression: BackgroundCompression::default().quiet_for(quiet),
             ..kcache_informer::InformerConfig::default()

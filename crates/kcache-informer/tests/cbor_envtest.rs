@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use kcache_core::{CachedObject, Format};
 use kcache_envtest::ControlPlane;
-use kcache_informer::{ListOptions, SharedIndexInformer};
+use kcache_informer::{SharedIndexInformer, WatchConfig};
 use kcache_reflector::{ErrorReason, WireFormat};
 use kcache_testing::builders::crd;
 use kcache_testing::envtest::{client_with_request_hook, namespace};
@@ -167,12 +167,12 @@ fn start(
         widget_resource(),
     )
     .config(kcache_informer::InformerConfig {
-        list: ListOptions {
+        watch: WatchConfig {
             namespace: Some(ns.to_owned()),
             use_watch_list: mode == Mode::Streaming,
             page_size: if mode == Mode::Paged { 2 } else { 0 },
             wire_format: format,
-            ..ListOptions::default()
+            ..WatchConfig::default()
         },
         ..kcache_informer::InformerConfig::default()
     })
@@ -408,11 +408,11 @@ async fn cbor_gate_off_falls_back_to_json() {
     let informer = |client: Client, format| {
         SharedIndexInformer::<DynamicObject>::builder_with(client, widget_resource())
             .config(kcache_informer::InformerConfig {
-                list: ListOptions {
+                watch: WatchConfig {
                     namespace: Some(t.ns.clone()),
                     use_watch_list: false,
                     wire_format: format,
-                    ..ListOptions::default()
+                    ..WatchConfig::default()
                 },
                 ..kcache_informer::InformerConfig::default()
             })

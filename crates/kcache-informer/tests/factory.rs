@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use kcache_informer::{
-    InformerError, ListOptions, ResourceEventHandlerFuncs, SharedInformerFactory,
+    InformerError, ResourceEventHandlerFuncs, SharedInformerFactory, WatchConfig,
     wait_for_cache_sync,
 };
 use kcache_testing::eventually;
@@ -18,9 +18,9 @@ use tokio_util::sync::CancellationToken;
 fn factory(api: &FakeApi) -> SharedInformerFactory {
     SharedInformerFactory::builder(api.client.clone())
         .config(kcache_informer::InformerConfig {
-            list: ListOptions {
+            watch: WatchConfig {
                 use_watch_list: false,
-                ..ListOptions::default()
+                ..WatchConfig::default()
             },
             resync_period: Duration::from_secs(30),
             ..kcache_informer::InformerConfig::default()
@@ -204,9 +204,9 @@ async fn factory_shutdown_is_bounded_with_a_stuck_handler() {
     api.create("ns", "a", "1");
     let f = SharedInformerFactory::builder(api.client.clone())
         .config(kcache_informer::InformerConfig {
-            list: ListOptions {
+            watch: WatchConfig {
                 use_watch_list: false,
-                ..ListOptions::default()
+                ..WatchConfig::default()
             },
             handler_shutdown_timeout: Duration::from_secs(20),
             ..kcache_informer::InformerConfig::default()

@@ -1,11 +1,11 @@
-//! `ListOptions` reach the informer's reflector: the byte caps and the
+//! `WatchConfig` reach the informer's reflector: the byte caps and the
 //! request deadlines of kcache-reflector.
 
 mod support;
 
 use std::time::Duration;
 
-use kcache_informer::{ListOptions, SharedIndexInformer};
+use kcache_informer::{SharedIndexInformer, WatchConfig};
 use kcache_reflector::{ErrorReason, WireFormat};
 use kcache_testing::eventually;
 use support::{ConfigMap, FakeApi, record_watch_errors, spawn_run};
@@ -19,10 +19,13 @@ async fn list_page_cap_reaches_the_reflector() {
     let (handler, reasons) = record_watch_errors(|e| e.reason());
     let informer = SharedIndexInformer::<ConfigMap>::builder(api.client.clone())
         .config(kcache_informer::InformerConfig {
-            list: ListOptions {
+            watch: WatchConfig {
                 use_watch_list: false,
-                max_list_page_bytes: 1000,
-                ..ListOptions::default()
+                limits: kcache_informer::Limits {
+                    max_list_page_bytes: 1000,
+                    ..Default::default()
+                },
+                ..WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -55,10 +58,10 @@ async fn wire_format_reaches_the_reflector() {
         api.create("ns", "a", "x");
         let informer = SharedIndexInformer::<ConfigMap>::builder(api.client.clone())
             .config(kcache_informer::InformerConfig {
-                list: ListOptions {
+                watch: WatchConfig {
                     use_watch_list: false,
                     wire_format: format,
-                    ..ListOptions::default()
+                    ..WatchConfig::default()
                 },
                 ..kcache_informer::InformerConfig::default()
             })

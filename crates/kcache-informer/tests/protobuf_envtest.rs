@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kcache_core::{CachedObject, Format};
 use kcache_envtest::ControlPlane;
-use kcache_informer::{ListOptions, SharedIndexInformer};
+use kcache_informer::{SharedIndexInformer, WatchConfig};
 use kcache_reflector::WireFormat;
 use kcache_testing::envtest::{TestNamespace, client_with_request_hook, create, namespace};
 use kcache_testing::eventually_async;
@@ -83,12 +83,12 @@ where
     let (handler, errors) = record_watch_errors(|e| e.to_string());
     let informer = SharedIndexInformer::<K>::builder_with(client, dyntype)
         .config(kcache_informer::InformerConfig {
-            list: ListOptions {
+            watch: WatchConfig {
                 namespace: Some(ns.to_owned()),
                 use_watch_list: mode == Mode::Streaming,
                 page_size: if mode == Mode::Paged { 2 } else { 0 },
                 wire_format: format,
-                ..ListOptions::default()
+                ..WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

@@ -127,7 +127,7 @@ async fn run_informer(
     let errors: Arc<Mutex<Vec<(ErrorReason, String)>>> = Arc::default();
     let e2 = errors.clone();
     let mut config = kcache_informer::InformerConfig::default();
-    config.list.namespace = Some(ns.to_owned());
+    config.watch.namespace = Some(ns.to_owned());
     let informer = SharedIndexInformer::<ConfigMap>::builder(client)
         .config(config)
         .watch_error_handler(Arc::new(move |e| {

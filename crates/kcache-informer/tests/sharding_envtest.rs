@@ -19,7 +19,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kcache_envtest::ControlPlane;
 use kcache_informer::{
-    ListOptions, ShardField, ShardFilterMode, ShardSelector, SharedIndexInformer,
+    ShardField, ShardFilterMode, ShardSelector, SharedIndexInformer, WatchConfig,
 };
 use kcache_testing::envtest::counting_client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -130,11 +130,11 @@ impl Member {
         let (client, bytes) = counting_client(cp.config()).expect("a counting client");
         let informer = SharedIndexInformer::<ConfigMap>::builder(client)
             .config(kcache_informer::InformerConfig {
-                list: ListOptions {
+                watch: WatchConfig {
                     label_selector: Some(format!("{LABEL}={run}")),
                     use_watch_list,
                     shard_selector: selector,
-                    ..ListOptions::default()
+                    ..WatchConfig::default()
                 },
                 ..kcache_informer::InformerConfig::default()
             })

@@ -288,7 +288,7 @@ fn reflector_run(
             replay_client(chunks.to_vec()),
             sink.clone(),
         )
-        .list_options(kcache_reflector::ListOptions {
+        .config(kcache_reflector::WatchConfig {
             use_watch_list: false,
             ..Default::default()
         })
@@ -324,9 +324,12 @@ fn main() {
         chunks.len(),
         CHUNK / 1024
     );
-    let decoder = EventDecoder::<Pod>::new(ObjectOptions::new(), Some("Pod"), Some("v1"));
+    let decoder = EventDecoder::<Pod>::new(ObjectOptions::default(), Some("Pod"), Some("v1"));
     let strip = EventDecoder::<Pod>::new(
-        ObjectOptions::new().strip_managed_fields(true),
+        ObjectOptions {
+            strip_managed_fields: true,
+            ..ObjectOptions::default()
+        },
         Some("Pod"),
         Some("v1"),
     );

@@ -34,7 +34,7 @@
 //! accept `application/cbor` (KEP-4222, served when the apiserver's
 //! `CBORServingAndStorage` gate is on) with JSON as the fallback.
 //! Metadata-only reflectors ask for JSON, and
-//! [`ListOptions::wire_format`] `= WireFormat::Json` forces it. Each
+//! [`WatchConfig::wire_format`] `= WireFormat::Json` forces it. Each
 //! response is read in the format its `Content-Type` names (one codec per
 //! format, in the crate's `codec` module). A JSON answer or a `406 Not
 //! Acceptable` switches the reflector to JSON.
@@ -45,7 +45,7 @@
 //! use std::sync::Arc;
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, StoreError};
-//! use kcache_reflector::{ListOptions, Reflector};
+//! use kcache_reflector::{WatchConfig, Reflector};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! struct Printer;
@@ -74,11 +74,11 @@
 //! # async fn run() -> Result<(), kube::Error> {
 //! let client = kube::Client::try_default().await?;
 //! let reflector = Reflector::<ConfigMap>::builder(client, Arc::new(Printer))
-//!     .list_options(ListOptions {
+//!     .config(WatchConfig {
 //!         namespace: Some("default".into()),
 //!         label_selector: Some("app=web".into()),
-//!         object_options: ObjectOptions::new().strip_managed_fields(true),
-//!         ..ListOptions::default()
+//!         object_options: ObjectOptions { strip_managed_fields: true, ..ObjectOptions::default() },
+//!         ..WatchConfig::default()
 //!     })
 //!     // the error and its sources (kube's, the body's) on one line
 //!     .watch_error_handler(|e| eprintln!("reflector: {}", kcache_core::ErrorChain(e)))
@@ -118,8 +118,8 @@
 //!   what the server asked for (`Retry-After`, else the Status's
 //!   `retryAfterSeconds`), at most the backoff cap.
 //! - **Deadlines and byte caps** ([`RequestTimeouts`],
-//!   [`ListOptions::max_list_page_bytes`],
-//!   [`ListOptions::max_initial_events_bytes`]): response headers of
+//!   [`Limits::max_list_page_bytes`],
+//!   [`Limits::max_initial_events_bytes`]): response headers of
 //!   every request (2 min), a LIST page body without a byte (1 min) and
 //!   in all (10 min); a LIST page body and a streaming list's buffered
 //!   initial events at most 2 GiB each. A miss is
@@ -127,7 +127,7 @@
 //!   [`ReflectorError::ListPageTooLarge`] /
 //!   [`ReflectorError::InitialEventsTooLarge`] (nothing more is read);
 //!   the reflector relists after a backoff step. The watch body keeps its
-//!   idle limit ([`ListOptions::watch_idle_timeout`]).
+//!   idle limit ([`RequestTimeouts::watch_idle_timeout`]).
 //! - **Streaming list** (default on): a watch with `sendInitialEvents=true`
 //!   and `resourceVersionMatch=NotOlderThan`; initial events are buffered
 //!   and handed over as one `replace` at the `k8s.io/initial-events-end`
@@ -146,7 +146,7 @@
 //!   Server-provided text is cut in logs: an [`ApiError`] displays at most
 //!   [`MAX_DISPLAYED_MESSAGE`] bytes of its message (the field keeps it
 //!   whole), and a log line at most 2 KiB of an error.
-//! - **Server-side sharding** ([`ListOptions::shard_selector`],
+//! - **Server-side sharding** ([`WatchConfig::shard_selector`],
 //!   KEP-5866): the `shardSelector` parameter on every LIST page,
 //!   streaming list and watch; every list item and watch event is also
 //!   checked on the client with the same hash, so the store holds exactly
@@ -174,13 +174,13 @@ mod framing;
 #[cfg_attr(docsrs, doc(cfg(feature = "fuzzing")))]
 pub mod fuzzing;
 mod limits;
-mod list_options;
 mod metrics;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 mod reflector;
 mod shard;
 mod split;
+mod watch_config;
 mod wire_format;
 
 pub use backoff::BackoffConfig;
@@ -197,9 +197,8 @@ pub use framing::DEFAULT_MAX_FRAME;
 pub use framing::{FrameTooLarge, LineFramer, ProtobufFramer};
 pub use limits::{
     DEFAULT_LIST_BODY_IDLE_TIMEOUT, DEFAULT_LIST_BODY_TIMEOUT, DEFAULT_MAX_LIST_BYTES,
-    DEFAULT_RESPONSE_HEADERS_TIMEOUT, RequestTimeouts,
+    DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_RESPONSE_HEADERS_TIMEOUT, Limits, RequestTimeouts,
 };
-pub use list_options::ListOptions;
 pub use metrics::{
     CounterMetric, NoopMetric, NoopReflectorMetricsProvider, ReflectorMetricsProvider,
     SettableGaugeMetric,
@@ -208,8 +207,9 @@ pub use metrics::{
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::PrometheusReflectorMetricsProvider;
 pub use reflector::{
-    DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, RESUME_WATCH_TIMEOUT, Reflector,
-    ReflectorBuilder, WATCH_IDLE_MARGIN, WatchErrorHandler,
+    DEFAULT_PAGE_SIZE, RESUME_WATCH_TIMEOUT, Reflector, ReflectorBuilder, WATCH_IDLE_MARGIN,
+    WatchErrorHandler,
 };
 pub use shard::ShardFilterMode;
+pub use watch_config::WatchConfig;
 pub use wire_format::WireFormat;

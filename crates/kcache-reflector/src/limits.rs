@@ -23,19 +23,24 @@ pub const DEFAULT_LIST_BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The default of [`RequestTimeouts::list_body`]: 10 minutes.
 pub const DEFAULT_LIST_BODY_TIMEOUT: Duration = Duration::from_secs(600);
 
+/// client-go's default minimum watch timeout: watches ask for a server-side
+/// timeout in `[min, 2 * min)`.
+pub const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// The default cap on one LIST page body and on a streaming list's buffered
-/// initial events: 2 GiB (see
-/// [`ListOptions::max_list_page_bytes`](crate::ListOptions::max_list_page_bytes)).
+/// initial events: 2 GiB (see [`Limits::max_list_page_bytes`]).
 pub const DEFAULT_MAX_LIST_BYTES: usize = 2 << 30;
 
-/// Deadlines on the reflector's requests, set with
-/// [`ListOptions::request_timeouts`](crate::ListOptions::request_timeouts).
+/// The timeouts of a reflector's requests and watches
+/// ([`WatchConfig::timeouts`](crate::WatchConfig::timeouts)): the
+/// server-side timeout a watch asks for, the client-side deadlines on
+/// response headers, list bodies and watch bytes, and how long a watch
+/// `InternalError` is retried without a relist.
 ///
-/// A request that misses one fails with [`ReflectorError::Timeout`]
+/// A request that misses a deadline fails with [`ReflectorError::Timeout`]
 /// (`reflector_errors_total{reason="timeout"}`) and is retried as client-go
 /// retries a failed request: a relist after a backoff step. The watch
-/// body keeps its own idle limit
-/// ([`ListOptions::watch_idle_timeout`](crate::ListOptions::watch_idle_timeout)).
+/// body keeps its own idle limit ([`watch_idle_timeout`](Self::watch_idle_timeout)).
 ///
 /// The defaults are above what a healthy apiserver with its default
 /// settings ever takes, so that only a stalled server or connection hits
@@ -62,6 +67,24 @@ pub const DEFAULT_MAX_LIST_BYTES: usize = 2 << 30;
 /// [`ReflectorError::Timeout`]: crate::ReflectorError::Timeout
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestTimeouts {
+    /// Minimum server-side watch timeout; each watch asks for a random
+    /// timeout in `[min, 2 * min)`. client-go honours values above 5
+    /// minutes only; so does kcache (default: 5 minutes,
+    /// [`DEFAULT_MIN_WATCH_TIMEOUT`]).
+    pub min_watch_timeout: Duration,
+    /// Abandon a watch on which no byte has arrived for this long, and open
+    /// a new one from the last resourceVersion (a stalled connection: no
+    /// data, no FIN). `None` (the default): the watch's requested
+    /// server-side timeout plus
+    /// [`WATCH_IDLE_MARGIN`](crate::WATCH_IDLE_MARGIN), which a healthy
+    /// server never exceeds. With bookmarks flowing (about one a minute
+    /// from the apiserver's watch cache) a shorter limit, e.g. 2-3
+    /// minutes, detects stalls sooner.
+    pub watch_idle_timeout: Option<Duration>,
+    /// client-go's `MaxInternalErrorRetryDuration`: for how long a watch
+    /// ending with an `InternalError` is re-opened without a relist
+    /// (default: zero, i.e. relist at once).
+    pub max_internal_error_retry_duration: Duration,
     /// From sending a request (a LIST page, a watch, a streaming list) to
     /// its response headers. Default: 2 minutes
     /// ([`DEFAULT_RESPONSE_HEADERS_TIMEOUT`]).
@@ -78,9 +101,62 @@ pub struct RequestTimeouts {
 impl Default for RequestTimeouts {
     fn default() -> Self {
         RequestTimeouts {
+            min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
+            watch_idle_timeout: None,
+            max_internal_error_retry_duration: Duration::ZERO,
             response_headers: DEFAULT_RESPONSE_HEADERS_TIMEOUT,
             list_body_idle: DEFAULT_LIST_BODY_IDLE_TIMEOUT,
             list_body: DEFAULT_LIST_BODY_TIMEOUT,
+        }
+    }
+}
+
+/// Caps on the bytes a reflector reads from the network
+/// ([`WatchConfig::limits`](crate::WatchConfig::limits)): one watch event,
+/// one LIST page, a streaming list's buffer. A value of 0 counts as 1.
+///
+/// ```
+/// use kcache_reflector::Limits;
+///
+/// let limits = Limits { max_event_size: 16 << 20, ..Limits::default() };
+/// assert_eq!(limits.max_list_page_bytes, 2 << 30);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted watch event, in bytes (default: 128 MiB,
+    /// [`DEFAULT_MAX_FRAME`](crate::DEFAULT_MAX_FRAME)). A larger event
+    /// ends the watch with
+    /// [`ReflectorError::EventTooLarge`](crate::ReflectorError::EventTooLarge)
+    /// and the reflector relists.
+    pub max_event_size: usize,
+    /// Largest accepted LIST page body, in bytes (default: 2 GiB,
+    /// [`DEFAULT_MAX_LIST_BYTES`]). The apiserver answers a
+    /// list at resourceVersion `"0"` (and a relist at an exact
+    /// resourceVersion) from its watch cache as **one** body whatever the
+    /// page size: 20,000 Pods made a 230 MB JSON body, so the default
+    /// leaves room for a collection about 9 times that size. A larger body
+    /// fails with
+    /// [`ReflectorError::ListPageTooLarge`](crate::ReflectorError::ListPageTooLarge)
+    /// as soon as the cap is passed (nothing more is read) and the
+    /// reflector relists after a backoff.
+    pub max_list_page_bytes: usize,
+    /// Largest total size, in bytes, of the objects a streaming list
+    /// buffers before its `initial-events-end` bookmark (default: 2 GiB,
+    /// [`DEFAULT_MAX_LIST_BYTES`]; the buffer is the whole
+    /// collection, as a list at `"0"` is). Passing it fails the streaming
+    /// list with
+    /// [`ReflectorError::InitialEventsTooLarge`](crate::ReflectorError::InitialEventsTooLarge)
+    /// at once (the buffer is dropped) and the reflector relists after a
+    /// backoff.
+    pub max_initial_events_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_event_size: crate::framing::DEFAULT_MAX_FRAME,
+            max_list_page_bytes: DEFAULT_MAX_LIST_BYTES,
+            max_initial_events_bytes: DEFAULT_MAX_LIST_BYTES,
         }
     }
 }

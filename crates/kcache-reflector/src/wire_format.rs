@@ -2,7 +2,7 @@
 //! themselves are in `codec`).
 
 /// The format a reflector asks the apiserver for (set with
-/// [`ListOptions::wire_format`](crate::ListOptions::wire_format)).
+/// [`WatchConfig::wire_format`](crate::WatchConfig::wire_format)).
 ///
 /// With [`Auto`](Self::Auto) (the default) the lists, watches and streaming
 /// lists of a built-in type (one the apiserver serves as protobuf: see

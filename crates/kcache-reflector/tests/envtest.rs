@@ -10,7 +10,7 @@ use common::{Call, RecordingStore, start};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kcache_envtest::ControlPlane;
-use kcache_reflector::{ErrorReason, ListOptions, Reflector};
+use kcache_reflector::{ErrorReason, Reflector, WatchConfig};
 use kcache_testing::builders::{config_map, crd};
 use kcache_testing::envtest::{
     TestNamespace, client_with_request_hook, create, namespace, recording_client,
@@ -23,10 +23,10 @@ use kube::core::PartialObjectMeta;
 use serde_json::json;
 
 /// Only namespace `ns`, the rest default.
-fn in_ns(ns: &str) -> ListOptions {
-    ListOptions {
+fn in_ns(ns: &str) -> WatchConfig {
+    WatchConfig {
         namespace: Some(ns.to_owned()),
-        ..ListOptions::default()
+        ..WatchConfig::default()
     }
 }
 
@@ -44,8 +44,7 @@ async fn config_maps_streaming_list_then_events_in_order() {
     }
     let (client, log) = recording_client(cp.config());
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
-    let run =
-        start(Reflector::<ConfigMap>::builder(client, store.clone()).list_options(in_ns(&ns)));
+    let run = start(Reflector::<ConfigMap>::builder(client, store.clone()).config(in_ns(&ns)));
     let calls = store.wait_calls(1).await;
     match &calls[0] {
         Call::Replace(keys, rv) => {
@@ -127,7 +126,7 @@ async fn config_maps_list_then_watch() {
     let (client, log) = recording_client(cp.config());
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let run = start(
-        Reflector::<ConfigMap>::builder(client, store.clone()).list_options(ListOptions {
+        Reflector::<ConfigMap>::builder(client, store.clone()).config(WatchConfig {
             use_watch_list: false,
             page_size: 3,
             ..in_ns(&ns)
@@ -167,12 +166,10 @@ async fn metadata_only_config_maps() {
     for streaming in [true, false] {
         let store = Arc::new(RecordingStore::<Meta>::default());
         let run = start(
-            Reflector::<Meta>::builder(cp.client().unwrap(), store.clone()).list_options(
-                ListOptions {
-                    use_watch_list: streaming,
-                    ..in_ns(&ns)
-                },
-            ),
+            Reflector::<Meta>::builder(cp.client().unwrap(), store.clone()).config(WatchConfig {
+                use_watch_list: streaming,
+                ..in_ns(&ns)
+            }),
         );
         let calls = store.wait_calls(1).await;
         assert!(
@@ -230,7 +227,7 @@ async fn custom_resource_as_dynamic_object() {
     let store = Arc::new(RecordingStore::<DynamicObject>::default());
     let run = start(
         Reflector::<DynamicObject>::builder_with(cp.client().unwrap(), store.clone(), ar.clone())
-            .list_options(ListOptions {
+            .config(WatchConfig {
                 label_selector: Some("team=red".into()),
                 ..in_ns(&ns)
             }),
@@ -267,8 +264,7 @@ async fn forbidden_user_is_reported_and_backed_off() {
     let TestNamespace { cp, ns, .. } = namespace("refl-rbac").await;
     let nobody = cp.client_for_user("nobody", &[]).await.unwrap();
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
-    let run =
-        start(Reflector::<ConfigMap>::builder(nobody, store.clone()).list_options(in_ns(&ns)));
+    let run = start(Reflector::<ConfigMap>::builder(nobody, store.clone()).config(in_ns(&ns)));
     tokio::time::sleep(Duration::from_secs(6)).await;
     let seen = run.seen();
     // backoff: attempts at ~0, ~0.8-1.6, ~2.4-4.8 (+ up to 6.4 more) s
@@ -354,7 +350,7 @@ async fn recovers_from_apiserver_restart_and_gone() {
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let (client, old_rv) = client_with_old_rv_switch(&cp);
     let run = start(
-        Reflector::<ConfigMap>::builder(client, store.clone()).list_options(ListOptions {
+        Reflector::<ConfigMap>::builder(client, store.clone()).config(WatchConfig {
             use_watch_list: false,
             ..in_ns(&ns)
         }),

@@ -34,7 +34,7 @@ async fn watch_error_status_message_is_cut_in_logs() {
     let full = Arc::new(Mutex::new(0usize));
     let f2 = full.clone();
     let r = Reflector::<ConfigMap>::builder(fake.client.clone(), store)
-        .list_options(opts())
+        .config(opts())
         .watch_error_handler(move |e| {
             if let Some(api) = e.api_error() {
                 *f2.lock() = api.message.len();

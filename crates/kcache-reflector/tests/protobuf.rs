@@ -20,7 +20,7 @@ use fake::{
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::Format;
 use kcache_reflector::{
-    BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder, WireFormat,
+    BadEventKind, ErrorReason, Reflector, ReflectorBuilder, WatchConfig, WireFormat,
 };
 use kube::api::{ApiResource, DynamicObject};
 use serde_json::json;
@@ -37,13 +37,13 @@ fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> {
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
     Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-        .list_options(wl_opts())
+        .config(wl_opts())
         .backoff(no_jitter())
 }
 
 /// [`builder`] without streaming lists: list + watch.
 fn list_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    builder(fake, store).list_options(opts())
+    builder(fake, store).config(opts())
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {
@@ -97,8 +97,11 @@ fn nameless() -> Vec<u8> {
 async fn protobuf_watch_errors_and_bookmarks() {
     let (fake, store, run) = serve(
         |f, s| {
-            builder(f, s).list_options(ListOptions {
-                max_event_size: 4096,
+            builder(f, s).config(WatchConfig {
+                limits: kcache_reflector::Limits {
+                    max_event_size: 4096,
+                    ..Default::default()
+                },
                 ..wl_opts()
             })
         },
@@ -267,8 +270,11 @@ async fn protobuf_list_byte_cap_and_stall() {
     let total = body.len();
     let (_fake, store, run) = serve(
         |f, s| {
-            builder(f, s).list_options(ListOptions {
-                max_list_page_bytes: total - 1,
+            builder(f, s).config(WatchConfig {
+                limits: kcache_reflector::Limits {
+                    max_list_page_bytes: total - 1,
+                    ..Default::default()
+                },
                 ..opts()
             })
         },
@@ -330,7 +336,7 @@ async fn content_negotiation_per_resource() {
     // JSON forced: no protobuf asked, a protobuf answer is still read
     let (fake, store, run) = serve(
         |f, s| {
-            builder(f, s).list_options(ListOptions {
+            builder(f, s).config(WatchConfig {
                 wire_format: WireFormat::Json,
                 ..opts()
             })
@@ -362,9 +368,9 @@ async fn content_negotiation_per_resource() {
     }
     });
     let (store, builder) = widget_reflector(&fake.client);
-    let run = start(builder.list_options(ListOptions {
+    let run = start(builder.config(WatchConfig {
         use_watch_list: false,
-        ..ListOptions::default()
+        ..WatchConfig::default()
     }));
     store.wait_calls(1).await;
     let reqs = fake.wait_requests(2).await;
@@ -406,7 +412,7 @@ async fn content_negotiation_per_resource() {
     let ar = ApiResource::erase::<ConfigMap>(&());
     let run = start(
         Reflector::<DynamicObject>::builder_with(fake.client.clone(), store.clone(), ar)
-            .list_options(cutting_managed_fields(opts())),
+            .config(cutting_managed_fields(opts())),
     );
     store.wait_calls(2).await;
     assert_eq!(run.reflector.asks_for(), Format::Protobuf);

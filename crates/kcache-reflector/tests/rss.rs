@@ -25,7 +25,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kcache_core::{CachedObject, ObjectOrTombstone, ReflectorStore, StoreError};
 use kcache_envtest::ControlPlane;
-use kcache_reflector::{ListOptions, Reflector, WireFormat};
+use kcache_reflector::{Reflector, WatchConfig, WireFormat};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -158,11 +158,11 @@ async fn child(format: &str) {
         WireFormat::Auto
     };
     let reflector = Reflector::<Pod>::builder(client, store.clone())
-        .list_options(ListOptions {
+        .config(WatchConfig {
             namespace: Some(ns),
             use_watch_list: false,
             wire_format: wire,
-            ..ListOptions::default()
+            ..WatchConfig::default()
         })
         .build();
     let before = proc_status("VmHWM:");

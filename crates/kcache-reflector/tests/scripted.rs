@@ -19,8 +19,8 @@ use fake::{
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_reflector::{
-    BackoffConfig, BadEventKind, ErrorReason, ListOptions, PrometheusReflectorMetricsProvider,
-    Reflector, ReflectorBuilder, ReflectorError, ReflectorMetricsProvider, RequestTimeouts,
+    BackoffConfig, BadEventKind, ErrorReason, PrometheusReflectorMetricsProvider, Reflector,
+    ReflectorBuilder, ReflectorError, ReflectorMetricsProvider, RequestTimeouts, WatchConfig,
 };
 use kube::core::PartialObjectMeta;
 use parking_lot::Mutex;
@@ -33,13 +33,13 @@ type Store = RecordingStore<ConfigMap>;
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
     Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-        .list_options(opts())
+        .config(opts())
         .backoff(no_jitter())
 }
 
 /// [`builder`] with a fixed page size.
 fn paged(page_size: u32) -> impl FnOnce(&Fake, &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    with(ListOptions {
+    with(WatchConfig {
         page_size,
         ..opts()
     })
@@ -51,8 +51,8 @@ fn rvs(reqs: &[Recorded]) -> Vec<&str> {
 }
 
 /// [`builder`] with `options` as its list options.
-fn with(options: ListOptions) -> impl FnOnce(&Fake, &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    move |fake, store| builder(fake, store).list_options(options)
+fn with(options: WatchConfig) -> impl FnOnce(&Fake, &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
+    move |fake, store| builder(fake, store).config(options)
 }
 
 fn keys(ks: &[&str]) -> Vec<String> {
@@ -299,8 +299,11 @@ async fn too_many_requests_on_watch_backs_off_without_relist() {
 async fn internal_error_retry_budget() {
     for budget in [Duration::ZERO, Duration::from_secs(60)] {
         let (fake, _store, run) = serve(
-            with(ListOptions {
-                max_internal_error_retry_duration: budget,
+            with(WatchConfig {
+                timeouts: RequestTimeouts {
+                    max_internal_error_retry_duration: budget,
+                    ..Default::default()
+                },
                 ..opts()
             }),
             |r| match (r.is_watch(), r.nth) {
@@ -605,8 +608,11 @@ async fn watch_timeout_is_randomized() {
         let store = Arc::new(Store::default());
         let mut b = builder(&fake, &store);
         if let Some(m) = min {
-            b = b.list_options(ListOptions {
-                min_watch_timeout: Duration::from_secs(m),
+            b = b.config(WatchConfig {
+                timeouts: RequestTimeouts {
+                    min_watch_timeout: Duration::from_secs(m),
+                    ..Default::default()
+                },
                 ..opts()
             });
         }
@@ -662,8 +668,11 @@ async fn very_short_watch_relists_but_a_quiet_close_does_not() {
 #[tokio::test(start_paused = true)]
 async fn stalled_watch_is_abandoned_after_the_idle_limit() {
     let (fake, _store, run) = serve(
-        with(ListOptions {
-            watch_idle_timeout: Some(Duration::from_secs(20)),
+        with(WatchConfig {
+            timeouts: RequestTimeouts {
+                watch_idle_timeout: Some(Duration::from_secs(20)),
+                ..Default::default()
+            },
             ..opts()
         }),
         |r| match (r.is_watch(), r.nth) {
@@ -989,7 +998,7 @@ async fn forbidden_is_reported_and_backed_off() {
     let store = Arc::new(Store::default());
     // streaming list on: each attempt is a streaming list then a list
     let run = start(
-        Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).list_options(wl_opts()),
+        Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone()).config(wl_opts()),
     );
     tokio::time::sleep(Duration::from_secs(60)).await;
     let lists = fake.lists();
@@ -1072,7 +1081,7 @@ async fn dynamic_object_with_selectors() {
     }
     });
     let (store, builder) = widget_reflector(&fake.client);
-    let run = start(builder.list_options(ListOptions {
+    let run = start(builder.config(WatchConfig {
         label_selector: Some("app=x,tier in (a,b)".into()),
         field_selector: Some("metadata.name!=z".into()),
         ..opts()
@@ -1111,8 +1120,7 @@ async fn metadata_only() {
     });
     type Meta = PartialObjectMeta<ConfigMap>;
     let store = Arc::new(RecordingStore::<Meta>::default());
-    let run =
-        start(Reflector::<Meta>::builder(fake.client.clone(), store.clone()).list_options(opts()));
+    let run = start(Reflector::<Meta>::builder(fake.client.clone(), store.clone()).config(opts()));
     store.wait_calls(2).await;
     let reqs = fake.requests();
     assert!(
@@ -1136,7 +1144,7 @@ async fn metadata_only() {
 // ---------------------------------------------------------------- streaming list (TestWatchList)
 
 fn wl_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    builder(fake, store).list_options(wl_opts())
+    builder(fake, store).config(wl_opts())
 }
 
 /// A streaming list that never sends its end bookmark (object `a` and a
@@ -1397,8 +1405,11 @@ async fn event_over_the_size_limit_relists() {
     let mut big = cm("big", "3");
     big["data"]["k"] = json!("x".repeat(4096));
     let (fake, _store, run) = serve(
-        with(ListOptions {
-            max_event_size: 1024,
+        with(WatchConfig {
+            limits: kcache_reflector::Limits {
+                max_event_size: 1024,
+                ..Default::default()
+            },
             ..opts()
         }),
         move |r| match (r.is_watch(), r.nth) {
@@ -1488,7 +1499,7 @@ async fn failing_resync_relists() {
     let store = Arc::new(FailingResync(Store::default()));
     let run = start(
         Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-            .list_options(opts())
+            .config(opts())
             .backoff(no_jitter())
             .resync_period(Duration::from_secs(30)),
     );
@@ -1643,8 +1654,11 @@ async fn resume_confirmed_by_a_clean_end_but_not_by_a_stall() {
     // stalled: no byte until the idle limit
     let (fake, _store, run) = serve(
         |f, s| {
-            builder(f, s).resume_from("10").list_options(ListOptions {
-                watch_idle_timeout: Some(Duration::from_secs(10)),
+            builder(f, s).resume_from("10").config(WatchConfig {
+                timeouts: RequestTimeouts {
+                    watch_idle_timeout: Some(Duration::from_secs(10)),
+                    ..Default::default()
+                },
                 ..opts()
             })
         },
@@ -1841,8 +1855,8 @@ async fn missing_response_headers_time_out() {
 
     // a custom deadline
     let (fake, store, run) = serve(
-        with(ListOptions {
-            request_timeouts: RequestTimeouts {
+        with(WatchConfig {
+            timeouts: RequestTimeouts {
                 response_headers: Duration::from_secs(5),
                 ..RequestTimeouts::default()
             },
@@ -1873,8 +1887,11 @@ async fn list_page_over_the_byte_cap_fails_and_relists() {
     let (fake, store, run) = serve(
         |f, s| {
             builder(f, s)
-                .list_options(ListOptions {
-                    max_list_page_bytes: 4096,
+                .config(WatchConfig {
+                    limits: kcache_reflector::Limits {
+                        max_list_page_bytes: 4096,
+                        ..Default::default()
+                    },
                     ..opts()
                 })
                 .metrics(metrics)
@@ -1923,8 +1940,11 @@ async fn list_page_over_the_byte_cap_fails_and_relists() {
 #[tokio::test(start_paused = true)]
 async fn initial_events_over_the_byte_cap_fail_and_relist() {
     let (fake, store, run) = serve(
-        with(ListOptions {
-            max_initial_events_bytes: 2000,
+        with(WatchConfig {
+            limits: kcache_reflector::Limits {
+                max_initial_events_bytes: 2000,
+                ..Default::default()
+            },
             ..wl_opts()
         }),
         |r| match (r.is_watch(), r.nth) {

@@ -12,7 +12,7 @@ use common::{RecordingStore, opts};
 use fake::{End, Fake, Reply, ev, gone};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{ShardField, ShardSelector};
-use kcache_reflector::{ListOptions, Reflector, ShardFilterMode, WireFormat};
+use kcache_reflector::{Reflector, ShardFilterMode, WatchConfig, WireFormat};
 use serde_json::{Value, json};
 
 fn cm(name: &str, uid: &str, rv: &str) -> Value {
@@ -58,7 +58,7 @@ async fn the_shard_filter_mode_is_logged_once_per_change() {
     });
     let store = Arc::new(RecordingStore::<ConfigMap>::default());
     let r = Reflector::<ConfigMap>::builder(fake.client.clone(), store)
-        .list_options(ListOptions {
+        .config(WatchConfig {
             wire_format: WireFormat::Json,
             shard_selector: Some(sel.clone()),
             ..opts()

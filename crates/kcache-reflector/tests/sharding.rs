@@ -17,7 +17,7 @@ use fake::{End, Fake, Reply, bookmark, ev, hang, pb_cmu, pb_field, pb_list_body,
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_core::{ShardField, ShardSelector};
 use kcache_reflector::{
-    ErrorReason, ListOptions, Reflector, ReflectorBuilder, ShardFilterMode, WireFormat,
+    ErrorReason, Reflector, ReflectorBuilder, ShardFilterMode, WatchConfig, WireFormat,
 };
 use serde_json::{Value, json};
 
@@ -61,8 +61,8 @@ fn page(rv: &str, cont: &str, echo: Option<&ShardSelector>, items: Vec<Value>) -
 
 /// The options of [`builder`]: namespace `ns`, list + watch, JSON,
 /// pages of 2, the [`half`] shard.
-fn shard_opts() -> ListOptions {
-    ListOptions {
+fn shard_opts() -> WatchConfig {
+    WatchConfig {
         wire_format: WireFormat::Json,
         page_size: 2,
         shard_selector: Some(half()),
@@ -72,13 +72,13 @@ fn shard_opts() -> ListOptions {
 
 fn builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
     Reflector::<ConfigMap>::builder(fake.client.clone(), store.clone())
-        .list_options(shard_opts())
+        .config(shard_opts())
         .backoff(no_jitter())
 }
 
 /// [`builder`] with streaming lists.
 fn wl_builder(fake: &Fake, store: &Arc<Store>) -> ReflectorBuilder<ConfigMap> {
-    builder(fake, store).list_options(ListOptions {
+    builder(fake, store).config(WatchConfig {
         use_watch_list: true,
         ..shard_opts()
     })
@@ -271,7 +271,7 @@ async fn server_filtered_streams_are_not_filtered_twice() {
     ] {
         let (_fake, store, run) = serve(
             |f, s| {
-                builder(f, s).list_options(ListOptions {
+                builder(f, s).config(WatchConfig {
                     wire_format: WireFormat::Auto,
                     ..shard_opts()
                 })
@@ -321,7 +321,7 @@ async fn metadata_only_lists_are_filtered_on_the_client() {
             _ => hang(),
         });
         let (store, builder) = meta_reflector(&fake.client);
-        let run = start(builder.list_options(ListOptions {
+        let run = start(builder.config(WatchConfig {
             shard_selector: Some(half()),
             ..opts()
         }));
@@ -356,7 +356,7 @@ async fn rejected_selector_is_a_clear_error_retried_with_backoff() {
     for watch_list in [false, true] {
         let (fake, _store, run) = serve(
             |f, s| {
-                builder(f, s).list_options(ListOptions {
+                builder(f, s).config(WatchConfig {
                     use_watch_list: watch_list,
                     ..shard_opts()
                 })

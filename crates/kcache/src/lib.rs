@@ -70,8 +70,8 @@ pub mod prelude {
     };
     pub use kcache_indexer::{IndexFunc, Indexer, Indexers, Lister};
     pub use kcache_informer::{
-        InformerConfig, ListOptions, ResourceEventHandler, ResourceEventHandlerFuncs,
-        SharedIndexInformer, SharedInformerFactory, wait_for_cache_sync,
+        InformerConfig, ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer,
+        SharedInformerFactory, WatchConfig, wait_for_cache_sync,
     };
     pub use kcache_lease::{KubeLeaseLock, LeaderElectionConfig};
     pub use kcache_workqueue::{AddOpts, RateLimiter, WorkQueue, default_controller_rate_limiter};

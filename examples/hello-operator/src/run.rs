@@ -56,8 +56,8 @@ pub async fn run(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let mut config = InformerConfig::default();
-    config.list.namespace = settings.namespace.clone();
-    config.list.object_options = ObjectOptions::new().strip_managed_fields(true);
+    config.watch.namespace = settings.namespace.clone();
+    config.watch.object_options.strip_managed_fields = true;
     let factory = SharedInformerFactory::builder(client.clone())
         .config(config)
         .build();

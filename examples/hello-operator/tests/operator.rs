@@ -499,9 +499,9 @@ async fn a_copy_follows_its_source() {
         kcache_testing::envtest::namespace("copier").await;
     let factory = SharedInformerFactory::builder(client.clone())
         .config(kcache::prelude::InformerConfig {
-            list: kcache::prelude::ListOptions {
+            watch: kcache::prelude::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache::prelude::ListOptions::default()
+                ..kcache::prelude::WatchConfig::default()
             },
             ..kcache::prelude::InformerConfig::default()
         })

@@ -20,7 +20,6 @@ use kcache_controller::metrics::RestClientMetricsLayer;
 use kcache_controller::{
     Config, KubeLeaseLock, LeaderElectionConfig, LeaseTimings, MetricsRegistry, Request,
 };
-use kcache_core::ObjectOptions;
 use kcache_informer::{InformerConfig, SharedInformerFactory};
 
 use crate::{Context, Foo, simulator};
@@ -175,8 +174,8 @@ pub async fn run(args: Args, hooks: Hooks) -> anyhow::Result<()> {
         }
     };
     let mut config = InformerConfig::default();
-    config.list.namespace = args.namespace.clone();
-    config.list.object_options = ObjectOptions::new().strip_managed_fields(true);
+    config.watch.namespace = args.namespace.clone();
+    config.watch.object_options.strip_managed_fields = true;
     let factory = SharedInformerFactory::builder(client.clone())
         .config(config)
         .reflector_metrics(metrics.reflector_provider())

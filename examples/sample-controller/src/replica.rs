@@ -10,7 +10,6 @@ use anyhow::Context as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use kcache_controller::lease::shard::Shard;
 use kcache_controller::{Config, KubeMembershipStore, Reconciler, ShardConfig, ShardField};
-use kcache_core::ObjectOptions;
 use kcache_informer::{InformerConfig, SharedInformerFactory};
 
 use crate::{Context, Foo, Running, build_controller};
@@ -141,8 +140,8 @@ where
 {
     let (client, bytes) = counting_client(kube_config)?;
     let mut informers = InformerConfig::default();
-    informers.list.namespace = config.namespace.clone();
-    informers.list.object_options = ObjectOptions::new().strip_managed_fields(true);
+    informers.watch.namespace = config.namespace.clone();
+    informers.watch.object_options.strip_managed_fields = true;
     let factory = SharedInformerFactory::builder(client.clone())
         .config(informers)
         .build();

@@ -130,9 +130,9 @@ async fn start_replica(
     let client = cp.client().expect("client");
     let factory = SharedInformerFactory::builder(client.clone())
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 namespace: Some(ns.into()),
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -252,9 +252,9 @@ async fn sharded_replicas_split_hand_over_and_converge() {
     // The Deployment stand-in, unsharded, on its own factory.
     let sim_factory = SharedInformerFactory::builder(client.clone())
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -508,9 +508,9 @@ async fn sharding_misuse_and_a_stolen_lease_stop_the_controller_with_an_error() 
     let client = cp.client().expect("client");
     let factory = SharedInformerFactory::builder(client.clone())
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

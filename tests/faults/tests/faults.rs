@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_envtest::ControlPlane;
 use kcache_envtest::proxy::{FaultProxy, ProxyStats};
-use kcache_informer::{ListOptions, SharedIndexInformer, wait_for_cache_sync};
+use kcache_informer::{SharedIndexInformer, WatchConfig, wait_for_cache_sync};
 use kcache_testing::builders::config_map;
 use kcache_testing::eventually;
 use kube::api::{Api, PostParams};
@@ -57,10 +57,10 @@ enum ListPath {
 }
 
 impl ListPath {
-    fn options(self, ns: &str) -> ListOptions {
-        let mut o = ListOptions {
+    fn options(self, ns: &str) -> WatchConfig {
+        let mut o = WatchConfig {
             namespace: Some(ns.to_owned()),
-            ..ListOptions::default()
+            ..WatchConfig::default()
         };
         if self == ListPath::Paged {
             o.use_watch_list = false;
@@ -232,7 +232,7 @@ impl Proxied {
         proxy.delay(setup.delay);
         let http = HttpFaults::default();
         let mut options = path.options(&ns);
-        options.watch_idle_timeout = setup.watch_idle;
+        options.timeouts.watch_idle_timeout = setup.watch_idle;
         if setup.http_mode {
             options.wire_format = kcache_informer::WireFormat::Json;
         }
@@ -241,7 +241,7 @@ impl Proxied {
             http.client(proxy.config(cp.config()).expect("config")),
         )
         .config(kcache_informer::InformerConfig {
-            list: options,
+            watch: options,
             ..kcache_informer::InformerConfig::default()
         })
         .watch_error_handler(errors.handler())
@@ -1050,9 +1050,9 @@ async fn handler_panics_and_blocks() {
         .expect("namespace");
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().expect("client"))
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

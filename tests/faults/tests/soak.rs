@@ -209,9 +209,9 @@ async fn soak() {
     let rss_before = rss_mb();
     let informer = SharedIndexInformer::<ConfigMap>::builder(client.clone())
         .config(kcache_informer::InformerConfig {
-            list: kcache_informer::ListOptions {
+            watch: kcache_informer::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::ListOptions::default()
+                ..kcache_informer::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

@@ -28,9 +28,12 @@ use crate::preview;
 
 fn decoders() -> [EventDecoder<Value>; 2] {
     [
-        EventDecoder::new(ObjectOptions::new(), None, None),
+        EventDecoder::new(ObjectOptions::default(), None, None),
         EventDecoder::new(
-            ObjectOptions::new().strip_managed_fields(true),
+            ObjectOptions {
+                strip_managed_fields: true,
+                ..ObjectOptions::default()
+            },
             Some("Widget"),
             Some("example.com/v1"),
         ),

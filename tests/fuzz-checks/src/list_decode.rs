@@ -46,9 +46,12 @@ struct RefMeta {
 
 fn decoders() -> [EventDecoder<Value>; 2] {
     [
-        EventDecoder::new(ObjectOptions::new(), None, None),
+        EventDecoder::new(ObjectOptions::default(), None, None),
         EventDecoder::new(
-            ObjectOptions::new().strip_managed_fields(true),
+            ObjectOptions {
+                strip_managed_fields: true,
+                ..ObjectOptions::default()
+            },
             Some("ConfigMap"),
             Some("v1"),
         ),

@@ -67,11 +67,15 @@ fn envelope(body: &[u8]) {
         }
         return;
     }
-    let options = ObjectOptions::new().strip_managed_fields(true);
+    let options = ObjectOptions {
+        strip_managed_fields: true,
+        ..ObjectOptions::default()
+    };
     if let Ok(obj) = CachedObject::from_protobuf_envelope_with(body.to_vec(), &options) {
         check_object(&obj);
     }
-    if let Ok(obj) = CachedObject::from_protobuf_envelope_with(body.to_vec(), &ObjectOptions::new())
+    if let Ok(obj) =
+        CachedObject::from_protobuf_envelope_with(body.to_vec(), &ObjectOptions::default())
     {
         check_object(&obj);
         if let Ok(cut) = obj.without_managed_fields() {

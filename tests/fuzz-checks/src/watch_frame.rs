@@ -69,9 +69,12 @@ pub fn check(data: &[u8]) {
         }
     }
 
-    let decoder = EventDecoder::<serde_json::Value>::new(ObjectOptions::new(), None, None);
+    let decoder = EventDecoder::<serde_json::Value>::new(ObjectOptions::default(), None, None);
     let strict = EventDecoder::<serde_json::Value>::new(
-        ObjectOptions::new().strip_managed_fields(true),
+        ObjectOptions {
+            strip_managed_fields: true,
+            ..ObjectOptions::default()
+        },
         Some("ConfigMap"),
         Some("v1"),
     );

@@ -20,8 +20,8 @@ use kcache_bench_compare::real::{
 use kcache_bench_compare::{END_MARKER, Report, proc_cpu_secs, proc_status_kb};
 use kcache_core::{Compression, ObjectOptions};
 use kcache_informer::{
-    BackgroundCompression, InformerConfig, ListOptions, ResourceEventHandlerFuncs,
-    SharedIndexInformer, SharedIndexInformerBuilder,
+    BackgroundCompression, InformerConfig, ResourceEventHandlerFuncs, SharedIndexInformer,
+    SharedIndexInformerBuilder, WatchConfig,
 };
 use kube::api::DynamicObject;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
@@ -96,7 +96,7 @@ fn heap_live_bytes() -> u64 {
 
 /// `--wire-format`: what the informer asks the apiserver for.
 mod wire_format {
-    use kcache_informer::ListOptions;
+    use kcache_informer::WatchConfig;
 
     /// The wire format the client is asked to use.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -108,7 +108,7 @@ mod wire_format {
     }
 
     /// Sets `format` on the informer's list options.
-    pub fn apply(opts: &mut ListOptions, format: WireFormat) {
+    pub fn apply(opts: &mut WatchConfig, format: WireFormat) {
         opts.wire_format = match format {
             WireFormat::Auto => kcache_informer::WireFormat::Auto,
             WireFormat::Json => kcache_informer::WireFormat::Json,
@@ -242,21 +242,23 @@ where
     K: kube::Resource + 'static,
     K::DynamicType: Clone + Send + Sync + 'static,
 {
-    let object_options = ObjectOptions::new()
-        .strip_managed_fields(args.strip_managed_fields)
-        .compression(if args.compress {
+    let object_options = ObjectOptions {
+        strip_managed_fields: args.strip_managed_fields,
+        compression: if args.compress {
             Compression::lz4()
         } else {
             Compression::none()
-        });
-    let mut opts = ListOptions {
+        },
+        ..ObjectOptions::default()
+    };
+    let mut opts = WatchConfig {
         use_watch_list,
         object_options,
-        ..ListOptions::default()
+        ..WatchConfig::default()
     };
     wire_format::apply(&mut opts, args.wire_format);
     builder.config(InformerConfig {
-        list: opts,
+        watch: opts,
         background_compression: match args.background_compression {
             OnOff::On => BackgroundCompression::default(),
             OnOff::Off => BackgroundCompression::off(),

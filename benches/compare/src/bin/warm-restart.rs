@@ -13,7 +13,7 @@ use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kcache_bench_compare::proc_status_kb;
 use kcache_core::ObjectOptions;
-use kcache_informer::{ListOptions, SharedIndexInformer, SnapshotOptions, StartKind};
+use kcache_informer::{SharedIndexInformer, SnapshotOptions, StartKind, WatchConfig};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -33,11 +33,13 @@ async fn main() -> anyhow::Result<()> {
     let baseline = proc_status_kb("VmRSS");
     let informer = SharedIndexInformer::<Pod>::builder(client)
         .config(kcache_informer::InformerConfig {
-            list: ListOptions {
+            watch: WatchConfig {
                 use_watch_list: false,
-                object_options: ObjectOptions::new()
-                    .strip_managed_fields(args.strip_managed_fields),
-                ..ListOptions::default()
+                object_options: ObjectOptions {
+                    strip_managed_fields: args.strip_managed_fields,
+                    ..ObjectOptions::default()
+                },
+                ..WatchConfig::default()
             },
             snapshot: Some(
                 SnapshotOptions::dir(&args.snapshot_dir)

@@ -21,7 +21,7 @@ use crate::source::Enqueuer;
 fn informer(label_selector: Option<&str>) -> SharedIndexInformer<ConfigMap> {
     let fake = Fake::serving(Bytes::from_static(b"{}"));
     let mut config = kcache_informer::InformerConfig::default();
-    config.list.label_selector = label_selector.map(str::to_owned);
+    config.watch.label_selector = label_selector.map(str::to_owned);
     SharedIndexInformer::<ConfigMap>::builder(fake.client.clone())
         .config(config)
         .build()

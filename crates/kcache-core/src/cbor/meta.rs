@@ -344,9 +344,13 @@ mod tests {
         use crate::{CachedObject, FieldPaths, Format, ObjectOptions};
         let b = object();
         let json = super::super::to_json(&b).unwrap();
-        let options = ObjectOptions::new().strip_managed_fields(true).field_paths(
-            FieldPaths::new(["/spec/node", "/spec/tags/0", "/metadata/name"]).unwrap(),
-        );
+        let options = ObjectOptions {
+            strip_managed_fields: true,
+            field_paths: Some(
+                FieldPaths::new(["/spec/node", "/spec/tags/0", "/metadata/name"]).unwrap(),
+            ),
+            ..ObjectOptions::default()
+        };
         let c: CachedObject<serde_json::Value> =
             CachedObject::from_cbor_with(b.clone(), &options).unwrap();
         let j: CachedObject<serde_json::Value> =

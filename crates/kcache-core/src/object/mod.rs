@@ -79,7 +79,7 @@ impl From<DecodeError> for std::io::Error {
 /// # Compression
 ///
 /// By default an object keeps its JSON as given. With
-/// [`compression`](Self::compression)`(`[`Compression::lz4()`]`)` it keeps
+/// [`compression`](Self::compression) set to [`Compression::lz4()`] it keeps
 /// the JSON LZ4-compressed against a dictionary learned from the first
 /// object built with these options (shared by all of them): on realistic
 /// Pods the stored JSON shrinks to a small fraction of its size (4.3 KB
@@ -97,9 +97,11 @@ impl From<DecodeError> for std::io::Error {
 /// ```
 /// use kcache_core::{CachedObject, Compression, ObjectOptions};
 ///
-/// let options = ObjectOptions::new()
-///     .strip_managed_fields(true)
-///     .compression(Compression::lz4());
+/// let options = ObjectOptions {
+///     strip_managed_fields: true,
+///     compression: Compression::lz4(),
+///     ..ObjectOptions::default()
+/// };
 /// let pod = |i: usize| format!(
 ///     r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"web-{i}","namespace":"prod",
 ///     "labels":{{"app":"web","tier":"frontend"}},"managedFields":[{{"manager":"kubectl"}}]}},
@@ -117,67 +119,31 @@ impl From<DecodeError> for std::io::Error {
 /// assert_eq!(value["spec"]["nodeName"], "node-2");
 /// assert!(value["metadata"].get("managedFields").is_none());
 /// // One dictionary, learned from the first object, shared by all.
-/// let dict = options.compression_mode().dictionary().unwrap();
+/// let dict = options.compression.dictionary().unwrap();
 /// assert!(first.dictionary().unwrap().ptr_eq(dict));
 /// assert!(second.dictionary().unwrap().ptr_eq(dict));
 /// # Ok::<_, Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct ObjectOptions {
-    strip_managed_fields: bool,
-    copy_bytes: bool,
-    field_paths: Option<FieldPaths>,
-    compression: Compression,
-}
-
-impl ObjectOptions {
-    /// Default options: keep the bytes as given, extract no field path.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Cut `metadata.managedFields` out of the stored bytes.
-    pub fn strip_managed_fields(mut self, strip: bool) -> Self {
-        self.strip_managed_fields = strip;
-        self
-    }
+    /// Cut `metadata.managedFields` out of the stored bytes (default: keep
+    /// them).
+    pub strip_managed_fields: bool,
     /// Copy the bytes into a buffer of their own instead of keeping the
     /// given `Bytes`. Set it when the input is a slice of a larger buffer
     /// (e.g. one item of a whole list response): a kept slice keeps the
     /// whole buffer alive for as long as any object built from it lives.
     /// (Bytes rebuilt by the managedFields cut, and compressed bytes, are
     /// always a buffer of their own.)
-    pub fn copy_bytes(mut self, copy: bool) -> Self {
-        self.copy_bytes = copy;
-        self
-    }
-    /// Whether the bytes are copied.
-    pub fn copies_bytes(&self) -> bool {
-        self.copy_bytes
-    }
-    /// Extract these field paths during the partial decode.
-    pub fn field_paths(mut self, paths: FieldPaths) -> Self {
-        self.field_paths = Some(paths);
-        self
-    }
-    /// Whether managedFields are cut.
-    pub fn strips_managed_fields(&self) -> bool {
-        self.strip_managed_fields
-    }
-    /// The declared field paths, if any.
-    pub fn declared_field_paths(&self) -> Option<&FieldPaths> {
-        self.field_paths.as_ref()
-    }
+    pub copy_bytes: bool,
+    /// Extract these field paths during the partial decode (default:
+    /// none).
+    pub field_paths: Option<FieldPaths>,
     /// Store the JSON compressed ([`Compression::lz4()`]) or as given
     /// ([`Compression::none()`], the default). See
-    /// [Compression](Self#compression) for the trade-off.
-    pub fn compression(mut self, compression: Compression) -> Self {
-        self.compression = compression;
-        self
-    }
-    /// The compression setting (and, once learned, its dictionary).
-    pub fn compression_mode(&self) -> &Compression {
-        &self.compression
-    }
+    /// [Compression](Self#compression) for the trade-off. Once learned, the
+    /// dictionary is shared by every object built with these options.
+    pub compression: Compression,
 }
 
 /// Declared paths plus the values extracted for them, in the same order.

@@ -23,13 +23,13 @@ use crate::snapshot::SnapshotStatus;
 /// ```no_run
 /// # fn f(client: kube::Client) {
 /// use k8s_openapi::api::core::v1::Pod;
-/// use kcache_informer::{InformerConfig, ListOptions, SharedIndexInformer};
+/// use kcache_informer::{InformerConfig, WatchConfig, SharedIndexInformer};
 ///
 /// let informer = SharedIndexInformer::<Pod>::builder(client)
 ///     .config(InformerConfig {
-///         list: ListOptions {
+///         watch: WatchConfig {
 ///             namespace: Some("prod".into()),
-///             ..ListOptions::default()
+///             ..WatchConfig::default()
 ///         },
 ///         ..InformerConfig::default()
 ///     })
@@ -66,7 +66,7 @@ where
     /// A transform applied once to every object before it is cached (and
     /// before handlers see it). To cut managedFields, prefer
     /// [`ObjectOptions::strip_managed_fields`](kcache_core::ObjectOptions::strip_managed_fields)
-    /// in [`InformerConfig::list`]: it cuts them while the bytes are read.
+    /// in [`InformerConfig::watch`]: it cuts them while the bytes are read.
     pub fn transform(mut self, transform: TransformFunc<K>) -> Self {
         self.transform = Some(transform);
         self
@@ -104,7 +104,7 @@ where
             indexers,
         ));
         let InformerConfig {
-            list,
+            watch,
             name,
             resync_period,
             fifo,
@@ -127,7 +127,7 @@ where
                 name,
                 client: self.client,
                 dyntype: self.dyntype,
-                list_options: list,
+                watch,
                 fifo_kind: fifo,
                 default_handler_resync: resync_period,
                 reflector_metrics,

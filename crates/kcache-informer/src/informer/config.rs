@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use kcache_reflector::ListOptions;
+use kcache_reflector::WatchConfig;
 
 use super::{DEFAULT_HANDLER_SHUTDOWN_TIMEOUT, FifoKind};
 use crate::background_compression::BackgroundCompression;
@@ -21,15 +21,15 @@ use crate::snapshot::SnapshotOptions;
 /// ```
 /// use std::time::Duration;
 /// use kcache_core::ObjectOptions;
-/// use kcache_informer::{InformerConfig, ListOptions};
+/// use kcache_informer::{InformerConfig, WatchConfig};
 ///
 /// let config = InformerConfig {
-///     list: ListOptions {
+///     watch: WatchConfig {
 ///         namespace: Some("prod".into()),
 ///         label_selector: Some("app=web".into()),
 ///         // the one way to cut managedFields: while the bytes are read
-///         object_options: ObjectOptions::new().strip_managed_fields(true),
-///         ..ListOptions::default()
+///         object_options: ObjectOptions { strip_managed_fields: true, ..ObjectOptions::default() },
+///         ..WatchConfig::default()
 ///     },
 ///     resync_period: Duration::from_secs(600),
 ///     ..InformerConfig::default()
@@ -41,9 +41,9 @@ pub struct InformerConfig {
     /// What the reflector asks the apiserver for and how: namespace,
     /// selectors, paging, streaming lists, wire format, shard selector,
     /// timeouts, size caps, and how objects are built from the bytes
-    /// ([`ListOptions::object_options`]: field paths, managedFields
+    /// ([`WatchConfig::object_options`]: field paths, managedFields
     /// stripping). Default: everything, in every namespace.
-    pub list: ListOptions,
+    pub watch: WatchConfig,
     /// Name for logs and metrics (default `None`: the resource's plural).
     pub name: Option<String>,
     /// The default handler resync period, which is also the informer's
@@ -76,7 +76,7 @@ pub struct InformerConfig {
 impl Default for InformerConfig {
     fn default() -> Self {
         InformerConfig {
-            list: ListOptions::default(),
+            watch: WatchConfig::default(),
             name: None,
             resync_period: Duration::ZERO,
             fifo: FifoKind::default(),

@@ -17,7 +17,7 @@ use kcache_core::ShardSelector;
 use kcache_core::sync::lock;
 use kcache_deltafifo::{Queue, TransformFunc};
 use kcache_indexer::{IndexError, Indexer, Indexers, Lister};
-use kcache_reflector::{ListOptions, Reflector, ShardFilterMode, WatchErrorHandler};
+use kcache_reflector::{Reflector, ShardFilterMode, WatchConfig, WatchErrorHandler};
 use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
@@ -95,7 +95,7 @@ pub(crate) struct Inner<K: Resource> {
     pub(crate) name: String,
     pub(crate) client: Client,
     pub(crate) dyntype: K::DynamicType,
-    pub(crate) list_options: ListOptions,
+    pub(crate) watch: WatchConfig,
     fifo_kind: FifoKind,
     default_handler_resync: Duration,
     /// Taken when the reflector is built.
@@ -274,9 +274,9 @@ where
     }
 
     /// The shard selector the informer lists and watches with
-    /// ([`ListOptions::shard_selector`]).
+    /// ([`WatchConfig::shard_selector`]).
     pub fn shard_selector(&self) -> Option<&ShardSelector> {
-        self.inner.list_options.shard_selector.as_ref()
+        self.inner.watch.shard_selector.as_ref()
     }
 
     /// Who cuts the collection down to the informer's shard: `None`

@@ -382,7 +382,7 @@ where
         let mut rb =
             Reflector::builder_with(self.inner.client.clone(), sink, self.inner.dyntype.clone())
                 .name(self.inner.name.clone())
-                .list_options(self.inner.list_options.clone())
+                .config(self.inner.watch.clone())
                 .resync_period(lc.resync_check_period);
         if let Some(m) = self.inner.reflector_metrics.get() {
             rb = rb.metrics(m.clone());

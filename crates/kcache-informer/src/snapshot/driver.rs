@@ -117,7 +117,7 @@ where
             interval: options.interval,
             on_shutdown: options.write_on_shutdown,
         };
-        let object_options = self.inner.list_options.object_options.clone();
+        let object_options = self.inner.watch.object_options.clone();
         let read_path = path.clone();
         let name = self.inner.name.clone();
         let read = tokio::task::spawn_blocking(move || {
@@ -177,7 +177,7 @@ where
             }
         };
         let dt = &self.inner.dyntype;
-        let o = &self.inner.list_options;
+        let o = &self.inner.watch;
         let nonempty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
         Ok(Fingerprint {
             cluster_uid,
@@ -195,7 +195,7 @@ where
             } else {
                 None
             },
-            strip_managed_fields: o.object_options.strips_managed_fields(),
+            strip_managed_fields: o.object_options.strip_managed_fields,
         })
     }
 

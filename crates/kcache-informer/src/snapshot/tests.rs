@@ -142,7 +142,10 @@ fn objects_come_back_in_their_format() {
     assert_eq!(back.meta(), pb.meta());
     assert_eq!(back.key(), "ns/p");
     // rebuilt with the informer's options, in its format
-    let strip = ObjectOptions::new().strip_managed_fields(true);
+    let strip = ObjectOptions {
+        strip_managed_fields: true,
+        ..ObjectOptions::default()
+    };
     let loaded: Loaded<Cm> = decode(&out[..], out.len() as u64, &fp(), &strip).unwrap();
     let back = &loaded.objects[1];
     assert_eq!(back.format(), Format::Protobuf);
@@ -196,7 +199,10 @@ fn objects_are_rebuilt_with_the_informer_options() {
         &out[..],
         out.len() as u64,
         &fp(),
-        &ObjectOptions::new().strip_managed_fields(true),
+        &ObjectOptions {
+            strip_managed_fields: true,
+            ..ObjectOptions::default()
+        },
     )
     .unwrap();
     assert!(!String::from_utf8_lossy(loaded.objects[0].bytes()).contains("managedFields"));

@@ -10,7 +10,7 @@ pub use k8s_openapi::api::core::v1::ConfigMap;
 pub use kcache_testing::fake::FakeApi;
 
 use kcache_informer::{
-    InformerError, ListOptions, SharedIndexInformer, SharedIndexInformerBuilder,
+    InformerError, SharedIndexInformer, SharedIndexInformerBuilder, WatchConfig,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -65,9 +65,9 @@ impl InformerOnFake for FakeApi {
 /// base of a test's own config on the fake.
 pub fn on_fake() -> kcache_informer::InformerConfig {
     kcache_informer::InformerConfig {
-        list: ListOptions {
+        watch: WatchConfig {
             use_watch_list: false,
-            ..ListOptions::default()
+            ..WatchConfig::default()
         },
         ..kcache_informer::InformerConfig::default()
     }

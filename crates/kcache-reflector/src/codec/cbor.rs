@@ -366,7 +366,11 @@ mod tests {
     }
 
     fn dec() -> EventDecoder<serde_json::Value> {
-        EventDecoder::new(ObjectOptions::new(), Some("Widget"), Some("example.com/v1"))
+        EventDecoder::new(
+            ObjectOptions::default(),
+            Some("Widget"),
+            Some("example.com/v1"),
+        )
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl<K> fmt::Debug for WatchEvent<K> {
 /// use kcache_core::ObjectOptions;
 /// use kcache_reflector::{EventDecoder, WatchEvent};
 ///
-/// let decoder = EventDecoder::<serde_json::Value>::new(ObjectOptions::new(), Some("ConfigMap"), Some("v1"));
+/// let decoder = EventDecoder::<serde_json::Value>::new(ObjectOptions::default(), Some("ConfigMap"), Some("v1"));
 /// let line = Bytes::from_static(br#"{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}}"#);
 /// match decoder.decode_event(line)? {
 ///     WatchEvent::Added(obj) => {
@@ -174,8 +174,11 @@ impl<K> EventDecoder<K> {
     /// whose `kind` / `apiVersion` (when present) differ from the given ones.
     pub fn new(options: ObjectOptions, kind: Option<&str>, api_version: Option<&str>) -> Self {
         EventDecoder {
-            list_options: options.clone().copy_bytes(true),
-            blocks: (!options.strips_managed_fields() && !options.compression_mode().is_enabled())
+            list_options: ObjectOptions {
+                copy_bytes: true,
+                ..options.clone()
+            },
+            blocks: (!options.strip_managed_fields && !options.compression.is_enabled())
                 .then(|| std::sync::Mutex::new(ByteBlocks::new())),
             options,
             kind: kind.map(str::to_owned),

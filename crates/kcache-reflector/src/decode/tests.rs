@@ -6,7 +6,7 @@ use super::*;
 type V = serde_json::Value;
 
 fn dec() -> EventDecoder<V> {
-    EventDecoder::new(ObjectOptions::new(), Some("ConfigMap"), Some("v1"))
+    EventDecoder::new(ObjectOptions::default(), Some("ConfigMap"), Some("v1"))
 }
 
 fn ev(s: &str) -> Result<WatchEvent<V>, BadEvent> {
@@ -196,8 +196,11 @@ fn json_lists_read_in_chunks_equal_the_whole_body() {
         b"{\"kind\":\"L\xffist\",\"items\":[{\"metadata\":{\"name\":\"a\"}}]}",
     ];
     for options in [
-        ObjectOptions::new(),
-        ObjectOptions::new().strip_managed_fields(true),
+        ObjectOptions::default(),
+        ObjectOptions {
+            strip_managed_fields: true,
+            ..ObjectOptions::default()
+        },
     ] {
         let d = EventDecoder::<V>::new(options, None, None);
         for body in bodies {
@@ -242,7 +245,10 @@ fn json_list_items_read_in_chunks_own_their_bytes() {
 #[test]
 fn list_items_get_buffers_of_their_own_when_compressed_at_ingest() {
     let d = EventDecoder::<V>::new(
-        ObjectOptions::new().compression(kcache_core::Compression::lz4()),
+        ObjectOptions {
+            compression: kcache_core::Compression::lz4(),
+            ..ObjectOptions::default()
+        },
         None,
         None,
     );
@@ -351,8 +357,11 @@ fn protobuf_list_items_are_own_buffers_and_bad_ones_skipped() {
         &[pb_cm("a"), nameless, vec![0x0a, 0x7f], pb_cm("b")],
     );
     for options in [
-        ObjectOptions::new(),
-        ObjectOptions::new().strip_managed_fields(true),
+        ObjectOptions::default(),
+        ObjectOptions {
+            strip_managed_fields: true,
+            ..ObjectOptions::default()
+        },
     ] {
         let dec = EventDecoder::<V>::new(options.clone(), Some("ConfigMap"), Some("v1"));
         let page = dec.decode_protobuf_list(&body).unwrap();
@@ -375,7 +384,7 @@ fn protobuf_list_items_are_own_buffers_and_bad_ones_skipped() {
             assert_eq!(v["kind"], "ConfigMap");
             assert_eq!(
                 v["metadata"].get("managedFields").is_some(),
-                !options.strips_managed_fields()
+                !options.strip_managed_fields
             );
         }
     }
@@ -474,7 +483,10 @@ fn protobuf_events_bookmarks_and_errors() {
 #[test]
 fn list_items_are_own_buffers_when_stripping_managed_fields() {
     let dec = EventDecoder::<V>::new(
-        ObjectOptions::new().strip_managed_fields(true),
+        ObjectOptions {
+            strip_managed_fields: true,
+            ..ObjectOptions::default()
+        },
         Some("ConfigMap"),
         Some("v1"),
     );

@@ -311,7 +311,7 @@ pub enum ReflectorError {
     ListPageTooLarge {
         /// The resource.
         resource: String,
-        /// The cap ([`ListOptions::max_list_page_bytes`](crate::ListOptions::max_list_page_bytes)).
+        /// The cap ([`Limits::max_list_page_bytes`](crate::Limits::max_list_page_bytes)).
         limit: usize,
     },
     /// The objects a streaming list buffered before its initial-events-end
@@ -322,7 +322,7 @@ pub enum ReflectorError {
     InitialEventsTooLarge {
         /// The resource.
         resource: String,
-        /// The cap ([`ListOptions::max_initial_events_bytes`](crate::ListOptions::max_initial_events_bytes)).
+        /// The cap ([`Limits::max_initial_events_bytes`](crate::Limits::max_initial_events_bytes)).
         limit: usize,
     },
     /// The apiserver rejected the reflector's shard selector (`500 invalid

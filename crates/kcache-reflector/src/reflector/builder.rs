@@ -17,9 +17,9 @@ use crate::backoff::BackoffConfig;
 use crate::codec::{self, Target};
 use crate::decode::EventDecoder;
 use crate::error::ReflectorError;
-use crate::list_options::ListOptions;
 use crate::metrics::{NoopReflectorMetricsProvider, ReflectorMetrics, ReflectorMetricsProvider};
 use crate::shard::Sharding;
+use crate::watch_config::WatchConfig;
 
 /// Configures a [`Reflector`]; obtained from [`Reflector::builder`] or
 /// [`Reflector::builder_with`]. Every setting has client-go's default.
@@ -27,7 +27,7 @@ pub struct ReflectorBuilder<K: Resource> {
     client: Client,
     store: Arc<dyn ReflectorStore<K>>,
     dyntype: K::DynamicType,
-    options: ListOptions,
+    options: WatchConfig,
     resync_period: Option<Duration>,
     backoff: BackoffConfig,
     name: Option<String>,
@@ -55,9 +55,9 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
     /// Every list and watch setting (namespace, selectors, page size,
     /// streaming lists, object options, watch timeouts, request deadlines,
     /// size caps, wire format, shard selector; default:
-    /// [`ListOptions::default`]): the one configuration an informer passes
+    /// [`WatchConfig::default`]): the one configuration an informer passes
     /// down whole (as kube-runtime's `watcher::Config`).
-    pub fn list_options(mut self, options: ListOptions) -> Self {
+    pub fn config(mut self, options: WatchConfig) -> Self {
         self.options = options;
         self
     }
@@ -155,6 +155,7 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
                 metadata_only,
             },
         );
+        let (timeouts, limits) = (self.options.timeouts, self.options.limits);
         Reflector {
             metrics: ReflectorMetrics::new(&*self.metrics, &name),
             client: self.client,
@@ -173,18 +174,15 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             page_size: self.options.page_size,
             use_watch_list: self.options.use_watch_list,
             resync_period: self.resync_period,
-            min_watch_timeout: self
-                .options
-                .min_watch_timeout
-                .max(DEFAULT_MIN_WATCH_TIMEOUT),
-            watch_idle_timeout: self.options.watch_idle_timeout,
+            min_watch_timeout: timeouts.min_watch_timeout.max(DEFAULT_MIN_WATCH_TIMEOUT),
+            watch_idle_timeout: timeouts.watch_idle_timeout,
             backoff: self.backoff,
             handler: self.handler,
-            max_internal_error_retry_duration: self.options.max_internal_error_retry_duration,
-            max_event_size: self.options.max_event_size.max(1),
-            timeouts: self.options.request_timeouts,
-            max_list_page_bytes: self.options.max_list_page_bytes.max(1),
-            max_initial_events_bytes: self.options.max_initial_events_bytes.max(1),
+            max_internal_error_retry_duration: timeouts.max_internal_error_retry_duration,
+            max_event_size: limits.max_event_size.max(1),
+            timeouts,
+            max_list_page_bytes: limits.max_list_page_bytes.max(1),
+            max_initial_events_bytes: limits.max_initial_events_bytes.max(1),
             shared: Mutex::new(Shared {
                 last_sync_rv: self.resume_from.clone().unwrap_or_default(),
                 synced: false,
@@ -223,7 +221,7 @@ impl<K: Resource + 'static> Reflector<K> {
             client,
             store,
             dyntype,
-            options: ListOptions::default(),
+            options: WatchConfig::default(),
             resync_period: None,
             backoff: BackoffConfig::default(),
             name: None,

@@ -32,10 +32,10 @@ use crate::codec::CodecId;
 use crate::decode::EventDecoder;
 use crate::error::{ApiError, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError, Truncated};
 use crate::limits::RequestTimeouts;
-#[cfg(doc)]
-use crate::list_options::ListOptions;
 use crate::metrics::ReflectorMetrics;
 use crate::shard::Sharding;
+#[cfg(doc)]
+use crate::watch_config::WatchConfig;
 
 mod builder;
 mod initial_buffer;
@@ -55,10 +55,10 @@ pub type WatchErrorHandler = Arc<dyn Fn(&ReflectorError) + Send + Sync>;
 /// client-go's default page size.
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
 
-pub use crate::list_options::DEFAULT_MIN_WATCH_TIMEOUT;
+pub(crate) use crate::limits::DEFAULT_MIN_WATCH_TIMEOUT;
 
 /// Added to a watch's requested server-side timeout to get the default
-/// client-side idle limit (see [`ListOptions::watch_idle_timeout`]).
+/// client-side idle limit (see [`RequestTimeouts::watch_idle_timeout`]).
 pub const WATCH_IDLE_MARGIN: Duration = Duration::from_secs(30);
 
 /// Server-side timeout of the watches opened by a resuming reflector until

@@ -10,12 +10,12 @@ use tracing::{info, warn};
 use super::watch::Mode;
 use super::{MAX_LOGGED_URI, Reflector};
 use crate::error::{ReflectorError, Truncated};
-#[cfg(doc)]
-use crate::list_options::ListOptions;
 use crate::shard::{ShardFilterMode, Sharding};
+#[cfg(doc)]
+use crate::watch_config::WatchConfig;
 
 impl<K: 'static> Reflector<K> {
-    /// The shard selector (see [`ListOptions::shard_selector`]).
+    /// The shard selector (see [`WatchConfig::shard_selector`]).
     pub fn shard_selector(&self) -> Option<&ShardSelector> {
         self.sharding.as_ref().map(|s| &s.selector)
     }

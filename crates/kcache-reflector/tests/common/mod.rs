@@ -8,8 +8,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use kcache_core::{CachedObject, ObjectOptions, ObjectOrTombstone, ReflectorStore, StoreError};
 use kcache_reflector::{
-    BackoffConfig, BadEventKind, ErrorReason, ListOptions, Reflector, ReflectorBuilder,
-    ReflectorError,
+    BackoffConfig, BadEventKind, ErrorReason, Reflector, ReflectorBuilder, ReflectorError,
+    WatchConfig,
 };
 use kcache_testing::fake::{End, Fake, Recorded, Reply, bookmark, error_event, ev};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -99,26 +99,29 @@ pub fn start<K: kube::Resource + 'static>(b: ReflectorBuilder<K>) -> Running<K> 
 
 /// The tests' usual list options: namespace `ns`, list + watch (no
 /// streaming list).
-pub fn opts() -> ListOptions {
-    ListOptions {
+pub fn opts() -> WatchConfig {
+    WatchConfig {
         namespace: Some("ns".into()),
         use_watch_list: false,
-        ..ListOptions::default()
+        ..WatchConfig::default()
     }
 }
 
 /// [`opts`] with streaming lists.
-pub fn wl_opts() -> ListOptions {
-    ListOptions {
+pub fn wl_opts() -> WatchConfig {
+    WatchConfig {
         use_watch_list: true,
         ..opts()
     }
 }
 
 /// `options`, with managedFields cut from the cached objects.
-pub fn cutting_managed_fields(options: ListOptions) -> ListOptions {
-    ListOptions {
-        object_options: ObjectOptions::new().strip_managed_fields(true),
+pub fn cutting_managed_fields(options: WatchConfig) -> WatchConfig {
+    WatchConfig {
+        object_options: ObjectOptions {
+            strip_managed_fields: true,
+            ..ObjectOptions::default()
+        },
         ..options
     }
 }
@@ -194,7 +197,7 @@ pub fn meta_reflector(
     client: &kube::Client,
 ) -> (Arc<RecordingStore<Meta>>, ReflectorBuilder<Meta>) {
     let store = Arc::new(RecordingStore::<Meta>::default());
-    let builder = Reflector::<Meta>::builder(client.clone(), store.clone()).list_options(opts());
+    let builder = Reflector::<Meta>::builder(client.clone(), store.clone()).config(opts());
     (store, builder)
 }
 
