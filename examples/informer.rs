@@ -18,9 +18,8 @@ use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kcache_core::{FieldPaths, ObjectOptions};
 use kcache_indexer::{Indexers, field_index_func, label_index_func};
-use kcache_informer::{
-    ResourceEventHandlerFuncs, SharedIndexInformer, WatchConfig, wait_for_cache_sync,
-};
+use kcache_informer::{ResourceEventHandlerFuncs, SharedIndexInformer, wait_for_cache_sync};
+use kcache_reflector::WatchConfig;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio_util::sync::CancellationToken;

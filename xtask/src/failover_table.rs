@@ -29,10 +29,11 @@ use clap::Args;
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_controller::lease::{KubeLeaseLock, LeaderCallbacks};
-use kcache_controller::{Action, Config, Controller, LeaderElectionConfig, LeaderElector, Request};
+use kcache_controller::{Action, Config, Controller, Request};
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::{KubeLeaseLock, LeaderCallbacks};
+use kcache_lease::{LeaderElectionConfig, LeaderElector};
 use kube::api::{Api, DeleteParams, PostParams};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
@@ -123,13 +124,13 @@ pub fn replica(args: FailoverReplicaArgs) -> anyhow::Result<()> {
         }
         let factory = SharedInformerFactory::builder(client.clone())
             .config(kcache_informer::InformerConfig {
-                watch: kcache_informer::WatchConfig {
+                watch: kcache_reflector::WatchConfig {
                     namespace: Some(args.namespace.clone()),
                     object_options: kcache_core::ObjectOptions {
                         strip_managed_fields: true,
                         ..Default::default()
                     },
-                    ..kcache_informer::WatchConfig::default()
+                    ..kcache_reflector::WatchConfig::default()
                 },
                 ..kcache_informer::InformerConfig::default()
             })

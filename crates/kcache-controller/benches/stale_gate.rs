@@ -91,9 +91,9 @@ async fn controller(
     let fake = fake(list.clone());
     let factory = SharedInformerFactory::builder(fake.client.clone())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

@@ -26,10 +26,10 @@
 //!
 //! With [`leader_election`](Controller::leader_election) only the replica
 //! holding a `coordination.k8s.io/v1` Lease runs workers
-//! ([`lease::leader_election`]);
+//! ([`kcache_lease::leader_election`]);
 //! with [`sharded`](Controller::sharded) every replica runs workers for its
 //! share of the keys, handed over through membership Leases so that no key
-//! is reconciled by two replicas at once ([`lease::shard`]);
+//! is reconciled by two replicas at once ([`kcache_lease::shard`]);
 //! [`events::Recorder`] publishes `events.k8s.io/v1` events folded into
 //! series; [`finalizer::finalizer`] runs cleanup before deletion;
 //! [`metrics`] records into a provider of this layer's metrics; with the
@@ -114,16 +114,6 @@ pub use config::{
 pub use consistency::{Consistency, DEFAULT_MAX_STALE_WAIT};
 pub use controller::{Controller, ControllerHandle, NotLeading};
 pub use error::{ControllerError, UnsyncedInformer};
-pub use kcache_core::{ShardField, ShardSelector};
-/// Leader election and shard membership on Leases: the
-/// [`kcache_lease`] crate, which [`Controller::leader_election`] and
-/// [`Controller::sharded`] compose.
-pub use kcache_lease as lease;
-pub use kcache_lease::shard::ShardConfig;
-pub use kcache_lease::{
-    KubeLeaseLock, LeaderElectionConfig, LeaderElectionConfigError, LeaderElector, LeaderStatus,
-    LeaseLock, LeaseTimings,
-};
 pub use membership_store::KubeMembershipStore;
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]

@@ -215,10 +215,10 @@ impl MembershipStore for KubeMembershipStore {
     async fn watch(&self, group: &str, wake: Arc<Notify>, stop: CancellationToken) {
         let informer = SharedIndexInformer::<Lease>::builder(self.client.clone())
             .config(kcache_informer::InformerConfig {
-                watch: kcache_informer::WatchConfig {
+                watch: kcache_reflector::WatchConfig {
                     namespace: Some(self.namespace.clone()),
                     label_selector: Some(selector(group)),
-                    ..kcache_informer::WatchConfig::default()
+                    ..kcache_reflector::WatchConfig::default()
                 },
                 name: Some(format!("shard-leases/{}/{group}", self.namespace)),
                 ..kcache_informer::InformerConfig::default()

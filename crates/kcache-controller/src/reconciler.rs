@@ -49,7 +49,7 @@ pub enum Trigger {
     /// Queued by hand through [`ControllerHandle::enqueue`](crate::ControllerHandle::enqueue).
     Manual,
     /// This replica of a sharded controller gained the key in a handover
-    /// (see [`shard`](crate::lease::shard)).
+    /// (see [`shard`](kcache_lease::shard)).
     Handover,
 }
 

@@ -41,7 +41,7 @@ use std::fmt;
 
 /// A boxed error, as reconcilers often return: kcache-core's, the one
 /// `BoxError` of the workspace.
-pub use kcache_core::BoxError;
+use kcache_core::BoxError;
 
 /// A reconcile error that retrying cannot fix: counted, logged, not
 /// retried (see the [module docs](self)).

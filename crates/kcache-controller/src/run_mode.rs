@@ -11,11 +11,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::error::ControllerError;
-use crate::metrics::{ControllerMetricsProvider, SettableGaugeMetric};
+use crate::metrics::ControllerMetricsProvider;
 use crate::reconciler::{Reconciler, Trigger};
 use crate::server::Health;
 use crate::shard_informers::Caches;
 use crate::worker::{LeaseGuard, Primary, Shared, start_workers};
+use kcache_core::metrics::SettableGaugeMetric;
 
 /// The run mode chosen on the builder.
 pub(crate) enum RunMode {

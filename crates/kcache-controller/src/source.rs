@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kcache_core::{CachedObject, Metadata, ObjectOrTombstone};
-use kcache_informer::ReflectorMetricsProvider;
 use kcache_informer::{
     HasSynced, InformerError, ResourceEventHandler, ResourceEventHandlerRegistration,
     SharedIndexInformer, SharedInformerFactory,
 };
 use kcache_lease::Shard;
+use kcache_reflector::ReflectorMetricsProvider;
 use kcache_workqueue::AddOpts;
 use kube::Resource;
 

@@ -19,12 +19,13 @@ use tracing::Instrument as _;
 use crate::action::Action;
 use crate::config::Config;
 use crate::consistency::{Admission, StaleGate, WriteLedger};
-use crate::metrics::{ControllerMetricsProvider, CounterMetric, GaugeMetric, HistogramMetric};
+use crate::metrics::ControllerMetricsProvider;
 use crate::queued::{KeyQueue, QueuedKey};
 use crate::reconciler::{Reconciler, Request, Trigger};
 use crate::retry::describe;
 use crate::shard_informers::Caches;
 use crate::source::Enqueuer;
+use kcache_core::metrics::{CounterMetric, GaugeMetric, HistogramMetric};
 
 /// The reconcile metrics of one controller.
 pub(crate) struct WorkerMetrics {

@@ -24,7 +24,8 @@ use kcache_controller::{
 };
 use kcache_core::Selector;
 use kcache_envtest::proxy::FaultProxy;
-use kcache_informer::{SharedInformerFactory, WireFormat};
+use kcache_informer::SharedInformerFactory;
+use kcache_reflector::WireFormat;
 use kcache_testing::builders::{config_map, deployment};
 use kcache_testing::envtest::namespace;
 use kcache_testing::eventually;
@@ -52,10 +53,10 @@ async fn env(prefix: &str, delay: Duration) -> Env {
     // length-prefixed)
     let factory = SharedInformerFactory::builder(watching)
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(t.ns.clone()),
                 wire_format: WireFormat::Json,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

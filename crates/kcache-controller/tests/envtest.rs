@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{
-    Action, Config, Controller, ControllerError, ControllerHandle, KubeLeaseLock,
-    LeaderElectionConfig, MetricsRegistry, Request,
+    Action, Config, Controller, ControllerError, ControllerHandle, MetricsRegistry, Request,
 };
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::{KubeLeaseLock, LeaderElectionConfig};
 use kcache_testing::envtest::namespace;
 use kcache_testing::raw_http::get;
 use kcache_workqueue::ItemExponentialFailureRateLimiter;
@@ -30,9 +30,9 @@ async fn setup(prefix: &str) -> (Client, String) {
 fn factory(client: &Client, ns: &str) -> SharedInformerFactory {
     SharedInformerFactory::builder(client.clone())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.into()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -361,9 +361,9 @@ async fn a_dynamic_primary_informer_works_and_is_run_by_the_controller() {
         ar.clone(),
     )
     .config(kcache_informer::InformerConfig {
-        watch: kcache_informer::WatchConfig {
+        watch: kcache_reflector::WatchConfig {
             namespace: Some(ns.clone()),
-            ..kcache_informer::WatchConfig::default()
+            ..kcache_reflector::WatchConfig::default()
         },
         ..kcache_informer::InformerConfig::default()
     })
@@ -571,7 +571,7 @@ async fn one_key_is_never_reconciled_twice_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_lease_lock_errors_say_what_to_fix() {
-    use kcache_controller::LeaseLock as _;
+    use kcache_lease::LeaseLock as _;
     use kcache_lease::{LeaderElectionRecord, LeaseError};
     let cp = ControlPlane::shared().await.expect("control plane");
     let admin = cp.client().expect("client");

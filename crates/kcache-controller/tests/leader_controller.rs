@@ -8,13 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_controller::{
-    Action, Config, Controller, ControllerError, LeaderElectionConfig, LeaderElector, LeaseLock,
-    Request,
-};
+use kcache_controller::{Action, Config, Controller, ControllerError, Request};
 use kcache_informer::SharedInformerFactory;
 use kcache_lease::LeaderCallbacks;
 use kcache_lease::testing::InMemoryLeaseLock;
+use kcache_lease::{LeaderElectionConfig, LeaderElector, LeaseLock};
 use kcache_testing::fake::{Fake, Reply, cm_items, list_json};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -27,9 +25,9 @@ fn factory(names: &[&str]) -> SharedInformerFactory {
     let list = list_json("100", "", cm_items(names));
     SharedInformerFactory::builder(Fake::serving(list).client)
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

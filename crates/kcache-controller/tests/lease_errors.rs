@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_controller::{
-    Action, Config, Controller, LeaderElectionConfig, LeaseLock, MetricsRegistry, Request,
-};
+use kcache_controller::{Action, Config, Controller, MetricsRegistry, Request};
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::{LeaderElectionConfig, LeaseLock};
 use kcache_lease::{LeaderElectionRecord, LeaseError};
 use kcache_testing::fake::{Fake, cm_items, list_json};
 use kcache_testing::logs::LogBuffer;
@@ -50,9 +49,9 @@ async fn lease_errors_are_warned_and_fail_readiness() {
     let list = list_json("100", "", cm_items(&["a"]));
     let factory = SharedInformerFactory::builder(Fake::serving(list).client)
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

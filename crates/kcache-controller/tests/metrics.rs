@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use kcache_controller::MetricsRegistry;
 use kcache_controller::metrics::ControllerMetricsProvider;
-use kcache_informer::ReflectorMetricsProvider;
+use kcache_reflector::ReflectorMetricsProvider;
 use kcache_testing::fake::{Fake, Reply};
 use kube::Client;
 

@@ -62,9 +62,9 @@ async fn terminal_errors_are_not_retried() {
     let factory =
         SharedInformerFactory::builder(client(&["invalid", "flaky", "undecodable"], false))
             .config(kcache_informer::InformerConfig {
-                watch: kcache_informer::WatchConfig {
+                watch: kcache_reflector::WatchConfig {
                     use_watch_list: false,
-                    ..kcache_informer::WatchConfig::default()
+                    ..kcache_reflector::WatchConfig::default()
                 },
                 ..kcache_informer::InformerConfig::default()
             })
@@ -139,9 +139,9 @@ async fn terminal_errors_are_not_retried() {
 async fn cache_sync_timeout_names_the_informers() {
     let factory = SharedInformerFactory::builder(client(&[], true))
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -202,12 +202,12 @@ struct MapProvider(Arc<Mutex<HashMap<String, f64>>>);
 
 struct MapMetric(Arc<Mutex<HashMap<String, f64>>>, String);
 
-impl kcache_controller::metrics::CounterMetric for MapMetric {
+impl kcache_core::metrics::CounterMetric for MapMetric {
     fn inc_by(&self, n: u64) {
         *self.0.lock().entry(self.1.clone()).or_default() += n as f64;
     }
 }
-impl kcache_controller::metrics::SettableGaugeMetric for MapMetric {
+impl kcache_core::metrics::SettableGaugeMetric for MapMetric {
     fn set(&self, value: f64) {
         self.0.lock().insert(self.1.clone(), value);
     }
@@ -224,78 +224,63 @@ impl kcache_controller::ControllerMetricsProvider for MapProvider {
         &self,
         c: &str,
         result: &str,
-    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+    ) -> Box<dyn kcache_core::metrics::CounterMetric> {
         self.metric(format!("{c}/reconcile/{result}"))
     }
-    fn new_reconcile_errors_metric(
-        &self,
-        c: &str,
-    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+    fn new_reconcile_errors_metric(&self, c: &str) -> Box<dyn kcache_core::metrics::CounterMetric> {
         self.metric(format!("{c}/errors"))
     }
-    fn new_reconcile_panics_metric(
-        &self,
-        c: &str,
-    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+    fn new_reconcile_panics_metric(&self, c: &str) -> Box<dyn kcache_core::metrics::CounterMetric> {
         self.metric(format!("{c}/panics"))
     }
     fn new_terminal_reconcile_errors_metric(
         &self,
         c: &str,
-    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
+    ) -> Box<dyn kcache_core::metrics::CounterMetric> {
         self.metric(format!("{c}/terminal"))
     }
-    fn new_reconcile_time_metric(
-        &self,
-        _: &str,
-    ) -> Box<dyn kcache_controller::metrics::HistogramMetric> {
-        Box::new(kcache_controller::metrics::NoopMetric)
+    fn new_reconcile_time_metric(&self, _: &str) -> Box<dyn kcache_core::metrics::HistogramMetric> {
+        Box::new(kcache_core::metrics::NoopMetric)
     }
-    fn new_active_workers_metric(
-        &self,
-        _: &str,
-    ) -> Box<dyn kcache_controller::metrics::GaugeMetric> {
-        Box::new(kcache_controller::metrics::NoopMetric)
+    fn new_active_workers_metric(&self, _: &str) -> Box<dyn kcache_core::metrics::GaugeMetric> {
+        Box::new(kcache_core::metrics::NoopMetric)
     }
     fn new_max_concurrent_reconciles_metric(
         &self,
         c: &str,
-    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
+    ) -> Box<dyn kcache_core::metrics::SettableGaugeMetric> {
         self.metric(format!("{c}/max_concurrent"))
     }
     fn new_leader_status_metric(
         &self,
         _: &str,
-    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
-        Box::new(kcache_controller::metrics::NoopMetric)
+    ) -> Box<dyn kcache_core::metrics::SettableGaugeMetric> {
+        Box::new(kcache_core::metrics::NoopMetric)
     }
-    fn new_leader_errors_metric(
-        &self,
-        _: &str,
-    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
-        Box::new(kcache_controller::metrics::NoopMetric)
+    fn new_leader_errors_metric(&self, _: &str) -> Box<dyn kcache_core::metrics::CounterMetric> {
+        Box::new(kcache_core::metrics::NoopMetric)
     }
     fn new_shard_members_metric(
         &self,
         _: &str,
         _: &str,
-    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
-        Box::new(kcache_controller::metrics::NoopMetric)
+    ) -> Box<dyn kcache_core::metrics::SettableGaugeMetric> {
+        Box::new(kcache_core::metrics::NoopMetric)
     }
     fn new_shard_owned_keys_metric(
         &self,
         _: &str,
         _: &str,
-    ) -> Box<dyn kcache_controller::metrics::SettableGaugeMetric> {
-        Box::new(kcache_controller::metrics::NoopMetric)
+    ) -> Box<dyn kcache_core::metrics::SettableGaugeMetric> {
+        Box::new(kcache_core::metrics::NoopMetric)
     }
     fn new_shard_handovers_metric(
         &self,
         _: &str,
         _: &str,
         _: &str,
-    ) -> Box<dyn kcache_controller::metrics::CounterMetric> {
-        Box::new(kcache_controller::metrics::NoopMetric)
+    ) -> Box<dyn kcache_core::metrics::CounterMetric> {
+        Box::new(kcache_core::metrics::NoopMetric)
     }
 }
 
@@ -303,9 +288,9 @@ impl kcache_controller::ControllerMetricsProvider for MapProvider {
 async fn a_metrics_provider_of_your_own_records_reconciles() {
     let factory = SharedInformerFactory::builder(client(&["ok", "invalid"], false))
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -355,9 +340,9 @@ async fn reconcile_timeout_cancels_and_retries() {
     let (logs, _guard) = LogBuffer::set_default(tracing::Level::INFO);
     let factory = SharedInformerFactory::builder(client(&["slow", "quick"], false))
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -470,9 +455,9 @@ async fn event_requeue_does_not_advance_backoff() {
     let (fake, tx) = Fake::serving_with_watch(list_json("100", "", cm_items(&["flaky"])));
     let factory = SharedInformerFactory::builder(fake.client)
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

@@ -20,13 +20,14 @@ use futures::stream::{self, StreamExt as _};
 use http_body::Frame;
 use http_body_util::StreamBody;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kcache_controller::lease::shard::{Placement, Shard, ShardHooks};
 use kcache_controller::{
-    Action, Config, Controller, ControllerHandle, Request, SHARD_SLOTS, ShardConfig, ShardField,
-    Trigger,
+    Action, Config, Controller, ControllerHandle, Request, SHARD_SLOTS, Trigger,
 };
+use kcache_core::ShardField;
 use kcache_core::{ShardSlots, shard_hash};
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::shard::ShardConfig;
+use kcache_lease::shard::{Placement, Shard, ShardHooks};
 use kcache_lease::testing::InMemoryMembershipStore;
 use kcache_testing::logs::LogBuffer;
 use parking_lot::Mutex;
@@ -194,9 +195,9 @@ fn a_alone(hold_secret_lists: bool) -> (Arc<FakeApi>, InMemoryMembershipStore, R
 fn start_a(client: kube::Client, store: &InMemoryMembershipStore) -> Replica {
     let factory = SharedInformerFactory::builder(client)
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

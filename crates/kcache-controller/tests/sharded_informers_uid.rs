@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{
-    Action, Config, Controller, ControllerHandle, KubeMembershipStore, Request, ShardConfig,
-    ShardField,
+    Action, Config, Controller, ControllerHandle, KubeMembershipStore, Request,
 };
+use kcache_core::ShardField;
 use kcache_core::shard_hash;
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::shard::ShardConfig;
 use kube::api::{Api, PostParams};
 use parking_lot::Mutex;
 
@@ -47,9 +48,9 @@ async fn uid_sharded_replicas_cache_and_reconcile_only_their_share() {
     for id in ["u1", "u2", "u3"] {
         let factory = SharedInformerFactory::builder(client.clone())
             .config(kcache_informer::InformerConfig {
-                watch: kcache_informer::WatchConfig {
+                watch: kcache_reflector::WatchConfig {
                     namespace: Some(ns.clone()),
-                    ..kcache_informer::WatchConfig::default()
+                    ..kcache_reflector::WatchConfig::default()
                 },
                 ..kcache_informer::InformerConfig::default()
             })

@@ -59,9 +59,9 @@ async fn shared_primary_informer_runs_once() {
     let lists = Arc::new(AtomicUsize::new(0));
     let factory = SharedInformerFactory::builder(client(lists.clone()))
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -101,7 +101,7 @@ async fn shared_primary_informer_runs_once() {
     // with it.
     let own = SharedIndexInformer::<ConfigMap>::builder(client(lists.clone()))
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
                 ..Default::default()
             },

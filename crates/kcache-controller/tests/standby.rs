@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kcache_controller::{Action, Config, Controller, LeaderElectionConfig, Request, Trigger};
+use kcache_controller::{Action, Config, Controller, Request, Trigger};
 use kcache_informer::SharedInformerFactory;
+use kcache_lease::LeaderElectionConfig;
 use kcache_lease::testing::InMemoryLeaseLock;
 use kcache_testing::fake::{Fake, cm, cm_items, ev, list_json};
 use parking_lot::Mutex;
@@ -28,9 +29,9 @@ fn factory() -> (SharedInformerFactory, mpsc::UnboundedSender<Bytes>) {
     let (fake, tx) = Fake::serving_with_watch(list_json("100", "", cm_items(NAMES)));
     let factory = SharedInformerFactory::builder(fake.client)
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -50,7 +51,7 @@ struct Replica {
 }
 
 /// Starts replica `id` competing for `lock` with `config`.
-fn replica(id: &str, lock: impl kcache_controller::LeaseLock + 'static, config: Config) -> Replica {
+fn replica(id: &str, lock: impl kcache_lease::LeaseLock + 'static, config: Config) -> Replica {
     let (factory, watch) = factory();
     let ctl = Controller::<ConfigMap>::new(&factory, config.name("cm"))
         .leader_election(LeaderElectionConfig::new(id), lock);

@@ -16,10 +16,11 @@ use crate::error::InformerError;
 use kcache_deltafifo::TransformFunc;
 
 use crate::informer::{InformerConfig, SharedIndexInformer};
-use crate::metrics::{InformerMetricsProvider, ReflectorMetricsProvider};
+use crate::metrics::InformerMetricsProvider;
 use crate::snapshot::SnapshotOptions;
 use kcache_core::ShardSelector;
 use kcache_core::sync::lock;
+use kcache_reflector::ReflectorMetricsProvider;
 
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 enum InformerKey {

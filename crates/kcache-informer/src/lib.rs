@@ -53,7 +53,7 @@
 //! # Configuration
 //!
 //! What an informer does is one plain value, [`InformerConfig`]: what its
-//! reflector asks for ([`WatchConfig`]: namespace, selectors, paging,
+//! reflector asks for ([`WatchConfig`](kcache_reflector::WatchConfig): namespace, selectors, paging,
 //! wire format, timeouts, size caps, managedFields stripping), resync,
 //! FIFO, warm restarts, shutdown timeout, background compression. The same
 //! value configures one informer ([`SharedIndexInformerBuilder::config`])
@@ -73,9 +73,9 @@
 //! or later with [`SharedIndexInformer::set_metrics`]) records its sync
 //! state, cache size, per-handler backlog, deliveries and panics, and
 //! warm-restart figures (see [`metrics`]); its reflector records into a
-//! [`ReflectorMetricsProvider`]. The `prometheus` feature adds
-//! `PrometheusInformerMetricsProvider` and re-exports the reflector's as
-//! `PrometheusReflectorMetricsProvider`.
+//! [`ReflectorMetricsProvider`](kcache_reflector::ReflectorMetricsProvider).
+//! The `prometheus` feature adds `PrometheusInformerMetricsProvider`;
+//! kcache-reflector's is `PrometheusReflectorMetricsProvider`.
 //!
 //! # Background compression
 //!
@@ -163,29 +163,9 @@ pub use informer::{
     ResourceEventHandlerRegistration, SharedIndexInformer, SharedIndexInformerBuilder,
     wait_for_cache_sync,
 };
-pub use kcache_core::ResourceVersion;
-/// Server-side sharding's selector types ([`WatchConfig::shard_selector`]),
-/// re-exported from kcache-core.
-pub use kcache_core::{ShardField, ShardRange, ShardSelector};
-pub use kcache_deltafifo::StoreFreshness;
-/// The transform type of the informer's queue, re-exported from
-/// kcache-deltafifo (the queue applies it).
-pub use kcache_deltafifo::TransformFunc;
-/// The reflector's settings that [`WatchConfig`] carries, re-exported so an
-/// informer user needs no direct dependency on kcache-reflector.
-pub use kcache_reflector::{Limits, RequestTimeouts, ShardFilterMode, WireFormat};
-/// The watch configuration (owned by the reflector and passed to it whole)
-/// and the reflector's error hook, re-exported from kcache-reflector.
-pub use kcache_reflector::{WatchConfig, WatchErrorHandler};
 pub use snapshot::{SnapshotError, SnapshotOptions, SnapshotStatus, StartKind};
 
-/// kcache-reflector's Prometheus provider (`reflector_*` metrics), for the
-/// reflectors under informers: a crate above this one needs no direct
-/// dependency on kcache-reflector for it.
-#[cfg(feature = "prometheus")]
-#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
-pub use kcache_reflector::PrometheusReflectorMetricsProvider;
-pub use metrics::{InformerMetricsProvider, NoopInformerMetricsProvider, ReflectorMetricsProvider};
+pub use metrics::{InformerMetricsProvider, NoopInformerMetricsProvider};
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::PrometheusInformerMetricsProvider;

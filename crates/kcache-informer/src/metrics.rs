@@ -54,18 +54,15 @@
 //! | `kcache_informer_snapshot_last_write_objects` | gauge | objects in the last snapshot written |
 //!
 //! The reflector under each informer records into its own provider
-//! ([`ReflectorMetricsProvider`], `reflector_*` metrics), given with
+//! ([`ReflectorMetricsProvider`](kcache_reflector::ReflectorMetricsProvider), `reflector_*` metrics), given with
 //! `reflector_metrics` on the same builders. The `prometheus` feature adds
-//! `PrometheusInformerMetricsProvider` and re-exports the reflector's as
+//! `PrometheusInformerMetricsProvider`; kcache-reflector's is
 //! `PrometheusReflectorMetricsProvider`.
 
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
 
-pub use kcache_core::metrics::{CounterMetric, HistogramMetric, NoopMetric, SettableGaugeMetric};
-/// The reflector's provider trait (`reflector_*` metrics), as the informer
-/// builders take it.
-pub use kcache_reflector::ReflectorMetricsProvider;
+use kcache_core::metrics::{CounterMetric, HistogramMetric, NoopMetric, SettableGaugeMetric};
 
 use crate::snapshot::{SnapshotStatus, StartKind};
 

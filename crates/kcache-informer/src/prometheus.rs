@@ -11,10 +11,9 @@ use prometheus_client::registry::Registry;
 use kcache_core::metrics::prometheus::{HistogramFamily, Labels, family, histogram_family, labels};
 use prometheus_client::metrics::histogram::Histogram;
 
-use crate::metrics::{
-    CounterMetric, HistogramMetric, InformerId, InformerMetricsProvider, SettableGaugeMetric,
-    SnapshotMetrics,
-};
+use crate::metrics::{InformerId, InformerMetricsProvider, SnapshotMetrics};
+
+use kcache_core::metrics::{CounterMetric, HistogramMetric, SettableGaugeMetric};
 
 fn resource(id: &InformerId) -> Labels {
     labels(&[
@@ -51,8 +50,7 @@ fn handler(informer: &str, handler: &str) -> Labels {
 /// between every informer, e.g. through
 /// [`SharedInformerFactoryBuilder::metrics`](crate::SharedInformerFactoryBuilder::metrics).
 /// The reflectors' metrics are registered separately, with
-/// [`PrometheusReflectorMetricsProvider`](crate::PrometheusReflectorMetricsProvider)
-/// (kcache-reflector's provider, re-exported).
+/// kcache-reflector's `PrometheusReflectorMetricsProvider`.
 ///
 /// ```
 /// use std::sync::Arc;

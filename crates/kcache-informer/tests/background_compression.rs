@@ -9,9 +9,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kcache_core::{Format, everything};
-use kcache_informer::{
-    BackgroundCompression, SharedIndexInformer, SharedInformerFactory, WatchConfig,
-};
+use kcache_informer::{BackgroundCompression, SharedIndexInformer, SharedInformerFactory};
+use kcache_reflector::WatchConfig;
 use kcache_testing::eventually;
 use kcache_testing::fake::{End, Fake, pb_field, pb_list, pb_watch};
 use serde_json::Value;
@@ -176,9 +175,9 @@ async fn off_switch_means_no_object_is_ever_compressed() {
     }
     let factory = SharedInformerFactory::builder(api.client.clone())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 use_watch_list: false,
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             background_compression: BackgroundCompression::off(),
             ..kcache_informer::InformerConfig::default()

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use kcache_core::{CachedObject, Format};
 use kcache_envtest::ControlPlane;
-use kcache_informer::{SharedIndexInformer, WatchConfig};
+use kcache_informer::SharedIndexInformer;
+use kcache_reflector::WatchConfig;
 use kcache_reflector::{ErrorReason, WireFormat};
 use kcache_testing::builders::crd;
 use kcache_testing::envtest::{client_with_request_hook, namespace};

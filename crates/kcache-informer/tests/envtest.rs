@@ -28,9 +28,9 @@ async fn typed_informer_follows_create_update_delete() {
 
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -91,9 +91,9 @@ async fn dynamic_informer_for_a_crd() {
     );
     let factory = SharedInformerFactory::builder(cp.client().unwrap())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -136,9 +136,9 @@ async fn metadata_only_informer_caches_no_data() {
     create(&api, &config_map("m").data("v", "secret-ish").build()).await;
     let factory = SharedInformerFactory::builder(cp.client().unwrap())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -168,9 +168,9 @@ async fn slow_handler_does_not_hold_back_a_fast_one_and_late_handler_gets_the_ca
     let TestNamespace { cp, ns, .. } = namespace("inf-slow").await;
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -222,9 +222,9 @@ async fn apiserver_restart_converges_and_every_delete_is_delivered() {
     }
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().unwrap())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use kcache_informer::{
-    InformerError, ResourceEventHandlerFuncs, SharedInformerFactory, WatchConfig,
-    wait_for_cache_sync,
+    InformerError, ResourceEventHandlerFuncs, SharedInformerFactory, wait_for_cache_sync,
 };
+use kcache_reflector::WatchConfig;
 use kcache_testing::eventually;
 use kcache_testing::logs::Logs;
 use support::{ConfigMap, FakeApi, InformerOnFake};

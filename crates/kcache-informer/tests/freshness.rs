@@ -7,7 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use kcache_informer::{FreshnessError, ResourceVersion, wait_for_cache_sync};
+use kcache_informer::{FreshnessError, wait_for_cache_sync};
+
+use kcache_core::ResourceVersion;
 use kcache_testing::eventually;
 use support::{FakeApi, InformerOnFake, spawn_run};
 use tokio_util::sync::CancellationToken;

@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kcache_core::{CachedObject, ObjectOrTombstone};
+use kcache_deltafifo::TransformFunc;
 use kcache_informer::{
     InformerError, ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer,
-    SharedIndexInformerBuilder, TransformFunc, wait_for_cache_sync,
+    SharedIndexInformerBuilder, wait_for_cache_sync,
 };
 use kcache_testing::eventually;
 use kcache_testing::logs::Logs;

@@ -5,7 +5,9 @@ mod support;
 
 use std::time::Duration;
 
-use kcache_informer::{SharedIndexInformer, WatchConfig};
+use kcache_informer::SharedIndexInformer;
+
+use kcache_reflector::WatchConfig;
 use kcache_reflector::{ErrorReason, WireFormat};
 use kcache_testing::eventually;
 use support::{ConfigMap, FakeApi, record_watch_errors, spawn_run};
@@ -21,7 +23,7 @@ async fn list_page_cap_reaches_the_reflector() {
         .config(kcache_informer::InformerConfig {
             watch: WatchConfig {
                 use_watch_list: false,
-                limits: kcache_informer::Limits {
+                limits: kcache_reflector::Limits {
                     max_list_page_bytes: 1000,
                     ..Default::default()
                 },

@@ -17,10 +17,10 @@ use std::time::Duration;
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kcache_core::{ShardField, ShardSelector};
 use kcache_envtest::ControlPlane;
-use kcache_informer::{
-    ShardField, ShardFilterMode, ShardSelector, SharedIndexInformer, WatchConfig,
-};
+use kcache_informer::SharedIndexInformer;
+use kcache_reflector::{ShardFilterMode, WatchConfig};
 use kcache_testing::envtest::counting_client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt as _};

@@ -225,7 +225,7 @@ impl Run {
         watch_list: bool,
         fifo: FifoKind,
     ) -> Run {
-        let mut list_options = kcache_informer::WatchConfig {
+        let mut list_options = kcache_reflector::WatchConfig {
             namespace: Some(ns.to_owned()),
             use_watch_list: watch_list,
             ..Default::default()
@@ -522,7 +522,7 @@ async fn unusable_snapshots_start_cold_with_one_warning() {
         assert_eq!(informer.snapshot_status().writes, 1, "{case}: rewritten");
     }
     // another label selector: the same file is not used
-    let list_options = kcache_informer::WatchConfig {
+    let list_options = kcache_reflector::WatchConfig {
         namespace: Some(w.ns.clone()),
         label_selector: Some("app=other".into()),
         ..Default::default()
@@ -553,9 +553,9 @@ async fn factory_snapshots_every_informer() {
     let make = |client: Client| {
         SharedInformerFactory::builder(client)
             .config(kcache_informer::InformerConfig {
-                watch: kcache_informer::WatchConfig {
+                watch: kcache_reflector::WatchConfig {
                     namespace: Some(w.ns.clone()),
-                    ..kcache_informer::WatchConfig::default()
+                    ..kcache_reflector::WatchConfig::default()
                 },
                 snapshot: Some(SnapshotOptions::dir(&w.dir).interval(Duration::ZERO)),
                 ..kcache_informer::InformerConfig::default()
@@ -638,9 +638,9 @@ async fn factory_snapshots_skip_secrets_unless_named() {
         let factory = tweak(
             SharedInformerFactory::builder(w.cp.client().unwrap()).config(
                 kcache_informer::InformerConfig {
-                    watch: kcache_informer::WatchConfig {
+                    watch: kcache_reflector::WatchConfig {
                         namespace: Some(w.ns.clone()),
-                        ..kcache_informer::WatchConfig::default()
+                        ..kcache_reflector::WatchConfig::default()
                     },
                     snapshot: Some(kcache_informer::SnapshotOptions::dir(dir)),
                     ..kcache_informer::InformerConfig::default()
@@ -753,9 +753,9 @@ async fn transforms_need_an_id_and_are_not_run_twice() {
         let c = calls.clone();
         let informer = SharedIndexInformer::<ConfigMap>::builder(w.cp.client().unwrap())
             .config(kcache_informer::InformerConfig {
-                watch: kcache_informer::WatchConfig {
+                watch: kcache_reflector::WatchConfig {
                     namespace: Some(w.ns.clone()),
-                    ..kcache_informer::WatchConfig::default()
+                    ..kcache_reflector::WatchConfig::default()
                 },
                 name: Some(name.into()),
                 snapshot: Some(options),

@@ -199,10 +199,7 @@ pub use limits::{
     DEFAULT_LIST_BODY_IDLE_TIMEOUT, DEFAULT_LIST_BODY_TIMEOUT, DEFAULT_MAX_LIST_BYTES,
     DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_RESPONSE_HEADERS_TIMEOUT, Limits, RequestTimeouts,
 };
-pub use metrics::{
-    CounterMetric, NoopMetric, NoopReflectorMetricsProvider, ReflectorMetricsProvider,
-    SettableGaugeMetric,
-};
+pub use metrics::{NoopReflectorMetricsProvider, ReflectorMetricsProvider};
 #[cfg(feature = "prometheus")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::PrometheusReflectorMetricsProvider;

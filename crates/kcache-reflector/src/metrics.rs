@@ -19,7 +19,7 @@
 //!
 //! The `prometheus` feature adds [`PrometheusReflectorMetricsProvider`](crate::PrometheusReflectorMetricsProvider).
 
-pub use kcache_core::metrics::{CounterMetric, NoopMetric, SettableGaugeMetric};
+use kcache_core::metrics::{CounterMetric, NoopMetric, SettableGaugeMetric};
 
 use crate::error::ErrorReason;
 

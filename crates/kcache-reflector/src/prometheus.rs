@@ -10,7 +10,8 @@ use prometheus_client::registry::Registry;
 use kcache_core::metrics::prometheus::{Labels, family};
 
 use crate::error::ErrorReason;
-use crate::metrics::{CounterMetric, ReflectorMetricsProvider, SettableGaugeMetric};
+use crate::metrics::ReflectorMetricsProvider;
+use kcache_core::metrics::{CounterMetric, SettableGaugeMetric};
 
 fn labels(name: &str) -> Labels {
     kcache_core::metrics::prometheus::labels(&[("name", name)])

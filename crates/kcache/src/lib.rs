@@ -55,6 +55,7 @@ pub use kcache_workqueue as workqueue;
 
 /// What a controller author uses every day.
 pub mod prelude {
+    pub use kcache_controller::KubeMembershipStore;
     #[cfg(feature = "prometheus")]
     pub use kcache_controller::MetricsRegistry;
     pub use kcache_controller::events::{Event, Recorder, Reporter};
@@ -63,7 +64,6 @@ pub mod prelude {
         Action, Config, Controller, ControllerError, ControllerHandle, Predicate, PredicateEvent,
         Reconciler, Request, TerminalError, Trigger,
     };
-    pub use kcache_controller::{KubeMembershipStore, ShardConfig};
     pub use kcache_core::{
         CachedObject, DeletedFinalStateUnknown, Metadata, ObjectOptions, ObjectOrTombstone,
         Selector, StringMap, meta_namespace_key, split_meta_namespace_key,
@@ -71,8 +71,10 @@ pub mod prelude {
     pub use kcache_indexer::{IndexFunc, Indexer, Indexers, Lister};
     pub use kcache_informer::{
         InformerConfig, ResourceEventHandler, ResourceEventHandlerFuncs, SharedIndexInformer,
-        SharedInformerFactory, WatchConfig, wait_for_cache_sync,
+        SharedInformerFactory, wait_for_cache_sync,
     };
+    pub use kcache_lease::shard::ShardConfig;
     pub use kcache_lease::{KubeLeaseLock, LeaderElectionConfig};
+    pub use kcache_reflector::WatchConfig;
     pub use kcache_workqueue::{AddOpts, RateLimiter, WorkQueue, default_controller_rate_limiter};
 }

@@ -17,10 +17,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use kcache_controller::metrics::RestClientMetricsLayer;
-use kcache_controller::{
-    Config, KubeLeaseLock, LeaderElectionConfig, LeaseTimings, MetricsRegistry, Request,
-};
+use kcache_controller::{Config, MetricsRegistry, Request};
 use kcache_informer::{InformerConfig, SharedInformerFactory};
+use kcache_lease::{KubeLeaseLock, LeaderElectionConfig, LeaseTimings};
 
 use crate::{Context, Foo, simulator};
 

@@ -135,13 +135,13 @@ impl Running {
 pub fn start_local(client: &Client, namespace: &str, options: LocalOptions) -> Running {
     let mut builder =
         SharedInformerFactory::builder(client.clone()).config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(namespace.into()),
                 object_options: kcache_core::ObjectOptions {
                     strip_managed_fields: true,
                     ..Default::default()
                 },
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             background_compression: options.background_compression.clone(),
             ..kcache_informer::InformerConfig::default()

@@ -8,9 +8,11 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::apps::v1::Deployment;
-use kcache_controller::lease::shard::Shard;
-use kcache_controller::{Config, KubeMembershipStore, Reconciler, ShardConfig, ShardField};
+use kcache_controller::{Config, KubeMembershipStore, Reconciler};
+use kcache_core::ShardField;
 use kcache_informer::{InformerConfig, SharedInformerFactory};
+use kcache_lease::shard::Shard;
+use kcache_lease::shard::ShardConfig;
 
 use crate::{Context, Foo, Running, build_controller};
 

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kcache_controller::{Action, Request, SHARD_SLOTS, ShardField, ShardSelector};
+use kcache_controller::{Action, Request, SHARD_SLOTS};
+use kcache_core::{ShardField, ShardSelector};
 use kcache_core::{ShardSlots, shard_hash};
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;

@@ -24,13 +24,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use kcache_controller::KubeMembershipStore;
 use kcache_controller::{
-    Action, Config, Controller, ControllerError, ControllerHandle, KubeLeaseLock,
-    LeaderElectionConfig, MetricsRegistry, Request, Trigger,
+    Action, Config, Controller, ControllerError, ControllerHandle, MetricsRegistry, Request,
+    Trigger,
 };
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedInformerFactory;
 use kcache_lease::shard::{GROUP_LABEL, Shard, ShardConfig, View};
 use kcache_lease::shard::{ShardConfigError, ShardError};
+use kcache_lease::{KubeLeaseLock, LeaderElectionConfig};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use parking_lot::Mutex;
@@ -130,9 +131,9 @@ async fn start_replica(
     let client = cp.client().expect("client");
     let factory = SharedInformerFactory::builder(client.clone())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.into()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -252,9 +253,9 @@ async fn sharded_replicas_split_hand_over_and_converge() {
     // The Deployment stand-in, unsharded, on its own factory.
     let sim_factory = SharedInformerFactory::builder(client.clone())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })
@@ -508,9 +509,9 @@ async fn sharding_misuse_and_a_stolen_lease_stop_the_controller_with_an_error() 
     let client = cp.client().expect("client");
     let factory = SharedInformerFactory::builder(client.clone())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

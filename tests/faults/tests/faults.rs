@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_envtest::ControlPlane;
 use kcache_envtest::proxy::{FaultProxy, ProxyStats};
-use kcache_informer::{SharedIndexInformer, WatchConfig, wait_for_cache_sync};
+use kcache_informer::{SharedIndexInformer, wait_for_cache_sync};
+use kcache_reflector::WatchConfig;
 use kcache_testing::builders::config_map;
 use kcache_testing::eventually;
 use kube::api::{Api, PostParams};
@@ -234,7 +235,7 @@ impl Proxied {
         let mut options = path.options(&ns);
         options.timeouts.watch_idle_timeout = setup.watch_idle;
         if setup.http_mode {
-            options.wire_format = kcache_informer::WireFormat::Json;
+            options.wire_format = kcache_reflector::WireFormat::Json;
         }
         let errors = ErrorCounts::default();
         let informer = SharedIndexInformer::<ConfigMap>::builder(
@@ -1050,9 +1051,9 @@ async fn handler_panics_and_blocks() {
         .expect("namespace");
     let informer = SharedIndexInformer::<ConfigMap>::builder(cp.client().expect("client"))
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

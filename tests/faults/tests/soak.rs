@@ -209,9 +209,9 @@ async fn soak() {
     let rss_before = rss_mb();
     let informer = SharedIndexInformer::<ConfigMap>::builder(client.clone())
         .config(kcache_informer::InformerConfig {
-            watch: kcache_informer::WatchConfig {
+            watch: kcache_reflector::WatchConfig {
                 namespace: Some(ns.clone()),
-                ..kcache_informer::WatchConfig::default()
+                ..kcache_reflector::WatchConfig::default()
             },
             ..kcache_informer::InformerConfig::default()
         })

@@ -21,8 +21,9 @@ use kcache_bench_compare::{END_MARKER, Report, proc_cpu_secs, proc_status_kb};
 use kcache_core::{Compression, ObjectOptions};
 use kcache_informer::{
     BackgroundCompression, InformerConfig, ResourceEventHandlerFuncs, SharedIndexInformer,
-    SharedIndexInformerBuilder, WatchConfig,
+    SharedIndexInformerBuilder,
 };
+use kcache_reflector::WatchConfig;
 use kube::api::DynamicObject;
 use stats_alloc::{INSTRUMENTED_SYSTEM, StatsAlloc};
 use tokio::sync::Notify;
@@ -96,7 +97,7 @@ fn heap_live_bytes() -> u64 {
 
 /// `--wire-format`: what the informer asks the apiserver for.
 mod wire_format {
-    use kcache_informer::WatchConfig;
+    use kcache_reflector::WatchConfig;
 
     /// The wire format the client is asked to use.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -110,8 +111,8 @@ mod wire_format {
     /// Sets `format` on the informer's list options.
     pub fn apply(opts: &mut WatchConfig, format: WireFormat) {
         opts.wire_format = match format {
-            WireFormat::Auto => kcache_informer::WireFormat::Auto,
-            WireFormat::Json => kcache_informer::WireFormat::Json,
+            WireFormat::Auto => kcache_reflector::WireFormat::Auto,
+            WireFormat::Json => kcache_reflector::WireFormat::Json,
         };
     }
 }

@@ -13,7 +13,8 @@ use clap::Parser;
 use k8s_openapi::api::core::v1::Pod;
 use kcache_bench_compare::proc_status_kb;
 use kcache_core::ObjectOptions;
-use kcache_informer::{SharedIndexInformer, SnapshotOptions, StartKind, WatchConfig};
+use kcache_informer::{SharedIndexInformer, SnapshotOptions, StartKind};
+use kcache_reflector::WatchConfig;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]

@@ -14,9 +14,10 @@ use tokio_util::sync::CancellationToken;
 use super::ledger::{Freshness, WriteLedger};
 use super::type_cache::TypeCache;
 use super::wanted::Wanted;
-use crate::metrics::{ControllerMetricsProvider, CounterMetric, HistogramMetric};
+use crate::metrics::ControllerMetricsProvider;
 use crate::reconciler::Trigger;
 use crate::source::Enqueuer;
+use kcache_core::metrics::{CounterMetric, HistogramMetric};
 
 /// The least time between two "ran on a stale cache" warnings of one
 /// controller (the ones in between are counted in the next).

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use kcache_core::{IncomparableResourceVersion, Metadata, ResourceVersion, StoreError};
-use kcache_informer::{SharedIndexInformer, StoreFreshness};
+use kcache_deltafifo::StoreFreshness;
+use kcache_informer::SharedIndexInformer;
 use kube::Resource;
 use parking_lot::Mutex;
 

@@ -213,7 +213,7 @@ where
     }
 
     /// Runs the workers only while this replica holds the lease (see
-    /// [`leader_election`](crate::lease::leader_election)). Informers run and caches stay warm on
+    /// [`leader_election`](kcache_lease::leader_election)). Informers run and caches stay warm on
     /// standbys, so a takeover starts reconciling at once.
     pub fn leader_election(
         mut self,
@@ -229,7 +229,7 @@ where
     /// Runs as one replica of the shard group `config.group`: every
     /// replica is active and reconciles only the keys it owns, handed over
     /// through membership Leases in `store` so that a key is never
-    /// reconciled by two replicas at once (see [`shard`](crate::lease::shard)).
+    /// reconciled by two replicas at once (see [`shard`](kcache_lease::shard)).
     /// Keys it does not own are not queued (also through
     /// [`ControllerHandle::enqueue`]) and are dropped when they come out of
     /// the queue; keys it gains are queued from the cache (trigger
@@ -247,7 +247,7 @@ where
     /// `field` (Kubernetes 1.36+, feature gate `ShardedListAndWatch`; on an
     /// apiserver without it, each informer filters on the client and the
     /// cache holds the same share, see
-    /// [`ShardFilterMode`](kcache_informer::ShardFilterMode)). The hash
+    /// [`ShardFilterMode`](kcache_reflector::ShardFilterMode)). The hash
     /// space is cut into [`SHARD_SLOTS`](crate::SHARD_SLOTS) slots spread
     /// over the group's members by rendezvous hashing, and a key belongs
     /// to the member owning the slot of its object's `field` hash, so the

@@ -36,7 +36,7 @@
 
 use std::sync::Arc;
 
-pub use kcache_core::metrics::{
+use kcache_core::metrics::{
     CounterMetric, GaugeMetric, HistogramMetric, NoopMetric, SettableGaugeMetric,
 };
 
@@ -132,7 +132,7 @@ pub trait ControllerMetricsProvider: Send + Sync {
     }
     /// The provider for the reflectors of the controller's informers, set
     /// on informers not started yet (none: not recorded).
-    fn reflector_provider(&self) -> Option<Arc<dyn kcache_informer::ReflectorMetricsProvider>> {
+    fn reflector_provider(&self) -> Option<Arc<dyn kcache_reflector::ReflectorMetricsProvider>> {
         None
     }
     /// Runs `f` before every scrape (for gauges read from live state);

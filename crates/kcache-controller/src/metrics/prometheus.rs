@@ -150,7 +150,7 @@ struct Inner {
     families: Families,
     workqueue: kcache_workqueue::PrometheusWorkQueueMetricsProvider,
     informer: kcache_informer::PrometheusInformerMetricsProvider,
-    reflector: kcache_informer::PrometheusReflectorMetricsProvider,
+    reflector: kcache_reflector::PrometheusReflectorMetricsProvider,
     rest_client: RestClientMetrics,
     refreshers: Mutex<Vec<(u64, SharedRefresher)>>,
     next_refresher: AtomicU64,
@@ -189,7 +189,7 @@ impl MetricsRegistry {
         let families = Families::new(&mut registry);
         let workqueue = kcache_workqueue::PrometheusWorkQueueMetricsProvider::new(&mut registry);
         let informer = kcache_informer::PrometheusInformerMetricsProvider::new(&mut registry);
-        let reflector = kcache_informer::PrometheusReflectorMetricsProvider::new(&mut registry);
+        let reflector = kcache_reflector::PrometheusReflectorMetricsProvider::new(&mut registry);
         let rest_client = RestClientMetrics::new(&mut registry);
         super::process::register(&mut registry);
         Self {
@@ -227,7 +227,7 @@ impl MetricsRegistry {
     /// The reflector metrics provider (`reflector_*`), for reflectors and
     /// informers built by hand (the controller sets it on the informers it
     /// watches that have not started yet).
-    pub fn reflector_provider(&self) -> Arc<dyn kcache_informer::ReflectorMetricsProvider> {
+    pub fn reflector_provider(&self) -> Arc<dyn kcache_reflector::ReflectorMetricsProvider> {
         Arc::new(self.inner.reflector.clone())
     }
 
@@ -385,7 +385,7 @@ impl ControllerMetricsProvider for MetricsRegistry {
     fn informer_provider(&self) -> Option<Arc<dyn kcache_informer::InformerMetricsProvider>> {
         Some(MetricsRegistry::informer_provider(self))
     }
-    fn reflector_provider(&self) -> Option<Arc<dyn kcache_informer::ReflectorMetricsProvider>> {
+    fn reflector_provider(&self) -> Option<Arc<dyn kcache_reflector::ReflectorMetricsProvider>> {
         Some(MetricsRegistry::reflector_provider(self))
     }
     fn add_refresher(&self, f: Refresher) -> Option<u64> {

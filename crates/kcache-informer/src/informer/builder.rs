@@ -12,9 +12,10 @@ use kube::{Client, Resource};
 use tokio_util::sync::CancellationToken;
 
 use super::{InformerConfig, Inner, Lifecycle, SharedIndexInformer};
-use crate::metrics::{InformerMetrics, InformerMetricsProvider, ReflectorMetricsProvider};
+use crate::metrics::{InformerMetrics, InformerMetricsProvider};
 use crate::processor::SharedProcessor;
 use crate::snapshot::SnapshotStatus;
+use kcache_reflector::ReflectorMetricsProvider;
 
 /// Builds a [`SharedIndexInformer`]: its [`InformerConfig`] (plain data)
 /// and what must be registered with it (indexers, a transform, a watch

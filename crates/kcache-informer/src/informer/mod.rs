@@ -23,9 +23,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::background_compression::{BackgroundCompression, BackgroundCompressionStats, Counters};
 use crate::listener::Listener;
-use crate::metrics::{InformerMetrics, InformerMetricsProvider, ReflectorMetricsProvider};
+use crate::metrics::{InformerMetrics, InformerMetricsProvider};
 use crate::processor::SharedProcessor;
 use crate::snapshot::{SnapshotOptions, SnapshotStatus};
+use kcache_reflector::ReflectorMetricsProvider;
 
 mod builder;
 mod config;

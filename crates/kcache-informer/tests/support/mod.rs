@@ -9,9 +9,9 @@ pub use recorder::{Recorder, Seen};
 pub use k8s_openapi::api::core::v1::ConfigMap;
 pub use kcache_testing::fake::FakeApi;
 
-use kcache_informer::{
-    InformerError, SharedIndexInformer, SharedIndexInformerBuilder, WatchConfig,
-};
+use kcache_informer::{InformerError, SharedIndexInformer, SharedIndexInformerBuilder};
+
+use kcache_reflector::WatchConfig;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub fn record_watch_errors<T>(
     f: impl Fn(&kcache_reflector::ReflectorError) -> T + Send + Sync + 'static,
 ) -> (
-    kcache_informer::WatchErrorHandler,
+    kcache_reflector::WatchErrorHandler,
     std::sync::Arc<std::sync::Mutex<Vec<T>>>,
 )
 where
@@ -28,7 +28,7 @@ where
 {
     let seen: std::sync::Arc<std::sync::Mutex<Vec<T>>> = Default::default();
     let s2 = seen.clone();
-    let handler: kcache_informer::WatchErrorHandler =
+    let handler: kcache_reflector::WatchErrorHandler =
         std::sync::Arc::new(move |e| s2.lock().unwrap().push(f(e)));
     (handler, seen)
 }

@@ -25,9 +25,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kcache_controller::lease::{KubeLeaseLock, LeaderCallbacks};
-use kcache_controller::{LeaderElectionConfig, LeaderElector};
 use kcache_fault_suite::StampLog;
+use kcache_lease::{KubeLeaseLock, LeaderCallbacks};
+use kcache_lease::{LeaderElectionConfig, LeaderElector};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 

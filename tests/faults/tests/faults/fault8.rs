@@ -9,7 +9,7 @@
 //!
 //! Two kinds of candidates:
 //! - [`leader_election_kill_and_partition`]: `fault-elector`, a bare
-//!   [`kcache_controller::LeaderElector`] whose acts are 20 ms ticks while
+//!   [`kcache_lease::LeaderElector`] whose acts are 20 ms ticks while
 //!   its leading token is not cancelled and its renew deadline (from
 //!   `LeaderElector::lease_expiry`) is ahead on the clock (`lead`, `act`,
 //!   `stop`, `lost` lines);

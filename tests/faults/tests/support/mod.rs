@@ -814,7 +814,7 @@ pub struct ErrorCounts {
 /// `reflector_watch_events_total` of [`ErrorCounts`].
 struct EventCounter(Arc<AtomicU64>);
 
-impl kcache_reflector::CounterMetric for EventCounter {
+impl kcache_core::metrics::CounterMetric for EventCounter {
     fn inc_by(&self, n: u64) {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
@@ -826,7 +826,7 @@ struct ReasonCounter {
     reason: &'static str,
 }
 
-impl kcache_reflector::CounterMetric for ReasonCounter {
+impl kcache_core::metrics::CounterMetric for ReasonCounter {
     fn inc_by(&self, n: u64) {
         *self
             .counts
@@ -841,14 +841,14 @@ impl kcache_reflector::CounterMetric for ReasonCounter {
 /// handler hears of, such as a list refused with 410 Gone that the
 /// reflector retries at once from the newest state (as client-go does).
 impl kcache_reflector::ReflectorMetricsProvider for ErrorCounts {
-    fn new_events_metric(&self, _name: &str) -> Box<dyn kcache_reflector::CounterMetric> {
+    fn new_events_metric(&self, _name: &str) -> Box<dyn kcache_core::metrics::CounterMetric> {
         Box::new(EventCounter(self.watch_events.clone()))
     }
     fn new_errors_metric(
         &self,
         _name: &str,
         reason: kcache_reflector::ErrorReason,
-    ) -> Box<dyn kcache_reflector::CounterMetric> {
+    ) -> Box<dyn kcache_core::metrics::CounterMetric> {
         Box::new(ReasonCounter {
             counts: self.metric.clone(),
             reason: reason.as_str(),
@@ -858,7 +858,7 @@ impl kcache_reflector::ReflectorMetricsProvider for ErrorCounts {
 
 impl ErrorCounts {
     /// A watch-error handler that counts into `self`.
-    pub fn handler(&self) -> kcache_informer::WatchErrorHandler {
+    pub fn handler(&self) -> kcache_reflector::WatchErrorHandler {
         let counts = self.counts.clone();
         Arc::new(move |e: &kcache_reflector::ReflectorError| {
             *counts
