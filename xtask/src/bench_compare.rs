@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::bench::{clean_cargo, fmt_rate, target_dir};
+use crate::bench_common::{Bins, CLIENTS, Impl, loadavg, machine, median, replace_marked_block};
 use crate::run::{step, workspace_root};
 
 /// Options of `cargo xtask bench-compare`.
@@ -158,55 +159,6 @@ struct Report {
     /// kcache (c'): updates seen at the reset (0: the relist came after).
     #[serde(default)]
     updates_at_peak_reset: u64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Impl {
-    Kcache,
-    KubeRuntime,
-    ClientGo,
-}
-
-const CLIENTS: [Impl; 3] = [Impl::Kcache, Impl::KubeRuntime, Impl::ClientGo];
-
-impl Impl {
-    fn name(self) -> &'static str {
-        match self {
-            Impl::Kcache => "kcache",
-            Impl::KubeRuntime => "kube-runtime",
-            Impl::ClientGo => "client-go",
-        }
-    }
-}
-
-/// Where the harness's binaries are.
-pub(crate) struct Bins {
-    /// `target/release` (the Rust clients, the replay server, real-load).
-    pub(crate) release: PathBuf,
-    /// The client-go client.
-    pub(crate) client_go: PathBuf,
-    /// kcache's client built from an earlier commit (`--json-baseline`).
-    pub(crate) kcache_baseline: Option<PathBuf>,
-}
-
-impl Bins {
-    fn command(&self, client: Impl) -> Command {
-        let mut cmd = match client {
-            Impl::Kcache => Command::new(self.release.join("kcache-client")),
-            Impl::KubeRuntime => Command::new(self.release.join("kube-runtime-client")),
-            Impl::ClientGo => {
-                let mut c = Command::new(&self.client_go);
-                // Classic paged LIST + WATCH, like the two Rust clients (the
-                // replay server does not serve streaming lists). Content
-                // type: client-go's default (protobuf, which the replay
-                // server serves).
-                c.env("KUBE_FEATURE_WatchListClient", "false");
-                c
-            }
-        };
-        cmd.env_remove("RUST_LOG");
-        cmd
-    }
 }
 
 /// One client run of scenario (b): which client, its extra flags, and
@@ -465,20 +417,6 @@ struct Results {
     workqueue_8: Vec<Report>,
     warm_restart: Vec<Value>,
     total_secs: f64,
-}
-
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn med(runs: &[Report], client: Impl, f: impl Fn(&Report) -> f64) -> f64 {
@@ -939,49 +877,6 @@ fn warm_restart_markdown(runs: &[Value], s: &Settings) -> String {
 
 fn per_pod_kib(r: &Report, pods: usize) -> f64 {
     (r.steady_rss_kb.saturating_sub(r.baseline_rss_kb)) as f64 / pods.max(1) as f64
-}
-
-pub(crate) fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn command_line(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
-pub(crate) fn machine() -> Vec<(String, String)> {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
-        .unwrap_or_default();
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:").map(|v| v.trim().to_string()))
-        .unwrap_or_default();
-    vec![
-        (
-            "cpu".into(),
-            format!(
-                "{model} × {}",
-                std::thread::available_parallelism().map_or(0, |n| n.get())
-            ),
-        ),
-        ("memory".into(), mem),
-        ("kernel".into(), command_line("uname", &["-sr"])),
-        ("rustc".into(), command_line("rustc", &["-V"])),
-        ("go".into(), command_line("go", &["version"])),
-        ("load average at the start".into(), loadavg()),
-    ]
 }
 
 fn ratio(a: f64, b: f64) -> String {
@@ -1497,24 +1392,6 @@ fn plot(res: &Results, s: &Settings) -> String {
 
 const BEGIN: &str = "<!-- bench-compare:begin -->";
 const END: &str = "<!-- bench-compare:end -->";
-
-/// Replaces what stands between the `begin` and `end` markers of the file
-/// at `path` with `md` (the markers stay).
-pub(crate) fn replace_marked_block(
-    path: &std::path::Path,
-    begin: &str,
-    end: &str,
-    md: &str,
-) -> anyhow::Result<()> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let (Some(a), Some(b)) = (text.find(begin), text.find(end)) else {
-        bail!("{} has no {begin} ... {end} block", path.display());
-    };
-    let new = format!("{}{begin}\n{md}{}", &text[..a], &text[b..]);
-    std::fs::write(path, new)?;
-    Ok(())
-}
 
 fn write_docs(md: &str, svg: &str) -> anyhow::Result<()> {
     let docs = workspace_root().join("docs");

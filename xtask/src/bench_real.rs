@@ -40,7 +40,7 @@ use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::bench_compare::{Bins, loadavg, machine, median};
+use crate::bench_common::{Bins, loadavg, machine, median};
 use crate::run::workspace_root;
 
 /// Settings of one `--real` run.
@@ -1450,7 +1450,7 @@ const END: &str = "<!-- bench-compare-real:end -->";
 /// Replaces the block between `begin` and `end` in docs/performance.md.
 pub(crate) fn write_docs_block(begin: &str, end: &str, md: &str) -> anyhow::Result<()> {
     let path = workspace_root().join("docs/performance.md");
-    crate::bench_compare::replace_marked_block(&path, begin, end, md)?;
+    crate::bench_common::replace_marked_block(&path, begin, end, md)?;
     eprintln!("==> wrote {}", path.display());
     Ok(())
 }

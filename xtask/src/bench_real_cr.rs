@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
-use crate::bench_compare::{Bins, machine};
+use crate::bench_common::{Bins, machine};
 use crate::bench_real::{
     Load, Mode, RealClient, RealResults, RealSettings, Row, SyncRun, code_list, finish, mem_row,
     ratio, row, start_plane, summary, sync_table,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use crate::bench::{clean_cargo, target_dir};
-use crate::bench_compare::{Bins, machine, median};
+use crate::bench_common::{Bins, machine, median};
 use crate::bench_real::{
     Load, Mode, RealClient, RealResults, RealSettings, SyncRun, finish, mem_row, start_plane,
     summary, sync_table,

@@ -27,6 +27,7 @@ use clap::{Parser, Subcommand};
 
 mod api_surface;
 mod bench;
+mod bench_common;
 mod bench_compare;
 mod bench_real;
 mod bench_real_cr;

@@ -114,3 +114,6 @@ pub fn field_index_func<K: 'static>(path: impl Into<String>) -> IndexFunc<K> {
         }
     })
 }
+
+/// Values of one object for every index, in index order.
+pub(crate) type Values = Box<[Box<[String]>]>;

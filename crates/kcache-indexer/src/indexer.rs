@@ -10,7 +10,7 @@ use kcache_core::{
 };
 use parking_lot::{RwLock, RwLockUpgradableReadGuard};
 
-use crate::index::{IndexFunc, Indexers, NAMESPACE_INDEX, meta_namespace_index_func};
+use crate::index::{IndexFunc, Indexers, NAMESPACE_INDEX, Values, meta_namespace_index_func};
 use crate::own_writes::{OwnWrite, OwnWrites};
 
 /// Error from an index query or from [`Indexer::add_indexers`].
@@ -35,9 +35,6 @@ pub enum IndexError {
         source: BoxError,
     },
 }
-
-/// Values of one object for every index, in index order.
-pub(crate) type Values = Box<[Box<[String]>]>;
 
 pub(crate) struct Entry<K> {
     pub(crate) obj: CachedObject<K>,

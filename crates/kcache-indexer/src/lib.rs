@@ -32,6 +32,7 @@
 mod index;
 mod indexer;
 mod lister;
+mod own_reads;
 mod own_writes;
 
 pub use index::{

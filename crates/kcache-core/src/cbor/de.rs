@@ -11,7 +11,7 @@ use serde::de::{
 use super::CborError;
 use super::reader::{
     Item, KeyCheck, MAX_DEPTH, Reader, TAG_BASE16, TAG_BASE64, TAG_BASE64URL, TAG_SELF_DESCRIBED,
-    bytes_to_str,
+    bytes_to_str, later_encoding,
 };
 
 /// Decodes one CBOR object (the self-described tag in front optional)
@@ -47,38 +47,6 @@ pub(crate) fn decode_at<'de, T: de::Deserialize<'de>>(r: &mut Reader<'de>) -> Re
 pub(crate) struct Deserializer<'de> {
     r: Reader<'de>,
     depth: usize,
-}
-
-/// What a tag 21/22/23 byte string reads as: its expected text encoding.
-pub(crate) fn later_encoding(tag: u64, b: &[u8]) -> Option<String> {
-    match tag {
-        TAG_BASE64 => Some(base64(b, BASE64, true)),
-        TAG_BASE64URL => Some(base64(b, BASE64URL, false)),
-        TAG_BASE16 => Some(b.iter().map(|x| format!("{x:02x}")).collect()),
-        _ => None,
-    }
-}
-
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-const BASE64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-pub(crate) fn base64(b: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
-    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
-    for chunk in b.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, x)| acc | (u32::from(*x) << (16 - 8 * i)));
-        let chars = chunk.len() + 1;
-        for i in 0..4 {
-            if i < chars {
-                out.push(char::from(alphabet[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else if pad {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// A float as JSON would give it back: integral values as integers.
@@ -487,14 +455,5 @@ mod tests {
         }
         let e = decode::<Named>(&map(&[("name", vec![0x05])])).unwrap_err();
         assert!(matches!(e, CborError::Decode(_)), "{e:?}");
-    }
-
-    #[test]
-    fn base64_matches_the_standard_alphabets() {
-        assert_eq!(base64(b"", BASE64, true), "");
-        assert_eq!(base64(b"f", BASE64, true), "Zg==");
-        assert_eq!(base64(b"fo", BASE64, true), "Zm8=");
-        assert_eq!(base64(b"foo", BASE64, true), "Zm9v");
-        assert_eq!(base64(&[0xfb, 0xff], BASE64URL, false), "-_8");
     }
 }

@@ -4,10 +4,10 @@
 use std::io::Write;
 
 use super::CborError;
-use super::de::{Number, float, later_encoding, negative};
+use super::de::{Number, float, negative};
 use super::reader::{
     Item, KeyCheck, MAX_DEPTH, Reader, TAG_BASE16, TAG_BASE64, TAG_BASE64URL, TAG_SELF_DESCRIBED,
-    bytes_to_str,
+    bytes_to_str, later_encoding,
 };
 
 /// Transcodes one CBOR object (the self-described tag in front optional)

@@ -72,6 +72,16 @@ pub(crate) fn seed_object<'de, S: DeserializeSeed<'de>>(
     })
 }
 
+/// Writes the JSON of a top-level object of message `msg`.
+pub(crate) fn object_to_json(
+    bytes: &[u8],
+    msg: &'static Message,
+    type_meta: Option<(&str, &str)>,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    seed_object(bytes, msg, type_meta, super::json::Writer { out })
+}
+
 /// The value at a path of JSON names, list indexes and map keys in a
 /// top-level object, rendered as [`CachedObject::field`] renders JSON:
 /// strings unescaped, other values as JSON text, `None` when absent or

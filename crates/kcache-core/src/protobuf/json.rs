@@ -11,9 +11,6 @@ use std::io::Write as _;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::de::{ProtoDecodeError, seed_object};
-use super::schema::Message;
-
 /// Writes one JSON value for whatever the deserializer presents.
 pub(crate) struct Writer<'o> {
     pub(crate) out: &'o mut Vec<u8>,
@@ -111,14 +108,4 @@ fn write_entries<E>(
     }
     out.push(close);
     Ok(())
-}
-
-/// Writes the JSON of a top-level object of message `msg`.
-pub(crate) fn object_to_json(
-    bytes: &[u8],
-    msg: &'static Message,
-    type_meta: Option<(&str, &str)>,
-    out: &mut Vec<u8>,
-) -> Result<(), ProtoDecodeError> {
-    seed_object(bytes, msg, type_meta, Writer { out })
 }

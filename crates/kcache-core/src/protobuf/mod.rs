@@ -141,7 +141,7 @@ pub(crate) fn message_to_json(
     type_meta: TypeMeta<'_>,
     out: &mut Vec<u8>,
 ) -> Result<(), ProtoDecodeError> {
-    json::object_to_json(
+    de::object_to_json(
         object,
         msg,
         Some((type_meta.api_version, type_meta.kind)),

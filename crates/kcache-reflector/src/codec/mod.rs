@@ -137,6 +137,20 @@ pub(crate) fn status(http_status: Option<u16>, body: &[u8]) -> ApiError {
         .status(http_status, body)
 }
 
+// Here, beside the registry it asks (the error module stays below the
+// codecs, which build its values).
+impl ApiError {
+    /// Builds the error from a `Status` body in any format the reflector
+    /// reads: JSON, protobuf (`k8s\0` + `runtime.Unknown` holding a
+    /// `Status`) or CBOR (what the apiserver answers to a request that
+    /// accepts them), told by its first bytes. `http_status` is used when
+    /// the body has no code, and a body that is not a Status becomes the
+    /// message.
+    pub fn from_status_bytes(http_status: Option<u16>, body: &[u8]) -> Self {
+        status(http_status, body)
+    }
+}
+
 /// Formats whose JSON answer was logged at INFO (one bit per format):
 /// once per process, the other reflectors at DEBUG.
 static JSON_ANSWER_LOGGED: AtomicU8 = AtomicU8::new(0);

@@ -58,16 +58,6 @@ struct CauseWire {
 }
 
 impl ApiError {
-    /// Builds the error from a `Status` body in any format the reflector
-    /// reads: JSON, protobuf (`k8s\0` + `runtime.Unknown` holding a
-    /// `Status`) or CBOR (what the apiserver answers to a request that
-    /// accepts them), told by its first bytes. `http_status` is used when
-    /// the body has no code, and a body that is not a Status becomes the
-    /// message.
-    pub fn from_status_bytes(http_status: Option<u16>, body: &[u8]) -> Self {
-        crate::codec::status(http_status, body)
-    }
-
     /// A JSON `Status` body (or any body: a body that is not a Status
     /// becomes the message).
     pub(crate) fn from_json_status(http_status: Option<u16>, body: &[u8]) -> Self {

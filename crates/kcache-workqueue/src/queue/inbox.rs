@@ -5,11 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::time::Instant;
 
-use super::QueueItem;
 use super::hints::Hints;
 use super::lock::QueueLock;
-use super::queues::{Wake, tag_of};
-use super::state::{GROUP, State};
 
 /// Plain adds (no delay, priority 0) and deferred `done` calls waiting to
 /// be applied to the queue.
@@ -31,7 +28,7 @@ pub(super) struct Inbox<T> {
     /// nothing to apply (most `done` calls) looks at this flag instead of
     /// taking the lock, so it reads the adder's line instead of writing it.
     /// An add that happened before the read is seen.
-    pending: AtomicBool,
+    pub(super) pending: AtomicBool,
     /// Whether a deferred `done` waits in `items`, written under its lock.
     /// Whoever releases the queue's lock looks at it afterwards (see
     /// [`Inner::after_unlock`]): a deferred `done` is applied even if no
@@ -62,19 +59,41 @@ impl<T> InboxCalls<T> {
 
 /// A `done` call that found the queue's lock taken.
 pub(super) struct DeferredDone<T> {
-    item: T,
+    pub(super) item: T,
     /// How many adds of the inbox were pushed before this call.
-    after_adds: usize,
+    pub(super) after_adds: usize,
     /// The calling thread's [`HANDED_OUT`] hints for this queue.
     ///
     /// [`HANDED_OUT`]: super::hints
-    hints: Hints,
+    pub(super) hints: Hints,
     /// When the call was made, for the work-duration metric (queues with
     /// metrics only).
-    at: Option<Instant>,
+    pub(super) at: Option<Instant>,
 }
 
 impl<T> Inbox<T> {
+    /// Takes every waiting call (adds, in order, and deferred `done`
+    /// calls), leaving `spare_adds` and `spare_dones` (emptied buffers of
+    /// an earlier batch) in their place; `None` when nothing waits. Clears
+    /// the pending flags: the caller applies what it took under the
+    /// queue's lock.
+    pub(super) fn take(
+        &self,
+        spare_adds: &mut Vec<T>,
+        spare_dones: &mut Vec<DeferredDone<T>>,
+    ) -> Option<(Vec<T>, Vec<DeferredDone<T>>)> {
+        let mut items = self.items.lock();
+        if items.is_empty() {
+            return None;
+        }
+        self.pending.store(false, Ordering::Relaxed);
+        self.dones_pending.store(false, Ordering::Relaxed);
+        Some((
+            std::mem::replace(&mut items.adds, std::mem::take(spare_adds)),
+            std::mem::replace(&mut items.dones, std::mem::take(spare_dones)),
+        ))
+    }
+
     pub(super) fn new() -> Self {
         Self {
             items: QueueLock::new(InboxCalls {
@@ -116,79 +135,5 @@ impl<T> Inbox<T> {
             at,
         });
         self.dones_pending.store(true, Ordering::Relaxed);
-    }
-}
-
-impl<T: QueueItem> State<T> {
-    /// Applies the adds waiting in `inbox`, in order, as added now. After
-    /// shutdown they are dropped (an add that raced with shutdown is
-    /// ignored, as if it came after it).
-    pub(super) fn apply_inbox(&mut self, inbox: &Inbox<T>) -> Wake {
-        if !inbox.pending.load(Ordering::Acquire) {
-            return Wake::Nobody;
-        }
-        self.apply_inbox_locked(inbox)
-    }
-
-    /// [`apply_inbox`](Self::apply_inbox) without the look at
-    /// [`Inbox::pending`] first: the inbox's lock orders this look after
-    /// the caller's earlier writes (see [`publish`](Self::publish)).
-    pub(super) fn apply_inbox_locked(&mut self, inbox: &Inbox<T>) -> Wake {
-        let (mut batch, mut dones) = {
-            let mut items = inbox.items.lock();
-            if items.is_empty() {
-                return Wake::Nobody;
-            }
-            inbox.pending.store(false, Ordering::Relaxed);
-            inbox.dones_pending.store(false, Ordering::Relaxed);
-            (
-                std::mem::replace(&mut items.adds, std::mem::take(&mut self.spare)),
-                std::mem::replace(&mut items.dones, std::mem::take(&mut self.spare_dones)),
-            )
-        };
-        let mut wake = Wake::Nobody;
-        if self.shutting_down {
-            // Adds that raced with shutdown are ignored; the dones count.
-            batch.clear();
-        }
-        let mut dones_iter = dones.drain(..).peekable();
-        if !batch.is_empty() {
-            let now = Instant::now();
-            // Items whose time came go first: ready queues are FIFO.
-            if !self.q.delayed.is_empty() {
-                wake = self.q.promote_due(now);
-            }
-            let now = self.q.nanos(now);
-            // With many items waiting the table is larger than the cache:
-            // read the table lines of each group of items before adding
-            // them, so that their misses overlap.
-            let mut tags = std::mem::take(&mut self.tags);
-            tags.clear();
-            tags.extend(batch.iter().map(|item| tag_of(&self.hasher, item)));
-            for (i, item) in batch.drain(..).enumerate() {
-                while let Some(done) = dones_iter.next_if(|d| d.after_adds <= i) {
-                    wake = wake.max(self.apply_deferred_done(done));
-                }
-                if i % GROUP == 0 {
-                    let group = &tags[i..tags.len().min(i + GROUP)];
-                    self.items.warm(group.iter().copied());
-                }
-                wake = wake.max(self.add_tagged(item, tags[i], 0, now, now).0);
-            }
-            self.tags = tags;
-        }
-        for done in dones_iter {
-            wake = wake.max(self.apply_deferred_done(done));
-        }
-        self.spare = batch;
-        self.spare_dones = dones;
-        wake
-    }
-
-    /// Applies a `done` left in the inbox.
-    fn apply_deferred_done(&mut self, done: DeferredDone<T>) -> Wake {
-        let at = done.at;
-        self.done(&done.item, done.hints, || at.unwrap_or_else(Instant::now))
-            .0
     }
 }

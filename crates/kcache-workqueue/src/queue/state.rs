@@ -274,3 +274,69 @@ impl<T: QueueItem> State<T> {
         self.q.processing == 0 && self.q.ready.is_empty() && self.q.parked == 0
     }
 }
+
+impl<T: QueueItem> State<T> {
+    /// Applies the adds waiting in `inbox`, in order, as added now. After
+    /// shutdown they are dropped (an add that raced with shutdown is
+    /// ignored, as if it came after it).
+    pub(super) fn apply_inbox(&mut self, inbox: &Inbox<T>) -> Wake {
+        if !inbox.pending.load(Ordering::Acquire) {
+            return Wake::Nobody;
+        }
+        self.apply_inbox_locked(inbox)
+    }
+
+    /// [`apply_inbox`](Self::apply_inbox) without the look at
+    /// [`Inbox::pending`] first: the inbox's lock orders this look after
+    /// the caller's earlier writes (see [`publish`](Self::publish)).
+    pub(super) fn apply_inbox_locked(&mut self, inbox: &Inbox<T>) -> Wake {
+        let Some((mut batch, mut dones)) = inbox.take(&mut self.spare, &mut self.spare_dones)
+        else {
+            return Wake::Nobody;
+        };
+        let mut wake = Wake::Nobody;
+        if self.shutting_down {
+            // Adds that raced with shutdown are ignored; the dones count.
+            batch.clear();
+        }
+        let mut dones_iter = dones.drain(..).peekable();
+        if !batch.is_empty() {
+            let now = Instant::now();
+            // Items whose time came go first: ready queues are FIFO.
+            if !self.q.delayed.is_empty() {
+                wake = self.q.promote_due(now);
+            }
+            let now = self.q.nanos(now);
+            // With many items waiting the table is larger than the cache:
+            // read the table lines of each group of items before adding
+            // them, so that their misses overlap.
+            let mut tags = std::mem::take(&mut self.tags);
+            tags.clear();
+            tags.extend(batch.iter().map(|item| tag_of(&self.hasher, item)));
+            for (i, item) in batch.drain(..).enumerate() {
+                while let Some(done) = dones_iter.next_if(|d| d.after_adds <= i) {
+                    wake = wake.max(self.apply_deferred_done(done));
+                }
+                if i % GROUP == 0 {
+                    let group = &tags[i..tags.len().min(i + GROUP)];
+                    self.items.warm(group.iter().copied());
+                }
+                wake = wake.max(self.add_tagged(item, tags[i], 0, now, now).0);
+            }
+            self.tags = tags;
+        }
+        for done in dones_iter {
+            wake = wake.max(self.apply_deferred_done(done));
+        }
+        self.spare = batch;
+        self.spare_dones = dones;
+        wake
+    }
+
+    /// Applies a `done` left in the inbox.
+    fn apply_deferred_done(&mut self, done: DeferredDone<T>) -> Wake {
+        let at = done.at;
+        self.done(&done.item, done.hints, || at.unwrap_or_else(Instant::now))
+            .0
+    }
+}
