@@ -41,7 +41,7 @@
 //! # Ok(())
 //! # }
 //! ```
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod leader_election;

@@ -34,7 +34,7 @@
 //! assert_eq!(fake.lists().len(), 1);
 //! # }
 //! ```
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod builders;
 pub mod envtest;

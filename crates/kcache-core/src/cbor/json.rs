@@ -104,16 +104,7 @@ fn array(
     if let Some(n) = n {
         r.check_count(n)?;
     }
-    loop {
-        match &mut left {
-            Some(0) => break,
-            Some(n) => *n -= 1,
-            None => {
-                if r.at_break()? {
-                    break;
-                }
-            }
-        }
+    while r.next_entry(&mut left)? {
         if !first {
             out.push(b',');
         }
@@ -139,16 +130,7 @@ fn map(
     if let Some(n) = n {
         r.check_count(n)?;
     }
-    loop {
-        match &mut left {
-            Some(0) => break,
-            Some(n) => *n -= 1,
-            None => {
-                if r.at_break()? {
-                    break;
-                }
-            }
-        }
+    while r.next_entry(&mut left)? {
         if !first {
             out.push(b',');
         }

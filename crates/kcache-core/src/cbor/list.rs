@@ -373,16 +373,7 @@ pub fn watch_event(event: &[u8]) -> Result<(Cow<'_, str>, Range<usize>), CborErr
     let mut ty = None;
     let mut object = None;
     let mut left = n;
-    loop {
-        match &mut left {
-            Some(0) => break,
-            Some(n) => *n -= 1,
-            None => {
-                if r.at_break()? {
-                    break;
-                }
-            }
-        }
+    while r.next_entry(&mut left)? {
         let at = r.position();
         let key = key_content(&mut r)?;
         let slot_taken = match key.as_ref() {

@@ -177,16 +177,7 @@ pub(crate) fn field_value(
             Item::Map(n) => {
                 let mut found = false;
                 let mut left = n;
-                loop {
-                    match &mut left {
-                        Some(0) => break,
-                        Some(n) => *n -= 1,
-                        None => {
-                            if r.at_break()? {
-                                break;
-                            }
-                        }
-                    }
+                while r.next_entry(&mut left)? {
                     if r.string()? == seg.as_str() {
                         found = true;
                         break;

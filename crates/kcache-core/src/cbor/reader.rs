@@ -280,6 +280,20 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Steps through the entries of a container of `left` entries (`None`:
+    /// of indefinite length, ended by a break, which this consumes):
+    /// whether another entry follows.
+    pub(crate) fn next_entry(&mut self, left: &mut Option<u64>) -> Result<bool, CborError> {
+        match left {
+            Some(0) => Ok(false),
+            Some(n) => {
+                *n -= 1;
+                Ok(true)
+            }
+            None => Ok(!self.at_break()?),
+        }
+    }
+
     /// A definite count of items cannot exceed the bytes left (each takes
     /// at least one): rejects absurd counts before looping on them.
     pub(crate) fn check_count(&self, n: u64) -> Result<(), CborError> {

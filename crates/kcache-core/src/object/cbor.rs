@@ -1,15 +1,11 @@
 //! The CBOR adapter of [`CachedObject`]: its constructors from a Kubernetes
 //! CBOR object (KEP-4222), the [`Metadata`] read without decoding the rest.
 
-use std::marker::PhantomData;
-use std::sync::Arc;
-
 use bytes::Bytes;
 
-use super::metadata::{MetaStrings, field_from_meta};
-use super::{CachedObject, Inner, Metadata, ObjectError, ObjectOptions};
+use super::metadata::MetaStrings;
+use super::{CachedObject, Metadata, ObjectError, ObjectOptions};
 use crate::codec::Codec;
-use crate::compression::Payload;
 
 impl<K> CachedObject<K> {
     /// Builds a cached object from a Kubernetes CBOR object (the
@@ -70,40 +66,13 @@ impl<K> CachedObject<K> {
             None
         };
         drop(m);
-        let own_buffer = stripped.is_some();
-        let bytes = match stripped {
-            Some(cut) => Bytes::from(cut),
-            None => object,
-        };
-        let fields = match &options.field_paths {
-            Some(fp) => {
-                let mut out = vec![None; fp.len()];
-                for (i, segs) in &fp.inner.from_meta {
-                    out[*i] = field_from_meta(&meta, segs);
-                }
-                for (i, segs) in &fp.inner.scanned {
-                    out[*i] =
-                        crate::cbor::meta::field_value(&bytes, segs).map_err(ObjectError::Cbor)?;
-                }
-                Some((fp.clone(), out.into_boxed_slice()))
-            }
-            None => None,
-        };
-        let payload = match options.compression.compress(&bytes) {
-            Some(compressed) => compressed,
-            None if options.copy_bytes && !own_buffer => {
-                Payload::Plain(Bytes::copy_from_slice(&bytes))
-            }
-            None => Payload::Plain(bytes),
-        };
-        Ok(CachedObject {
-            inner: Arc::new(Inner {
-                payload,
-                codec: Codec::Cbor,
-                meta,
-                fields,
-            }),
-            _kind: PhantomData,
-        })
+        CachedObject::from_binary_parts(
+            object,
+            stripped.map(Bytes::from),
+            meta,
+            Codec::Cbor,
+            options,
+            |bytes, segs| crate::cbor::meta::field_value(bytes, segs).map_err(ObjectError::Cbor),
+        )
     }
 }

@@ -146,6 +146,54 @@ pub struct ObjectOptions {
     pub compression: Compression,
 }
 
+impl<K> CachedObject<K> {
+    /// The common end of building a cached object from a binary format
+    /// (protobuf, CBOR), once its metadata is read: the bytes kept (`cut`,
+    /// the managedFields cut of `object`, or `object`), the declared field
+    /// paths (from the metadata, or `scan`ned in the bytes), and the
+    /// payload (compressed, copied or kept as given, as `options` say).
+    pub(super) fn from_binary_parts(
+        object: Bytes,
+        cut: Option<Bytes>,
+        meta: Metadata,
+        codec: crate::codec::Codec,
+        options: &ObjectOptions,
+        scan: impl Fn(&Bytes, &[String]) -> Result<Option<Box<str>>, ObjectError>,
+    ) -> Result<Self, ObjectError> {
+        let own_buffer = cut.is_some();
+        let bytes = cut.unwrap_or(object);
+        let fields = match &options.field_paths {
+            Some(fp) => {
+                let mut out = vec![None; fp.len()];
+                for (i, segs) in &fp.inner.from_meta {
+                    out[*i] = metadata::field_from_meta(&meta, segs);
+                }
+                for (i, segs) in &fp.inner.scanned {
+                    out[*i] = scan(&bytes, segs)?;
+                }
+                Some((fp.clone(), out.into_boxed_slice()))
+            }
+            None => None,
+        };
+        let payload = match options.compression.compress(&bytes) {
+            Some(compressed) => compressed,
+            None if options.copy_bytes && !own_buffer => {
+                Payload::Plain(Bytes::copy_from_slice(&bytes))
+            }
+            None => Payload::Plain(bytes),
+        };
+        Ok(CachedObject {
+            inner: Arc::new(Inner {
+                payload,
+                codec,
+                meta,
+                fields,
+            }),
+            _kind: PhantomData,
+        })
+    }
+}
+
 /// Declared paths plus the values extracted for them, in the same order.
 type FieldValues = (FieldPaths, Box<[Option<Box<str>>]>);
 

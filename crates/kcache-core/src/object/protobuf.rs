@@ -2,15 +2,11 @@
 //! Kubernetes protobuf object or envelope, and the [`Metadata`] read from
 //! `ObjectMeta` without decoding the rest.
 
-use std::marker::PhantomData;
-use std::sync::Arc;
-
 use bytes::Bytes;
 
-use super::metadata::{MetaStrings, field_from_meta};
-use super::{CachedObject, Inner, Metadata, ObjectError, ObjectOptions, OwnerReference};
+use super::metadata::MetaStrings;
+use super::{CachedObject, Metadata, ObjectError, ObjectOptions, OwnerReference};
 use crate::codec::Codec;
-use crate::compression::Payload;
 use crate::protobuf::{self, TypeMeta, WireError, meta::ObjectMetaView};
 
 /// The [`Metadata`] of a protobuf object, as the JSON route builds it from
@@ -107,41 +103,14 @@ impl<K> CachedObject<K> {
             None
         };
         drop(view);
-        let own_buffer = stripped.is_some();
-        let bytes = match stripped {
-            Some(cut) => Bytes::from(cut),
-            None => object,
-        };
-        let fields = match &options.field_paths {
-            Some(fp) => {
-                let mut out = vec![None; fp.len()];
-                for (i, segs) in &fp.inner.from_meta {
-                    out[*i] = field_from_meta(&meta, segs);
-                }
-                for (i, segs) in &fp.inner.scanned {
-                    out[*i] =
-                        protobuf::field_value(&bytes, msg, segs).map_err(ObjectError::Transcode)?;
-                }
-                Some((fp.clone(), out.into_boxed_slice()))
-            }
-            None => None,
-        };
-        let payload = match options.compression.compress(&bytes) {
-            Some(compressed) => compressed,
-            None if options.copy_bytes && !own_buffer => {
-                Payload::Plain(Bytes::copy_from_slice(&bytes))
-            }
-            None => Payload::Plain(bytes),
-        };
-        Ok(CachedObject {
-            inner: Arc::new(Inner {
-                payload,
-                codec: Codec::Protobuf(msg),
-                meta,
-                fields,
-            }),
-            _kind: PhantomData,
-        })
+        CachedObject::from_binary_parts(
+            object,
+            stripped.map(Bytes::from),
+            meta,
+            Codec::Protobuf(msg),
+            options,
+            |bytes, segs| protobuf::field_value(bytes, msg, segs).map_err(ObjectError::Transcode),
+        )
     }
 
     /// Builds a cached object from a protobuf envelope: `k8s\0` +

@@ -14,8 +14,9 @@ use serde::Deserialize;
 use super::{Target, WireCodec};
 use crate::decode::{
     Bookmark, EventDecoder, ListPage, ListParser, PageParser, WatchEvent, bad, hex_preview,
+    marks_initial_events_end,
 };
-use crate::error::{ApiError, BadEvent, BadEventKind, INITIAL_EVENTS_END_ANNOTATION, StatusWire};
+use crate::error::{ApiError, BadEvent, BadEventKind, StatusWire};
 use crate::framing::{FrameError, FrameTooLarge, Framer};
 
 /// `Accept` of a list, a watch or a streaming list that prefers CBOR (the
@@ -189,14 +190,13 @@ impl<K> PageParser<K> for CborPage {
     }
 
     fn finish(self, _: &EventDecoder<K>) -> Result<ListPage<K>, CborError> {
-        let summary = self.reader.finish()?;
-        Ok(ListPage {
-            items: Vec::new(),
-            resource_version: summary.resource_version,
-            continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
-            shard_selector: summary.shard_selector,
-            skipped: self.skipped,
-        })
+        let s = self.reader.finish()?;
+        Ok(ListPage::streamed(
+            s.resource_version,
+            s.continue_token,
+            s.shard_selector,
+            self.skipped,
+        ))
     }
 }
 
@@ -276,28 +276,11 @@ impl<K> EventDecoder<K> {
                 format!("bookmark: CBOR: {e}: {}", hex_preview(object)),
             )
         })?;
-        self.check_kind(wire.kind.as_deref(), wire.api_version.as_deref())?;
-        let meta = wire
-            .metadata
-            .ok_or_else(|| bad(BadEventKind::InvalidObject, "bookmark without metadata"))?;
-        let rv = meta
-            .resource_version
-            .filter(|rv| !rv.is_empty())
-            .ok_or_else(|| {
-                bad(
-                    BadEventKind::InvalidObject,
-                    "bookmark without metadata.resourceVersion",
-                )
-            })?;
-        let end = meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(INITIAL_EVENTS_END_ANNOTATION))
-            .is_some_and(|v| v == "true");
-        Ok(Bookmark {
-            resource_version: rv,
-            initial_events_end: end,
-        })
+        let meta = wire.metadata.as_ref().map(|m| {
+            let end = marks_initial_events_end(m.annotations.as_ref());
+            (m.resource_version.as_deref(), end)
+        });
+        self.bookmark(wire.kind.as_deref(), wire.api_version.as_deref(), meta)
     }
 
     #[cfg(any(test, feature = "fuzzing"))]

@@ -151,14 +151,13 @@ impl<K> PageParser<K> for ProtobufPage {
     }
 
     fn finish(self, _: &EventDecoder<K>) -> Result<ListPage<K>, WireError> {
-        let summary = self.reader.finish()?;
-        Ok(ListPage {
-            items: Vec::new(),
-            resource_version: summary.resource_version,
-            continue_token: (!summary.continue_token.is_empty()).then_some(summary.continue_token),
-            shard_selector: summary.shard_selector,
-            skipped: self.skipped,
-        })
+        let s = self.reader.finish()?;
+        Ok(ListPage::streamed(
+            s.resource_version,
+            s.continue_token,
+            s.shard_selector,
+            self.skipped,
+        ))
     }
 }
 

@@ -88,6 +88,24 @@ pub struct ListPage<K> {
 }
 
 impl<K> ListPage<K> {
+    /// A page whose items were handed out one by one (a streamed binary
+    /// list): what its `metadata` said, an empty `continue` as none, and
+    /// the items it skipped.
+    pub(crate) fn streamed(
+        resource_version: String,
+        continue_token: String,
+        shard_selector: Option<String>,
+        skipped: Vec<BadEvent>,
+    ) -> Self {
+        ListPage {
+            items: Vec::new(),
+            resource_version,
+            continue_token: (!continue_token.is_empty()).then_some(continue_token),
+            shard_selector,
+            skipped,
+        }
+    }
+
     /// A JSON list page: its items and what its `metadata` says.
     fn from_wire(
         items: Vec<CachedObject<K>>,

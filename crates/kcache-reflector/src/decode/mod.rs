@@ -128,6 +128,18 @@ struct BookmarkMeta<'a> {
     annotations: Option<HashMap<Cow<'a, str>, Cow<'a, str>>>,
 }
 
+/// Whether a bookmark's annotations mark the end of a streaming list's
+/// initial events (`k8s.io/initial-events-end: "true"`).
+pub(crate) fn marks_initial_events_end<Q, V>(annotations: Option<&HashMap<Q, V>>) -> bool
+where
+    Q: std::borrow::Borrow<str> + std::hash::Hash + Eq,
+    V: AsRef<str>,
+{
+    annotations
+        .and_then(|a| a.get(INITIAL_EVENTS_END_ANNOTATION))
+        .is_some_and(|v| v.as_ref() == "true")
+}
+
 /// The sub-slice `inner` of `outer`, as a zero-copy slice of `outer`'s
 /// buffer when `inner` points into it.
 pub(crate) fn subslice(outer: &Bytes, inner: &[u8]) -> Bytes {
@@ -280,26 +292,33 @@ impl<K> EventDecoder<K> {
                 format!("bookmark: {e}: {}", preview(bytes)),
             )
         })?;
-        self.check_kind(wire.kind.as_deref(), wire.api_version.as_deref())?;
-        let meta = wire
-            .metadata
-            .ok_or_else(|| bad(BadEventKind::InvalidObject, "bookmark without metadata"))?;
-        let rv = meta
-            .resource_version
-            .filter(|rv| !rv.is_empty())
-            .ok_or_else(|| {
-                bad(
-                    BadEventKind::InvalidObject,
-                    "bookmark without metadata.resourceVersion",
-                )
-            })?;
-        let end = meta
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(INITIAL_EVENTS_END_ANNOTATION))
-            .is_some_and(|v| v == "true");
+        let meta = wire.metadata.as_ref().map(|m| {
+            let end = marks_initial_events_end(m.annotations.as_ref());
+            (m.resource_version.as_deref(), end)
+        });
+        self.bookmark(wire.kind.as_deref(), wire.api_version.as_deref(), meta)
+    }
+
+    /// A bookmark from the fields of its wire form (any format): its kind
+    /// and apiVersion, checked, and its metadata's resourceVersion and
+    /// whether it carries the `initial-events-end` annotation.
+    pub(crate) fn bookmark(
+        &self,
+        kind: Option<&str>,
+        api_version: Option<&str>,
+        meta: Option<(Option<&str>, bool)>,
+    ) -> Result<Bookmark, BadEvent> {
+        self.check_kind(kind, api_version)?;
+        let (rv, end) =
+            meta.ok_or_else(|| bad(BadEventKind::InvalidObject, "bookmark without metadata"))?;
+        let rv = rv.filter(|rv| !rv.is_empty()).ok_or_else(|| {
+            bad(
+                BadEventKind::InvalidObject,
+                "bookmark without metadata.resourceVersion",
+            )
+        })?;
         Ok(Bookmark {
-            resource_version: rv.into_owned(),
+            resource_version: rv.to_owned(),
             initial_events_end: end,
         })
     }
