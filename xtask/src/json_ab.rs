@@ -170,10 +170,37 @@ fn order(pair: usize) -> [RealClient; 2] {
 /// The median over pairs of `f(this build) / f(baseline)`; runs pair up in
 /// the order they ran.
 fn paired(runs: &[SyncRun], mode: Mode, f: &dyn Fn(&SyncRun) -> f64) -> f64 {
-    let of = |c: RealClient| -> Vec<f64> {
+    paired_where(runs, mode, f, &|_, _| true).0
+}
+
+/// How far apart the apiserver's CPU per object of a pair's two runs may
+/// be for the pair to count as "the same apiserver speed": the
+/// apiserver's cost for the same request is bimodal (for the JSON watch,
+/// about 190 or about 310 us per object in both builds), and the client's
+/// CPU per object follows it (a slow server sends the same bytes in more,
+/// smaller reads).
+const SAME_SPEED: f64 = 0.15;
+
+/// Like [`paired`], over the pairs whose two runs met the apiserver at
+/// the same speed (see [`SAME_SPEED`]); and how many pairs that is.
+fn paired_same_speed(runs: &[SyncRun], mode: Mode, f: &dyn Fn(&SyncRun) -> f64) -> (f64, usize) {
+    paired_where(runs, mode, f, &|b, h| {
+        let (b, h) = (b.apiserver_cpu_secs, h.apiserver_cpu_secs);
+        b > 0.0 && (h / b - 1.0).abs() <= SAME_SPEED
+    })
+}
+
+/// The median of `f(this build) / f(baseline)` over the pairs (in run
+/// order) that `keep(baseline, this build)` accepts, and their count.
+fn paired_where(
+    runs: &[SyncRun],
+    mode: Mode,
+    f: &dyn Fn(&SyncRun) -> f64,
+    keep: &dyn Fn(&SyncRun, &SyncRun) -> bool,
+) -> (f64, usize) {
+    let of = |c: RealClient| -> Vec<&SyncRun> {
         runs.iter()
             .filter(|r| r.client == c && r.mode == mode)
-            .map(f)
             .collect()
     };
     let (base, head) = (
@@ -183,13 +210,14 @@ fn paired(runs: &[SyncRun], mode: Mode, f: &dyn Fn(&SyncRun) -> f64) -> f64 {
     let ratios: Vec<f64> = base
         .iter()
         .zip(&head)
-        .filter(|(b, _)| **b > 0.0)
-        .map(|(b, h)| h / b)
+        .filter(|(b, h)| keep(b, h) && f(b) > 0.0)
+        .map(|(b, h)| f(h) / f(b))
         .collect();
+    let n = ratios.len();
     if ratios.is_empty() {
-        f64::NAN
+        (f64::NAN, 0)
     } else {
-        median(ratios)
+        (median(ratios), n)
     }
 }
 
@@ -225,6 +253,27 @@ pub fn markdown(res: &RealResults, s: &RealSettings, rev: &str) -> String {
                 .iter()
                 .filter(|r| r.mode == mode && r.client == RealClient::KcacheJson)
                 .count(),
+            cell(&|r| r.synced.objects as f64 / r.synced.secs.max(1e-9)),
+            cell(&|r| r.synced.cpu_us as f64 / n),
+            cell(&|r| r.apiserver_cpu_secs / n),
+            cell(&|r| r.synced.peak_rss_kb as f64),
+        );
+    }
+    for mode in [Mode::Paged, Mode::Streaming] {
+        let cell = |f: &dyn Fn(&SyncRun) -> f64| {
+            let (v, _) = paired_same_speed(&res.syncs, mode, f);
+            if v.is_finite() {
+                format!("{v:.2}x")
+            } else {
+                "n/a".into()
+            }
+        };
+        let (_, k) = paired_same_speed(&res.syncs, mode, &|r| r.synced.secs);
+        let _ = writeln!(
+            t,
+            "| {}, pairs that met the apiserver at the same speed (its CPU / object within {:.0}%; {k} pairs) | {} | {} | {} | {} |",
+            mode.name(),
+            SAME_SPEED * 100.0,
             cell(&|r| r.synced.objects as f64 / r.synced.secs.max(1e-9)),
             cell(&|r| r.synced.cpu_us as f64 / n),
             cell(&|r| r.apiserver_cpu_secs / n),
@@ -334,6 +383,41 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("--json-baseline abc123"), "{md}");
+    }
+
+    /// Pairs whose two runs met the apiserver at different speeds are left
+    /// out of the same-speed ratio: two pairs where this build's run met
+    /// a slow apiserver (and spent more client CPU) do not move it.
+    #[test]
+    fn same_speed_pairs_leave_out_a_slow_apiserver() {
+        let mut runs = Vec::new();
+        for (b_api, h_api, h_cpu) in [
+            (0.1, 0.1, 10_000),
+            (0.1, 0.105, 10_000),
+            (0.1, 0.2, 15_000),
+            (0.1, 0.2, 15_000),
+            (0.1, 0.095, 10_000),
+        ] {
+            let mut b = run(RealClient::KcacheJsonBaseline, Mode::Streaming, 1.0, 10_000);
+            b.apiserver_cpu_secs = b_api;
+            let mut h = run(RealClient::KcacheJson, Mode::Streaming, 1.0, h_cpu);
+            h.apiserver_cpu_secs = h_api;
+            runs.extend([b, h]);
+        }
+        let cpu = |r: &SyncRun| r.synced.cpu_us as f64;
+        // same speed: pairs 1, 2 and 5 (ratio 1 each); 3 and 4 met a slow
+        // apiserver
+        let (r, k) = paired_same_speed(&runs, Mode::Streaming, &cpu);
+        assert_eq!(k, 3);
+        assert!((r - 1.0).abs() < 1e-9, "{r}");
+        let mut slow = run(RealClient::KcacheJsonBaseline, Mode::Streaming, 1.0, 10_000);
+        slow.apiserver_cpu_secs = 0.1;
+        let mut slow_h = run(RealClient::KcacheJson, Mode::Streaming, 1.0, 15_000);
+        slow_h.apiserver_cpu_secs = 0.2;
+        runs.extend([slow, slow_h]);
+        // a third slow pair moves the plain median, not the same-speed one
+        assert!((paired(&runs, Mode::Streaming, &cpu) - 1.25).abs() < 1e-9);
+        assert_eq!(paired_same_speed(&runs, Mode::Streaming, &cpu), (1.0, 3));
     }
 
     #[test]
