@@ -137,7 +137,6 @@ struct Inner {
 /// ```no_run
 /// # async fn run(client: kube::Client) {
 /// use k8s_openapi::api::core::v1::{ConfigMap, Pod};
-/// use kcache_core::ObjectOptions;
 /// use kcache_informer::{InformerConfig, SharedInformerFactory};
 ///
 /// let mut config = InformerConfig::default();

@@ -17,9 +17,9 @@
 //! ```no_run
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //! use kcache_informer::{
-//!     InformerConfig, WatchConfig, ResourceEventHandlerFuncs, SharedIndexInformer,
-//!     wait_for_cache_sync,
+//!     InformerConfig, ResourceEventHandlerFuncs, SharedIndexInformer, wait_for_cache_sync,
 //! };
+//! use kcache_reflector::WatchConfig;
 //! use tokio_util::sync::CancellationToken;
 //!
 //! # async fn run(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {

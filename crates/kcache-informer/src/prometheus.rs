@@ -54,7 +54,8 @@ fn handler(informer: &str, handler: &str) -> Labels {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use kcache_informer::{PrometheusInformerMetricsProvider, PrometheusReflectorMetricsProvider};
+/// use kcache_informer::PrometheusInformerMetricsProvider;
+/// use kcache_reflector::PrometheusReflectorMetricsProvider;
 /// use prometheus_client::registry::Registry;
 ///
 /// # fn build(client: kube::Client) {

@@ -24,7 +24,8 @@ use kcache_reflector::ReflectorMetricsProvider;
 /// ```no_run
 /// # fn f(client: kube::Client) {
 /// use k8s_openapi::api::core::v1::Pod;
-/// use kcache_informer::{InformerConfig, WatchConfig, SharedIndexInformer};
+/// use kcache_informer::{InformerConfig, SharedIndexInformer};
+/// use kcache_reflector::WatchConfig;
 ///
 /// let informer = SharedIndexInformer::<Pod>::builder(client)
 ///     .config(InformerConfig {

@@ -21,7 +21,8 @@ use crate::snapshot::SnapshotOptions;
 /// ```
 /// use std::time::Duration;
 /// use kcache_core::ObjectOptions;
-/// use kcache_informer::{InformerConfig, WatchConfig};
+/// use kcache_informer::InformerConfig;
+/// use kcache_reflector::WatchConfig;
 ///
 /// let config = InformerConfig {
 ///     watch: WatchConfig {
