@@ -124,12 +124,6 @@ where
         self.handle.clone()
     }
 
-    /// Number of concurrent reconciles.
-    pub fn workers(mut self, n: usize) -> Self {
-        self.config = self.config.workers(n);
-        self
-    }
-
     /// Filters the primary's events (see [`Predicate`]). Called twice, both
     /// must pass.
     pub fn with_predicate(mut self, predicate: Predicate) -> Self {

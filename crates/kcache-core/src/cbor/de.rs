@@ -253,14 +253,8 @@ impl<'de> SeqAccess<'de> for Seq<'_, 'de> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, CborError> {
-        match &mut self.left {
-            Some(0) => return Ok(None),
-            Some(n) => *n -= 1,
-            None => {
-                if self.d.r.at_break()? {
-                    return Ok(None);
-                }
-            }
+        if !self.d.r.next_entry(&mut self.left)? {
+            return Ok(None);
         }
         seed.deserialize(&mut *self.d).map(Some)
     }
@@ -282,14 +276,8 @@ impl<'de> MapAccess<'de> for Map<'_, 'de> {
         &mut self,
         seed: T,
     ) -> Result<Option<T::Value>, CborError> {
-        match &mut self.left {
-            Some(0) => return Ok(None),
-            Some(n) => *n -= 1,
-            None => {
-                if self.d.r.at_break()? {
-                    return Ok(None);
-                }
-            }
+        if !self.d.r.next_entry(&mut self.left)? {
+            return Ok(None);
         }
         self.keys.check(&self.d.r)?;
         seed.deserialize(&mut *self.d).map(Some)
