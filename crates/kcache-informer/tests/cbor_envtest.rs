@@ -167,16 +167,12 @@ fn start(
         client(cp, mode, old_rv.clone()),
         widget_resource(),
     )
-    .config(kcache_informer::InformerConfig {
-        watch: WatchConfig {
-            namespace: Some(ns.to_owned()),
-            use_watch_list: mode == Mode::Streaming,
-            page_size: if mode == Mode::Paged { 2 } else { 0 },
-            wire_format: format,
-            ..WatchConfig::default()
-        },
-        ..kcache_informer::InformerConfig::default()
-    })
+    .config(support::format_test_config(
+        ns,
+        mode == Mode::Streaming,
+        mode == Mode::Paged,
+        format,
+    ))
     .watch_error_handler(handler)
     .build();
     let (cancel, task) = spawn_run(&informer);

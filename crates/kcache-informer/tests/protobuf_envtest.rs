@@ -16,7 +16,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kcache_core::{CachedObject, Format};
 use kcache_envtest::ControlPlane;
 use kcache_informer::SharedIndexInformer;
-use kcache_reflector::WatchConfig;
 use kcache_reflector::WireFormat;
 use kcache_testing::envtest::{TestNamespace, client_with_request_hook, create, namespace};
 use kcache_testing::eventually_async;
@@ -83,16 +82,12 @@ where
     let (client, uris) = client(cp, mode);
     let (handler, errors) = record_watch_errors(|e| e.to_string());
     let informer = SharedIndexInformer::<K>::builder_with(client, dyntype)
-        .config(kcache_informer::InformerConfig {
-            watch: WatchConfig {
-                namespace: Some(ns.to_owned()),
-                use_watch_list: mode == Mode::Streaming,
-                page_size: if mode == Mode::Paged { 2 } else { 0 },
-                wire_format: format,
-                ..WatchConfig::default()
-            },
-            ..kcache_informer::InformerConfig::default()
-        })
+        .config(support::format_test_config(
+            ns,
+            mode == Mode::Streaming,
+            mode == Mode::Paged,
+            format,
+        ))
         .watch_error_handler(handler)
         .build();
     let (cancel, task) = spawn_run(&informer);

@@ -111,28 +111,8 @@ async fn create(client: Client, n: usize, concurrency: usize) -> anyhow::Result<
     create_namespaces(&client, n).await?;
     let started = Instant::now();
     let done = Arc::new(AtomicU64::new(0));
-    let progress = tokio::spawn({
-        let done = done.clone();
-        async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                let d = done.load(Ordering::Relaxed);
-                let s = started.elapsed().as_secs_f64();
-                eprintln!(
-                    "    loaded {d:>6}/{n} Pods in {s:>5.0}s ({:.0}/s)",
-                    d as f64 / s
-                );
-            }
-        }
-    });
-    let create_pp = PostParams {
-        field_manager: Some(CREATE_MANAGER.into()),
-        ..PostParams::default()
-    };
-    let status_pp = PatchParams {
-        field_manager: Some(STATUS_MANAGER.into()),
-        ..PatchParams::default()
-    };
+    let progress = report_progress(done.clone(), started, n, "Pods");
+    let (create_pp, status_pp) = managers(CREATE_MANAGER, STATUS_MANAGER);
     let pods_client = client.clone();
     let mut results = futures::stream::iter(0..n)
         .map(move |i| {
@@ -224,28 +204,8 @@ async fn create_crs(client: Client, n: usize, concurrency: usize) -> anyhow::Res
     }
     let started = Instant::now();
     let done = Arc::new(AtomicU64::new(0));
-    let progress = tokio::spawn({
-        let done = done.clone();
-        async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(5)).await;
-                let d = done.load(Ordering::Relaxed);
-                let s = started.elapsed().as_secs_f64();
-                eprintln!(
-                    "    loaded {d:>6}/{n} custom resources in {s:>5.0}s ({:.0}/s)",
-                    d as f64 / s
-                );
-            }
-        }
-    });
-    let create_pp = PostParams {
-        field_manager: Some(CR_CREATE_MANAGER.into()),
-        ..PostParams::default()
-    };
-    let status_pp = PatchParams {
-        field_manager: Some(CR_STATUS_MANAGER.into()),
-        ..PatchParams::default()
-    };
+    let progress = report_progress(done.clone(), started, n, "custom resources");
+    let (create_pp, status_pp) = managers(CR_CREATE_MANAGER, CR_STATUS_MANAGER);
     let c = client.clone();
     let mut results = futures::stream::iter(0..n)
         .map(move |i| {
@@ -358,4 +318,39 @@ async fn update(
                "secs": secs, "rate": seen.len() as f64 / secs})
     );
     Ok(())
+}
+
+/// Prints every 5 s how many of the `n` objects (`what`) are loaded, until
+/// aborted.
+fn report_progress(
+    done: Arc<AtomicU64>,
+    started: Instant,
+    n: usize,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let d = done.load(Ordering::Relaxed);
+            let s = started.elapsed().as_secs_f64();
+            eprintln!(
+                "    loaded {d:>6}/{n} {what} in {s:>5.0}s ({:.0}/s)",
+                d as f64 / s
+            );
+        }
+    })
+}
+
+/// The create and status-patch parameters of the two field managers.
+fn managers(create: &str, status: &str) -> (PostParams, PatchParams) {
+    (
+        PostParams {
+            field_manager: Some(create.into()),
+            ..PostParams::default()
+        },
+        PatchParams {
+            field_manager: Some(status.into()),
+            ..PatchParams::default()
+        },
+    )
 }

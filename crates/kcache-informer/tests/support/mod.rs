@@ -72,3 +72,24 @@ pub fn on_fake() -> kcache_informer::InformerConfig {
         ..kcache_informer::InformerConfig::default()
     }
 }
+
+/// The config of the wire-format tests' informers: namespace `ns` only, a
+/// streaming list (`streaming`) or a list in pages of 2 (`paged`), in
+/// `format`.
+pub fn format_test_config(
+    ns: &str,
+    streaming: bool,
+    paged: bool,
+    format: kcache_reflector::WireFormat,
+) -> kcache_informer::InformerConfig {
+    kcache_informer::InformerConfig {
+        watch: WatchConfig {
+            namespace: Some(ns.to_owned()),
+            use_watch_list: streaming,
+            page_size: if paged { 2 } else { 0 },
+            wire_format: format,
+            ..WatchConfig::default()
+        },
+        ..kcache_informer::InformerConfig::default()
+    }
+}
