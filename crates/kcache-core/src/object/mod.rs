@@ -175,13 +175,7 @@ impl<K> CachedObject<K> {
             }
             None => None,
         };
-        let payload = match options.compression.compress(&bytes) {
-            Some(compressed) => compressed,
-            None if options.copy_bytes && !own_buffer => {
-                Payload::Plain(Bytes::copy_from_slice(&bytes))
-            }
-            None => Payload::Plain(bytes),
-        };
+        let payload = stored_payload(bytes, own_buffer, options);
         Ok(CachedObject {
             inner: Arc::new(Inner {
                 payload,
@@ -191,6 +185,18 @@ impl<K> CachedObject<K> {
             }),
             _kind: PhantomData,
         })
+    }
+}
+
+/// What an object keeps of `bytes` (its wire bytes after any
+/// managedFields cut; `own_buffer` when that cut made them a buffer of
+/// their own): compressed, copied out of a larger buffer, or as given, as
+/// `options` say.
+fn stored_payload(bytes: Bytes, own_buffer: bool, options: &ObjectOptions) -> Payload {
+    match options.compression.compress(&bytes) {
+        Some(compressed) => compressed,
+        None if options.copy_bytes && !own_buffer => Payload::Plain(Bytes::copy_from_slice(&bytes)),
+        None => Payload::Plain(bytes),
     }
 }
 
@@ -325,13 +331,7 @@ impl<K> CachedObject<K> {
             }
             _ => (bytes, false),
         };
-        let payload = match options.compression.compress(&bytes) {
-            Some(compressed) => compressed,
-            None if options.copy_bytes && !own_buffer => {
-                Payload::Plain(Bytes::copy_from_slice(&bytes))
-            }
-            None => Payload::Plain(bytes),
-        };
+        let payload = stored_payload(bytes, own_buffer, options);
         let fields = options.field_paths.as_ref().map(|fp| {
             for (i, segs) in &fp.inner.from_meta {
                 field_out[*i] = field_from_meta(&meta, segs);

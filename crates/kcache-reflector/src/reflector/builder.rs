@@ -17,6 +17,7 @@ use crate::backoff::BackoffConfig;
 use crate::codec::{self, Target};
 use crate::decode::EventDecoder;
 use crate::error::ReflectorError;
+use crate::limits::{Limits, RequestTimeouts};
 use crate::metrics::{NoopReflectorMetricsProvider, ReflectorMetrics, ReflectorMetricsProvider};
 use crate::shard::Sharding;
 use crate::watch_config::WatchConfig;
@@ -174,15 +175,17 @@ impl<K: Resource + 'static> ReflectorBuilder<K> {
             page_size: self.options.page_size,
             use_watch_list: self.options.use_watch_list,
             resync_period: self.resync_period,
-            min_watch_timeout: timeouts.min_watch_timeout.max(DEFAULT_MIN_WATCH_TIMEOUT),
-            watch_idle_timeout: timeouts.watch_idle_timeout,
             backoff: self.backoff,
             handler: self.handler,
-            max_internal_error_retry_duration: timeouts.max_internal_error_retry_duration,
-            max_event_size: limits.max_event_size.max(1),
-            timeouts,
-            max_list_page_bytes: limits.max_list_page_bytes.max(1),
-            max_initial_events_bytes: limits.max_initial_events_bytes.max(1),
+            timeouts: RequestTimeouts {
+                min_watch_timeout: timeouts.min_watch_timeout.max(DEFAULT_MIN_WATCH_TIMEOUT),
+                ..timeouts
+            },
+            limits: Limits {
+                max_event_size: limits.max_event_size.max(1),
+                max_list_page_bytes: limits.max_list_page_bytes.max(1),
+                max_initial_events_bytes: limits.max_initial_events_bytes.max(1),
+            },
             shared: Mutex::new(Shared {
                 last_sync_rv: self.resume_from.clone().unwrap_or_default(),
                 synced: false,

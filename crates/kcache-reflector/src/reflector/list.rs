@@ -257,7 +257,7 @@ impl<K: 'static> Reflector<K> {
         let limits = BodyLimits {
             idle: self.timeouts.list_body_idle,
             total: self.timeouts.list_body,
-            max_bytes: self.max_list_page_bytes,
+            max_bytes: self.limits.max_list_page_bytes,
         };
         let parser = self.answered(resp.headers()).get::<K>().list_parser();
         let stream = resp.into_body().into_data_stream();
@@ -357,7 +357,7 @@ impl<K: 'static> Reflector<K> {
             BodyError::Total => timeout(TimeoutPhase::ListBody, self.timeouts.list_body),
             BodyError::TooLarge => ReflectorError::ListPageTooLarge {
                 resource: self.resource.clone(),
-                limit: self.max_list_page_bytes,
+                limit: self.limits.max_list_page_bytes,
             },
             BodyError::Stream(e) => ReflectorError::Body {
                 op: Operation::List,

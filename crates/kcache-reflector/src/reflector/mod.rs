@@ -31,7 +31,7 @@ use crate::backoff::{Backoff, BackoffConfig};
 use crate::codec::CodecId;
 use crate::decode::EventDecoder;
 use crate::error::{ApiError, ErrorReason, MAX_LOGGED_ERROR, Operation, ReflectorError, Truncated};
-use crate::limits::RequestTimeouts;
+use crate::limits::{Limits, RequestTimeouts};
 use crate::metrics::ReflectorMetrics;
 use crate::shard::Sharding;
 #[cfg(doc)]
@@ -103,16 +103,13 @@ pub struct Reflector<K> {
     page_size: u32,
     use_watch_list: bool,
     resync_period: Option<Duration>,
-    min_watch_timeout: Duration,
-    watch_idle_timeout: Option<Duration>,
     backoff: BackoffConfig,
     handler: Option<WatchErrorHandler>,
     metrics: ReflectorMetrics,
-    max_internal_error_retry_duration: Duration,
-    max_event_size: usize,
+    /// As configured, the watch timeout raised to client-go's minimum.
     timeouts: RequestTimeouts,
-    max_list_page_bytes: usize,
-    max_initial_events_bytes: usize,
+    /// As configured, each cap at least 1.
+    limits: Limits,
     shared: Mutex<Shared>,
     synced_notify: tokio::sync::Notify,
     resume_from: Option<String>,

@@ -101,10 +101,10 @@ impl<K: 'static> Reflector<K> {
         obj: CachedObject<K>,
     ) -> Result<(), ReflectorError> {
         buf.upsert(self.reuse(obj));
-        if buf.bytes > self.max_initial_events_bytes {
+        if buf.bytes > self.limits.max_initial_events_bytes {
             return Err(ReflectorError::InitialEventsTooLarge {
                 resource: self.resource.clone(),
-                limit: self.max_initial_events_bytes,
+                limit: self.limits.max_initial_events_bytes,
             });
         }
         Ok(())

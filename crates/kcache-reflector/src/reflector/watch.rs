@@ -86,7 +86,7 @@ impl InternalErrorRetry {
 
 impl<K: 'static> Reflector<K> {
     pub(super) fn watch_timeout_secs(&self) -> u32 {
-        let min = self.min_watch_timeout.as_secs_f64();
+        let min = self.timeouts.min_watch_timeout.as_secs_f64();
         let secs = min * (rand::random::<f64>() + 1.0);
         secs.min(u32::MAX as f64) as u32
     }
@@ -133,13 +133,14 @@ impl<K: 'static> Reflector<K> {
             .await
             .map_err(|e| shard::classify(self.sharding.as_ref(), e))?;
         let idle_limit = self
+            .timeouts
             .watch_idle_timeout
             .unwrap_or(Duration::from_secs(u64::from(timeout_secs)) + WATCH_IDLE_MARGIN);
         let codec = self.answered(resp.headers());
         Ok(OpenWatch {
             body: Box::pin(resp.into_body().into_data_stream()),
             idle_limit,
-            framer: codec.get::<K>().framer(self.max_event_size),
+            framer: codec.get::<K>().framer(self.limits.max_event_size),
             codec,
             start,
             timeout: Duration::from_secs(u64::from(timeout_secs)),
@@ -163,7 +164,7 @@ impl<K: 'static> Reflector<K> {
             i
         });
         let mut internal = InternalErrorRetry {
-            max: self.max_internal_error_retry_duration,
+            max: self.timeouts.max_internal_error_retry_duration,
             first: None,
             last: None,
         };

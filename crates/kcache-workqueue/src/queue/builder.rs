@@ -124,6 +124,10 @@ impl<T: QueueItem> WorkQueueBuilder<T> {
     /// Without a merge the queue keeps the held copy (client-go's
     /// deduplication).
     ///
+    /// `merge` runs under the queue's lock: keep it quick and do not call
+    /// the queue from it. What it returns is dropped once the lock is
+    /// released.
+    ///
     /// ```
     /// use kcache_workqueue::WorkQueue;
     ///

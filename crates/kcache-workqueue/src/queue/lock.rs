@@ -9,7 +9,8 @@
 /// runtime plus the adding thread on 2 cores), that spinning cost a third of
 /// the throughput (1M adds with 8 workers: 2.17 vs 3.08 M/s, 9 alternating
 /// runs). Not poisoned by a panic (as with parking_lot): the only foreign
-/// code run under the lock is a metrics provider's.
+/// code run under the lock is a metrics provider's and a
+/// [`merge`](super::WorkQueueBuilder::merge) function.
 pub(super) struct QueueLock<T>(std::sync::Mutex<T>);
 
 impl<T> QueueLock<T> {
