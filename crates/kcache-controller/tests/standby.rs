@@ -88,6 +88,30 @@ fn holder(lock: &InMemoryLeaseLock) -> String {
     lock.record().map(|r| r.holder_identity).unwrap_or_default()
 }
 
+/// Worst case from a leader's death to a standby's acquire: the leader's
+/// last renewal is seen at the standby's next attempt (up to a jittered
+/// retry period, 4.4 s, after it), the lease expires a lease duration
+/// (15 s) after that sighting, and the standby tries again within another
+/// jittered retry period.
+const TAKEOVER_WITHIN: Duration = Duration::from_millis(15_000 + 2 * 4_400);
+
+/// Waits (on the paused clock, 1 ms steps) until `id` holds `lock`;
+/// returns when it was first seen holding it. Panics after twice
+/// [`TAKEOVER_WITHIN`].
+async fn until_holder(lock: &InMemoryLeaseLock, id: &str) -> Instant {
+    let start = Instant::now();
+    while Instant::now() < start + 2 * TAKEOVER_WITHIN {
+        if holder(lock) == id {
+            return Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!(
+        "{id} did not take the lease within {:?}",
+        2 * TAKEOVER_WITHIN
+    );
+}
+
 /// The leader dies as a SIGKILL would have it: no more renewals (its lease
 /// requests fail), no release, its workers and informers gone.
 async fn kill(r: Replica, lock: &kcache_lease::testing::FlakyLeaseLock) {
@@ -128,20 +152,9 @@ async fn standby_is_synced_before_it_leads() {
 
     let killed = Instant::now();
     kill(leader, &leader_lock).await;
-    let mut acquired = None;
-    while Instant::now() < killed + Duration::from_secs(60) {
-        if holder(&lock) == "standby" {
-            acquired = Some(Instant::now());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let acquired = acquired.expect("the standby took the expired lease");
-    // the lease expires 15 s after the standby last saw it renewed (at a
-    // retry period before the kill at most: 2 s, jittered up to 4.4 s),
-    // and the standby tries again at its next retry period
+    let acquired = until_holder(&lock, "standby").await;
     assert!(
-        acquired - killed <= Duration::from_millis(15_000 + 2 * 4_400),
+        acquired - killed <= TAKEOVER_WITHIN,
         "{:?}",
         acquired - killed
     );
@@ -207,8 +220,8 @@ async fn changes_while_standing_by_are_reconciled_on_takeover() {
         settle(Duration::from_secs(1)).await;
         assert!(standby.log.lock().is_empty());
         kill(leader, &leader_lock).await;
-        settle(Duration::from_secs(20)).await;
-        assert_eq!(holder(&lock), "standby");
+        until_holder(&lock, "standby").await;
+        settle(Duration::from_millis(500)).await;
         let log = standby.log.lock().clone();
         assert_eq!(log[0].0, "c", "the change first: {log:?}");
         assert_eq!(log[0].1, Trigger::Updated);
@@ -259,8 +272,8 @@ async fn cold_standby_starts_its_informers_only_when_leading() {
     );
     assert!(log.lock().is_empty());
     kill(leader, &leader_lock).await;
-    settle(Duration::from_secs(25)).await;
-    assert_eq!(holder(&lock), "standby");
+    until_holder(&lock, "standby").await;
+    settle(Duration::from_secs(2)).await;
     assert!(handle.informer::<ConfigMap>().has_synced());
     assert_eq!(log.lock().len(), NAMES.len(), "{:?}", log.lock());
     handle.stop();

@@ -286,8 +286,11 @@ async fn failing_renewals_lose_leadership_and_a_standby_takes_over() {
     assert_eq!(a.status(), LeaderStatus::Stopped);
     assert_eq!(stops.load(Ordering::SeqCst), 1);
 
-    // b takes over within about one lease duration (+ retry jitter)
-    let deadline = cut + Duration::from_secs(15 + 5);
+    // b takes over within a lease duration of when it saw a's last
+    // renewal: b sees it at its next attempt (up to a jittered retry
+    // period, 4.4 s, after it was written) and takes the expired lease at
+    // the attempt after the expiry (up to another 4.4 s)
+    let deadline = cut + Duration::from_millis(15_000 + 2 * 4_400 + 100);
     while b.status() != LeaderStatus::Leading {
         assert!(
             tokio::time::Instant::now() < deadline,
