@@ -61,10 +61,16 @@ fn readers_never_miss_an_object_being_moved() {
                 every_color.clone(),
             );
             thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
+                // one pass after the stop too: a reader the scheduler kept
+                // off the CPU until the moves finished still checks
+                loop {
+                    let last = stop.load(Ordering::Relaxed);
                     let found = idx.index("color", &probe).unwrap().len();
                     assert_eq!(found, OBJECTS, "an object being moved was missed");
                     checked.fetch_add(1, Ordering::Relaxed);
+                    if last {
+                        break;
+                    }
                 }
             })
         })

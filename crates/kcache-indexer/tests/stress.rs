@@ -57,7 +57,17 @@ fn readers_never_see_stale_index_membership() {
             let checked = checked.clone();
             thread::spawn(move || {
                 let mut n = 0usize;
-                while !stop.load(Ordering::Relaxed) {
+                // after the stop, one more pass per color: a reader the
+                // scheduler kept off the CPU until the writers finished
+                // still checks the final index
+                let mut passes_after_stop = 0;
+                loop {
+                    if stop.load(Ordering::Relaxed) {
+                        passes_after_stop += 1;
+                        if passes_after_stop > COLORS.len() {
+                            break;
+                        }
+                    }
                     let color = COLORS[n % COLORS.len()];
                     for o in idx.by_index("color", color).unwrap() {
                         assert_eq!(
