@@ -14,8 +14,8 @@ use bytes::Bytes;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kcache_controller::{Action, Config, Controller, Request, Trigger};
 use kcache_informer::SharedInformerFactory;
-use kcache_lease::LeaderElectionConfig;
 use kcache_lease::testing::InMemoryLeaseLock;
+use kcache_lease::{JITTER_FACTOR, LeaderElectionConfig, LeaseTimings};
 use kcache_testing::fake::{Fake, cm, cm_items, ev, list_json};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -88,19 +88,23 @@ fn holder(lock: &InMemoryLeaseLock) -> String {
     lock.record().map(|r| r.holder_identity).unwrap_or_default()
 }
 
-/// Worst case from a leader's death to a standby's acquire: the leader's
-/// last renewal is seen at the standby's next attempt (up to a jittered
-/// retry period, 4.4 s, after it), the lease expires a lease duration
-/// (15 s) after that sighting, and the standby tries again within another
-/// jittered retry period.
-const TAKEOVER_WITHIN: Duration = Duration::from_millis(15_000 + 2 * 4_400);
+/// Worst case from a leader's death to a standby's acquire, with the
+/// default timings (15 s + 2 x 4.4 s): the leader's last renewal is seen
+/// at the standby's next attempt (up to a jittered retry period after it),
+/// the lease expires a lease duration after that sighting, and the standby
+/// tries again within another jittered retry period.
+fn takeover_within() -> Duration {
+    let t = LeaseTimings::default();
+    let jittered_retry = t.retry_period.mul_f64(1.0 + JITTER_FACTOR);
+    t.lease_duration + 2 * jittered_retry
+}
 
 /// Waits (on the paused clock, 1 ms steps) until `id` holds `lock`;
 /// returns when it was first seen holding it. Panics after twice
-/// [`TAKEOVER_WITHIN`].
+/// [`takeover_within`].
 async fn until_holder(lock: &InMemoryLeaseLock, id: &str) -> Instant {
-    let start = Instant::now();
-    while Instant::now() < start + 2 * TAKEOVER_WITHIN {
+    let give_up = Instant::now() + 2 * takeover_within();
+    while Instant::now() < give_up {
         if holder(lock) == id {
             return Instant::now();
         }
@@ -108,7 +112,7 @@ async fn until_holder(lock: &InMemoryLeaseLock, id: &str) -> Instant {
     }
     panic!(
         "{id} did not take the lease within {:?}",
-        2 * TAKEOVER_WITHIN
+        2 * takeover_within()
     );
 }
 
@@ -154,7 +158,7 @@ async fn standby_is_synced_before_it_leads() {
     kill(leader, &leader_lock).await;
     let acquired = until_holder(&lock, "standby").await;
     assert!(
-        acquired - killed <= TAKEOVER_WITHIN,
+        acquired - killed <= takeover_within(),
         "{:?}",
         acquired - killed
     );

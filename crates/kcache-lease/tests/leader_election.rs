@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use kcache_lease::testing::InMemoryLeaseLock;
 use kcache_lease::{
-    LeaderCallbacks, LeaderElectionConfig, LeaderElectionConfigError, LeaderElectionRecord,
-    LeaderElector, LeaderStatus, LeaseTimingsError,
+    JITTER_FACTOR, LeaderCallbacks, LeaderElectionConfig, LeaderElectionConfigError,
+    LeaderElectionRecord, LeaderElector, LeaderStatus, LeaseTimings, LeaseTimingsError,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -288,9 +288,11 @@ async fn failing_renewals_lose_leadership_and_a_standby_takes_over() {
 
     // b takes over within a lease duration of when it saw a's last
     // renewal: b sees it at its next attempt (up to a jittered retry
-    // period, 4.4 s, after it was written) and takes the expired lease at
-    // the attempt after the expiry (up to another 4.4 s)
-    let deadline = cut + Duration::from_millis(15_000 + 2 * 4_400 + 100);
+    // period after it was written) and takes the expired lease at the
+    // attempt after the expiry (up to another): 15 s + 2 x 4.4 s
+    let t = LeaseTimings::default();
+    let jittered_retry = t.retry_period.mul_f64(1.0 + JITTER_FACTOR);
+    let deadline = cut + t.lease_duration + 2 * jittered_retry + Duration::from_millis(100);
     while b.status() != LeaderStatus::Leading {
         assert!(
             tokio::time::Instant::now() < deadline,
