@@ -15,6 +15,13 @@
 //! - **lines**: lines of library source (every `.rs` under `src/`, tests
 //!   included, generated code apart in its own column).
 //!
+//! Items marked `#[doc(hidden)]` (and everything in a `#[doc(hidden)]`
+//! module) are not counted: rustdoc does not show them and
+//! cargo-semver-checks does not hold them to semver, so they are not part
+//! of the surface a user sees (kcache uses them for plumbing between its
+//! own crates). The second table counts them too, so that what is hidden
+//! is in plain sight.
+//!
 //! The count is syntactic: an item of a private module re-exported under
 //! the same name as another is counted once per name, macros are not
 //! expanded. It is a yardstick for the before/after table, not rustdoc.
@@ -81,10 +88,21 @@ pub struct Surface {
 /// The key of [`Surface::listing`] that holds the free functions.
 const FREE_FUNCTIONS: &str = "(free functions)";
 
-/// A parsed module: its items, whether it is nameable from outside.
+/// A parsed module: its items, whether it is nameable from outside,
+/// whether it (or a module around it) is `#[doc(hidden)]`.
 struct Module {
     items: Vec<Item>,
     public: bool,
+    hidden: bool,
+}
+
+/// Whether `#[doc(hidden)]` items count as surface (the second table).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Hidden {
+    /// Left out: the surface rustdoc shows.
+    Skip,
+    /// Counted like any `pub` item.
+    Count,
 }
 
 pub fn run(args: ApiSurfaceArgs) -> Result<()> {
@@ -95,13 +113,16 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
     let mut long = Vec::new();
     let mut long_fns = Vec::new();
     let mut listings = Vec::new();
+    let mut hidden_rows = Vec::new();
     for name in CRATES {
         let src = root.join("crates").join(name).join("src");
         if !src.exists() {
             println!("| {name} | (absent) | | | | |");
             continue;
         }
-        let s = count(&src).with_context(|| format!("counting {name}"))?;
+        let s = count(&src, Hidden::Skip).with_context(|| format!("counting {name}"))?;
+        let all = count(&src, Hidden::Count).with_context(|| format!("counting {name}"))?;
+        hidden_rows.push((name, all.types - s.types, all.methods - s.methods));
         println!(
             "| {name} | {} | {} | {} | {} | {} |",
             s.types, s.methods, s.root_reexports, s.lines, s.generated_lines
@@ -138,6 +159,18 @@ pub fn run(args: ApiSurfaceArgs) -> Result<()> {
         "| **total** | {} | {} | {} | {} | {} |",
         total.types, total.methods, total.root_reexports, total.lines, total.generated_lines
     );
+    println!("\n`#[doc(hidden)]` plumbing between kcache's crates, not counted above:\n");
+    println!("| crate | hidden types | hidden methods |");
+    println!("|---|---|---|");
+    let (mut ht, mut hm) = (0, 0);
+    for (name, t, m) in &hidden_rows {
+        if *t + *m > 0 {
+            println!("| {name} | {t} | {m} |");
+        }
+        ht += t;
+        hm += m;
+    }
+    println!("| **total** | {ht} | {hm} |");
     if long.is_empty() {
         println!(
             "\nno library file over {} lines outside generated/",
@@ -178,7 +211,9 @@ fn api_md(listings: &[(&&'static str, BTreeMap<String, Vec<String>>)]) -> String
          Written by `cargo xtask api-surface --write-docs` from the source \
          (what it counts is in `xtask/src/api_surface.rs`): every public \
          type a user can name, with its public methods (trait methods \
-         included), and each crate's free functions. A name defined in \
+         included), and each crate's free functions; `#[doc(hidden)]` \
+         plumbing between kcache's crates is left out (the command prints \
+         how much there is). A name defined in \
          several modules is listed once, with the \
          methods of all of them. Run the command \
          after changing a public item; the counts it prints are the \
@@ -251,16 +286,21 @@ fn functions(items: &[Item], out: &mut Vec<(String, usize, usize)>) {
 }
 
 /// Counts the crate whose sources are in `src`.
-pub fn count(src: &Path) -> Result<Surface> {
+pub fn count(src: &Path, hidden: Hidden) -> Result<Surface> {
     let mut modules = Vec::new();
-    load(&src.join("lib.rs"), src, true, &mut modules)?;
+    load(&src.join("lib.rs"), src, true, hidden, &mut modules)?;
+    let shown = |attrs: &[syn::Attribute]| hidden == Hidden::Count || !doc_hidden(attrs);
     let lib = syn::parse_file(&fs::read_to_string(src.join("lib.rs"))?)?;
     let mut reexported = HashSet::new();
     let mut root_reexports = 0;
     for (i, module) in modules.iter().enumerate() {
+        if module.hidden && hidden == Hidden::Skip {
+            continue;
+        }
         for item in &module.items {
             if let Item::Use(u) = item
                 && is_pub(&u.vis)
+                && shown(&u.attrs)
             {
                 let mut names = Vec::new();
                 use_names(&u.tree, &mut names);
@@ -279,7 +319,7 @@ pub fn count(src: &Path) -> Result<Surface> {
             let Some((name, vis)) = type_name(item) else {
                 continue;
             };
-            if is_pub(vis) && (module.public || reexported.contains(&name)) {
+            if is_pub(vis) && shown(attrs(item)) && (module.public || reexported.contains(&name)) {
                 s.types += 1;
                 let entry = s.listing.entry(name.clone()).or_default();
                 types.insert(name);
@@ -311,6 +351,7 @@ pub fn count(src: &Path) -> Result<Surface> {
                         if let ImplItem::Fn(f) = i
                             && is_pub(&f.vis)
                             && !cfg_out(&f.attrs)
+                            && shown(&f.attrs)
                         {
                             s.listing
                                 .entry(ty.clone())
@@ -321,6 +362,7 @@ pub fn count(src: &Path) -> Result<Surface> {
                 }
                 Item::Fn(f)
                     if is_pub(&f.vis)
+                        && shown(&f.attrs)
                         && (module.public || reexported.contains(&f.sig.ident.to_string())) =>
                 {
                     s.listing
@@ -350,23 +392,50 @@ pub fn count(src: &Path) -> Result<Surface> {
 
 /// Parses `file` and the modules it declares (recursively), appending
 /// them to `out` (the file's own module first).
-fn load(file: &Path, dir: &Path, public: bool, out: &mut Vec<Module>) -> Result<()> {
+fn load(
+    file: &Path,
+    dir: &Path,
+    public: bool,
+    hidden: Hidden,
+    out: &mut Vec<Module>,
+) -> Result<()> {
     let text = fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let parsed = syn::parse_file(&text).with_context(|| format!("parsing {}", file.display()))?;
-    load_items(live(&parsed.items).cloned().collect(), dir, public, out)
+    let at = Place {
+        dir,
+        public,
+        hidden: false,
+    };
+    load_items(live(&parsed.items).cloned().collect(), at, hidden, out)
 }
 
-fn load_items(items: Vec<Item>, dir: &Path, public: bool, out: &mut Vec<Module>) -> Result<()> {
+/// Where a module sits: its directory, whether it is nameable from
+/// outside, whether it is inside a `#[doc(hidden)]` module.
+#[derive(Clone, Copy)]
+struct Place<'a> {
+    dir: &'a Path,
+    public: bool,
+    hidden: bool,
+}
+
+fn load_items(items: Vec<Item>, at: Place<'_>, mode: Hidden, out: &mut Vec<Module>) -> Result<()> {
+    let Place {
+        dir,
+        public,
+        hidden,
+    } = at;
     let mut children = Vec::new();
     for item in &items {
         if let Item::Mod(m) = item {
             let name = m.ident.to_string();
-            let child_public = public && is_pub(&m.vis);
+            let child_hidden = hidden || doc_hidden(&m.attrs);
+            let child_public = public && is_pub(&m.vis) && (mode == Hidden::Count || !child_hidden);
             match &m.content {
                 Some((_, inline)) => children.push((
                     live(inline).cloned().collect::<Vec<_>>(),
                     dir.join(&name),
                     child_public,
+                    child_hidden,
                 )),
                 None => {
                     let flat = dir.join(format!("{name}.rs"));
@@ -380,14 +449,24 @@ fn load_items(items: Vec<Item>, dir: &Path, public: bool, out: &mut Vec<Module>)
                         live(&parsed.items).cloned().collect(),
                         dir.join(&name),
                         child_public,
+                        child_hidden,
                     ));
                 }
             }
         }
     }
-    out.push(Module { items, public });
-    for (items, dir, public) in children {
-        load_items(items, &dir, public, out)?;
+    out.push(Module {
+        items,
+        public,
+        hidden,
+    });
+    for (items, dir, public, hidden) in children {
+        let at = Place {
+            dir: &dir,
+            public,
+            hidden,
+        };
+        load_items(items, at, mode, out)?;
     }
     Ok(())
 }
@@ -425,6 +504,16 @@ fn cfg_out(attrs: &[syn::Attribute]) -> bool {
                 .unwrap_or_default();
             text.contains("test") || text.contains("fuzzing")
         }
+    })
+}
+
+/// Whether `attrs` hold `#[doc(hidden)]`.
+fn doc_hidden(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("doc")
+            && a.meta
+                .require_list()
+                .is_ok_and(|l| l.tokens.to_string().trim() == "hidden")
     })
 }
 
@@ -486,7 +575,7 @@ mod tests {
         let root = workspace_root();
         let mut listings = Vec::new();
         for name in CRATES {
-            let s = count(&root.join("crates").join(name).join("src")).unwrap();
+            let s = count(&root.join("crates").join(name).join("src"), Hidden::Skip).unwrap();
             listings.push((name, s.listing));
         }
         let written = fs::read_to_string(root.join("docs/api.md")).unwrap();
@@ -503,7 +592,9 @@ mod tests {
         fs::write(
             src.join("lib.rs"),
             "mod private;\npub mod open;\npub use private::{Shown, shown_fn};\n\
-             #[cfg(test)] mod tests { pub struct NotApi; }\n",
+             #[cfg(test)] mod tests { pub struct NotApi; }\n\
+             #[doc(hidden)] pub mod plumbing { pub struct Plumbing; impl Plumbing { pub fn p(&self) {} } }\n\
+             impl private::Shown { #[doc(hidden)] pub fn z(&self) {} }\n",
         )
         .unwrap();
         fs::write(
@@ -517,9 +608,12 @@ mod tests {
             "pub trait T { fn m(&self); fn n(&self) {} }\npub(crate) struct Inner;\n",
         )
         .unwrap();
-        let s = count(src).unwrap();
+        let s = count(src, Hidden::Skip).unwrap();
         // Shown, T; a, shown_fn, m, n; Shown, shown_fn at the root
         assert_eq!((s.types, s.methods, s.root_reexports), (2, 4, 2));
+        // the doc(hidden) module's Plumbing and p, and Shown's hidden z
+        let all = count(src, Hidden::Count).unwrap();
+        assert_eq!((all.types, all.methods), (3, 6));
         let listing: Vec<_> = s
             .listing
             .iter()

@@ -2,8 +2,8 @@
 //! demand), key functions, label selectors, shard selectors, tombstones and
 //! the store traits every kcache layer shares.
 //!
-//! A [`CachedObject<K>`] keeps the bytes the apiserver sent (JSON, or
-//! [`protobuf`] for built-in types; optionally with `metadata.managedFields`
+//! A [`CachedObject<K>`] keeps the bytes the apiserver sent (JSON, CBOR,
+//! or protobuf for built-in types; optionally with `metadata.managedFields`
 //! cut out) plus the [`Metadata`] every layer needs, extracted once by a
 //! partial, borrowing decode. The typed `K`
 //! (a k8s-openapi type, a custom resource, `DynamicObject`...) is decoded on
@@ -47,7 +47,13 @@
 // badge naming it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The wire readers (`cbor`, `protobuf`) and the lock helper (`sync`) are
+// plumbing for the kcache crates above (the reflector's codecs, every
+// crate's locks): public so that those crates can use them, hidden from the
+// docs and outside semver. A user reaches the wire formats through
+// `CachedObject` and the reflector's `WireFormat`.
 mod byte_blocks;
+#[doc(hidden)]
 pub mod cbor;
 mod codec;
 mod compression;
@@ -56,12 +62,14 @@ mod key;
 mod managed_fields;
 pub mod metrics;
 mod object;
+#[doc(hidden)]
 pub mod protobuf;
 mod resource_version;
 mod selector;
 mod shard_selector;
 mod store;
 mod string_map;
+#[doc(hidden)]
 pub mod sync;
 mod tombstone;
 
@@ -85,13 +93,3 @@ pub use shard_selector::{
 pub use store::{KeyListerGetter, ReflectorStore, StoreError};
 pub use string_map::StringMap;
 pub use tombstone::{DeletedFinalStateUnknown, ObjectOrTombstone};
-
-/// Matches every object: `Selector::everything()`.
-pub fn everything() -> Selector {
-    Selector::everything()
-}
-
-/// Matches no object: `Selector::nothing()`.
-pub fn nothing() -> Selector {
-    Selector::nothing()
-}

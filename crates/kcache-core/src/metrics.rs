@@ -149,8 +149,10 @@ mod prometheus_impls {
 /// What every crate's `prometheus-client` provider builds its families
 /// with: one label type, and a family created and registered in one call,
 /// so each family's name and HELP text stand where its field is set.
+/// Plumbing for the providers of the crates above: hidden from the docs,
+/// outside semver.
 #[cfg(feature = "prometheus")]
-#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
+#[doc(hidden)]
 pub mod prometheus {
     use prometheus_client::metrics::family::Family;
     use prometheus_client::metrics::histogram::Histogram;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use criterion::{BatchSize, Bencher, Criterion, Throughput};
 use futures::executor::block_on;
-use kcache_core::CachedObject;
+use kcache_core::{CachedObject, ReflectorStore};
 use kcache_deltafifo::{DeltaFifo, FifoOptions, Queue, RealFifo};
 use serde_json::{Value, json};
 

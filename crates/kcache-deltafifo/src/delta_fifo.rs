@@ -60,8 +60,8 @@ impl<K> State<K> {
 ///   `add`/`update`/`delete` that came before any `replace`.
 ///
 /// ```
-/// use kcache_core::CachedObject;
-/// use kcache_deltafifo::{DeltaFifo, DeltaType, FifoOptions};
+/// use kcache_core::{CachedObject, ReflectorStore};
+/// use kcache_deltafifo::{DeltaFifo, DeltaType, FifoOptions, Queue};
 ///
 /// # futures::executor::block_on(async {
 /// let fifo = DeltaFifo::<serde_json::Value>::new(FifoOptions::new());
@@ -157,7 +157,7 @@ impl<K> DeltaFifo<K> {
 
     /// A watch bookmark: once everything queued before it is processed, the
     /// store is at `resource_version`.
-    pub fn bookmark(&self, resource_version: &str) {
+    pub(crate) fn bookmark(&self, resource_version: &str) {
         let mut st = self.state.lock();
         self.mark(&mut st, ResourceVersion::new(resource_version));
     }
@@ -178,12 +178,12 @@ impl<K> DeltaFifo<K> {
     }
 
     /// Queues an `Added` delta.
-    pub fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
+    pub(crate) fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         self.write(DeltaType::Added, obj)
     }
 
     /// Queues an `Updated` delta.
-    pub fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
+    pub(crate) fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         self.write(DeltaType::Updated, obj)
     }
 
@@ -202,7 +202,7 @@ impl<K> DeltaFifo<K> {
 
     /// Queues a `Deleted` delta, unless the key is neither queued nor
     /// known (without known objects: unless it is not queued).
-    pub fn delete(&self, obj: impl Into<ObjectOrTombstone<K>>) -> Result<(), StoreError> {
+    pub(crate) fn delete(&self, obj: impl Into<ObjectOrTombstone<K>>) -> Result<(), StoreError> {
         let obj = obj.into();
         let id = self.key_of(&obj)?;
         let mut st = self.state.lock();
@@ -226,7 +226,7 @@ impl<K> DeltaFifo<K> {
 
     /// Replaces the whole content after a relist. See the type docs for the
     /// deltas it queues. `resource_version` is not used by the DeltaFifo.
-    pub fn replace(
+    pub(crate) fn replace(
         &self,
         list: Vec<CachedObject<K>>,
         resource_version: impl Into<String>,
@@ -317,14 +317,14 @@ impl<K> DeltaFifo<K> {
     ///
     /// Such an object handed back to [`replace`](Self::replace) is not
     /// transformed again.
-    pub fn cached(&self, key: &str) -> Option<CachedObject<K>> {
+    pub(crate) fn cached(&self, key: &str) -> Option<CachedObject<K>> {
         let st = self.state.lock();
         self.held(&st, key)
     }
 
     /// Queues `Sync` for every known object whose key has nothing pending
     /// (no-op without known objects). The transform is not applied.
-    pub fn resync(&self) -> Result<(), StoreError> {
+    pub(crate) fn resync(&self) -> Result<(), StoreError> {
         if self.core.known.is_none() {
             return Ok(());
         }
@@ -404,12 +404,12 @@ impl<K> DeltaFifo<K> {
     }
 
     /// Number of queued keys.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.state.lock().queue.len()
     }
 }
 
-impl_common!(DeltaFifo, has_synced: "Whether the initial list has been fully popped (see the type docs).", is_empty: "Whether no key is queued.");
+impl_common!(DeltaFifo, has_synced: "Whether the initial list has been fully popped (see the type docs).");
 
 #[cfg(test)]
 mod tests {

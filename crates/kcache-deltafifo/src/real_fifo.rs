@@ -43,7 +43,7 @@ impl<K> State<K> {
 /// * The transform runs once per object, never on tombstones or `Sync`.
 ///
 /// ```
-/// use kcache_core::CachedObject;
+/// use kcache_core::{CachedObject, ReflectorStore};
 /// use kcache_deltafifo::{DeltaType, FifoOptions, RealFifo};
 ///
 /// # futures::executor::block_on(async {
@@ -116,28 +116,28 @@ impl<K> RealFifo<K> {
 
     /// A watch bookmark: once everything queued before it is processed, the
     /// store is at `resource_version`.
-    pub fn bookmark(&self, resource_version: &str) {
+    pub(crate) fn bookmark(&self, resource_version: &str) {
         let mut st = self.state.lock();
         self.mark(&mut st, ResourceVersion::new(resource_version));
     }
 
     /// Appends an `Added` entry.
-    pub fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
+    pub(crate) fn add(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         self.write(DeltaType::Added, obj.into())
     }
 
     /// Appends an `Updated` entry.
-    pub fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
+    pub(crate) fn update(&self, obj: CachedObject<K>) -> Result<(), StoreError> {
         self.write(DeltaType::Updated, obj.into())
     }
 
     /// Appends a `Deleted` entry.
-    pub fn delete(&self, obj: impl Into<ObjectOrTombstone<K>>) -> Result<(), StoreError> {
+    pub(crate) fn delete(&self, obj: impl Into<ObjectOrTombstone<K>>) -> Result<(), StoreError> {
         self.write(DeltaType::Deleted, obj.into())
     }
 
     /// Relist: tombstones for what vanished, then `Replaced` per object.
-    pub fn replace(
+    pub(crate) fn replace(
         &self,
         list: Vec<CachedObject<K>>,
         resource_version: impl Into<String>,
@@ -210,13 +210,13 @@ impl<K> RealFifo<K> {
     ///
     /// Such an object handed back to [`replace`](Self::replace) is not
     /// transformed again.
-    pub fn cached(&self, key: &str) -> Option<CachedObject<K>> {
+    pub(crate) fn cached(&self, key: &str) -> Option<CachedObject<K>> {
         self.core.known.as_ref().and_then(|k| k.get_by_key(key))
     }
 
     /// Appends `Sync` for each known object with no queued entry (no-op
     /// without known objects). The transform is not applied.
-    pub fn resync(&self) -> Result<(), StoreError> {
+    pub(crate) fn resync(&self) -> Result<(), StoreError> {
         if self.core.known.is_none() {
             return Ok(());
         }
@@ -266,7 +266,7 @@ impl<K> RealFifo<K> {
     }
 
     /// Number of queued entries.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.state.lock().items.len()
     }
 
@@ -281,4 +281,4 @@ impl<K> RealFifo<K> {
     }
 }
 
-impl_common!(RealFifo, has_synced: "Whether the initial list has been fully popped and processed.", is_empty: "Whether nothing is queued.");
+impl_common!(RealFifo, has_synced: "Whether the initial list has been fully popped and processed.");

@@ -189,13 +189,13 @@ pub(crate) fn log_if_slow(queue: &str, key: &str, depth: usize, started: Instant
 
 /// For a FIFO type (with `state.book: Bookkeeping`, `core: Core` and
 /// `len`): the inherent `has_synced`, `wait_synced`, `close`, `is_closed`
-/// and `is_empty` (docs of the first and last given), and `ReflectorStore`
+/// (its doc given), and `ReflectorStore`
 /// and `Queue` delegating to the inherent methods of the same names.
 macro_rules! impl_common {
-    ($fifo:ident, has_synced: $synced_doc:literal, is_empty: $empty_doc:literal) => {
+    ($fifo:ident, has_synced: $synced_doc:literal) => {
         impl<K> $fifo<K> {
             #[doc = $synced_doc]
-            pub fn has_synced(&self) -> bool {
+            pub(crate) fn has_synced(&self) -> bool {
                 self.state.lock().book.synced
             }
 
@@ -207,25 +207,20 @@ macro_rules! impl_common {
                 &self.core.freshness
             }
 
-            /// Waits until [`has_synced`](Self::has_synced) is true.
+            /// Waits until the initial list is popped ([`Queue::has_synced`](crate::Queue::has_synced)).
             pub async fn wait_synced(&self) {
                 self.core.wait_synced(|| self.has_synced()).await
             }
 
             /// Closes the queue and wakes every waiting pop.
-            pub fn close(&self) {
+            pub(crate) fn close(&self) {
                 self.state.lock().book.closed = true;
                 self.core.wake_pops();
             }
 
             /// Whether the queue was closed.
-            pub fn is_closed(&self) -> bool {
+            pub(crate) fn is_closed(&self) -> bool {
                 self.state.lock().book.closed
-            }
-
-            #[doc = $empty_doc]
-            pub fn is_empty(&self) -> bool {
-                self.len() == 0
             }
         }
 

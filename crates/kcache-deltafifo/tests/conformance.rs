@@ -66,8 +66,8 @@ fn replace_with_delete_delta_in<F: Fifo>() {
     let old = mk("foo", 1);
     let new = mk("foo", 2);
     let f = new_fifo::<F>(Some(vec![old.clone()]));
-    f.delete(old.clone()).unwrap();
-    f.replace(vec![new.clone()], "").unwrap();
+    f.delete(old.clone().into()).unwrap();
+    f.replace(vec![new.clone()], "".into()).unwrap();
     assert_eq!(
         drain(&f),
         F::pick(
@@ -157,9 +157,9 @@ fn replace_makes_deletions_for_objects_only_in_queue<F: Fifo>() {
                 match step {
                     Add => f.add(obj.clone()),
                     AddV2 => f.add(obj_v2.clone()),
-                    Delete => f.delete(obj.clone()),
-                    Relist => f.replace(vec![obj.clone()], &rv),
-                    RelistEmpty => f.replace(vec![], &rv),
+                    Delete => f.delete(obj.clone().into()),
+                    Relist => f.replace(vec![obj.clone()], rv.clone()),
+                    RelistEmpty => f.replace(vec![], rv.clone()),
                 }
                 .unwrap();
             }
@@ -180,9 +180,9 @@ fn enqueueing_no_lister<F: Fifo>() {
     f.add(mk("foo", 10)).unwrap();
     f.update(mk("bar", 15)).unwrap();
     f.add(mk("qux", 17)).unwrap();
-    f.delete(mk("qux", 18)).unwrap();
+    f.delete(mk("qux", 18).into()).unwrap();
     // DeltaFifo: dropped, baz is neither queued nor known.
-    f.delete(mk("baz", 20)).unwrap();
+    f.delete(mk("baz", 20).into()).unwrap();
     assert_eq!(
         newest_vals(&drain(&f)),
         F::pick(vec!["10", "15", "18"], vec!["10", "15", "17", "18", "20"])
@@ -195,7 +195,7 @@ fn enqueueing_with_lister<F: Fifo>() {
     f.add(mk("foo", 10)).unwrap();
     f.update(mk("bar", 15)).unwrap();
     // Enqueued: baz is known.
-    f.delete(mk("baz", 20)).unwrap();
+    f.delete(mk("baz", 20).into()).unwrap();
     assert_eq!(newest_vals(&drain(&f)), ["10", "15", "20"]);
     assert!(f.is_empty());
 }
@@ -214,7 +214,10 @@ fn resync<F: Fifo>() {
 /// (client-go's ResyncNonExisting) or a queued update (UpdateResyncRace).
 fn resync_skips_a_key_with_a_queued_write<F: Fifo>() {
     type Write<F> = fn(&F, Obj) -> Result<(), StoreError>;
-    let writes: [(Write<F>, _); 2] = [(F::delete, Deleted), (F::update, Updated)];
+    let writes: [(Write<F>, _); 2] = [
+        (|f: &F, o: Obj| f.delete(o.into()), Deleted),
+        (|f: &F, o: Obj| f.update(o), Updated),
+    ];
     for (write, kind) in writes {
         let f = new_fifo::<F>(Some(vec![mk("foo", 5)]));
         write(&f, mk("foo", 10)).unwrap();
@@ -259,7 +262,7 @@ fn replace_makes_deletions<F: Fifo>() {
         (
             "a pre-existing Delete",
             known3(),
-            |f| f.delete(mk("baz", 10)).unwrap(),
+            |f| f.delete(mk("baz", 10).into()).unwrap(),
             each(vec![
                 d(Deleted, &mk("baz", 10)),
                 d(Sync, &mk("foo", 5)),
@@ -292,7 +295,7 @@ fn replace_makes_deletions<F: Fifo>() {
             "deleted and recreated in the queue, then deleted by a Replace",
             known3(),
             |f| {
-                f.delete(mk("bar", 6)).unwrap();
+                f.delete(mk("bar", 6).into()).unwrap();
                 f.add(mk("bar", 100)).unwrap();
             },
             vec![
@@ -315,7 +318,10 @@ fn replace_makes_deletions<F: Fifo>() {
         (
             "synced first: the delete uses the latest version",
             known3(),
-            |f| f.replace(vec![mk("bar", 100), mk("foo", 5)], "0").unwrap(),
+            |f| {
+                f.replace(vec![mk("bar", 100), mk("foo", 5)], "0".into())
+                    .unwrap()
+            },
             vec![
                 vec![d(Sync, &mk("bar", 100)), tomb("bar", &mk("bar", 100))],
                 vec![d(Sync, &mk("foo", 5)), d(Sync, &mk("foo", 5))],
@@ -352,7 +358,7 @@ fn replace_makes_deletions<F: Fifo>() {
     for (name, known, writes, delta_pops, real_events) in cases {
         let f = new_fifo::<F>(known);
         writes(&f);
-        f.replace(vec![mk("foo", 5)], "0").unwrap();
+        f.replace(vec![mk("foo", 5)], "0".into()).unwrap();
         assert_eq!(drain(&f), F::pick(delta_pops, each(real_events)), "{name}");
         assert!(f.is_empty());
     }
@@ -363,7 +369,7 @@ fn transformer_once_per_object_never_on_tombstones<F: Fifo>() {
     let (t, calls) = counting_transform();
     let f = F::with(opts(Some(vec![mk("gone", 1)])).transformer(t));
     f.add(mk("a", 1)).unwrap();
-    f.replace(vec![mk("b", 1), mk("c", 1)], "1").unwrap();
+    f.replace(vec![mk("b", 1), mk("c", 1)], "1".into()).unwrap();
     // a: add (1) ; tombstones for a and gone: none ; b, c replaced: 2
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     // DeltaFifo: keys a, b, c, gone; RealFifo: a's add and tombstone too.
@@ -382,7 +388,7 @@ fn transformer_error_queues_nothing<F: Fifo>() {
 /// initial, and `has_synced` turns true after the last.
 fn has_synced_correct_on_deletion<F: Fifo>() {
     let f = new_fifo::<F>(known3());
-    f.replace(vec![mk("foo", 5)], "0").unwrap();
+    f.replace(vec![mk("foo", 5)], "0".into()).unwrap();
     let expected = F::pick(
         [
             d(Sync, &mk("foo", 5)),
@@ -411,21 +417,21 @@ fn has_synced_cases<F: Fifo>() {
     let cases: Vec<(Vec<Action<F>>, bool)> = vec![
         (vec![], false),
         (vec![|f| f.add(mk("a", 1)).unwrap()], true),
-        (vec![|f| f.replace(vec![], "0").unwrap()], true),
+        (vec![|f| f.replace(vec![], "0".into()).unwrap()], true),
         (
-            vec![|f| f.replace(vec![mk("a", 1), mk("b", 2)], "0").unwrap()],
+            vec![|f| f.replace(vec![mk("a", 1), mk("b", 2)], "0".into()).unwrap()],
             false,
         ),
         (
             vec![
-                |f| f.replace(vec![mk("a", 1), mk("b", 2)], "0").unwrap(),
+                |f| f.replace(vec![mk("a", 1), mk("b", 2)], "0".into()).unwrap(),
                 |f| drop(pop(f)),
             ],
             false,
         ),
         (
             vec![
-                |f| f.replace(vec![mk("a", 1), mk("b", 2)], "0").unwrap(),
+                |f| f.replace(vec![mk("a", 1), mk("b", 2)], "0".into()).unwrap(),
                 |f| drop(pop(f)),
                 |f| drop(pop(f)),
             ],
@@ -435,15 +441,15 @@ fn has_synced_cases<F: Fifo>() {
         // counts keys (one pop), the RealFifo entries (two pops needed).
         (
             vec![
-                |f| f.replace(vec![mk("a", 1), mk("a", 2)], "0").unwrap(),
+                |f| f.replace(vec![mk("a", 1), mk("a", 2)], "0".into()).unwrap(),
                 |f| drop(pop(f)),
             ],
             F::pick(true, false),
         ),
-        (vec![|f| f.delete(mk("never", 1)).unwrap()], true),
+        (vec![|f| f.delete(mk("never", 1).into()).unwrap()], true),
         (
             vec![|f| f.update(mk("a", 1)).unwrap(), |f| {
-                f.replace(vec![mk("x", 1)], "0").unwrap()
+                f.replace(vec![mk("x", 1)], "0".into()).unwrap()
             }],
             true,
         ),
@@ -575,7 +581,7 @@ async fn dyn_queue<F: Fifo>() {
 
 async fn wait_synced_wakes_when_initial_list_is_popped<F: Fifo>() {
     let f = Arc::new(new_fifo::<F>(None));
-    f.replace(vec![mk("a", 1), mk("b", 1)], "1").unwrap();
+    f.replace(vec![mk("a", 1), mk("b", 1)], "1".into()).unwrap();
     let f2 = f.clone();
     let waiter = tokio::spawn(async move { f2.wait_synced().await });
     pop(&*f);

@@ -18,7 +18,7 @@ fn add_update() {
     let f = fifo(None);
     f.add(mk("foo", 10)).unwrap();
     f.update(mk("foo", 12)).unwrap();
-    f.delete(mk("foo", 15)).unwrap();
+    f.delete(mk("foo", 15).into()).unwrap();
     assert_eq!(f.list_keys(), ["foo"]);
     assert_eq!(
         val(f
@@ -72,10 +72,10 @@ fn transformer_runs_once_per_object_never_on_tombstones_or_sync() {
     f.add(mk("foo", 10)).unwrap();
     f.add(mk("bar", 11)).unwrap();
     f.update(mk("foo", 12)).unwrap();
-    f.delete(mk("foo", 15)).unwrap();
-    f.replace(vec![], "").unwrap();
+    f.delete(mk("foo", 15).into()).unwrap();
+    f.replace(vec![], "".into()).unwrap();
     f.add(mk("bar", 16)).unwrap();
-    f.replace(vec![], "").unwrap();
+    f.replace(vec![], "".into()).unwrap();
     assert_eq!(f.list_keys(), ["foo", "bar"]);
     for _ in 0..2 {
         let deltas = pop(&f);
@@ -108,7 +108,7 @@ fn transformer_runs_once_per_object_never_on_tombstones_or_sync() {
     let f = DeltaFifo::new(opts(Some(known)).transformer(transform));
     f.resync().unwrap();
     assert_eq!(xfrm_count(pop(&f)[0].object.object()), 0);
-    f.replace(vec![mk("k", 2)], "1").unwrap();
+    f.replace(vec![mk("k", 2)], "1".into()).unwrap();
     let got = pop(&f);
     assert_eq!(got[0].kind, Sync);
     assert_eq!(xfrm_count(got[0].object.object()), 1);
@@ -126,7 +126,7 @@ fn cached_is_the_newest_queued_object_else_the_known_one() {
     let k2 = mk("k", 2);
     f.update(k2.clone()).unwrap();
     assert!(ReflectorStore::cached(&f, "k").unwrap().ptr_eq(&k2));
-    f.delete(mk("k", 3)).unwrap();
+    f.delete(mk("k", 3).into()).unwrap();
     assert!(f.cached("k").is_none(), "the newest delta is a deletion");
     pop(&f);
     assert!(f.cached("k").unwrap().ptr_eq(&k1), "the known object again");
@@ -157,7 +157,7 @@ fn replace_does_not_transform_reused_objects_again() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
     let reused = f.cached("k").unwrap();
-    f.replace(vec![reused, queued.clone(), mk("n", 1)], "2")
+    f.replace(vec![reused, queued.clone(), mk("n", 1)], "2".into())
         .unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 2, "only the new item");
     let q = pop(&f);
@@ -173,7 +173,7 @@ fn replace_does_not_transform_reused_objects_again() {
         |o: CachedObject<Value>| Ok(CachedObject::from_bytes(o.bytes().clone())?),
     )));
     let copy = CachedObject::from_bytes(known.bytes().clone()).unwrap();
-    f.replace(vec![copy.clone()], "3").unwrap();
+    f.replace(vec![copy.clone()], "3".into()).unwrap();
     let got = pop(&f);
     assert!(!got[0].object.object().ptr_eq(&copy));
 }
@@ -182,7 +182,7 @@ fn replace_does_not_transform_reused_objects_again() {
 fn add_replace() {
     let f = fifo(None);
     f.add(mk("foo", 10)).unwrap();
-    f.replace(vec![mk("foo", 15)], "0").unwrap();
+    f.replace(vec![mk("foo", 15)], "0".into()).unwrap();
     let got = pop(&f);
     assert_eq!(val(got.newest().unwrap().object.object()), "15");
     assert_eq!(
@@ -197,7 +197,7 @@ fn add_replace() {
 fn delete_existing_non_propagated() {
     let f = fifo(Some(vec![]));
     f.add(mk("foo", 5)).unwrap();
-    f.delete(mk("foo", 6)).unwrap();
+    f.delete(mk("foo", 6).into()).unwrap();
     let deltas = f.get_by_key("foo").unwrap();
     assert_eq!(deltas.len(), 2);
     assert_eq!(deltas.newest().unwrap().kind, Deleted);
@@ -206,8 +206,8 @@ fn delete_existing_non_propagated() {
 #[test]
 fn replace_makes_deletions_replaced() {
     let f = DeltaFifo::new(opts(known3()).emit_delta_type_replaced(true));
-    f.delete(mk("baz", 10)).unwrap();
-    f.replace(vec![mk("foo", 6)], "0").unwrap();
+    f.delete(mk("baz", 10).into()).unwrap();
+    f.replace(vec![mk("foo", 6)], "0".into()).unwrap();
     for expected in [
         vec![d(Deleted, &mk("baz", 10))],
         vec![d(Replaced, &mk("foo", 6))],
@@ -220,7 +220,7 @@ fn replace_makes_deletions_replaced() {
 #[test]
 fn replace_delta_type() {
     let f = DeltaFifo::new(opts(Some(vec![mk("foo", 5)])).emit_delta_type_replaced(true));
-    f.replace(vec![mk("foo", 5)], "0").unwrap();
+    f.replace(vec![mk("foo", 5)], "0".into()).unwrap();
     assert_eq!(pop(&f), ds(vec![d(Replaced, &mk("foo", 5))]));
 }
 
@@ -256,8 +256,8 @@ fn key_of() {
 fn dedup_collapses_only_two_trailing_deletes() {
     let f = fifo(None);
     f.add(mk("a", 1)).unwrap();
-    f.delete(mk("a", 2)).unwrap();
-    f.delete(mk("a", 3)).unwrap();
+    f.delete(mk("a", 2).into()).unwrap();
+    f.delete(mk("a", 3).into()).unwrap();
     assert_eq!(
         pop(&f),
         ds(vec![d(Added, &mk("a", 1)), d(Deleted, &mk("a", 2))]),
@@ -265,8 +265,8 @@ fn dedup_collapses_only_two_trailing_deletes() {
     );
     // Older is a tombstone: keep the newer real deletion.
     f.add(mk("b", 1)).unwrap();
-    f.replace(vec![], "1").unwrap();
-    f.delete(mk("b", 9)).unwrap();
+    f.replace(vec![], "1".into()).unwrap();
+    f.delete(mk("b", 9).into()).unwrap();
     assert_eq!(
         pop(&f),
         ds(vec![d(Added, &mk("b", 1)), d(Deleted, &mk("b", 9))])
@@ -280,16 +280,22 @@ fn dedup_collapses_only_two_trailing_deletes() {
 #[test]
 fn delete_of_a_tombstone_uses_its_key() {
     let f = fifo(Some(vec![mk("k", 1)]));
-    f.delete(DeletedFinalStateUnknown {
-        key: "k".into(),
-        obj: mk("k", 1),
-    })
+    f.delete(
+        DeletedFinalStateUnknown {
+            key: "k".into(),
+            obj: mk("k", 1),
+        }
+        .into(),
+    )
     .unwrap();
     assert_eq!(pop(&f), ds(vec![tomb("k", &mk("k", 1))]));
-    f.delete(DeletedFinalStateUnknown {
-        key: "unknown".into(),
-        obj: mk("x", 1),
-    })
+    f.delete(
+        DeletedFinalStateUnknown {
+            key: "unknown".into(),
+            obj: mk("x", 1),
+        }
+        .into(),
+    )
     .unwrap();
     assert!(f.is_empty());
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use kcache_core::{CachedObject, ResourceVersion};
+use kcache_core::{CachedObject, ReflectorStore, ResourceVersion};
 use kcache_deltafifo::{DeltaFifo, FifoOptions, Queue, RealFifo, StoreFreshness};
 use serde_json::{Value, json};
 
@@ -111,7 +111,7 @@ async fn a_relist_counts_once_all_its_items_are_processed() {
 async fn a_dropped_delete_still_moves_the_version() {
     // The DeltaFifo drops the delete of a key it neither holds nor knows.
     let q = DeltaFifo::<Value>::new(FifoOptions::new());
-    q.delete(obj("gone", 30)).unwrap();
+    q.delete(obj("gone", 30).into()).unwrap();
     assert!(q.is_empty());
     assert_eq!(rv(&q), Some(30));
 }

@@ -23,7 +23,7 @@ fn one_entry_per_event_in_order() {
     f.add(mk("foo", 1)).unwrap();
     f.add(mk("bar", 2)).unwrap();
     f.update(mk("foo", 3)).unwrap();
-    f.delete(mk("foo", 4)).unwrap();
+    f.delete(mk("foo", 4).into()).unwrap();
     assert_eq!(f.list_keys(), ["foo", "bar", "foo", "foo"]);
     assert_eq!(
         pop_all(&f),
@@ -39,7 +39,7 @@ fn one_entry_per_event_in_order() {
 #[test]
 fn delete_is_never_dropped() {
     let f = real(Some(vec![]));
-    f.delete(mk("unknown", 1)).unwrap();
+    f.delete(mk("unknown", 1).into()).unwrap();
     assert_eq!(pop_all(&f), vec![d(Deleted, &mk("unknown", 1))]);
 }
 
@@ -65,7 +65,7 @@ fn cached_is_the_known_object_and_not_transformed_again() {
     assert!(real(None).cached("k").is_none());
 
     let reused = f.cached("k").unwrap();
-    f.replace(vec![reused, mk("n", 1)], "2").unwrap();
+    f.replace(vec![reused, mk("n", 1)], "2".into()).unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 1, "only the new item");
     let got = pop_all(&f);
     assert!(got[0].object.object().ptr_eq(&known));

@@ -74,10 +74,11 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION, cache_dir};
+pub use binaries::{Binaries, ETCD_VERSION, KUBERNETES_VERSION};
 pub use certs::CertAndKey;
-pub use control_plane::{
-    AuditPolicy, ControlPlane, ControlPlaneBuilder, DetachedState, EXTERNAL_KUBECONFIG_ENV,
-    detached_state, detached_state_path, pid_alive, stop_detached,
-};
+pub use control_plane::{AuditPolicy, ControlPlane, ControlPlaneBuilder, EXTERNAL_KUBECONFIG_ENV};
+// `cargo xtask controlplane start|stop|status`'s detached control plane:
+// hidden from the docs, outside semver
+#[doc(hidden)]
+pub use control_plane::{DetachedState, detached_state, pid_alive, stop_detached};
 pub use error::EnvtestError;

@@ -49,6 +49,7 @@ pub(crate) struct Entry<K> {
 const SETTLED: u32 = u32::MAX;
 
 /// What [`Indexer::quiet_objects`] found in one bounded scan.
+#[doc(hidden)] // the informer's background compression
 #[derive(Debug)]
 pub struct QuietScan<K> {
     /// The quiet objects found, with the keys they are stored under.
@@ -59,6 +60,7 @@ pub struct QuietScan<K> {
 }
 
 /// One object to swap for its twin in [`Indexer::swap_if_same`].
+#[doc(hidden)] // the informer's background compression
 #[derive(Debug)]
 pub struct Swap<K> {
     /// The key the object is stored under (as [`QuietScan`] gives it).
@@ -555,12 +557,14 @@ impl<K> Indexer<K> {
     /// [`quiet_objects`](Self::quiet_objects) can find the objects not
     /// written since a given epoch. An informer's background compression
     /// advances it on each of its ticks; without one it stays 0.
+    #[doc(hidden)] // the informer's background compression
     pub fn epoch(&self) -> u32 {
         self.epoch.load(Ordering::Relaxed)
     }
 
     /// Moves the [epoch](Self::epoch) on by one and returns the new value
     /// (it stops short of `u32::MAX`: at one tick a second, in 136 years).
+    #[doc(hidden)] // the informer's background compression
     pub fn advance_epoch(&self) -> u32 {
         let next = self.epoch().saturating_add(1).min(SETTLED - 1);
         self.epoch.store(next, Ordering::Relaxed);
@@ -575,6 +579,7 @@ impl<K> Indexer<K> {
     /// one bounded scan; a round over the store is a series of scans
     /// following [`QuietScan::next`]. Writes between two scans may make a
     /// round skip or repeat a few objects: the next round finds them.
+    #[doc(hidden)] // the informer's background compression
     pub fn quiet_objects(&self, written_by: u32, from: usize, max_scan: usize) -> QuietScan<K> {
         let st = self.state.read();
         let mut objects = Vec::new();
@@ -606,6 +611,7 @@ impl<K> Indexer<K> {
     /// pointer swaps); the replaced objects are dropped after it is
     /// released. Returns, for each swap in order, whether the store still
     /// held `expected` (and now holds the twin, or marked it settled).
+    #[doc(hidden)] // the informer's background compression
     pub fn swap_if_same(&self, swaps: Vec<Swap<K>>) -> Vec<bool> {
         let mut replaced = Vec::with_capacity(swaps.len());
         let mut applied = Vec::with_capacity(swaps.len());

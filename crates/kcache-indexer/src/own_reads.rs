@@ -135,7 +135,7 @@ impl<K> Indexer<K> {
 
     /// Every object, own writes included (see
     /// [`get_including_own_writes`](Self::get_including_own_writes)).
-    pub fn list_including_own_writes(&self) -> Vec<CachedObject<K>> {
+    pub(crate) fn list_including_own_writes(&self) -> Vec<CachedObject<K>> {
         let st = self.state.read();
         if st.own.is_empty() {
             let mut out = Vec::with_capacity(st.items.len());
@@ -155,7 +155,7 @@ impl<K> Indexer<K> {
 
     /// Objects whose index `name` contains `value`, own writes included
     /// (an own write is indexed by what it returned).
-    pub fn by_index_including_own_writes(
+    pub(crate) fn by_index_including_own_writes(
         &self,
         name: &str,
         value: &str,

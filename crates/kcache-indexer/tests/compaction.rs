@@ -135,7 +135,7 @@ fn swap_replaces_only_the_very_same_object_and_keeps_indexes() {
     // listers return the same values, compressed or not
     let lister = Lister::new(idx.clone());
     let mut after: Vec<Value> = lister
-        .list(&kcache_core::everything())
+        .list(&kcache_core::Selector::everything())
         .iter()
         .map(|o| o.decode().unwrap())
         .collect();

@@ -8,7 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kcache_core::{Format, everything};
+use kcache_core::{Format, Selector};
 use kcache_informer::{BackgroundCompression, SharedIndexInformer, SharedInformerFactory};
 use kcache_reflector::WatchConfig;
 use kcache_testing::eventually;
@@ -30,7 +30,7 @@ fn data(i: usize) -> String {
 fn values(informer: &SharedIndexInformer<ConfigMap>) -> BTreeMap<String, Value> {
     informer
         .lister()
-        .list(&everything())
+        .list(&Selector::everything())
         .iter()
         .map(|o| (o.key().to_owned(), o.cast::<Value>().decode().unwrap()))
         .collect()
@@ -121,7 +121,10 @@ async fn quiet_objects_are_compressed_after_the_quiet_time_and_not_before() {
         }
     }
     // the lister finds them by index as before
-    let by_ns = informer.lister().namespaced("ns").list(&everything());
+    let by_ns = informer
+        .lister()
+        .namespaced("ns")
+        .list(&Selector::everything());
     assert_eq!(by_ns.len(), 20);
 
     let stats = informer.background_compression_stats();

@@ -92,7 +92,7 @@ impl ControlPlane {
     }
 
     /// The current etcd revision.
-    pub async fn etcd_revision(&self) -> Result<i64, EnvtestError> {
+    pub(crate) async fn etcd_revision(&self) -> Result<i64, EnvtestError> {
         self.local_binaries("etcd_revision")?;
         // Range over an empty key: the response header carries the revision.
         let body = raw_http::post(self.etcd_port, "/v3/kv/range", r#"{"key":"AA=="}"#)

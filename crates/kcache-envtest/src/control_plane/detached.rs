@@ -75,6 +75,7 @@ fn terminate_pid(pid: u32) {
 impl ControlPlane {
     /// Records a detached control plane's PIDs and paths in the state file
     /// that `cargo xtask controlplane stop|status` read.
+    #[doc(hidden)] // cargo xtask controlplane start
     pub fn write_state(&self) -> Result<DetachedState, EnvtestError> {
         let (etcd, api) = self.pids();
         let state = DetachedState {

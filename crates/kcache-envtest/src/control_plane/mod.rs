@@ -30,7 +30,9 @@ mod process;
 mod start;
 
 pub use builder::{AuditPolicy, ControlPlaneBuilder};
-pub use detached::{DetachedState, detached_state, detached_state_path, stop_detached};
+#[doc(hidden)] // xtask's detached control plane (see lib.rs)
+pub use detached::{DetachedState, detached_state, stop_detached};
+#[doc(hidden)]
 pub use pid::pid_alive;
 
 /// The environment variable that points [`ControlPlane::shared`] at an
@@ -80,7 +82,7 @@ impl ControlPlane {
     }
 
     /// etcd's client URL, `http://127.0.0.1:<port>`.
-    pub fn etcd_endpoint(&self) -> String {
+    pub(crate) fn etcd_endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.etcd_port)
     }
 
