@@ -320,8 +320,14 @@ async fn server_side_sharded_replicas_each_cache_only_their_share() {
             r.cached_deployments().len(),
             b
         ));
+        // An unsharded replica receives every Foo: 3 thirds or more. A
+        // sharded one receives its share (namespaces hash unevenly: up to
+        // about 1.3 of a third here), plus what it listed while it saw
+        // fewer members than three before it settled (with two members,
+        // half: 1.5 of a third). CI once measured 1.51 with the old bound
+        // of 1.5; 2.5 still fails an unsharded replica by a wide margin.
         assert!(
-            ratio <= 1.5,
+            ratio < 2.5,
             "{}: {ratio:.2} of a third of {total}",
             r.identity
         );
